@@ -1,0 +1,25 @@
+"""onnxmlu: compile ONNX models for a simulated multi-core MLU100-class accelerator.
+
+Pipeline: load -> normalize -> rewrite -> analyze -> plan -> collapse -> save. Fused models
+hold one ``com.onnxmlu::MLUFusionBlock`` node per block and run in onnxruntime once the
+custom-op library (:func:`custom_ops_library`) is registered.
+"""
+
+__version__ = "0.1.0"
+
+DOMAIN = "com.onnxmlu"
+FUSION_OP = "MLUFusionBlock"
+
+
+def custom_ops_library() -> str:
+    """Path of the built custom-op library (``libonnxmlu_ops.so``)."""
+    from onnxmlu.runtime import custom_ops_library as _path
+
+    return _path()
+
+
+def InferenceSession(model, *args, **kwargs):  # noqa: N802 - mirrors onnxruntime's name
+    """An onnxruntime session with the custom-op library registered (see onnxmlu.runtime)."""
+    from onnxmlu.runtime import InferenceSession as _session
+
+    return _session(model, *args, **kwargs)

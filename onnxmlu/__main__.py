@@ -1,0 +1,3 @@
+from onnxmlu.cli import main
+
+main()

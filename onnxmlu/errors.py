@@ -1,0 +1,21 @@
+"""Errors that mean "the input or the request is wrong", as opposed to bugs.
+
+The CLI turns an :class:`OnnxMluError` into one readable line and exit code 2; anything
+else is a bug and keeps its traceback under ``--debug``.
+"""
+
+
+class OnnxMluError(Exception):
+    """A user-facing error: bad model, bad option, bad plan. Message is one line."""
+
+
+class ModelLoadError(OnnxMluError):
+    """The model file cannot be read or is not a valid ONNX model."""
+
+
+class PlanError(OnnxMluError):
+    """A fusion plan does not fit the model's layers or the hardware."""
+
+
+class RuntimeLibraryError(OnnxMluError):
+    """The custom-op library is missing or cannot be loaded."""
