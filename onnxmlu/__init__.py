@@ -7,8 +7,6 @@ custom-op library (:func:`custom_ops_library`) is registered.
 
 __version__ = "0.1.0"
 
-DOMAIN = "com.onnxmlu"
-FUSION_OP = "MLUFusionBlock"
 
 
 def custom_ops_library() -> str:

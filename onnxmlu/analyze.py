@@ -1,0 +1,155 @@
+"""Analysis: the layer table the planner works on.
+
+Every node of the main graph is placed in a topological order (host nodes gathered between
+runs of accelerator nodes, see :func:`onnxmlu.graph.topological_order`). Accelerator nodes
+become :class:`~onnxmlu.perf.layers.Layer` records; consecutive ones share a ``segment``.
+
+Operation counts (``ops``; GOPs = ops / 1e9), with N the batch and symbolic dims taken as 1:
+
+* Conv (DLFusion Eq. 1): ``2 * N * H_out * W_out * K_h * K_w * C_in/groups * C_out``
+* ConvTranspose: ``2 * N * H_in * W_in * K_h * K_w * C_in * C_out/groups`` (per input pixel)
+* MatMul (Eq. 2): ``2 * M * K * N``, batch dimensions folded into M
+* element-wise and normalization: one op per output element (BN-norm: two, sub and mul)
+* pooling: ``K_h * K_w`` per output element; global pooling / reductions: one per input
+  element; softmax: five per element (max, sub, exp, sum, div); data movement: zero.
+
+Bytes are fp32 sizes of the dynamic inputs, the outputs and the constant (weight) inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import onnx
+
+from onnxmlu.graph import GraphIndex, tensor_nbytes, topological_order
+from onnxmlu.partition.optable import OP_KINDS, support_reason
+from onnxmlu.perf.layers import Layer
+
+
+@dataclass
+class Analysis:
+    """A normalized model, its node order, its layers and why the other nodes stay on the host."""
+
+    model: onnx.ModelProto
+    index: GraphIndex
+    order: list[int]
+    layers: list[Layer]
+    layer_nodes: list[int]
+    host_reasons: dict[int, str] = field(default_factory=dict)
+
+    def node(self, layer: Layer) -> onnx.NodeProto:
+        return self.model.graph.node[self.layer_nodes[layer.index]]
+
+    @property
+    def total_gops(self) -> float:
+        return sum(layer.gops for layer in self.layers)
+
+
+def analyze(model: onnx.ModelProto) -> Analysis:
+    """Layer table of a normalized model (see :func:`onnxmlu.graph.normalize`)."""
+    index = GraphIndex.build(model.graph)
+    nodes = model.graph.node
+    host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index))}
+    order = topological_order(model.graph, prefer=lambda i: i not in host_reasons)
+    layers: list[Layer] = []
+    layer_nodes: list[int] = []
+    segment, previous_was_host = -1, True
+    for i in order:
+        if i in host_reasons:
+            previous_was_host = True
+            continue
+        if previous_was_host:
+            segment, previous_was_host = segment + 1, False
+        layers.append(describe_layer(nodes[i], index, len(layers), segment))
+        layer_nodes.append(i)
+    return Analysis(model, index, order, layers, layer_nodes, host_reasons)
+
+
+def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segment: int) -> Layer:
+    kind = OP_KINDS[node.op_type]
+    out_shape = _first_shape(index, node.output)
+    in_name = next((n for n in node.input if n and not index.is_constant(n)), node.input[0])
+    in_shape = index.static_shape(in_name) or out_shape
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    kernel, stride = _window(node, index, attrs)
+    groups = int(attrs.get("group", 1))
+    return Layer(
+        index=position,
+        name=node.name or f"{node.op_type}_{position}",
+        op_type=node.op_type,
+        kind=kind,  # type: ignore[arg-type]
+        ops=float(_op_count(node, index, kind, in_shape, out_shape, kernel, groups)),
+        in_channels=_channels(node, in_shape),
+        out_channels=_channels(node, out_shape),
+        out_height=out_shape[2] if len(out_shape) >= 4 else 1,
+        out_width=out_shape[3] if len(out_shape) >= 4 else 1,
+        kernel=kernel,
+        stride=stride,
+        groups=groups,
+        input_bytes=_bytes(index, [n for n in node.input if n and not index.is_constant(n)]),
+        output_bytes=_bytes(index, [n for n in node.output if n]),
+        weight_bytes=_bytes(index, [n for n in node.input if n and index.is_constant(n)]),
+        segment=segment,
+    )
+
+
+def _first_shape(index: GraphIndex, names: Sequence[str]) -> list[int]:
+    for name in names:
+        shape = index.static_shape(name) if name else None
+        if shape is not None:
+            return shape
+    return [1]
+
+
+def _window(node: onnx.NodeProto, index: GraphIndex, attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
+    if node.op_type in ("Conv", "ConvTranspose"):
+        weight = index.static_shape(node.input[1]) or [1, 1, 1, 1]
+        kernel = list(attrs.get("kernel_shape", weight[2:])) or [1]
+    else:
+        kernel = list(attrs.get("kernel_shape", [1, 1]))
+    stride = list(attrs.get("strides", [1] * len(kernel)))
+    pair = lambda v: (int(v[0]), int(v[1]) if len(v) > 1 else 1)  # noqa: E731 - 1-D convs
+    return pair(kernel), pair(stride)
+
+
+def _op_count(node, index, kind, in_shape, out_shape, kernel, groups) -> float:
+    out_elems = float(np.prod(out_shape))
+    if node.op_type == "Conv":
+        weight = index.static_shape(node.input[1]) or [1, 1]
+        return 2.0 * out_elems * float(np.prod(weight[1:]))  # N*C_out*HW_out * C_in/g*K
+    if node.op_type == "ConvTranspose":
+        weight = index.static_shape(node.input[1]) or [1, 1]
+        in_elems = float(np.prod(in_shape))  # N*C_in*HW_in
+        return 2.0 * in_elems * float(np.prod(weight[1:]))  # * C_out/g * K
+    if node.op_type == "MatMul":
+        k = in_shape[-1] if in_shape else 1
+        return 2.0 * out_elems * k
+    if kind == "global_pool":
+        return float(np.prod(in_shape))
+    if kind == "pool":
+        return out_elems * kernel[0] * kernel[1]
+    return out_elems * _PER_ELEMENT[kind]
+
+
+_PER_ELEMENT = {"eltwise": 1.0, "norm": 2.0, "softmax": 5.0, "data": 0.0}
+
+
+def _channels(node: onnx.NodeProto, shape: Sequence[int]) -> int:
+    """Channel axis: 1 for NC... tensors, the last (feature) axis for MatMul."""
+    if not shape:
+        return 1
+    if node.op_type == "MatMul" or len(shape) < 2:
+        return int(shape[-1])
+    return int(shape[1])
+
+
+def _bytes(index: GraphIndex, names: Sequence[str]) -> int:
+    total = 0
+    for name in names:
+        shape = index.static_shape(name)
+        if shape is not None:
+            total += tensor_nbytes(index.elem_type(name), shape)
+    return total

@@ -1,0 +1,256 @@
+"""``onnxmlu`` command line: thin wrappers that parse options and call :mod:`onnxmlu.api`.
+
+Exit codes: 0 success, 1 a check or comparison failed, 2 usage or input error. Errors print
+one line; ``--debug`` (before the command) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Callable, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from onnxmlu.errors import OnnxMluError
+
+app = typer.Typer(
+    name="onnxmlu", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Compile ONNX models for a simulated multi-core MLU100-class accelerator.",
+)
+console = Console()
+err_console = Console(stderr=True)
+_state = {"debug": False}
+
+# ---- shared options, declared once ------------------------------------------------------
+ModelArg = Annotated[Path, typer.Argument(help="ONNX model file.", show_default=False)]
+InputShapeOpt = Annotated[List[str], typer.Option(
+    "--input-shape", help="Pin an input's shape, NAME:D1,D2,... (repeatable).", show_default=False)]
+StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="Fusion/MP strategy.")]
+HwOpt = Annotated[str, typer.Option("--hw", help="Hardware profile name or JSON file.")]
+MpOpt = Annotated[Optional[int], typer.Option("--mp", help="Force this MP on every block.", show_default=False)]
+PlanOpt = Annotated[Optional[Path], typer.Option("--plan", help="Use a JSON plan file instead of a strategy.", show_default=False)]
+SeedOpt = Annotated[List[int], typer.Option("--seed", help="Seed(s) for random inputs (repeatable).")]
+AtolOpt = Annotated[float, typer.Option("--atol", help="Absolute tolerance.")]
+RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance.")]
+JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON ('-' for stdout).", show_default=False)]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
+
+
+@app.callback()
+def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
+    _state["debug"] = debug
+
+
+def command(fn: Callable) -> Callable:
+    """Register ``fn`` as a command whose user errors become one line and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except OnnxMluError as exc:
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted", code=130)
+        except Exception as exc:  # onnxruntime / onnx errors on bad input end up here
+            if _state["debug"]:
+                raise
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            _fail(f"{type(exc).__name__}: {text} (rerun with --debug for the traceback)")
+
+    return app.command()(wrapper)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    if _state["debug"] and sys.exc_info()[0] is not None:
+        raise
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _emit_json(target: Optional[Path], payload: dict) -> None:
+    if target is None:
+        return
+    text = json.dumps(payload, indent=2, default=float) + "\n"
+    if str(target) == "-":
+        sys.stdout.write(text)
+    else:
+        target.write_text(text)
+
+
+def _shapes(specs: Optional[List[str]]):
+    from onnxmlu.graph import parse_input_shapes
+
+    return parse_input_shapes(specs or [])
+
+
+# ---- commands -----------------------------------------------------------------------------
+@command
+def fuse(
+    model: ModelArg,
+    output: Annotated[Path, typer.Argument(help="Where to write the fused model.", show_default=False)],
+    strategy: StrategyOpt = "dlfusion",
+    mp: MpOpt = None,
+    plan: PlanOpt = None,
+    hw: HwOpt = "mlu100",
+    input_shape: InputShapeOpt = None,
+    bn: Annotated[str, typer.Option("--bn", help="BatchNormalization rewrite: substitute or fold.")] = "substitute",
+    check: Annotated[bool, typer.Option("--check", help="Run original and fused model and compare.")] = False,
+    json_out: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Rewrite, plan and collapse MODEL into OUTPUT (one MLUFusionBlock per block).
+
+    Example: onnxmlu fuse resnet18.onnx resnet18.fused.onnx --strategy dlfusion --check
+    """
+    from onnxmlu import api
+
+    started = time.perf_counter()
+    original = api.as_model(model)
+    result = api.fuse(original, strategy=strategy, plan=plan, mp=mp, hardware=hw,
+                      input_shapes=_shapes(input_shape), bn_mode=bn)
+    api.save_model(result.model, output, input_path=model)
+    elapsed = time.perf_counter() - started
+    if not quiet:
+        _print_blocks(result)
+        console.print(f"wrote {output} ({len(result.plan.blocks)} blocks, {elapsed:.2f} s)")
+    payload = {"output": str(output), "strategy": result.plan.strategy, "hardware": result.hardware.name,
+               "sim_latency_us": result.sim_latency_us, "sim_fps": result.sim_fps, "blocks": result.block_rows()}
+    if check:
+        report = _run_check(original, result.model, [0], 1e-4, 1e-4, quiet)
+        payload["check"] = report.to_dict()
+        _emit_json(json_out, payload)
+        if not report.ok:
+            raise typer.Exit(1)
+        return
+    _emit_json(json_out, payload)
+
+
+def _print_blocks(result) -> None:
+    table = Table(title=f"{len(result.plan.blocks)} blocks · strategy {result.plan.strategy} · {result.hardware.name}")
+    for col in ("block", "mp", "layers", "first → last", "op types", "GOPs", "sim µs"):
+        table.add_column(col, justify="right" if col in ("block", "mp", "layers", "GOPs", "sim µs") else "left")
+    for row in result.block_rows():
+        table.add_row(str(row["block"]), str(row["mp"]), str(row["layers"]), f"{row['first']} → {row['last']}",
+                      ",".join(row["op_types"]), f"{row['gops']:.3f}", f"{row['sim_latency_us']:.1f}")
+    console.print(table)
+    console.print(f"simulated latency {result.sim_latency_us:.1f} µs · {result.sim_fps:.1f} FPS")
+
+
+@command
+def check(
+    original: ModelArg,
+    fused: Annotated[Path, typer.Argument(help="Fused model to verify.", show_default=False)],
+    seed: SeedOpt = [0],  # noqa: B006 - typer reads the default
+    atol: AtolOpt = 1e-4,
+    rtol: RtolOpt = 1e-4,
+    json_out: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run ORIGINAL (reference: onnxruntime, optimizations off) and FUSED on seeded inputs.
+
+    Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
+    """
+    from onnxmlu.graph import load_model
+
+    report = _run_check(load_model(original), load_model(fused), seed, atol, rtol, quiet)
+    _emit_json(json_out, report.to_dict())
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _run_check(original, fused, seeds, atol, rtol, quiet):
+    from onnxmlu.verify import check_models
+
+    report = check_models(original, fused, seeds=seeds, atol=atol, rtol=rtol)
+    if not quiet:
+        table = Table(title=f"check · seeds {list(seeds)} · atol={atol:g} rtol={rtol:g}")
+        for col in ("output", "shape", "max abs err", "max rel err", "ok"):
+            table.add_column(col)
+        for d in report.diffs:
+            table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}",
+                          "[green]yes[/]" if d.ok else "[red]NO[/]")
+        console.print(table)
+        console.print("[green]check passed[/]" if report.ok else "[red]check FAILED[/]")
+    return report
+
+
+@command
+def inspect(
+    model: ModelArg,
+    input_shape: InputShapeOpt = None,
+    rewrite: Annotated[bool, typer.Option("--rewrite/--no-rewrite", help="Rewrite BN/Gemm/RNN first.")] = False,
+    json_out: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Print the layer table (topological order): op, GOPs, channels, bytes; and host nodes.
+
+    Example: onnxmlu inspect resnet18.onnx --rewrite
+    """
+    from onnxmlu import api
+
+    analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=rewrite)
+    rows = [layer_row(l) for l in analysis.layers]
+    host = [{"node": analysis.model.graph.node[i].name or analysis.model.graph.node[i].op_type,
+             "op_type": analysis.model.graph.node[i].op_type, "reason": r}
+            for i, r in sorted(analysis.host_reasons.items())]
+    if not quiet:
+        _print_layers(rows, host, analysis.total_gops)
+    _emit_json(json_out, {"layers": rows, "host_nodes": host, "total_gops": analysis.total_gops})
+
+
+def layer_row(layer) -> dict:
+    return {"index": layer.index, "name": layer.name, "op_type": layer.op_type, "kind": layer.kind,
+            "gops": layer.gops, "in_channels": layer.in_channels, "out_channels": layer.out_channels,
+            "out_hw": [layer.out_height, layer.out_width], "input_bytes": layer.input_bytes,
+            "output_bytes": layer.output_bytes, "weight_bytes": layer.weight_bytes, "segment": layer.segment}
+
+
+def _print_layers(rows, host, total_gops) -> None:
+    table = Table(title=f"{len(rows)} accelerator layers · {total_gops:.3f} GOPs")
+    for col in ("#", "name", "op", "GOPs", "C in", "C out", "H×W", "in KB", "out KB", "weights KB", "seg"):
+        table.add_column(col, justify="left" if col in ("name", "op") else "right")
+    for r in rows:
+        table.add_row(str(r["index"]), r["name"], r["op_type"], f"{r['gops']:.4f}", str(r["in_channels"]),
+                      str(r["out_channels"]), "×".join(map(str, r["out_hw"])), f"{r['input_bytes'] / 1024:.0f}",
+                      f"{r['output_bytes'] / 1024:.0f}", f"{r['weight_bytes'] / 1024:.0f}", str(r["segment"]))
+    console.print(table)
+    for h in host:
+        console.print(f"host: {h['node']} ({h['op_type']}): {h['reason']}")
+
+
+@command
+def zoo(
+    name: Annotated[str, typer.Argument(help="resnet18, resnet50, vgg19, alexnet, mobilenetv2 or lstm.")],
+    output: Annotated[Path, typer.Argument(help="Where to write the model.", show_default=False)],
+    batch: Annotated[str, typer.Option("--batch", help="Batch size, or a name for a symbolic batch.")] = "1",
+    seed: Annotated[int, typer.Option("--seed", help="Weight seed.")] = 0,
+    quiet: QuietOpt = False,
+) -> None:
+    """Build a zoo model (real architecture and size, seeded random weights).
+
+    Example: onnxmlu zoo resnet18 resnet18.onnx --batch N
+    """
+    from onnxmlu import api
+    from onnxmlu.zoo import build_model
+
+    model = build_model(name, batch=int(batch) if batch.isdigit() else batch, seed=seed)
+    api.save_model(model, output)
+    if not quiet:
+        console.print(f"wrote {output} ({name}, batch {batch}, {output.stat().st_size / 2**20:.1f} MiB)")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

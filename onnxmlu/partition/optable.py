@@ -1,0 +1,97 @@
+"""The simulated accelerator's op set: which ONNX nodes may run inside an MLUFusionBlock.
+
+One table, data not scattered ifs: ``OP_KINDS`` maps an op type of the standard domain to
+its layer kind (which the performance model prices). A few ops need more than their type
+to be accepted; ``support_reason`` gives the reason a node stays on the host, or None.
+
+Deliberately absent: Gemm, LSTM/GRU/RNN and weighted BatchNormalization (the rewriters turn
+them into primitives first), control flow (If/Loop/Scan), shape arithmetic on the host
+(Shape, ConstantOfShape, Range, NonZero ...), random ops and anything outside the standard
+domain.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from onnxmlu.graph import GraphIndex
+
+OP_KINDS: dict[str, str] = {
+    # convolution and matrix products (DLFusion Eq. 1-2)
+    "Conv": "conv",
+    "ConvTranspose": "conv",
+    "MatMul": "fc",
+    # normalization: BatchNormalization only in its normalization-only form (scale=1, B=0)
+    "BatchNormalization": "norm",
+    "LRN": "norm",
+    "InstanceNormalization": "norm",
+    # element-wise arithmetic and activations
+    **{op: "eltwise" for op in (
+        "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs",
+        "Exp", "Log", "Erf", "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid",
+        "HardSwish", "Tanh", "Clip", "Elu", "Selu", "Celu", "Gelu", "Softplus", "Softsign",
+        "ThresholdedRelu", "Mish", "Identity", "Where", "Cast", "Equal", "Greater", "Less",
+        "Not", "And", "Or",
+    )},
+    # pooling
+    "MaxPool": "pool",
+    "AveragePool": "pool",
+    "GlobalAveragePool": "global_pool",
+    "GlobalMaxPool": "global_pool",
+    "ReduceMean": "global_pool",
+    # softmax family
+    "Softmax": "softmax",
+    "LogSoftmax": "softmax",
+    # data movement
+    **{op: "data" for op in (
+        "Concat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Split",
+        "Pad", "Gather", "Expand", "Tile", "Resize", "Upsample", "DepthToSpace", "SpaceToDepth",
+    )},
+}
+
+_STRING = onnx.TensorProto.STRING
+
+
+def support_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+    """Why ``node`` must stay on the host, or None if the accelerator runs it."""
+    if node.domain not in ("", "ai.onnx"):
+        return f"op {node.domain}::{node.op_type} is outside the standard domain"
+    if node.op_type not in OP_KINDS:
+        return f"{node.op_type} is not in the accelerator's op table"
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return "nodes with subgraphs run on the host"
+    for name in list(node.input) + list(node.output):
+        if name and index.elem_type(name) == _STRING:
+            return f"string tensor {name!r} cannot cross an accelerator block"
+    for name in node.output:
+        if name and not index.elem_type(name):
+            return f"output {name!r} has no inferred type (try --input-shape)"
+    special = _SPECIAL_CHECKS.get(node.op_type)
+    return special(node, index) if special else None
+
+
+def _batchnorm_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+    if len([o for o in node.output if o]) > 1:
+        return "BatchNormalization in training mode (running statistics are outputs)"
+    for attr in node.attribute:
+        if attr.name == "training_mode" and attr.i:
+            return "BatchNormalization with training_mode=1"
+    scale, bias = (index.constant(n) for n in node.input[1:3])
+    if scale is None or bias is None:
+        return "BatchNormalization with non-constant scale or B"
+    if not (np.all(scale == 1) and np.all(bias == 0)):
+        return "weighted BatchNormalization (rewrite it first: scale and B must be 1 and 0)"
+    return None
+
+
+def _maxpool_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+    if len([o for o in node.output if o]) > 1:
+        return "MaxPool with an Indices output"
+    return None
+
+
+_SPECIAL_CHECKS = {
+    "BatchNormalization": _batchnorm_reason,
+    "MaxPool": _maxpool_reason,
+}
