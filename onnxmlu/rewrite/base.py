@@ -1,0 +1,402 @@
+"""Rewriter protocol, registry, driver and the model-level plumbing shared by all rewriters.
+
+A rewriter turns one ONNX node that the accelerator cannot run into accelerator primitives.
+It has a ``name`` (the key users pass to ``only=``), the ``op_types`` it looks at, a
+``check(node, ctx)`` that returns the reason it does *not* apply (``None`` when it does) and an
+``apply(node, ctx)`` that replaces exactly that node. :func:`run_rewriter` walks a graph and
+its subgraphs (``If`` branches, ``Loop``/``Scan`` bodies), records refusals and returns the count.
+
+Graph edits go through onnx-graphsurgeon: the model is shape-inferred, imported, rewritten in
+place and exported; only the graph is replaced in a copy of the caller's model, so opset imports,
+IR version, metadata and local functions are preserved. New names are drawn from one allocator
+that knows every node and tensor name of the model (subgraphs included), so they never collide.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Protocol
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from onnxmlu.errors import OnnxMluError
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+@dataclass
+class RewriteReport:
+    """What the rewriters did: counts per rewriter and (rewriter, node, reason) refusals."""
+
+    applied: dict[str, int] = field(default_factory=dict)
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.applied.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "applied": dict(self.applied),
+            "skipped": [{"rewriter": r, "node": n, "reason": why} for r, n, why in self.skipped],
+            "total": self.total,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Names
+
+
+class NameAllocator:
+    """Unique node and tensor names for the whole model (outer graph and every subgraph)."""
+
+    def __init__(self, node_names: Iterable[str] = (), tensor_names: Iterable[str] = ()):
+        self._nodes = set(node_names)
+        self._tensors = set(tensor_names)
+
+    @classmethod
+    def from_model(cls, model: onnx.ModelProto) -> NameAllocator:
+        nodes: set[str] = set()
+        tensors: set[str] = set()
+        for graph in iter_graphs(model.graph):
+            tensors.update(t.name for t in graph.input)
+            tensors.update(t.name for t in graph.output)
+            tensors.update(t.name for t in graph.initializer)
+            tensors.update(t.name for t in graph.value_info)
+            for node in graph.node:
+                nodes.add(node.name)
+                tensors.update(node.input)
+                tensors.update(node.output)
+        return cls(nodes, tensors)
+
+    @staticmethod
+    def _fresh(taken: set[str], base: str) -> str:
+        name, i = base, 1
+        while name in taken:
+            name = f"{base}_{i}"
+            i += 1
+        taken.add(name)
+        return name
+
+    def node(self, base: str) -> str:
+        return self._fresh(self._nodes, base)
+
+    def tensor(self, base: str) -> str:
+        return self._fresh(self._tensors, base)
+
+
+def iter_graphs(graph: onnx.GraphProto):
+    """The graph and all its nested subgraphs, outermost first."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from iter_graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from iter_graphs(sub)
+
+
+# --------------------------------------------------------------------------------------------
+# Constants
+
+
+def _constant_node_value(node: gs.Node) -> np.ndarray | None:
+    attrs = node.attrs
+    if "value" in attrs and isinstance(attrs["value"], gs.Constant):
+        return np.asarray(attrs["value"].values)
+    scalar_kinds = {
+        "value_float": np.float32,
+        "value_floats": np.float32,
+        "value_int": np.int64,
+        "value_ints": np.int64,
+    }
+    for key, dtype in scalar_kinds.items():
+        if key in attrs:
+            return np.asarray(attrs[key], dtype=dtype)
+    return None
+
+
+def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
+    """The value of ``tensor`` if it is fixed at compile time, else ``None``.
+
+    Sees through ``Constant`` nodes and chains of ``Identity`` nodes (the usual exporter noise
+    in front of weights). Graph inputs are never constant, even when an initializer of the same
+    name exists (IR < 4 "overridable" defaults are handled at import, see ``_import``).
+    """
+    for _ in range(64):  # Identity chains are short; the bound only guards against cycles
+        if tensor is None:
+            return None
+        if isinstance(tensor, gs.Constant):
+            return np.asarray(tensor.values)
+        if len(tensor.inputs) != 1:
+            return None
+        producer = tensor.inputs[0]
+        if producer.domain not in (None, *DEFAULT_DOMAINS):
+            return None
+        if producer.op == "Constant":
+            return _constant_node_value(producer)
+        if producer.op != "Identity" or not producer.inputs:
+            return None
+        tensor = producer.inputs[0]
+    return None
+
+
+def is_absent(tensor: gs.Tensor | None) -> bool:
+    """Optional input/output left out (missing or the empty name)."""
+    return tensor is None or tensor.is_empty()
+
+
+def node_input(node: gs.Node, index: int) -> gs.Tensor | None:
+    """The ``index``-th input, or ``None`` when it is omitted or empty."""
+    if index >= len(node.inputs) or is_absent(node.inputs[index]):
+        return None
+    return node.inputs[index]
+
+
+def node_output(node: gs.Node, index: int) -> gs.Variable | None:
+    if index >= len(node.outputs) or is_absent(node.outputs[index]):
+        return None
+    return node.outputs[index]
+
+
+def tensor_dtype(tensor: gs.Tensor | None) -> np.dtype | None:
+    if tensor is None:
+        return None
+    if isinstance(tensor, gs.Constant):
+        return np.asarray(tensor.values).dtype
+    try:
+        return np.dtype(tensor.dtype) if tensor.dtype is not None else None
+    except TypeError:  # e.g. bfloat16, which numpy does not know
+        return None
+
+
+def tensor_shape(tensor: gs.Tensor | None) -> list[int | str | None] | None:
+    if tensor is None:
+        return None
+    if isinstance(tensor, gs.Constant):
+        return list(np.asarray(tensor.values).shape)
+    return None if tensor.shape is None else list(tensor.shape)
+
+
+def static_dim(dim: Any) -> int | None:
+    return int(dim) if isinstance(dim, (int, np.integer)) and int(dim) >= 0 else None
+
+
+# --------------------------------------------------------------------------------------------
+# Context, protocol, driver
+
+
+@dataclass
+class RewriteContext:
+    """Where a rewriter works: the (sub)graph of the node, the model opset, the name allocator."""
+
+    graph: gs.Graph
+    opset: int
+    names: NameAllocator
+    options: Mapping[str, Any] = field(default_factory=dict)
+    caches: dict[int, dict] = field(default_factory=dict)
+
+    def for_graph(self, graph: gs.Graph) -> RewriteContext:
+        return RewriteContext(graph, self.opset, self.names, self.options, self.caches)
+
+    def is_used(self, tensor: gs.Tensor | None) -> bool:
+        """Consumed by a node (subgraph nodes included) or a graph output of this graph."""
+        return tensor is not None and (bool(tensor.outputs) or tensor in self.graph.outputs)
+
+    def builder(self, node: gs.Node, dtype: np.dtype):
+        from onnxmlu.rewrite.builder import Builder
+
+        prefix = node.name or (node.op.lower() if node.op else "node")
+        cache = self.caches.setdefault(id(self.graph), {})
+        return Builder(self.graph, self.opset, self.names, prefix, np.dtype(dtype), cache)
+
+
+def detach(node: gs.Node, graph: gs.Graph) -> list[gs.Tensor]:
+    """Remove ``node`` from ``graph``; return its former outputs (now without producer)."""
+    outputs = list(node.outputs)
+    node.inputs.clear()
+    node.outputs.clear()
+    graph.nodes.remove(node)
+    return outputs
+
+
+def node_label(node: gs.Node) -> str:
+    if node.name:
+        return node.name
+    first = next((t.name for t in node.outputs if not t.is_empty()), "?")
+    return f"{node.op}->{first}"
+
+
+class Rewriter(Protocol):
+    name: str
+    op_types: tuple[str, ...]
+
+    def check(self, node: gs.Node, ctx: RewriteContext) -> str | None: ...
+
+    def apply(self, node: gs.Node, ctx: RewriteContext) -> None: ...
+
+
+def _subgraphs(node: gs.Node) -> list[gs.Graph]:
+    found: list[gs.Graph] = []
+    for value in node.attrs.values():
+        if isinstance(value, gs.Graph):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, gs.Graph))
+    return found
+
+
+def run_rewriter(rewriter: Rewriter, ctx: RewriteContext, report: RewriteReport) -> int:
+    """Apply ``rewriter`` to every matching node of ``ctx.graph`` and its subgraphs."""
+    count = 0
+    for node in list(ctx.graph.nodes):
+        for sub in _subgraphs(node):
+            count += run_rewriter(rewriter, ctx.for_graph(sub), report)
+        if node.op not in rewriter.op_types or node.domain not in (None, *DEFAULT_DOMAINS):
+            continue
+        if not node.outputs:  # already replaced as part of another rewrite
+            continue
+        reason = rewriter.check(node, ctx)
+        if reason is None:
+            rewriter.apply(node, ctx)
+            count += 1
+        else:
+            report.skipped.append((rewriter.name, node_label(node), reason))
+    return count
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+
+
+class RewriterRegistry:
+    """Explicit name -> factory table; duplicates are an error; factories resolve lazily.
+
+    A factory is either a callable or a ``"module:attribute"`` string that is imported only
+    when the rewriter is first created, so importing :mod:`onnxmlu.rewrite` does no work.
+    """
+
+    def __init__(self) -> None:
+        self._factories: dict[str, Callable[..., Rewriter] | str] = {}
+
+    def register(self, name: str, factory: Callable[..., Rewriter] | str) -> None:
+        if name in self._factories:
+            raise OnnxMluError(f"rewriter {name!r} is already registered")
+        self._factories[name] = factory
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._factories)
+
+    def create(self, name: str, **options: Any) -> Rewriter:
+        try:
+            factory = self._factories[name]
+        except KeyError:
+            known = ", ".join(self._factories)
+            raise OnnxMluError(f"unknown rewriter {name!r} (known: {known})") from None
+        if isinstance(factory, str):
+            module, _, attr = factory.partition(":")
+            factory = getattr(importlib.import_module(module), attr)
+        return factory(**options)
+
+
+# --------------------------------------------------------------------------------------------
+# Model import / export
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in DEFAULT_DOMAINS:
+            return int(imp.version)
+    raise OnnxMluError("model has no opset import for the default ONNX domain")
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Best-effort shape inference; the model unchanged when inference itself fails."""
+    for data_prop in (True, False):
+        try:
+            return onnx.shape_inference.infer_shapes(model, data_prop=data_prop)
+        except Exception:  # noqa: BLE001 - inference is an aid here, never a requirement
+            continue
+    return model
+
+
+def import_graph(model: onnx.ModelProto) -> gs.Graph:
+    return gs.import_onnx(infer_shapes(model))
+
+
+def _initializer_scopes(graph: onnx.GraphProto, depth: int = 0, out=None) -> dict[str, int]:
+    """Name -> nesting depth of the graph that held each initializer in the original model."""
+    out = {} if out is None else out
+    for init in graph.initializer:
+        out.setdefault(init.name, depth)
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                _initializer_scopes(sub, depth + 1, out)
+    return out
+
+
+def _hoist_initializers(graph: onnx.GraphProto, scopes: dict[str, int], stack: list) -> None:
+    """Undo graphsurgeon's copying of outer-scope initializers into subgraphs.
+
+    graphsurgeon exports every constant a subgraph touches as that subgraph's initializer; for
+    weights that lived in an enclosing graph this duplicates them (once per branch). Move each
+    such initializer back to the graph that held it originally (once).
+    """
+    depth = len(stack)
+    stack.append(graph)
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                _hoist_initializers(sub, scopes, stack)
+    if depth:
+        keep = []
+        for init in graph.initializer:
+            home = scopes.get(init.name)
+            if home is None or home >= depth:
+                keep.append(init)
+                continue
+            target = stack[home]
+            if all(t.name != init.name for t in target.initializer):
+                target.initializer.append(init)
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
+    stack.pop()
+
+
+def export_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
+    """The rewritten graph inside a copy of ``original`` (opsets, metadata, functions kept)."""
+    graph.cleanup().toposort()
+    exported = gs.export_onnx(graph, do_type_check=False)
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    for key in ("node", "initializer", "sparse_initializer", "value_info", "input", "output"):
+        model.graph.ClearField(key)
+        getattr(model.graph, key).extend(getattr(exported.graph, key))
+    _restore_overridable_inputs(model.graph, original.graph)
+    _hoist_initializers(model.graph, _initializer_scopes(original.graph), [])
+    return infer_shapes(model)
+
+
+def _restore_overridable_inputs(graph: onnx.GraphProto, original: onnx.GraphProto) -> None:
+    """Keep graph inputs that also have an initializer (IR < 4 style); graphsurgeon drops them."""
+    present = {i.name for i in graph.input}
+    inits = {i.name for i in graph.initializer}
+    wanted = [i for i in original.input if i.name in present or i.name in inits]
+    if [i.name for i in wanted] == [i.name for i in graph.input]:
+        return
+    by_name = {i.name: i for i in graph.input}
+    rebuilt = [by_name.get(i.name, i) for i in wanted]
+    del graph.input[:]
+    graph.input.extend(rebuilt)
