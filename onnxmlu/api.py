@@ -171,3 +171,36 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
     except OSError:
         return False
+
+
+def rewrite(model: ModelLike, *, bn_mode: str = "substitute", only: Sequence[str] | None = None,
+            input_shapes: dict | None = None):
+    """Run the rewriters alone: the rewritten model and the report."""
+    return prepare(model, input_shapes=input_shapes, rewrite=True, bn_mode=bn_mode, only=only)
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    strategy: str
+    plan: Plan
+    sim_latency_us: float
+    plan_seconds: float
+
+    @property
+    def fps(self) -> float:
+        return 1e6 / self.sim_latency_us if self.sim_latency_us > 0 else float("inf")
+
+
+def compare(analysis: Analysis, hw: Hardware, strategies: Sequence[str]) -> list[StrategyResult]:
+    """Plan with every strategy and price each plan with the performance model."""
+    import time
+
+    cost = cost_function(hw)
+    results = []
+    for name in strategies:
+        start = time.perf_counter()
+        plan = make_plan(analysis, hw, strategy=name)
+        elapsed = time.perf_counter() - start
+        latency = sum(cost(b.layers(analysis.layers), b.mp) for b in plan.blocks)
+        results.append(StrategyResult(name, plan, float(latency), elapsed))
+    return results

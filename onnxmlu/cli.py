@@ -248,6 +248,240 @@ def zoo(
         console.print(f"wrote {output} ({name}, batch {batch}, {output.stat().st_size / 2**20:.1f} MiB)")
 
 
+@command
+def rewrite(
+    model: ModelArg,
+    output: Annotated[Path, typer.Argument(help="Where to write the rewritten model.", show_default=False)],
+    bn: Annotated[str, typer.Option("--bn", help="BatchNormalization: substitute (norm + Mul + Add) or fold.")] = "substitute",
+    only: Annotated[Optional[str], typer.Option("--only", help="Comma-separated subset of bn,gemm,rnn.", show_default=False)] = None,
+    input_shape: InputShapeOpt = None,
+    json_out: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Rewrite weighted BN, Gemm and LSTM/GRU/RNN into accelerator primitives (no fusion).
+
+    Example: onnxmlu rewrite lstm.onnx lstm.rewritten.onnx --only rnn,gemm
+    """
+    from onnxmlu import api
+
+    rewritten, report = api.rewrite(model, bn_mode=bn, only=only.split(",") if only else None,
+                                    input_shapes=_shapes(input_shape))
+    api.save_model(rewritten, output, input_path=model)
+    if not quiet:
+        for name, count in report.applied.items():
+            console.print(f"{name}: rewrote {count} node(s)")
+        for rewriter, node, reason in report.skipped:
+            console.print(f"{rewriter}: left {node!r} alone: {reason}")
+        console.print(f"wrote {output}")
+    _emit_json(json_out, report.to_dict())
+
+
+@command
+def plan(
+    model: ModelArg,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the plan as JSON.", show_default=False)] = None,
+    strategy: StrategyOpt = "dlfusion",
+    mp: MpOpt = None,
+    hw: HwOpt = "mlu100",
+    input_shape: InputShapeOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Plan blocks and MP without collapsing; edit the JSON and pass it to `fuse --plan`.
+
+    Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json
+    """
+    from onnxmlu import api
+    from onnxmlu.perf.hardware import load_hardware
+
+    hardware = load_hardware(hw)
+    analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=True)
+    chosen = api.make_plan(analysis, hardware, strategy=strategy, mp=mp)
+    text = chosen.to_json(analysis.layers)
+    if output is not None:
+        output.write_text(text)
+    if not quiet:
+        cost = api.cost_function(hardware)
+        total = 0.0
+        for b, block in enumerate(chosen.blocks):
+            latency = cost(block.layers(analysis.layers), block.mp)
+            total += latency
+            layers = analysis.layers[block.start : block.stop]
+            console.print(f"block {b:3d}  mp={block.mp:2d}  layers {block.start}..{block.stop - 1} "
+                          f"({layers[0].name} → {layers[-1].name})  {latency:9.1f} µs")
+        console.print(f"{len(chosen.blocks)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
+    elif output is None:
+        sys.stdout.write(text)
+
+
+@command
+def compare(
+    model: Annotated[Optional[Path], typer.Argument(help="ONNX model (omit with --zoo).", show_default=False)] = None,
+    zoo_all: Annotated[bool, typer.Option("--zoo", help="Compare on every zoo CNN.")] = False,
+    strategies: Annotated[Optional[str], typer.Option("--strategies", help="Comma-separated strategies (default: all).", show_default=False)] = None,
+    hw: HwOpt = "mlu100",
+    input_shape: InputShapeOpt = None,
+    json_out: JsonOpt = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Grouped bar chart of speedups (PNG).", show_default=False)] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Simulated latency, FPS and speedup over `none` per strategy (DLFusion Fig. 10).
+
+    Example: onnxmlu compare --zoo --plot speedup.png
+    """
+    from onnxmlu import api
+    from onnxmlu.perf.hardware import load_hardware
+    from onnxmlu.strategies import strategy_names
+
+    if (model is None) == (not zoo_all):
+        raise OnnxMluError("give either a MODEL or --zoo")
+    hardware = load_hardware(hw)
+    names = strategies.split(",") if strategies else strategy_names()
+    if "none" not in names:
+        names = ["none", *names]
+    networks = _compare_inputs(model, input_shape)
+    report = {}
+    for label, source in networks:
+        analysis = api.inspect(source, input_shapes=_shapes(input_shape), rewrite=True)
+        results = api.compare(analysis, hardware, names)
+        base = results[0].sim_latency_us
+        report[label] = [{"strategy": r.strategy, "sim_latency_us": r.sim_latency_us, "fps": r.fps,
+                          "speedup": base / r.sim_latency_us, "blocks": len(r.plan.blocks),
+                          "plan_seconds": r.plan_seconds} for r in results]
+        if not quiet:
+            _print_compare(label, report[label], hardware.name)
+    _emit_json(json_out, {"hardware": hardware.name, "networks": report})
+    if plot is not None:
+        from onnxmlu.plots import speedup_chart
+
+        speedup_chart(report, plot)
+
+
+def _compare_inputs(model, input_shape):
+    if model is not None:
+        return [(model.stem, model)]
+    from onnxmlu.zoo import CNN_NAMES, build_model
+
+    return [(name, build_model(name)) for name in CNN_NAMES]
+
+
+def _print_compare(label: str, rows: list[dict], hw_name: str) -> None:
+    table = Table(title=f"{label} on {hw_name}")
+    for col in ("strategy", "sim latency µs", "FPS", "speedup", "blocks", "plan s"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for r in rows:
+        table.add_row(r["strategy"], f"{r['sim_latency_us']:.1f}", f"{r['fps']:.1f}", f"{r['speedup']:.2f}×",
+                      str(r["blocks"]), f"{r['plan_seconds']:.3f}")
+    console.print(table)
+
+
+hw_app = typer.Typer(help="Hardware profiles of the simulated accelerator.", no_args_is_help=True)
+app.add_typer(hw_app, name="hw")
+
+
+@hw_app.command("list")
+def hw_list() -> None:
+    """List the built-in hardware profiles. Example: onnxmlu hw list"""
+    from onnxmlu.perf.hardware import load_hardware, profile_names
+
+    for name in profile_names():
+        hw = load_hardware(name)
+        console.print(f"{name:10s} {hw.cores:3d} cores  {hw.description}")
+
+
+@hw_app.command("show")
+def hw_show(name: Annotated[str, typer.Argument(help="Profile name or JSON file.")] = "mlu100") -> None:
+    """Print a hardware profile as JSON. Example: onnxmlu hw show mlu100"""
+    import dataclasses
+
+    from onnxmlu.perf.hardware import load_hardware
+
+    try:
+        hw = load_hardware(name)
+    except OnnxMluError as exc:
+        _fail(str(exc))
+    sys.stdout.write(json.dumps(dataclasses.asdict(hw), indent=2) + "\n")
+
+
+@command
+def run(
+    model: ModelArg,
+    inputs: Annotated[Optional[Path], typer.Option("--inputs", help="Feeds as .npz (default: seeded random).", show_default=False)] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for random inputs.")] = 0,
+    input_shape: InputShapeOpt = None,
+    repeat: Annotated[int, typer.Option("--repeat", help="Timed runs (median reported).")] = 10,
+    profile: Annotated[bool, typer.Option("--profile", help="Per-block measured CPU time vs simulated time.")] = False,
+    save: Annotated[Optional[Path], typer.Option("--save", help="Save outputs as .npz.", show_default=False)] = None,
+    json_out: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run any model (fused or not) in onnxruntime with the custom-op library.
+
+    Example: onnxmlu run resnet18.fused.onnx --repeat 20 --profile
+    """
+    import numpy as np
+
+    from onnxmlu.graph import load_model
+    from onnxmlu.runtime import InferenceSession
+    from onnxmlu.timing import time_interleaved
+    from onnxmlu.verify import random_inputs
+
+    proto = load_model(model)
+    feeds = _load_feeds(inputs) if inputs else random_inputs(proto, seed, shapes=_shapes(input_shape))
+    session = InferenceSession(proto)
+    names = [o.name for o in session.get_outputs()]
+    outputs = session.run(names, feeds)
+    timing = time_interleaved({"model": session}, feeds, runs=max(1, repeat), warmup=1)["model"]
+    summary = [_output_summary(n, o) for n, o in zip(names, outputs)]
+    payload = {"outputs": summary, "latency_ms": timing.__dict__}
+    if profile:
+        from onnxmlu.profiling import profile_nodes
+
+        payload["profile"] = [p.__dict__ for p in profile_nodes(proto, feeds, repeat=max(1, repeat))]
+    if not quiet:
+        _print_run(summary, timing, payload.get("profile"))
+    if save is not None:
+        np.savez(save, **dict(zip(names, outputs)))
+    _emit_json(json_out, payload)
+
+
+def _load_feeds(path: Path) -> dict:
+    import numpy as np
+
+    try:
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise OnnxMluError(f"cannot read inputs from {path}: {exc}") from None
+
+
+def _output_summary(name: str, value) -> dict:
+    import numpy as np
+
+    arr = np.asarray(value)
+    numeric = arr.dtype.kind in "biuf" and arr.size
+    stats = {k: float(getattr(arr.astype(np.float64), k)()) for k in ("mean", "std", "min", "max")} if numeric else {}
+    return {"name": name, "shape": list(arr.shape), "dtype": str(arr.dtype), **stats}
+
+
+def _print_run(summary, timing, profile) -> None:
+    for s in summary:
+        stats = "  ".join(f"{k}={s[k]:.4g}" for k in ("mean", "std", "min", "max") if k in s)
+        console.print(f"{s['name']}: {s['dtype']}{s['shape']}  {stats}")
+    console.print(f"latency: median {timing.median_ms:.2f} ms (min {timing.min_ms:.2f}, max {timing.max_ms:.2f}, "
+                  f"{timing.runs} runs)")
+    if not profile:
+        return
+    table = Table(title="per-node CPU time (onnxruntime profiler) vs simulated accelerator")
+    for col in ("node", "op", "mp", "CPU µs", "sim µs"):
+        table.add_column(col, justify="left" if col in ("node", "op") else "right")
+    for p in profile:
+        table.add_row(p["name"], p["op_type"], str(p["mp"] or ""), f"{p['measured_us']:.1f}",
+                      "" if p["sim_latency_us"] is None else f"{p['sim_latency_us']:.1f}")
+    table.add_row("total", "", "", f"{sum(p['measured_us'] for p in profile):.1f}",
+                  f"{sum(p['sim_latency_us'] or 0 for p in profile):.1f}")
+    console.print(table)
+
+
 def main() -> None:
     app()
 

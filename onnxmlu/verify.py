@@ -47,9 +47,12 @@ class CheckReport:
         }
 
 
-def random_inputs(model: onnx.ModelProto, seed: int = 0,
-                  dims: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
-    """Seeded random feeds for the model's true inputs (initializers excluded)."""
+def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int] | None = None,
+                  shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Seeded random feeds for the model's true inputs (initializers excluded).
+
+    ``shapes`` gives whole input shapes by input name; ``dims`` sizes symbolic dims by name.
+    """
     rng = np.random.default_rng(seed)
     constants = {t.name for t in model.graph.initializer}
     feeds = {}
@@ -57,7 +60,10 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0,
         if value.name in constants:
             continue
         tensor_type = value.type.tensor_type
-        shape = [_dim_size(d, dims or {}) for d in tensor_type.shape.dim]
+        if shapes and value.name in shapes:
+            shape = [int(d) for d in shapes[value.name]]
+        else:
+            shape = [_dim_size(d, dims or {}) for d in tensor_type.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
         feeds[value.name] = _random_array(rng, shape, dtype)
     return feeds

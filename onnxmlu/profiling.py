@@ -1,0 +1,58 @@
+"""Measured per-block CPU time, next to the simulated accelerator time.
+
+onnxruntime's own profiler records one ``Node`` event per kernel call with its duration in
+microseconds; for a fused model each MLUFusionBlock node is one kernel, so the median over
+the repeated runs is that block's measured CPU time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import onnx
+
+from onnxmlu.schema import is_fusion_block
+
+
+@dataclass(frozen=True)
+class NodeProfile:
+    name: str
+    op_type: str
+    mp: int | None
+    sim_latency_us: float | None
+    measured_us: float
+
+
+def profile_nodes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], repeat: int = 10) -> list[NodeProfile]:
+    """Median measured time per node (kernel) over ``repeat`` runs, in graph order."""
+    from onnxmlu.runtime import session_options, InferenceSession
+
+    with tempfile.TemporaryDirectory() as folder:
+        options = session_options()
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(folder, "onnxmlu")
+        session = InferenceSession(model, options)
+        for _ in range(repeat):
+            session.run(None, dict(feeds))
+        events = json.loads(Path(session.end_profiling()).read_text())
+    durations: dict[str, list[float]] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+            durations.setdefault(event["name"][: -len("_kernel_time")], []).append(float(event["dur"]))
+    return [_node_profile(n, durations) for n in model.graph.node if (n.name or n.op_type) in durations]
+
+
+def _node_profile(node: onnx.NodeProto, durations: dict[str, list[float]]) -> NodeProfile:
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute
+             if a.name in ("mp", "sim_latency_us")}
+    return NodeProfile(node.name or node.op_type, node.op_type,
+                       int(attrs["mp"]) if is_fusion_block(node) and "mp" in attrs else None,
+                       float(attrs["sim_latency_us"]) if "sim_latency_us" in attrs else None,
+                       statistics.median(durations[node.name or node.op_type]))

@@ -1,0 +1,102 @@
+"""CLI behaviour: output, exit codes (0 ok, 1 check failed, 2 input error), one-line errors,
+input files untouched, no partial outputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from onnxmlu.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture
+def chain_file(tmp_path, chain_model):
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain_model, path)
+    return path
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_fuse_writes_model_and_prints_block_table(chain_file, tmp_path):
+    out = tmp_path / "fused.onnx"
+    before = digest(chain_file)
+    result = invoke("fuse", chain_file, out, "--strategy", "all-fusion", "--check", "--json", tmp_path / "r.json")
+    assert result.exit_code == 0, result.output
+    assert "block" in result.output and "check passed" in result.output
+    assert out.exists() and digest(chain_file) == before
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert len(report["blocks"]) == 2 and report["check"]["ok"] is True
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_check_command_passes_and_fails_on_tolerance(chain_file, tmp_path):
+    out = tmp_path / "fused.onnx"
+    assert invoke("fuse", chain_file, out, "-s", "none", "-q").exit_code == 0
+    assert invoke("check", chain_file, out, "--seed", "0", "--seed", "1").exit_code == 0
+    # a different model with the same interface must fail the comparison with exit code 1
+    from onnxmlu.testing import conv_chain_model
+
+    other = tmp_path / "other.onnx"
+    onnx.save(conv_chain_model(seed=7), other)
+    result = invoke("check", other, out)
+    assert result.exit_code == 1 and "FAILED" in result.output
+
+
+def test_inspect_json_lists_layers_and_host_nodes(chain_file, tmp_path):
+    result = invoke("inspect", chain_file, "--json", "-", "--quiet")
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert [l["op_type"] for l in data["layers"]][:2] == ["Conv", "Relu"]
+    assert data["layers"][0]["gops"] == pytest.approx(2 * 16 * 16 * 9 * 8 * 8 / 1e9)
+    assert {h["op_type"] for h in data["host_nodes"]} == {"TopK"}
+
+
+@pytest.mark.parametrize("make_input, message", [
+    (lambda p: None, "does not exist"),
+    (lambda p: p.write_bytes(b""), "is empty"),
+    (lambda p: p.write_bytes(b"\x08\x07garbage" * 50), "cannot read"),
+])
+def test_bad_input_gets_one_line_and_exit_2(tmp_path, make_input, message):
+    src = tmp_path / "bad.onnx"
+    make_input(src)
+    out = tmp_path / "out.onnx"
+    result = invoke("fuse", src, out)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_refuses_to_overwrite_input(chain_file):
+    before = digest(chain_file)
+    result = invoke("fuse", chain_file, chain_file, "-s", "none")
+    assert result.exit_code == 2 and "is the input file" in result.output
+    assert digest(chain_file) == before
+
+
+def test_unknown_strategy_and_missing_folder(chain_file, tmp_path):
+    result = invoke("fuse", chain_file, tmp_path / "o.onnx", "-s", "bogus")
+    assert result.exit_code == 2 and "unknown strategy 'bogus'" in result.output
+    result = invoke("fuse", chain_file, tmp_path / "nowhere" / "o.onnx", "-s", "none")
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_zoo_command_builds_a_model(tmp_path):
+    out = tmp_path / "lstm.onnx"
+    assert invoke("zoo", "lstm", out, "--batch", "N", "-q").exit_code == 0
+    model = onnx.load(out)
+    assert model.graph.input[0].type.tensor_type.shape.dim[1].dim_param == "N"
+    assert invoke("zoo", "nosuchnet", tmp_path / "x.onnx").exit_code == 2
