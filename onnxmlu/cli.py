@@ -482,6 +482,29 @@ def _print_run(summary, timing, profile) -> None:
     console.print(table)
 
 
+@command
+def view(
+    model: ModelArg,
+    explode_blocks: Annotated[bool, typer.Option("--explode", help="Show each block's body as a function.")] = False,
+    port: Annotated[int, typer.Option("--port", help="Local port for Netron.")] = 8080,
+    no_browser: Annotated[bool, typer.Option("--no-browser", help="Serve only; do not open a browser.")] = False,
+) -> None:
+    """Open a (fused) model in Netron on 127.0.0.1 (needs the `view` extra).
+
+    Example: onnxmlu view resnet18.fused.onnx --explode
+    """
+    from onnxmlu import api
+    from onnxmlu.graph import load_model
+    from onnxmlu.view import explode, serve
+
+    path = model
+    if explode_blocks:
+        path = model.with_name(model.stem + ".view.onnx")
+        api.save_model(explode(load_model(model)), path, input_path=model)
+        console.print(f"wrote view copy {path} (for viewing only)")
+    serve(path, port=port, browse=not no_browser)
+
+
 def main() -> None:
     app()
 
