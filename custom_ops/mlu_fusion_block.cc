@@ -1,0 +1,464 @@
+// Implementation of the MLUFusionBlock custom op; see mlu_fusion_block.h for the contract.
+#include "mlu_fusion_block.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+namespace onnxmlu {
+namespace {
+
+// A node-level failure; the message is complete ("MLUFusionBlock '<name>': <reason>").
+class BlockError : public std::runtime_error {
+ public:
+  BlockError(OrtErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  OrtErrorCode code() const { return code_; }
+
+ private:
+  OrtErrorCode code_;
+};
+
+const OrtApi& Api() { return Ort::GetApi(); }
+
+OrtStatus* MakeStatus(OrtErrorCode code, const std::string& message) noexcept {
+  return Api().CreateStatus(code, message.c_str());
+}
+
+// Turns a failed OrtStatus into a BlockError carrying `prefix` + onnxruntime's message.
+void Check(OrtStatus* status, const std::string& prefix) {
+  if (status == nullptr) return;
+  OrtPtr<OrtStatus> owned(status);
+  throw BlockError(Api().GetErrorCode(status), prefix + Api().GetErrorMessage(status));
+}
+
+// Names and bit widths indexed by ONNXTensorElementDataType (API 21's list).
+struct ElementType {
+  const char* name;
+  size_t bits;
+};
+constexpr ElementType kElementTypes[] = {
+    {"undefined", 0}, {"float", 32},       {"uint8", 8},           {"int8", 8},         {"uint16", 16},
+    {"int16", 16},    {"int32", 32},       {"int64", 64},          {"string", 0},       {"bool", 8},
+    {"float16", 16},  {"double", 64},      {"uint32", 32},         {"uint64", 64},      {"complex64", 64},
+    {"complex128", 128}, {"bfloat16", 16}, {"float8e4m3fn", 8},    {"float8e4m3fnuz", 8}, {"float8e5m2", 8},
+    {"float8e5m2fnuz", 8}, {"uint4", 4},   {"int4", 4},
+};
+constexpr size_t kElementTypeCount = sizeof(kElementTypes) / sizeof(kElementTypes[0]);
+
+std::string TypeName(ONNXTensorElementDataType type) {
+  auto index = static_cast<size_t>(type);
+  if (index < kElementTypeCount) return kElementTypes[index].name;
+  return "element type " + std::to_string(index);
+}
+
+size_t ElementBits(ONNXTensorElementDataType type) {
+  auto index = static_cast<size_t>(type);
+  return index < kElementTypeCount ? kElementTypes[index].bits : 0;
+}
+
+// What a value looks like on one side of the block boundary.
+struct TensorSignature {
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  std::vector<int64_t> dims;  // -1 for symbolic dimensions
+};
+
+// Reads a tensor type; `what` describes the value for the error message.
+TensorSignature ReadSignature(OrtTypeInfo* raw, const std::string& prefix, const std::string& what) {
+  OrtPtr<OrtTypeInfo> info(raw);
+  ONNXType onnx_type = ONNX_TYPE_UNKNOWN;
+  Check(Api().GetOnnxTypeFromTypeInfo(info.get(), &onnx_type), prefix);
+  if (onnx_type != ONNX_TYPE_TENSOR) {
+    throw BlockError(ORT_INVALID_GRAPH, prefix + what + " is not a tensor; only tensors can cross a block boundary");
+  }
+  const OrtTensorTypeAndShapeInfo* tensor = nullptr;  // owned by `info`
+  Check(Api().CastTypeInfoToTensorInfo(info.get(), &tensor), prefix);
+  TensorSignature signature;
+  Check(Api().GetTensorElementType(tensor, &signature.type), prefix);
+  size_t rank = 0;
+  Check(Api().GetDimensionsCount(tensor, &rank), prefix);
+  signature.dims.resize(rank);
+  if (rank > 0) Check(Api().GetDimensions(tensor, signature.dims.data(), rank), prefix);
+  return signature;
+}
+
+std::string ReadNodeName(const OrtKernelInfo* info) {
+  size_t size = 0;
+  OrtStatus* status = Api().KernelInfo_GetNodeName(info, nullptr, &size);
+  if (status != nullptr || size == 0) {
+    if (status) Api().ReleaseStatus(status);
+    return std::string();
+  }
+  std::string name(size, '\0');
+  status = Api().KernelInfo_GetNodeName(info, name.data(), &size);
+  if (status != nullptr) {
+    Api().ReleaseStatus(status);
+    return std::string();
+  }
+  name.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
+  return name;
+}
+
+std::string Prefix(const std::string& node_name) {
+  return std::string(kOpName) + " '" + (node_name.empty() ? "<unnamed>" : node_name) + "': ";
+}
+
+int64_t ReadMp(const OrtKernelInfo* info, const std::string& prefix) {
+  int64_t mp = 0;
+  OrtStatus* status = Api().KernelInfoGetAttribute_int64(info, "mp", &mp);
+  if (status != nullptr) {
+    OrtPtr<OrtStatus> owned(status);
+    throw BlockError(ORT_INVALID_ARGUMENT, prefix + "missing or invalid required attribute 'mp' (an int, the block's core count >= 1): " +
+                                              Api().GetErrorMessage(status));
+  }
+  if (mp < 1 || mp > kMaxMp) {
+    throw BlockError(ORT_INVALID_ARGUMENT, prefix + "attribute 'mp' must be between 1 and " + std::to_string(kMaxMp) +
+                                              " (the block's core count), got " + std::to_string(mp));
+  }
+  return mp;
+}
+
+// The serialized body: TENSOR(uint8) (the format onnxmlu writes) or STRING (older files).
+std::string ReadBody(const OrtKernelInfo* info, const std::string& prefix) {
+  OrtAllocator* allocator = nullptr;
+  Check(Api().GetAllocatorWithDefaultOptions(&allocator), prefix);
+  OrtValue* raw_value = nullptr;
+  OrtStatus* tensor_status = Api().KernelInfoGetAttribute_tensor(info, "body", allocator, &raw_value);
+  if (tensor_status == nullptr) {
+    OrtPtr<OrtValue> value(raw_value);
+    OrtTensorTypeAndShapeInfo* raw_shape = nullptr;
+    Check(Api().GetTensorTypeAndShape(value.get(), &raw_shape), prefix);
+    OrtPtr<OrtTensorTypeAndShapeInfo> shape(raw_shape);
+    ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    size_t rank = 0, count = 0;
+    Check(Api().GetTensorElementType(shape.get(), &type), prefix);
+    Check(Api().GetDimensionsCount(shape.get(), &rank), prefix);
+    Check(Api().GetTensorShapeElementCount(shape.get(), &count), prefix);
+    if (type != ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 || rank != 1) {
+      throw BlockError(ORT_INVALID_ARGUMENT, prefix + "attribute 'body' must be a 1-D uint8 tensor holding a serialized ONNX model, got a " +
+                                                std::to_string(rank) + "-D " + TypeName(type) + " tensor");
+    }
+    void* data = nullptr;
+    Check(Api().GetTensorMutableData(value.get(), &data), prefix);
+    return std::string(static_cast<const char*>(data), count);
+  }
+  OrtPtr<OrtStatus> tensor_error(tensor_status);
+
+  size_t size = 0;
+  OrtStatus* string_status = Api().KernelInfoGetAttribute_string(info, "body", nullptr, &size);
+  if (string_status == nullptr && size > 0) {
+    std::string body(size, '\0');
+    Check(Api().KernelInfoGetAttribute_string(info, "body", body.data(), &size), prefix);
+    body.resize(size - 1);  // size counts the terminating NUL; the copy itself is binary-safe
+    return body;
+  }
+  if (string_status) Api().ReleaseStatus(string_status);
+  throw BlockError(ORT_INVALID_ARGUMENT,
+                   prefix + "missing or invalid required attribute 'body' (a uint8 tensor holding the block as a serialized ONNX model): " +
+                       Api().GetErrorMessage(tensor_error.get()));
+}
+
+// Hardware threads this process may use: the CPU affinity mask (containers, taskset) when it
+// is narrower than what std::thread::hardware_concurrency reports.
+int64_t HardwareThreads() {
+  int64_t threads = std::thread::hardware_concurrency();
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int64_t allowed = CPU_COUNT(&set);
+    if (allowed > 0 && (threads == 0 || allowed < threads)) threads = allowed;
+  }
+  return threads > 0 ? threads : 1;
+}
+
+// Thread count of an inner session: the block's MP, capped at the machine's hardware threads.
+int InnerThreads(int64_t mp, const std::string& prefix) {
+  if (const char* text = std::getenv(kInnerThreadsEnv); text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    long value = std::strtol(text, &end, 10);
+    if (errno != 0 || *end != '\0' || value < 0 || value > 4096) {
+      throw BlockError(ORT_INVALID_ARGUMENT, prefix + kInnerThreadsEnv + " must be a non-negative integer, got '" + text + "'");
+    }
+    return static_cast<int>(value);
+  }
+  return static_cast<int>(std::min<int64_t>(mp, HardwareThreads()));
+}
+
+// Text of the error the nested-op variant raises; the outer kernel recognises it.
+constexpr const char* kNestedMessage = "blocks cannot be nested";
+
+OrtCustomOpDomain* NestedDomain();
+
+OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, const std::string& node_name, const std::string& prefix) {
+  OrtSessionOptions* raw = nullptr;
+  Check(Api().CreateSessionOptions(&raw), prefix);
+  OrtPtr<OrtSessionOptions> options(raw);
+  Check(Api().SetIntraOpNumThreads(options.get(), threads), prefix);
+  Check(Api().SetInterOpNumThreads(options.get(), 1), prefix);
+  // Spinning pools in every inner session fight each other (2-30x slower on small machines).
+  Check(Api().AddSessionConfigEntry(options.get(), "session.intra_op.allow_spinning", "0"), prefix);
+  Check(Api().AddSessionConfigEntry(options.get(), "session.inter_op.allow_spinning", "0"), prefix);
+  // onnxruntime's own fusions (BN folding, NCHWc, Conv+Act) are wanted inside a block.
+  Check(Api().SetSessionGraphOptimizationLevel(options.get(), ORT_ENABLE_ALL), prefix);
+  Check(Api().SetSessionLogId(options.get(), ("onnxmlu:" + node_name).c_str()), prefix);
+  Check(Api().AddCustomOpDomain(options.get(), NestedDomain()), prefix);
+  return options;
+}
+
+}  // namespace
+
+FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info) : node_name_(ReadNodeName(info)) {
+  std::string prefix = Prefix(node_name_);
+  mp_ = ReadMp(info, prefix);
+  std::string body = ReadBody(info, prefix);
+
+  OrtEnv* env = nullptr;  // CreateEnv hands back the process's existing env (ref-counted)
+  Check(Api().CreateEnv(ORT_LOGGING_LEVEL_WARNING, "onnxmlu", &env), prefix);
+  env_.reset(env);
+
+  auto options = InnerSessionOptions(InnerThreads(mp_, prefix), node_name_, prefix);
+  OrtSession* session = nullptr;
+  OrtStatus* status = Api().CreateSessionFromArray(env_.get(), body.data(), body.size(), options.get(), &session);
+  if (status != nullptr) {
+    OrtPtr<OrtStatus> owned(status);
+    std::string message = Api().GetErrorMessage(status);
+    if (message.find(kNestedMessage) != std::string::npos) {
+      throw BlockError(ORT_INVALID_GRAPH, prefix + "body contains an MLUFusionBlock node; " + kNestedMessage + " (" + message + ")");
+    }
+    throw BlockError(ORT_INVALID_GRAPH, prefix + "body is not a valid ONNX model: " + message);
+  }
+  session_.reset(session);
+  body.clear();
+  body.shrink_to_fit();
+
+  size_t node_inputs = 0, node_outputs = 0, body_inputs = 0, body_outputs = 0;
+  Check(Api().KernelInfo_GetInputCount(info, &node_inputs), prefix);
+  Check(Api().KernelInfo_GetOutputCount(info, &node_outputs), prefix);
+  Check(Api().SessionGetInputCount(session_.get(), &body_inputs), prefix);
+  Check(Api().SessionGetOutputCount(session_.get(), &body_outputs), prefix);
+  if (body_inputs != node_inputs) {
+    throw BlockError(ORT_INVALID_GRAPH, prefix + "body has " + std::to_string(body_inputs) + " inputs but the node has " +
+                                            std::to_string(node_inputs));
+  }
+  if (body_outputs != node_outputs) {
+    throw BlockError(ORT_INVALID_GRAPH, prefix + "body has " + std::to_string(body_outputs) + " outputs but the node has " +
+                                            std::to_string(node_outputs));
+  }
+
+  OrtAllocator* allocator = nullptr;
+  Check(Api().GetAllocatorWithDefaultOptions(&allocator), prefix);
+  auto take_name = [&](char* name) {
+    std::string copy(name);
+    Check(Api().AllocatorFree(allocator, name), prefix);
+    return copy;
+  };
+
+  for (size_t i = 0; i < body_inputs; ++i) {
+    char* name = nullptr;
+    Check(Api().SessionGetInputName(session_.get(), i, allocator, &name), prefix);
+    input_names_.push_back(take_name(name));
+    std::string what = "input " + std::to_string(i) + " ('" + input_names_.back() + "')";
+    OrtTypeInfo* raw = nullptr;
+    Check(Api().SessionGetInputTypeInfo(session_.get(), i, &raw), prefix);
+    TensorSignature inner = ReadSignature(raw, prefix, "body " + what);
+    Check(Api().KernelInfo_GetInputTypeInfo(info, i, &raw),
+          prefix + "cannot read the type of the node's input " + std::to_string(i) + ": ");
+    TensorSignature outer = ReadSignature(raw, prefix, "node " + what);
+    if (inner.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING || outer.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) {
+      throw BlockError(ORT_INVALID_GRAPH, prefix + "body " + what + " is a string tensor; string tensors cannot cross a block boundary");
+    }
+    if (inner.type != outer.type) {
+      throw BlockError(ORT_INVALID_GRAPH, prefix + "body " + what + " is " + TypeName(inner.type) + " but the node's input " +
+                                              std::to_string(i) + " is " + TypeName(outer.type));
+    }
+  }
+
+  for (size_t i = 0; i < body_outputs; ++i) {
+    char* name = nullptr;
+    Check(Api().SessionGetOutputName(session_.get(), i, allocator, &name), prefix);
+    output_names_.push_back(take_name(name));
+    std::string what = "output " + std::to_string(i) + " ('" + output_names_.back() + "')";
+    OrtTypeInfo* raw = nullptr;
+    Check(Api().SessionGetOutputTypeInfo(session_.get(), i, &raw), prefix);
+    TensorSignature inner = ReadSignature(raw, prefix, "body " + what);
+    Check(Api().KernelInfo_GetOutputTypeInfo(info, i, &raw),
+          prefix + "cannot read the type of the node's output " + std::to_string(i) +
+              " (the outer graph must carry value_info for every block output): ");
+    TensorSignature outer = ReadSignature(raw, prefix, "node " + what);
+    if (inner.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING || outer.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) {
+      throw BlockError(ORT_INVALID_GRAPH, prefix + "body " + what + " is a string tensor; string tensors cannot cross a block boundary");
+    }
+    if (inner.type != outer.type) {
+      throw BlockError(ORT_INVALID_GRAPH, prefix + "body " + what + " is " + TypeName(inner.type) + " but the node's output " +
+                                              std::to_string(i) + " is " + TypeName(outer.type) +
+                                              " (check the outer graph's value_info)");
+    }
+    OutputPlan plan;
+    plan.element_bits = ElementBits(inner.type);
+    // A rank-0 output has empty dims and is static too; zero or unknown dims take the copy path.
+    plan.is_static = std::all_of(inner.dims.begin(), inner.dims.end(), [](int64_t d) { return d > 0; });
+    if (plan.is_static) {
+      plan.dims = inner.dims;
+    } else if (plan.element_bits == 0) {
+      throw BlockError(ORT_NOT_IMPLEMENTED, prefix + "body " + what + " has a dynamic shape and element type " +
+                                                TypeName(inner.type) + ", which this library cannot copy");
+    }
+    outputs_.push_back(std::move(plan));
+  }
+
+  for (const auto& name : input_names_) input_name_ptrs_.push_back(name.c_str());
+  for (const auto& name : output_names_) output_name_ptrs_.push_back(name.c_str());
+}
+
+std::string FusionBlockKernel::BlockName() const { return Prefix(node_name_); }
+
+OrtStatusPtr FusionBlockKernel::ComputeV2(OrtKernelContext* context) const noexcept {
+  try {
+    Compute(context);
+    return nullptr;
+  } catch (const BlockError& error) {
+    return MakeStatus(error.code(), error.what());
+  } catch (const std::exception& error) {
+    return MakeStatus(ORT_FAIL, BlockName() + error.what());
+  } catch (...) {
+    return MakeStatus(ORT_FAIL, BlockName() + "unknown error while running the block");
+  }
+}
+
+void FusionBlockKernel::Compute(OrtKernelContext* context) const {
+  const size_t n_inputs = input_names_.size(), n_outputs = output_names_.size();
+  std::vector<const OrtValue*> inputs(n_inputs, nullptr);
+  for (size_t i = 0; i < n_inputs; ++i) {
+    if (OrtStatus* s = Api().KernelContext_GetInput(context, i, &inputs[i])) Check(s, BlockName());
+  }
+  // Static outputs: the inner session writes into the node's own output buffers (no copy).
+  std::vector<OrtValue*> outputs(n_outputs, nullptr);
+  for (size_t i = 0; i < n_outputs; ++i) {
+    const OutputPlan& plan = outputs_[i];
+    if (!plan.is_static) continue;
+    if (OrtStatus* s = Api().KernelContext_GetOutput(context, i, plan.dims.data(), plan.dims.size(), &outputs[i])) {
+      Check(s, BlockName());
+    }
+  }
+  OrtStatus* status = Api().Run(session_.get(), nullptr, input_name_ptrs_.data(), inputs.data(), n_inputs,
+                                output_name_ptrs_.data(), n_outputs, outputs.data());
+  // Outputs the inner session allocated are ours to release, whatever happens next.
+  std::vector<OrtPtr<OrtValue>> owned(n_outputs);
+  for (size_t i = 0; i < n_outputs; ++i) {
+    if (!outputs_[i].is_static) owned[i].reset(outputs[i]);
+  }
+  if (status != nullptr) Check(status, BlockName());
+  for (size_t i = 0; i < n_outputs; ++i) {
+    if (!outputs_[i].is_static) CopyDynamicOutput(context, i, owned[i].get());
+  }
+}
+
+void FusionBlockKernel::CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const {
+  const std::string prefix = BlockName();
+  if (result == nullptr) {
+    throw BlockError(ORT_FAIL, prefix + "inner session returned no value for output " + std::to_string(index));
+  }
+  OrtTensorTypeAndShapeInfo* raw_shape = nullptr;
+  Check(Api().GetTensorTypeAndShape(result, &raw_shape), prefix);
+  OrtPtr<OrtTensorTypeAndShapeInfo> shape(raw_shape);
+  size_t rank = 0, count = 0;
+  Check(Api().GetDimensionsCount(shape.get(), &rank), prefix);
+  std::vector<int64_t> dims(rank);
+  Check(Api().GetDimensions(shape.get(), dims.data(), rank), prefix);
+  Check(Api().GetTensorShapeElementCount(shape.get(), &count), prefix);
+
+  OrtValue* output = nullptr;  // owned by onnxruntime
+  Check(Api().KernelContext_GetOutput(context, index, dims.data(), rank, &output), prefix);
+  const size_t bytes = (count * outputs_[index].element_bits + 7) / 8;
+  if (bytes == 0) return;
+  void* source = nullptr;
+  void* target = nullptr;
+  // GetTensorMutableData only reads the pointer; the inner result is not modified.
+  Check(Api().GetTensorMutableData(const_cast<OrtValue*>(result), &source), prefix);
+  Check(Api().GetTensorMutableData(output, &target), prefix);
+  std::memcpy(target, source, bytes);
+}
+
+OrtStatusPtr FusionBlockOp::CreateKernelV2(const OrtApi& /*api*/, const OrtKernelInfo* info, void** kernel) const noexcept {
+  *kernel = nullptr;
+  try {
+    if (nested_) {
+      throw BlockError(ORT_INVALID_GRAPH, Prefix(ReadNodeName(info)) + "this node is inside another block's body; " + kNestedMessage);
+    }
+    *kernel = new FusionBlockKernel(info);
+    return nullptr;
+  } catch (const BlockError& error) {
+    return MakeStatus(error.code(), error.what());
+  } catch (const std::exception& error) {
+    return MakeStatus(ORT_FAIL, Prefix(ReadNodeName(info)) + "cannot create the kernel: " + error.what());
+  } catch (...) {
+    return MakeStatus(ORT_FAIL, Prefix(ReadNodeName(info)) + "cannot create the kernel: unknown error");
+  }
+}
+
+namespace {
+
+// Ops and domains must outlive every session that uses them: they live for the whole process
+// (onnxruntime never takes ownership of a custom-op domain), created once, shared by all
+// session options the library is registered into.
+FusionBlockOp g_block_op(/*nested=*/false);
+FusionBlockOp g_nested_op(/*nested=*/true);
+
+OrtCustomOpDomain* MakeDomain(FusionBlockOp* op) {
+  OrtCustomOpDomain* domain = nullptr;
+  Check(Api().CreateCustomOpDomain(kDomain, &domain), "onnxmlu: ");
+  OrtStatus* status = Api().CustomOpDomain_Add(domain, op);
+  if (status != nullptr) {
+    Api().ReleaseCustomOpDomain(domain);
+    Check(status, "onnxmlu: ");
+  }
+  return domain;
+}
+
+OrtCustomOpDomain* BlockDomain() {
+  static OrtCustomOpDomain* domain = MakeDomain(&g_block_op);  // thread-safe one-time init
+  return domain;
+}
+
+OrtCustomOpDomain* NestedDomain() {
+  static OrtCustomOpDomain* domain = MakeDomain(&g_nested_op);
+  return domain;
+}
+
+}  // namespace
+}  // namespace onnxmlu
+
+extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+  if (api_base == nullptr) return nullptr;  // nothing to report an error through
+  const OrtApi* api = api_base->GetApi(onnxmlu::kOrtApiVersion);
+  if (api == nullptr) {
+    const OrtApi* oldest = api_base->GetApi(1);
+    if (oldest == nullptr) return nullptr;
+    std::string message = std::string("libonnxmlu_ops needs onnxruntime >= 1.21 (C API version ") +
+                          std::to_string(onnxmlu::kOrtApiVersion) + "), this is onnxruntime " +
+                          api_base->GetVersionString();
+    return oldest->CreateStatus(ORT_FAIL, message.c_str());
+  }
+  Ort::InitApi(api);
+  // Registering twice into one SessionOptions would fail session creation ("Domain already set
+  // in registry"); the marker entry makes registration idempotent and tells Python it happened.
+  int registered = 0;
+  if (OrtStatus* status = api->HasSessionConfigEntry(options, onnxmlu::kRegisteredKey, &registered)) {
+    return status;
+  }
+  if (registered) return nullptr;
+  try {
+    if (OrtStatus* status = api->AddCustomOpDomain(options, onnxmlu::BlockDomain())) return status;
+    return api->AddSessionConfigEntry(options, onnxmlu::kRegisteredKey, "1");
+  } catch (const std::exception& error) {
+    return api->CreateStatus(ORT_FAIL, error.what());
+  } catch (...) {
+    return api->CreateStatus(ORT_FAIL, "onnxmlu: cannot register the custom-op domain");
+  }
+}

@@ -1,0 +1,115 @@
+// MLUFusionBlock: the custom op that runs one fused block of an onnxmlu model.
+//
+// A fused model keeps each block as a single `com.onnxmlu::MLUFusionBlock` node whose `body`
+// attribute is the block itself, serialized as an ONNX ModelProto (TENSOR(uint8), or STRING for
+// compatibility). At kernel creation the body becomes an inner onnxruntime session on the
+// process's env; Compute hands the node's inputs to that session unchanged and lets it write
+// straight into the node's outputs when their shapes are static. `mp` (the block's core count
+// on the simulated accelerator) sets the inner session's intra-op thread count. Node inputs and
+// outputs map to the body's graph inputs and outputs by position.
+//
+// Everything that can go wrong with a node (bad `mp`, missing or corrupt body, body/node
+// mismatch, nested blocks, string tensors at the boundary) is reported as an OrtStatus from
+// CreateKernelV2, so onnxruntime fails session creation with a readable message instead of the
+// process crashing. Nothing throws across the C boundary.
+#pragma once
+
+#ifndef ORT_API_MANUAL_INIT
+#define ORT_API_MANUAL_INIT  // the pip wheel does not export OrtGetApiBase; RegisterCustomOps inits the API
+#endif
+#include <onnxruntime_cxx_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace onnxmlu {
+
+inline constexpr const char* kDomain = "com.onnxmlu";
+inline constexpr const char* kOpName = "MLUFusionBlock";
+// Headers are onnxruntime 1.21's (API 21); newer runtimes still serve this version.
+inline constexpr uint32_t kOrtApiVersion = 21;
+// More cores than any plausible accelerator profile: almost certainly a corrupt attribute.
+inline constexpr int64_t kMaxMp = 1024;
+// Session config entry RegisterCustomOps sets in the options it registers into ("1").
+inline constexpr const char* kRegisteredKey = "onnxmlu.custom_ops_registered";
+// Overrides the inner sessions' intra-op thread count (benchmarking); 0 = onnxruntime default.
+inline constexpr const char* kInnerThreadsEnv = "ONNXMLU_INNER_THREADS";
+
+// Releases onnxruntime C objects through the API that RegisterCustomOps initialised.
+struct OrtDeleter {
+  void operator()(OrtEnv* p) const { Ort::GetApi().ReleaseEnv(p); }
+  void operator()(OrtSession* p) const { Ort::GetApi().ReleaseSession(p); }
+  void operator()(OrtSessionOptions* p) const { Ort::GetApi().ReleaseSessionOptions(p); }
+  void operator()(OrtTypeInfo* p) const { Ort::GetApi().ReleaseTypeInfo(p); }
+  void operator()(OrtTensorTypeAndShapeInfo* p) const { Ort::GetApi().ReleaseTensorTypeAndShapeInfo(p); }
+  void operator()(OrtValue* p) const { Ort::GetApi().ReleaseValue(p); }
+  void operator()(OrtStatus* p) const { Ort::GetApi().ReleaseStatus(p); }
+};
+template <typename T>
+using OrtPtr = std::unique_ptr<T, OrtDeleter>;
+
+// The kernel of one MLUFusionBlock node: an inner session built from the body. Immutable after
+// construction, so concurrent ComputeV2 calls (one outer session shared by many threads) only
+// share the inner session, whose Run is thread-safe.
+class FusionBlockKernel {
+ public:
+  // Throws BlockError (message already prefixed with the node name) when the node is unusable.
+  explicit FusionBlockKernel(const OrtKernelInfo* info);
+  OrtStatusPtr ComputeV2(OrtKernelContext* context) const noexcept;
+
+ private:
+  struct OutputPlan {
+    bool is_static = false;       // shape fully known at creation: the inner Run writes in place
+    std::vector<int64_t> dims;    // the static shape
+    size_t element_bits = 0;      // for the copy of dynamically shaped outputs
+  };
+
+  void Compute(OrtKernelContext* context) const;
+  void CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const;
+  std::string BlockName() const;
+
+  std::string node_name_;
+  int64_t mp_ = 0;
+  OrtPtr<OrtEnv> env_;          // keeps the process env alive as long as the inner session
+  OrtPtr<OrtSession> session_;  // declared after env_: destroyed first
+  std::vector<std::string> input_names_, output_names_;
+  std::vector<const char*> input_name_ptrs_, output_name_ptrs_;
+  std::vector<OutputPlan> outputs_;
+};
+
+// The op definition. `nested == true` is the variant registered inside block bodies: creating
+// its kernel always fails, which is how nested blocks are rejected with a clear message.
+struct FusionBlockOp : Ort::CustomOpBase<FusionBlockOp, FusionBlockKernel, /*WithStatus=*/true> {
+  explicit FusionBlockOp(bool nested) : nested_(nested) {}
+
+  OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const noexcept;
+
+  const char* GetName() const { return kOpName; }
+  const char* GetExecutionProviderType() const { return nullptr; }  // CPU
+
+  // One variadic input and one variadic output of any element type, mixed types allowed.
+  size_t GetInputTypeCount() const { return 1; }
+  ONNXTensorElementDataType GetInputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED; }
+  OrtCustomOpInputOutputCharacteristic GetInputCharacteristic(size_t) const { return INPUT_OUTPUT_VARIADIC; }
+  int GetVariadicInputMinArity() const { return 1; }
+  bool GetVariadicInputHomogeneity() const { return false; }
+
+  size_t GetOutputTypeCount() const { return 1; }
+  ONNXTensorElementDataType GetOutputType(size_t) const { return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED; }
+  OrtCustomOpInputOutputCharacteristic GetOutputCharacteristic(size_t) const { return INPUT_OUTPUT_VARIADIC; }
+  int GetVariadicOutputMinArity() const { return 1; }
+  bool GetVariadicOutputHomogeneity() const { return false; }
+
+ private:
+  bool nested_;
+};
+
+}  // namespace onnxmlu
+
+extern "C" {
+// Entry point called by onnxruntime's register_custom_ops_library / RegisterCustomOpsLibrary.
+__attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
+                                                                              const OrtApiBase* api_base);
+}
