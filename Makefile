@@ -29,7 +29,7 @@ $(LIB): custom_ops/*.cc custom_ops/*.h custom_ops/exports.map custom_ops/Makefil
 sanitize: install
 	$(MAKE) -C custom_ops sanitize ORT_INCLUDE_DIR="$$(bash scripts/fetch_ort_headers.sh)"
 	ONNXMLU_CUSTOM_OPS_LIBRARY=$(CURDIR)/onnxmlu/_lib/libonnxmlu_ops_asan.so \
-	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(g++ -print-file-name=libubsan.so)" \
+	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(readlink -f $$(g++ -print-file-name=libstdc++.so))" \
 	ASAN_OPTIONS=detect_leaks=0 \
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py $(PYTEST_ARGS)
 
