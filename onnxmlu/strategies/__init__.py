@@ -3,6 +3,33 @@
 ``cost(block_layers, mp)`` is the performance model's latency (µs) of one block run at ``mp``
 cores; strategies never import the model directly, so users can pass any cost function.
 The registry is explicit: :func:`register` rejects duplicate names, nothing runs at import.
+
+Built-in strategies (DLFusion Table III, plus the exact optimum):
+
+=================  ============================================================
+``none``           1: no fusion, MP = 1                          (basic.py)
+``fixed-mp``       2: no fusion, the best single MP              (basic.py)
+``dynamic-mp``     3: no fusion, each layer at its best MP       (basic.py)
+``all-fusion``     4: one block per segment, MP = cores          (basic.py)
+``fusion-fixed-mp``5: Algorithm 1 blocks, the best single MP     (dlfusion.py)
+``dlfusion``       6: Algorithm 1 blocks and Eq. 5 MPs           (dlfusion.py)
+``oracle``         7: reduced brute force (MP subset, blocks of 4) (search.py)
+``optimal``        exact minimum under the model, by DP          (search.py)
+=================  ============================================================
+
+Writing your own (Paleozoic's "set MP and fusion yourself")::
+
+    from onnxmlu.strategies import register, make_plan
+    from onnxmlu.partition.plan import plan_from_ranges
+
+    def pairs(layers, hw, cost):          # fuse layers two by two at 8 cores
+        n = len(layers)
+        return plan_from_ranges([(i, min(i + 2, n), 8) for i in range(0, n, 2)])
+
+    register("pairs", pairs)              # then --strategy pairs, or:
+    plan = make_plan(layers, hw, pairs)   # a callable works directly
+
+(``pairs`` ignores segments; :func:`make_plan` validates and says which block is wrong.)
 """
 
 from __future__ import annotations
@@ -17,12 +44,20 @@ from onnxmlu.perf.layers import Layer
 CostFn = Callable[[Sequence[Layer], int], float]
 Strategy = Callable[[Sequence[Layer], Hardware, CostFn], Plan]
 
+#: Table III order, then ours.
+BUILTIN_ORDER = ("none", "fixed-mp", "dynamic-mp", "all-fusion", "fusion-fixed-mp",
+                 "dlfusion", "oracle", "optimal")
+
 _REGISTRY: dict[str, Strategy] = {}
+_builtins_loaded = False
 
 
 def register(name: str, strategy: Strategy) -> None:
+    _ensure_builtins()
     if name in _REGISTRY:
         raise ValueError(f"strategy {name!r} is already registered")
+    if not callable(strategy):
+        raise TypeError(f"strategy {name!r} must be callable (layers, hw, cost) -> Plan")
     _REGISTRY[name] = strategy
 
 
@@ -40,10 +75,40 @@ def strategy_names() -> list[str]:
     return list(_REGISTRY)
 
 
-def _ensure_builtins() -> None:
-    if _REGISTRY:
-        return
-    from onnxmlu.strategies import basic
+def resolve_strategy(strategy: str | Strategy) -> tuple[str, Strategy]:
+    """``(name, fn)`` for a registered name or a callable (named after its ``__name__``)."""
+    if callable(strategy):
+        return getattr(strategy, "__name__", "custom"), strategy
+    return strategy, get_strategy(strategy)
 
-    for name, fn in basic.BUILTINS.items():
-        register(name, fn)
+
+def make_plan(layers: Sequence[Layer], hw: Hardware, strategy: str | Strategy = "dlfusion",
+              cost: CostFn | None = None) -> Plan:
+    """Run a strategy (name or callable) with the model of ``hw`` and validate its plan.
+
+    The plan's ``strategy``/``hardware`` fields are filled in when the strategy left them
+    empty or default; an invalid plan raises :class:`~onnxmlu.errors.PlanError`.
+    """
+    from onnxmlu.perf.model import make_cost
+
+    name, fn = resolve_strategy(strategy)
+    plan = fn(layers, hw, cost if cost is not None else make_cost(hw))
+    if not isinstance(plan, Plan):
+        raise OnnxMluError(f"strategy {name!r} returned {type(plan).__name__}, not a Plan")
+    plan.validate(layers, hw.cores)
+    if plan.strategy in ("", "custom") or not plan.hardware:
+        plan = Plan(plan.blocks, plan.strategy if plan.strategy not in ("", "custom") else name,
+                    plan.hardware or hw.name, plan.notes)
+    return plan
+
+
+def _ensure_builtins() -> None:
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    from onnxmlu.strategies import basic, dlfusion, search
+
+    builtins = {**basic.BUILTINS, **dlfusion.BUILTINS, **search.BUILTINS}
+    for name in BUILTIN_ORDER:
+        _REGISTRY.setdefault(name, builtins[name])

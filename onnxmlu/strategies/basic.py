@@ -1,8 +1,13 @@
-"""Strategies without search: the paper's baseline (1) and all-fusion (4).
+"""Strategies without fusion search: the paper's Table III, strategies 1-4.
 
-* ``none`` (Table III, 1): every layer is its own block at MP = 1.
-* ``all-fusion`` (Table III, 4): every segment (maximal run of accelerator layers) is one
-  block at the maximal MP.
+* ``none`` (1): every layer is its own block at MP = 1.
+* ``fixed-mp`` (2): no fusion; one MP for every layer -- the one that minimises the model's
+  total latency (the paper's Fig. 5a sweep).
+* ``dynamic-mp`` (3): no fusion; each layer at its own best MP under the model.
+* ``all-fusion`` (4): every segment (maximal run of accelerator layers) is one block at the
+  maximal MP.
+
+Each records what it chose in ``Plan.notes``.
 """
 
 from __future__ import annotations
@@ -23,4 +28,31 @@ def all_fusion(layers: Sequence[Layer], hw: Hardware, cost=None) -> Plan:
     return Plan(blocks, "all-fusion", hw.name)
 
 
-BUILTINS = {"none": no_fusion, "all-fusion": all_fusion}
+def fixed_mp(layers: Sequence[Layer], hw: Hardware, cost) -> Plan:
+    singles = [Block(i, i + 1, 1) for i in range(len(layers))]
+    mp, totals = best_single_mp(singles, layers, hw, cost)
+    blocks = tuple(Block(b.start, b.stop, mp) for b in singles)
+    return Plan(blocks, "fixed-mp", hw.name, {"mp": mp, "latency_by_mp": totals})
+
+
+def dynamic_mp(layers: Sequence[Layer], hw: Hardware, cost) -> Plan:
+    blocks = []
+    for i, layer in enumerate(layers):
+        mp = min(hw.mp_choices(), key=lambda m: cost([layer], m))
+        blocks.append(Block(i, i + 1, mp))
+    return Plan(tuple(blocks), "dynamic-mp", hw.name)
+
+
+def best_single_mp(blocks: Sequence[Block], layers: Sequence[Layer], hw: Hardware,
+                   cost) -> tuple[int, dict[int, float]]:
+    """The one MP that minimises the summed latency of ``blocks`` (ties: fewer cores)."""
+    totals = {m: sum(cost(b.layers(layers), m) for b in blocks) for m in hw.mp_choices()}
+    return min(totals, key=lambda m: (totals[m], m)), totals
+
+
+BUILTINS = {
+    "none": no_fusion,
+    "fixed-mp": fixed_mp,
+    "dynamic-mp": dynamic_mp,
+    "all-fusion": all_fusion,
+}
