@@ -65,3 +65,58 @@ def serve(path: str | Path, port: int = 8080, browse: bool = True) -> None:
         raise OnnxMluError("viewing needs netron: pip install 'onnxmlu[view]'") from None
     netron.start(str(path), address=("127.0.0.1", port), browse=browse)
     netron.wait()
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def snapshot(path: str | Path, png: str | Path, *, port: int = 18080, size=(1600, 1000),
+             timeout_s: float = 60.0, show_names: bool = True) -> list[str]:
+    """Serve ``path`` with Netron on 127.0.0.1, screenshot it in headless Chromium, and
+    return the op-type labels of the graph boxes Netron drew (to check what a person sees)."""
+    import tempfile
+
+    import netron
+    from playwright.sync_api import sync_playwright
+
+    address = netron.serve(str(path), None, address=("127.0.0.1", port), browse=False)
+    try:
+        with tempfile.TemporaryDirectory() as profile, sync_playwright() as pw:
+            browser = pw.chromium.launch_persistent_context(
+                profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                viewport={"width": size[0], "height": size[1]}, headless=True)
+            try:
+                return _capture(browser.new_page(), address, png, timeout_s * 1000, show_names)
+            finally:
+                browser.close()
+    finally:
+        netron.stop(address)
+
+
+def _capture(page, address, png, timeout_ms: float, show_names: bool) -> list[str]:
+    page.goto(f"http://{address[0]}:{address[1]}/", timeout=timeout_ms)
+    accept = page.get_by_text("Accept", exact=True)
+    try:  # Netron asks for cookie consent before it draws the graph
+        accept.click(timeout=10_000)
+    except Exception:
+        pass
+    page.wait_for_selector("#canvas g.node", timeout=timeout_ms)
+    labels = _box_labels(page)  # op types: read before "Show Names" swaps them for node names
+    if show_names:
+        page.keyboard.press("Control+U")
+        page.wait_for_timeout(500)
+    page.screenshot(path=str(png), full_page=False)
+    return labels
+
+
+def _box_labels(page) -> list[str]:
+    """Op-type labels of the drawn boxes. Netron forbids ``window.eval``, which Playwright's
+    own queries use, so read the DOM through the DevTools protocol instead."""
+    import re
+
+    cdp = page.context.new_cdp_session(page)
+    root = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+    html = cdp.send("DOM.getOuterHTML", {"nodeId": root})["outerHTML"]
+    return re.findall(r'class="node-item node-item-type[^"]*".*?<text[^>]*>([^<]*)</text>', html, flags=re.S)
