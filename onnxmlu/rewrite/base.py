@@ -215,7 +215,7 @@ class RewriteContext:
     def builder(self, node: gs.Node, dtype: np.dtype):
         from onnxmlu.rewrite.builder import Builder
 
-        prefix = node.name or (node.op.lower() if node.op else "node")
+        prefix = node.name or self.names.node(node.op.lower() if node.op else "node")
         cache = self.caches.setdefault(id(self.graph), {})
         return Builder(self.graph, self.opset, self.names, prefix, np.dtype(dtype), cache)
 
@@ -386,7 +386,30 @@ def export_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
         getattr(model.graph, key).extend(getattr(exported.graph, key))
     _restore_overridable_inputs(model.graph, original.graph)
     _hoist_initializers(model.graph, _initializer_scopes(original.graph), [])
+    if model.ir_version < 4:
+        _ir3_initializers(model.graph, _initializer_scopes(original.graph))
     return infer_shapes(model)
+
+
+def _ir3_initializers(graph: onnx.GraphProto, original: dict[str, int]) -> None:
+    """IR < 4 wants every initializer listed as an input of its graph.
+
+    A Loop/Scan body's inputs are fixed by its parent op, so new subgraph initializers move to
+    the main graph (subgraphs may read outer-scope tensors; names are unique model-wide) and
+    every main-graph initializer is listed as a main-graph input.
+    """
+    for sub in list(iter_graphs(graph))[1:]:
+        fresh = [i for i in sub.initializer if i.name not in original]
+        kept = [i for i in sub.initializer if i.name in original]
+        del sub.initializer[:]
+        sub.initializer.extend(kept)
+        graph.initializer.extend(fresh)
+    listed = {i.name for i in graph.input}
+    for init in graph.initializer:
+        if init.name not in listed:
+            graph.input.append(
+                onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+            )
 
 
 def _restore_overridable_inputs(graph: onnx.GraphProto, original: onnx.GraphProto) -> None:

@@ -1,0 +1,498 @@
+"""LSTM / GRU / RNN -> unrolled per-time-step cells for a static sequence length.
+
+Notation as in the ONNX operator docs: ``X_t`` [batch, input], ``H`` hidden state [batch,
+hidden], ``W`` / ``R`` input / recurrence weights ([num_dir, gates*hidden, input|hidden]),
+``Wb`` / ``Rb`` their biases (``B`` = [Wb, Rb] per direction), ``(.)`` elementwise product,
+``f, g, h`` the activation attributes (defaults LSTM Sigmoid/Tanh/Tanh, GRU Sigmoid/Tanh,
+RNN Tanh; one list per direction), ``clip`` bounds every gate pre-activation to
+[-clip, clip] before its activation.
+
+LSTM (gate order i, o, f, c; peepholes ``P`` = [Pi, Po, Pf])::
+
+    i_t = f(X_t Wi^T + H_{t-1} Ri^T + Pi (.) C_{t-1} + Wbi + Rbi)
+    f_t = f(X_t Wf^T + H_{t-1} Rf^T + Pf (.) C_{t-1} + Wbf + Rbf)   (input_forget: 1 - i_t)
+    c_t = g(X_t Wc^T + H_{t-1} Rc^T + Wbc + Rbc)
+    C_t = f_t (.) C_{t-1} + i_t (.) c_t
+    o_t = f(X_t Wo^T + H_{t-1} Ro^T + Po (.) C_t + Wbo + Rbo)
+    H_t = o_t (.) h(C_t)
+
+GRU (gate order z, r, h)::
+
+    z_t = f(X_t Wz^T + H_{t-1} Rz^T + Wbz + Rbz)
+    r_t = f(X_t Wr^T + H_{t-1} Rr^T + Wbr + Rbr)
+    h_t = g(X_t Wh^T + (r_t (.) H_{t-1}) Rh^T + Rbh + Wbh)        linear_before_reset = 0
+    h_t = g(X_t Wh^T + r_t (.) (H_{t-1} Rh^T + Rbh) + Wbh)        linear_before_reset != 0
+    H_t = (1 - z_t) (.) h_t + z_t (.) H_{t-1}
+
+RNN::
+
+    H_t = f(X_t Wi^T + H_{t-1} Ri^T + Wbi + Rbi)
+
+Lowering. The input projection of all steps is hoisted into one ``MatMul(X, W_d^T) + bias``
+per direction (X stays in its own layout: [seq, batch, in] for ``layout=0``, [batch, seq, in]
+for ``layout=1``); the bias holds Wb + Rb, except GRU's Rbh under linear_before_reset, which
+must stay inside ``r_t (.) (...)``. Each step gathers its slice of the projection, adds
+``H_{t-1} R^T`` and splits the gates. A missing ``initial_h``/``initial_c`` is a symbolic zero:
+the first step simply omits the recurrence and peephole terms (no zeros tensor is built, so a
+dynamic batch size works). The reverse direction visits t = T-1 .. 0 and writes Y at t.
+
+``sequence_lens``: with per-batch lengths L_b a step t is valid for batch b iff t < L_b. A
+[batch, 1] mask per step (constant when the lengths are, ``Greater(L, t)`` otherwise) selects
+``new if valid else previous`` for the state and ``new if valid else 0`` for Y. Forward, the
+state is frozen after the last valid step; reverse, it stays at the initial state until
+t = L_b - 1, so each sequence starts at its own last valid step, as the spec requires. Masks
+use ``Where`` from opset 9 and a 0/1 multiply before. Steps valid for every batch are unmasked.
+
+Outputs: Y [seq, num_dir, batch, hidden] (layout 1: [batch, seq, num_dir, hidden]) is one
+Concat of all step outputs + Reshape (+ Transpose for layout 0); Y_h / Y_c stack the final
+states of the directions. Empty output names are simply not produced.
+
+``activation_alpha`` / ``activation_beta`` are consumed in list order by the activations that
+take them (LeakyRelu, ThresholdedRelu, Elu: alpha; Affine, ScaledTanh, HardSigmoid: both);
+missing values take the ONNX operator defaults (LeakyRelu 0.01, ThresholdedRelu 1.0,
+Elu 1.0, HardSigmoid 0.2/0.5, Affine 1.0/0.0). ScaledTanh has no ONNX default and is refused
+without explicit values, as is a bidirectional node given only one direction's list (the spec
+asks for one list per direction; onnxruntime rejects such a node too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from onnxmlu.rewrite.base import (
+    FLOAT_DTYPES,
+    RewriteContext,
+    constant_value,
+    detach,
+    node_input,
+    node_output,
+    static_dim,
+    tensor_dtype,
+    tensor_shape,
+)
+from onnxmlu.rewrite.builder import Builder
+
+
+class Refusal(Exception):
+    """Raised while planning: the node stays, the message is the reason."""
+
+
+# ------------------------------------------------------------------------------------------
+# Activations
+
+
+@dataclass(frozen=True)
+class ActivationSpec:
+    name: str
+    uses_alpha: bool = False
+    uses_beta: bool = False
+    default_alpha: float | None = None
+    default_beta: float | None = None
+
+
+ACTIVATIONS = {
+    spec.name.lower(): spec
+    for spec in (
+        ActivationSpec("Relu"),
+        ActivationSpec("Tanh"),
+        ActivationSpec("Sigmoid"),
+        ActivationSpec("Softsign"),
+        ActivationSpec("Softplus"),
+        ActivationSpec("Affine", True, True, 1.0, 0.0),
+        ActivationSpec("LeakyRelu", True, False, 0.01),
+        ActivationSpec("ThresholdedRelu", True, False, 1.0),
+        ActivationSpec("ScaledTanh", True, True),
+        ActivationSpec("HardSigmoid", True, True, 0.2, 0.5),
+        ActivationSpec("Elu", True, False, 1.0),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Activation:
+    name: str
+    alpha: float | None = None
+    beta: float | None = None
+
+    def __call__(self, b: Builder, x: gs.Tensor, name: str) -> gs.Tensor:
+        kind, alpha, beta = self.name, self.alpha, self.beta
+        if kind in ("Relu", "Tanh", "Sigmoid", "Softsign", "Softplus"):
+            return b.unary(kind, x, name=name)
+        if kind in ("LeakyRelu", "Elu"):
+            return b.unary(kind, x, name=name, alpha=alpha)
+        if kind == "HardSigmoid":
+            return b.unary(kind, x, name=name, alpha=alpha, beta=beta)
+        if kind == "ThresholdedRelu":
+            if b.opset >= 10:
+                return b.unary(kind, x, name=name, alpha=alpha)
+            keep = b.cast(b.greater(x, alpha, name=f"{name}_gt"), b.dtype, name=f"{name}_keep")
+            return b.mul(x, keep, name=name)
+        if kind == "Affine":
+            y = x if alpha == 1.0 else b.mul(x, alpha, name=f"{name}_scale")
+            return y if beta == 0.0 else b.add(y, beta, name=name)
+        if kind == "ScaledTanh":
+            inner = b.unary("Tanh", b.mul(x, beta, name=f"{name}_in"), name=f"{name}_tanh")
+            return b.mul(inner, alpha, name=name)
+        raise AssertionError(kind)
+
+
+def parse_activations(node: gs.Node, defaults: tuple[str, ...], ndir: int) -> list[list[Activation]]:
+    per_dir = len(defaults)
+    names = list(node.attrs.get("activations") or defaults * ndir)
+    if len(names) < per_dir * ndir:  # the spec asks for one list per direction
+        raise Refusal(f"activations has {len(names)} entries, need {per_dir * ndir} ({per_dir} per direction)")
+    alphas = iter(node.attrs.get("activation_alpha") or [])
+    betas = iter(node.attrs.get("activation_beta") or [])
+    acts = []
+    for raw in names:
+        spec = ACTIVATIONS.get(str(raw).lower())
+        if spec is None:
+            raise Refusal(f"unknown activation {raw!r}")
+        alpha = next(alphas, spec.default_alpha) if spec.uses_alpha else None
+        beta = next(betas, spec.default_beta) if spec.uses_beta else None
+        if (spec.uses_alpha and alpha is None) or (spec.uses_beta and beta is None):
+            raise Refusal(f"{spec.name} needs activation_alpha/beta (ONNX defines no default)")
+        acts.append(Activation(spec.name, alpha, beta))
+    return [acts[d * per_dir : (d + 1) * per_dir] for d in range(ndir)]
+
+
+# ------------------------------------------------------------------------------------------
+# Plan (what check validated, what apply uses)
+
+
+@dataclass(frozen=True)
+class Family:
+    gates: int
+    default_acts: tuple[str, ...]
+    states: int  # 2 for LSTM (H, C), 1 otherwise
+
+
+FAMILIES = {
+    "LSTM": Family(4, ("Sigmoid", "Tanh", "Tanh"), 2),
+    "GRU": Family(3, ("Sigmoid", "Tanh"), 1),
+    "RNN": Family(1, ("Tanh",), 1),
+}
+DIRECTIONS = {"forward": ("forward",), "reverse": ("reverse",), "bidirectional": ("forward", "reverse")}
+
+
+@dataclass
+class Plan:
+    op: str
+    family: Family
+    hidden: int
+    directions: tuple[str, ...]
+    layout: int
+    seq_len: int
+    dtype: np.dtype
+    acts: list[list[Activation]]
+    clip: float | None
+    input_forget: bool
+    linear_before_reset: bool
+    lens: np.ndarray | None  # constant sequence_lens
+
+    @property
+    def ndir(self) -> int:
+        return len(self.directions)
+
+
+def make_plan(node: gs.Node, ctx: RewriteContext) -> Plan:
+    family = FAMILIES[node.op]
+    if ctx.opset < 7:
+        raise Refusal(f"opset {ctx.opset} < 7 is not supported")
+    direction = node.attrs.get("direction", "forward")
+    if direction not in DIRECTIONS:
+        raise Refusal(f"unknown direction {direction!r}")
+    directions = DIRECTIONS[direction]
+    layout = int(node.attrs.get("layout", 0))
+    if layout not in (0, 1):
+        raise Refusal(f"layout={layout} is not 0 or 1")
+    x = node.inputs[0]
+    dtype = tensor_dtype(x)
+    if dtype not in FLOAT_DTYPES:
+        raise Refusal(f"input X has element type {x.dtype}, need float16/float/double")
+    seq_len = _static_seq_len(x, layout)
+    hidden = _hidden_size(node)
+    lens = _constant_lens(node, seq_len)
+    w_shape = tensor_shape(node.inputs[1])
+    if w_shape is not None and static_dim(w_shape[0]) not in (None, len(directions)):
+        raise Refusal(f"W has {w_shape[0]} directions, direction={direction} needs {len(directions)}")
+    clip = node.attrs.get("clip")
+    return Plan(
+        op=node.op,
+        family=family,
+        hidden=hidden,
+        directions=directions,
+        layout=layout,
+        seq_len=seq_len,
+        dtype=dtype,
+        acts=parse_activations(node, family.default_acts, len(directions)),
+        clip=None if clip is None else float(clip),
+        input_forget=bool(node.attrs.get("input_forget", 0)),
+        linear_before_reset=bool(node.attrs.get("linear_before_reset", 0)),
+        lens=lens,
+    )
+
+
+def _static_seq_len(x: gs.Tensor, layout: int) -> int:
+    shape = tensor_shape(x)
+    if shape is None or len(shape) != 3:
+        raise Refusal(
+            "sequence length is not static: shape of X is unknown"
+            if shape is None
+            else f"X has rank {len(shape)}, expected 3"
+        )
+    seq = static_dim(shape[layout])
+    if seq is None:
+        raise Refusal(f"sequence length is not static (X shape {shape}); unrolling needs a fixed length")
+    if seq == 0:
+        raise Refusal("sequence length is 0")
+    return seq
+
+
+def _hidden_size(node: gs.Node) -> int:
+    r_shape = tensor_shape(node.inputs[2])
+    from_r = static_dim(r_shape[-1]) if r_shape else None
+    hidden = node.attrs.get("hidden_size", from_r)
+    if hidden is None:
+        raise Refusal("hidden_size is neither given nor inferable from R")
+    if from_r is not None and from_r != int(hidden):
+        raise Refusal(f"hidden_size={hidden} does not match R's last dimension {from_r}")
+    return int(hidden)
+
+
+def _constant_lens(node: gs.Node, seq_len: int) -> np.ndarray | None:
+    lens_t = node_input(node, 4)
+    if lens_t is None:
+        return None
+    lens = constant_value(lens_t)
+    if lens is not None and (np.any(lens < 0) or np.any(lens > seq_len)):
+        raise Refusal(f"sequence_lens {lens.tolist()} outside [0, {seq_len}]")
+    return lens
+
+
+# ------------------------------------------------------------------------------------------
+# Per-direction weights
+
+
+@dataclass
+class Weights:
+    w_t: gs.Tensor  # [in, gates*hidden]
+    r_t: gs.Tensor  # [hidden, gates*hidden]
+    bias: gs.Tensor | None  # hoisted into the input projection, [gates*hidden]
+    rec_bias: gs.Tensor | None = None  # GRU Rbh under linear_before_reset
+    peep: list[gs.Tensor] | None = None  # LSTM [Pi, Po, Pf]
+    r_parts: list[gs.Tensor] | None = None  # GRU (linear_before_reset=0): [Rzr^T, Rh^T]
+
+
+def prepare_weights(b: Builder, plan: Plan, node: gs.Node, d: int) -> Weights:
+    hid, gates = plan.hidden, plan.family.gates
+    w_t = b.transpose(b.gather(node.inputs[1], d, name="W"), [1, 0], name="W_T")
+    r_t = b.transpose(b.gather(node.inputs[2], d, name="R"), [1, 0], name="R_T")
+    weights = Weights(w_t, r_t, None)
+    bias_in = node_input(node, 3)
+    if bias_in is not None:
+        wb, rb = b.split(b.gather(bias_in, d, name="B"), [gates * hid] * 2, 0, name="B_split")
+        if plan.op == "GRU" and plan.linear_before_reset:
+            wb_zr, wb_h = b.split(wb, [2 * hid, hid], 0, name="Wb_split")
+            rb_zr, weights.rec_bias = b.split(rb, [2 * hid, hid], 0, name="Rb_split")
+            weights.bias = b.concat([b.add(wb_zr, rb_zr, name="bias_zr"), wb_h], 0, name="bias")
+        else:
+            weights.bias = b.add(wb, rb, name="bias")
+    peep_in = node_input(node, 7) if plan.op == "LSTM" else None
+    if peep_in is not None:
+        weights.peep = b.split(b.gather(peep_in, d, name="P"), [hid] * 3, 0, name="P_split")
+    if plan.op == "GRU" and not plan.linear_before_reset:
+        weights.r_parts = b.split(r_t, [2 * hid, hid], 1, name="R_split")
+    return weights
+
+
+# ------------------------------------------------------------------------------------------
+# Cells: (builder, x projection of the step incl. bias, previous state) -> new state
+
+
+def _gate(b: Builder, pre: gs.Tensor, act: Activation, clip: float | None, name: str) -> gs.Tensor:
+    if clip is not None:
+        pre = b.clip(pre, clip, name=f"{name}_clip")
+    return act(b, pre, name)
+
+
+def lstm_cell(b: Builder, xw: gs.Tensor, state: tuple, w: Weights, acts, plan: Plan) -> tuple:
+    h, c = state
+    f_act, g_act, h_act = acts
+    hid = plan.hidden
+    pre = xw if h is None else b.add(xw, b.matmul(h, w.r_t, name="HR"), name="gates")
+    i, o, f, cand = b.split(pre, [hid] * 4, 1, name="gate_split")
+    peep = w.peep if c is not None else None  # C_{t-1} = 0 cancels the peepholes
+    if peep is not None:
+        i = b.add(i, b.mul(peep[0], c, name="Pi_C"), name="i_pre")
+    i = _gate(b, i, f_act, plan.clip, "i")
+    if plan.input_forget:
+        f = b.sub(1.0, i, name="f")
+    else:
+        if peep is not None:
+            f = b.add(f, b.mul(peep[2], c, name="Pf_C"), name="f_pre")
+        f = _gate(b, f, f_act, plan.clip, "f")
+    cand = _gate(b, cand, g_act, plan.clip, "c")
+    c_new = b.mul(i, cand, name="i_c")
+    if c is not None:
+        c_new = b.add(b.mul(f, c, name="f_C"), c_new, name="C")
+    if w.peep is not None:
+        o = b.add(o, b.mul(w.peep[1], c_new, name="Po_C"), name="o_pre")
+    o = _gate(b, o, f_act, plan.clip, "o")
+    h_new = b.mul(o, h_act(b, c_new, "h_C"), name="H")
+    return h_new, c_new
+
+
+def gru_cell(b: Builder, xw: gs.Tensor, state: tuple, w: Weights, acts, plan: Plan) -> tuple:
+    (h,) = state
+    f_act, g_act = acts
+    hid = plan.hidden
+    x_zr, x_h = b.split(xw, [2 * hid, hid], 1, name="x_split")
+    h_lin = None  # H_{t-1} Rh^T under linear_before_reset
+    if h is None:
+        zr = x_zr
+    elif plan.linear_before_reset:
+        h_zr, h_lin = b.split(b.matmul(h, w.r_t, name="HR"), [2 * hid, hid], 1, name="HR_split")
+        zr = b.add(x_zr, h_zr, name="zr_pre")
+    else:
+        zr = b.add(x_zr, b.matmul(h, w.r_parts[0], name="HR_zr"), name="zr_pre")
+    z_pre, r_pre = b.split(zr, [hid, hid], 1, name="zr_split")
+    z = _gate(b, z_pre, f_act, plan.clip, "z")
+    if plan.linear_before_reset:
+        inner = _sum(b, h_lin, w.rec_bias, "h_lin")
+        h_pre = x_h
+        if inner is not None:
+            r = _gate(b, r_pre, f_act, plan.clip, "r")
+            h_pre = b.add(x_h, b.mul(r, inner, name="r_lin"), name="h_pre")
+    elif h is None:
+        h_pre = x_h
+    else:
+        r = _gate(b, r_pre, f_act, plan.clip, "r")
+        rh = b.matmul(b.mul(r, h, name="r_H"), w.r_parts[1], name="rH_R")
+        h_pre = b.add(x_h, rh, name="h_pre")
+    cand = _gate(b, h_pre, g_act, plan.clip, "h")
+    h_new = b.mul(b.sub(1.0, z, name="one_minus_z"), cand, name="zh")
+    if h is not None:
+        h_new = b.add(h_new, b.mul(z, h, name="z_H"), name="H")
+    return (h_new,)
+
+
+def rnn_cell(b: Builder, xw: gs.Tensor, state: tuple, w: Weights, acts, plan: Plan) -> tuple:
+    (h,) = state
+    pre = xw if h is None else b.add(xw, b.matmul(h, w.r_t, name="HR"), name="pre")
+    return (_gate(b, pre, acts[0], plan.clip, "H"),)
+
+
+CELLS: dict[str, Callable[..., tuple]] = {"LSTM": lstm_cell, "GRU": gru_cell, "RNN": rnn_cell}
+
+
+def _sum(b: Builder, a: gs.Tensor | None, c: gs.Tensor | None, name: str) -> gs.Tensor | None:
+    if a is None or c is None:
+        return a if c is None else c
+    return b.add(a, c, name=name)
+
+
+# ------------------------------------------------------------------------------------------
+# Unrolling
+
+
+def step_masks(b: Builder, plan: Plan, lens_t: gs.Tensor | None) -> list[gs.Tensor | None]:
+    """Per step a [batch, 1] validity mask (None where every sequence is still running)."""
+    steps = range(plan.seq_len)
+    if lens_t is None:
+        return [None for _ in steps]
+    mask_dtype = np.bool_ if b.opset >= 9 else plan.dtype
+    if plan.lens is not None:
+        masks = []
+        for t in steps:
+            valid = (plan.lens > t).reshape(-1, 1)
+            masks.append(None if valid.all() else b.const(valid, f"mask_t{t}", dtype=mask_dtype))
+        return masks
+    lens_col = b.reshape(b.cast(lens_t, plan.dtype, name="lens"), [-1, 1], name="lens_col")
+    masks = []
+    for t in steps:
+        valid = b.greater(lens_col, float(t), name=f"mask_t{t}")
+        masks.append(valid if b.opset >= 9 else b.cast(valid, plan.dtype, name=f"mask_t{t}_f"))
+    return masks
+
+
+def _initial(b: Builder, tensor: gs.Tensor | None, d: int, layout: int, name: str):
+    return None if tensor is None else b.gather(tensor, d, axis=layout, name=name)
+
+
+def run_direction(b: Builder, plan: Plan, node: gs.Node, d: int, masks) -> tuple[list, tuple]:
+    """Unroll one direction; returns (Y_t per time index, final state)."""
+    seq_axis = 0 if plan.layout == 0 else 1
+    w = prepare_weights(b, plan, node, d)
+    xw = b.matmul(node.inputs[0], w.w_t, name="XW")
+    if w.bias is not None:
+        xw = b.add(xw, w.bias, name="XW_bias")
+    state = (_initial(b, node_input(node, 5), d, plan.layout, "H0"),)
+    if plan.op == "LSTM":
+        state += (_initial(b, node_input(node, 6), d, plan.layout, "C0"),)
+    cell = CELLS[plan.op]
+    steps = range(plan.seq_len)
+    order = steps if plan.directions[d] == "forward" else reversed(steps)
+    ys: list[Any] = [None] * plan.seq_len
+    for t in order:
+        bt = b.child(f"t{t}")
+        new = cell(bt, bt.gather(xw, t, axis=seq_axis, name="XW_t"), state, w, plan.acts[d], plan)
+        mask = masks[t]
+        if mask is None:
+            ys[t], state = new[0], new
+        else:
+            ys[t] = bt.select(mask, new[0], None, name="Y")
+            state = tuple(bt.select(mask, n, s, name=f"keep{i}") for i, (n, s) in enumerate(zip(new, state)))
+    return ys, state
+
+
+def _stack_directions(b: Builder, parts: list[gs.Tensor], layout: int, name: str) -> gs.Tensor:
+    """[batch, hidden] per direction -> [num_dir, batch, hidden] (layout 1: [batch, num_dir, hidden])."""
+    axis = 0 if layout == 0 else 1
+    expanded = [b.unsqueeze(p, [axis], name=f"{name}_d{i}") for i, p in enumerate(parts)]
+    return b.concat(expanded, axis, name=name)
+
+
+def unroll(node: gs.Node, ctx: RewriteContext, plan: Plan) -> None:
+    b = ctx.builder(node, plan.dtype)
+    masks = step_masks(b, plan, node_input(node, 4))
+    results = []
+    for d, direction in enumerate(plan.directions):
+        bd = b.child("fw" if direction == "forward" else "bw") if plan.ndir == 2 else b
+        results.append(run_direction(bd, plan, node, d, masks))
+    y_out, yh_out = node_output(node, 0), node_output(node, 1)
+    yc_out = node_output(node, 2) if plan.op == "LSTM" else None
+    detach(node, ctx.graph)
+    if y_out is not None:
+        steps = [results[d][0][t] for t in range(plan.seq_len) for d in range(plan.ndir)]
+        flat = b.concat(steps, 1, name="Y_concat")  # [batch, seq * num_dir * hidden]
+        y = b.reshape(flat, [0, plan.seq_len, plan.ndir, plan.hidden], name="Y_reshape")
+        if plan.layout == 0:
+            y = b.transpose(y, [1, 2, 0, 3], name="Y_transpose")
+        b.finish(y, y_out)
+    for index, out in ((0, yh_out), (1, yc_out)):
+        if out is not None:
+            finals = [state[index] for _, state in results]
+            b.finish(_stack_directions(b, finals, plan.layout, "Y_h" if index == 0 else "Y_c"), out)
+
+
+class RecurrentRewriter:
+    name = "rnn"
+    op_types = ("LSTM", "GRU", "RNN")
+
+    def __init__(self, **_: object) -> None:
+        pass
+
+    def check(self, node: gs.Node, ctx: RewriteContext) -> str | None:
+        try:
+            make_plan(node, ctx)
+        except Refusal as why:
+            return str(why)
+        return None
+
+    def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
+        unroll(node, ctx, make_plan(node, ctx))
