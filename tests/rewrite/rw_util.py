@@ -1,0 +1,76 @@
+"""Shared helpers for the rewriter tests: running models, structural checks, freezing inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+RTOL = ATOL = 1e-4
+
+
+def session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """onnxruntime with graph optimizations off, so ORT's own fusions cannot hide a bug."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    sess = session(model)
+    names = {i.name for i in sess.get_inputs()}
+    return sess.run(None, {k: v for k, v in feeds.items() if k in names})
+
+
+def all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from all_nodes(attr.g)
+            for sub in attr.graphs:
+                yield from all_nodes(sub)
+
+
+def op_types(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in all_nodes(model.graph)]
+
+
+def full_check(model: onnx.ModelProto) -> None:
+    onnx.checker.check_model(model, full_check=True)
+
+
+def assert_close(got, expected, rtol: float = RTOL, atol: float = ATOL, what: str = "") -> None:
+    assert len(got) == len(expected), f"{what}: {len(got)} outputs, expected {len(expected)}"
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g.shape == e.shape, f"{what} output {i}: shape {g.shape} != {e.shape}"
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"{what} output {i}")
+
+
+def freeze_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """Turn the named graph inputs into initializers holding ``values``."""
+    frozen = onnx.ModelProto()
+    frozen.CopyFrom(model)
+    keep = [i for i in frozen.graph.input if i.name not in values]
+    for name, value in values.items():
+        frozen.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    del frozen.graph.input[:]
+    frozen.graph.input.extend(keep)
+    return frozen
+
+
+def all_graphs(graph: onnx.GraphProto):
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                yield from all_graphs(sub)
+
+
+def initializer_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Initializers of the graph and all subgraphs (names are unique model-wide)."""
+    return {i.name: numpy_helper.to_array(i) for g in all_graphs(model.graph) for i in g.initializer}
