@@ -76,20 +76,26 @@ def rewrite_model(
     ``"fold"`` (into the producing Conv/ConvTranspose/Gemm/MatMul, else affine Mul + Add).
     When nothing applies the returned model is an unchanged copy.
     """
-    import onnx
-
     if bn_mode not in BN_MODES:
         raise OnnxMluError(f"bn_mode must be one of {', '.join(BN_MODES)}, got {bn_mode!r}")
     names = _selected(only)
     report = RewriteReport(applied={n: 0 for n in names})
     opset = default_opset(model)
+    if opset is None:  # no ai.onnx ops at all, so nothing to rewrite
+        return _copy(model), report
     graph = import_graph(model)
     ctx = RewriteContext(graph, opset, NameAllocator.from_model(model), {"bn_mode": bn_mode})
     for name in names:
         rewriter = REGISTRY.create(name, bn_mode=bn_mode)
         report.applied[name] = run_rewriter(rewriter, ctx, report)
     if report.total == 0:
-        unchanged = onnx.ModelProto()
-        unchanged.CopyFrom(model)
-        return unchanged, report
+        return _copy(model), report
     return export_model(graph, model), report
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy

@@ -136,7 +136,8 @@ class BatchNormRewriter:
         if len(x.inputs) != 1 or len(x.outputs) != 1 or x in ctx.graph.outputs:
             return False
         producer = x.inputs[0]
-        if producer.domain not in (None, *DEFAULT_DOMAINS) or producer not in ctx.graph.nodes:
+        in_graph = any(n is producer for n in ctx.graph.nodes)  # not an outer-scope producer
+        if producer.domain not in (None, *DEFAULT_DOMAINS) or not in_graph:
             return False
         if producer.outputs[0] is not x:
             return False

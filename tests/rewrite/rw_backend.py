@@ -1,8 +1,8 @@
 """ONNX backend node test data (a peer's test suite), fetched once from the onnx 1.22.0 wheel.
 
 The onnx wheel in the venv ships without ``backend/test/data``; the 1.22.0 wheel still has it.
-``pip download`` fetches the wheel into ``<repo>/.cache/onnx-backend-1.22.0`` (gitignored) and the
-node-test directories are unpacked next to it, once; concurrent test runs are safe (unpack into a
+``pip download`` fetches the wheel into ``<repo>/.cache/onnx-backend-1.22.0`` (gitignored) and all
+node-test directories are unpacked to ``node/`` next to it, once; concurrent test runs are safe (unpack into a
 temporary directory, then an atomic rename). Use :func:`backend_root` to get the directory
 (``None`` plus a reason when pip cannot reach the index) and :func:`load_case` for one case.
 """
@@ -68,7 +68,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "test_simple_rnn_with_initial_bias",
     ),
 }
-PATTERNS = ("test_batchnorm", "test_gemm", "test_lstm", "test_gru", "test_rnn", "test_simple_rnn")
+MARKER = ".complete"  # written last; its content says what was unpacked
+MARKER_TEXT = f"onnx {ONNX_VERSION}: all node tests"
 
 
 @dataclass
@@ -109,14 +110,20 @@ def _extract(wheel: Path) -> None:
             for member in zf.namelist():
                 if not member.startswith(NODE_PREFIX):
                     continue
-                rel = member[len(NODE_PREFIX) :]
-                if not rel.startswith(PATTERNS) or member.endswith("/"):
+                if member.endswith("/"):
                     continue
-                target = tmp / rel
+                target = tmp / member[len(NODE_PREFIX) :]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(zf.read(member))
-        (tmp / ".complete").write_text(ONNX_VERSION)
+        (tmp / MARKER).write_text(MARKER_TEXT)
         os.chmod(tmp, 0o755)
+        if NODE_DIR.exists() and not _complete():  # an older partial unpack: replace it
+            stale = Path(tempfile.mkdtemp(prefix="stale-", dir=CACHE_DIR))
+            try:
+                os.rename(NODE_DIR, stale / "node")
+            except OSError:
+                pass
+            shutil.rmtree(stale, ignore_errors=True)
         try:
             os.rename(tmp, NODE_DIR)
         except OSError:  # another run finished first
@@ -125,9 +132,15 @@ def _extract(wheel: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _complete() -> bool:
+    marker = NODE_DIR / MARKER
+    return marker.exists() and marker.read_text() == MARKER_TEXT
+
+
 def backend_root() -> tuple[Path | None, str]:
-    """The unpacked node-test directory, or (None, why) when the wheel cannot be fetched."""
-    if (NODE_DIR / ".complete").exists():
+    """The unpacked node-test directory (all ~1,800 cases, ~11 MB), or (None, why) when the
+    wheel cannot be fetched."""
+    if _complete():
         return NODE_DIR, ""
     wheel, why = _download_wheel()
     if wheel is None:

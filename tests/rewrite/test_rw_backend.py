@@ -71,3 +71,15 @@ def test_backend_node(family, name, bn_mode, onnx_backend_case):
             assert report.applied[REWRITER[family]] == 1, (what, report.skipped)
             assert not FORBIDDEN[family] & set(op_types(rewritten)), what
         assert_close(run_ort(rewritten, feeds), expected, what=what)
+
+
+@pytest.mark.parametrize("name", [n for names in FAMILIES.values() for n in names if n.endswith("_batchwise")])
+def test_batchwise_runs_only_after_rewrite(name, onnx_backend_case):
+    """onnxruntime's LSTM/GRU/RNN kernels reject layout=1; the unrolled model runs and matches."""
+    case = onnx_backend_case(name)
+    (ins, outs), feeds = case.datasets[0], dict(zip(case.input_names, case.datasets[0][0]))
+    with pytest.raises(Exception, match="layout"):
+        run_ort(case.model, feeds)
+    rewritten, report = rewrite_model(case.model)
+    assert report.applied["rnn"] == 1
+    assert_close(run_ort(rewritten, feeds), outs)

@@ -104,7 +104,7 @@ PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
 @PROPERTY
 @given(
     kind=st.sampled_from(["Conv", "ConvTranspose", "Gemm", "MatMul", "none"]),
-    opset=st.sampled_from([7, 9, 14, 15]),
+    opset=st.sampled_from([7, 9, 14, 15, 26]),
     c=st.integers(1, 4),
     mode=st.sampled_from(["substitute", "fold"]),
     extra_use=st.booleans(),
@@ -275,3 +275,16 @@ def test_float16_and_mixed_param_type():
         full_check(rewritten)
         got = run_ort(rewritten, {"x": x16})[0].astype(np.float32)
         np.testing.assert_allclose(got, want, rtol=3e-3, atol=3e-3)  # float16: ~3 ulp at |y| < 4
+
+
+@pytest.mark.parametrize("opset", range(7, onnx.defs.onnx_opset_version() + 1))
+@pytest.mark.parametrize("mode", ["substitute", "fold"])
+def test_every_opset(opset, mode):
+    rng = np.random.default_rng(opset)
+    for kind in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+        model, feeds = producer_model(kind, rng, opset, 2)
+        rewritten, report = rewrite_model(model, bn_mode=mode, only=["bn"])
+        assert report.total == 1 and rewritten.opset_import[0].version == opset
+        full_check(rewritten)
+        if opset <= 26:  # the newest opset onnxruntime 1.31 runs
+            assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))

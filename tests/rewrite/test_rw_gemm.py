@@ -9,6 +9,7 @@ constants changes rounding only).
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -48,7 +49,7 @@ def gemm_model(m, k, n, trans_a, trans_b, alpha, beta, c_kind, const, opset, rng
     beta=st.sampled_from([1.0, 0.25, 0.0, -1.5]),
     c_kind=st.sampled_from(C_SHAPES),
     const=st.sampled_from([(), ("b",), ("b", "c"), ("c",), ("a",)]),
-    opset=st.sampled_from([7, 9, 11, 13]),
+    opset=st.sampled_from([7, 9, 11, 13, 26]),
     seed=st.integers(0, 2**16),
 )
 def test_gemm_property(m, k, n, trans_a, trans_b, alpha, beta, c_kind, const, opset, seed):
@@ -120,3 +121,15 @@ def test_gemm_then_bn_pipeline(bn_mode):
     expected_ops = ["MatMul", "Add"] if bn_mode == "fold" else ["MatMul", "BatchNormalization", "Mul", "Add"]
     assert op_types(rewritten) == expected_ops
     assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))
+
+
+@pytest.mark.parametrize("opset", range(7, onnx.defs.onnx_opset_version() + 1))
+def test_every_opset(opset):
+    rng = np.random.default_rng(opset)
+    for const in (set(), {"b", "c"}):
+        model, feeds = gemm_model(3, 2, 4, 1, 1, 0.5, 2.0, "1n", const, opset, rng)
+        rewritten, report = rewrite_model(model)
+        assert report.total == 1 and rewritten.opset_import[0].version == opset
+        full_check(rewritten)
+        if opset <= 26:  # the newest opset onnxruntime 1.31 runs
+            assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))

@@ -179,13 +179,16 @@ def reference_supports(cfg: Cfg) -> bool:
     return cfg.lens == "none" and cfg.acts is None and cfg.clip is None and not cfg.input_forget
 
 
-def check_case(cfg: Cfg) -> None:
+def check_case(cfg: Cfg, run: bool = True) -> None:
     arrays = _arrays(cfg)
     model = build(cfg, arrays, cfg.layout)
     rewritten, report = rewrite_model(model, only=["rnn"])
     assert report.applied == {"rnn": 1}, report.skipped
     assert not {"LSTM", "GRU", "RNN"} & set(op_types(rewritten))
     full_check(rewritten)
+    assert rewritten.opset_import[0].version == cfg.opset
+    if not run:
+        return
     got = run_ort(rewritten, arrays)
     assert_close(got, expected_outputs(cfg, arrays), what=f"{cfg} vs onnxruntime")
     if reference_supports(cfg):
@@ -213,7 +216,7 @@ def activation_lists(draw, op: str, ndir: int):
 @st.composite
 def configs(draw, op: str | None = None):
     op = op or draw(st.sampled_from(["LSTM", "GRU", "RNN"]))
-    opset = draw(st.sampled_from([7, 9, 13, 14, 22]))
+    opset = draw(st.sampled_from([7, 9, 13, 14, 22, 26]))
     cfg = Cfg(
         op=op,
         direction=draw(st.sampled_from(["forward", "reverse", "bidirectional"])),
@@ -269,6 +272,23 @@ def test_plain_matches_reference_evaluator(op, layout):
 @pytest.mark.parametrize("lens", ["const", "dynamic"])
 def test_sequence_lens(op, direction, lens):
     check_case(Cfg(op, direction=direction, lens=lens, seq=5, batch=3, bias=True, h0=True, c0=True, seed=7))
+
+
+ORT_MAX_OPSET = 26  # onnxruntime 1.31 runs models up to opset 26; onnx 1.23 knows more
+
+
+@pytest.mark.parametrize("opset", range(7, onnx.defs.onnx_opset_version() + 1))
+def test_every_opset(opset):
+    """Opset-dependent emission (Split/Unsqueeze inputs vs attributes, Clip, Where,
+    ThresholdedRelu) for every opset the installed onnx knows; run where ORT can."""
+    run = opset <= ORT_MAX_OPSET
+    for op, lens in (("LSTM", "dynamic"), ("GRU", "const"), ("RNN", "dynamic")):
+        acts = {"LSTM": ["Sigmoid", "ThresholdedRelu", "Tanh"] * 2, "GRU": ["HardSigmoid", "Tanh"] * 2,
+                "RNN": ["ThresholdedRelu", "Tanh"]}[op]  # fmt: skip
+        cfg = Cfg(op, direction="bidirectional", seq=3, batch=2, bias=True, h0=True, c0=True,
+                  peep=True, lens=lens, clip=1.5, lbr=1, acts=acts, alphas=[0.2] * 6, betas=[0.6] * 6,
+                  layout=int(opset >= 14), opset=opset)  # fmt: skip
+        check_case(cfg, run=run)
 
 
 def test_sequence_lens_layout1_and_opset7_masks():
