@@ -34,7 +34,8 @@ sanitize: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py $(PYTEST_ARGS)
 
 test: install
-	$(PY) -m pytest -q -n 2 -m "not slow and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not slow and not browser and not heavy" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "heavy and not slow" $(PYTEST_ARGS)
 
 test-slow: install
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)

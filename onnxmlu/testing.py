@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -46,3 +48,15 @@ def conv_chain_model(convs: int = 3, channels: int = 8, size: int = 16, seed: in
         inits,
     )
     return make_model(graph, opset)
+
+
+@functools.lru_cache(maxsize=None)
+def _zoo_bytes(name: str, batch) -> bytes:
+    from onnxmlu.zoo import build_model
+
+    return build_model(name, batch=batch, seed=0).SerializeToString()
+
+
+def zoo_model(name: str, batch: int | str = 1) -> onnx.ModelProto:
+    """A fresh copy of a zoo model; the serialized bytes are built once per process."""
+    return onnx.load_from_string(_zoo_bytes(name, batch))
