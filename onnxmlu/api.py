@@ -10,7 +10,7 @@ load -> normalize -> rewrite -> analyze -> plan -> collapse -> save.
 from __future__ import annotations
 
 import os
-import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence, Union
@@ -21,7 +21,7 @@ from onnxmlu.analyze import Analysis, analyze
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.graph import infer_shapes, load_model, normalize
 from onnxmlu.partition.collapse import BlockFigures, collapse
-from onnxmlu.partition.plan import Plan
+from onnxmlu.partition.plan import Plan, split_oversized_blocks
 from onnxmlu.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware
 from onnxmlu.schema import ensure_registered, is_fusion_block
 
@@ -29,6 +29,9 @@ ModelLike = Union[str, os.PathLike, onnx.ModelProto]
 StrategyLike = Union[str, Callable]
 
 DEFAULT_STRATEGY = "dlfusion"
+#: A block's body is one protobuf message (at most 2 GB serialized, weights inside): ``fuse``
+#: splits planned blocks whose layers' weights exceed this into consecutive sub-blocks.
+BODY_WEIGHT_LIMIT_BYTES = 1_900_000_000
 
 
 @dataclass
@@ -57,7 +60,7 @@ class FuseResult:
             rows.append({
                 "block": b, "mp": block.mp, "layers": len(layers),
                 "first": layers[0].name, "last": layers[-1].name,
-                "op_types": sorted({l.op_type for l in layers}),
+                "op_types": dict(Counter(l.op_type for l in layers).most_common()),
                 "gops": sum(l.gops for l in layers), "sim_latency_us": latency,
             })
         return rows
@@ -96,6 +99,7 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
 def make_plan(analysis: Analysis, hw: Hardware, *, strategy: StrategyLike = DEFAULT_STRATEGY,
               plan: Plan | str | os.PathLike | None = None, mp: int | None = None) -> Plan:
     """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere."""
+    require_sized(analysis)
     if plan is not None:
         chosen = plan if isinstance(plan, Plan) else Plan.load(plan, analysis.layers)
     else:
@@ -106,6 +110,34 @@ def make_plan(analysis: Analysis, hw: Hardware, *, strategy: StrategyLike = DEFA
         chosen = Plan(tuple(type(b)(b.start, b.stop, mp) for b in chosen.blocks), chosen.strategy, hw.name)
     chosen.validate(analysis.layers, hw.cores)
     return chosen
+
+
+def require_sized(analysis: Analysis) -> None:
+    """Conv and MatMul layers need the dims that set their work per sample (DLFusion Eq. 1-2):
+    a symbolic or unknown one (beyond the batch) would make the plan price 1x1 images."""
+    for layer in analysis.layers:
+        if layer.kind not in ("conv", "fc"):
+            continue
+        node, shape = analysis.node(layer), analysis.index.shape
+        if layer.kind == "conv":
+            needed = [("output", node.output[0], shape(node.output[0]), 1), ("weight", node.input[1], shape(node.input[1]), 0)]
+        else:
+            needed = [("input", node.input[0], shape(node.input[0]), -1), ("output", node.output[0], shape(node.output[0]), -1)]
+        for role, name, dims, first in needed:
+            if dims is None or not all(isinstance(d, int) and d > 0 for d in dims[first:]):
+                raise OnnxMluError(
+                    f"cannot size layer {layer.name!r} ({layer.op_type}): its {role} {name!r} has dims "
+                    f"{_dims_text(dims)}; pass --input-shape NAME:D1,D2,... with numbers for the symbolic "
+                    f"dims (model inputs: {_inputs_text(analysis)}; input_shapes= in the Python API)")
+
+
+def _dims_text(dims) -> str:
+    return "of unknown rank" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _inputs_text(analysis: Analysis) -> str:
+    inputs = [vi.name for vi in analysis.model.graph.input if vi.name not in analysis.index.initializers]
+    return ", ".join(f"{name}{_dims_text(analysis.index.shape(name))}" for name in inputs)
 
 
 def _run_strategy(strategy: StrategyLike, analysis: Analysis, hw: Hardware) -> Plan:
@@ -135,6 +167,7 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     prepared, report = prepare(model, input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode)
     analysis = analyze(prepared)
     chosen = make_plan(analysis, hw, strategy=strategy, plan=plan, mp=mp)
+    chosen = split_oversized_blocks(chosen, analysis.layers, BODY_WEIGHT_LIMIT_BYTES)
     cost = cost_function(hw)
     latencies = [float(cost(b.layers(analysis.layers), b.mp)) for b in chosen.blocks]
     figures = [BlockFigures(sum(l.gops for l in b.layers(analysis.layers)), t)
@@ -143,27 +176,25 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     return FuseResult(fused, analysis, chosen, hw, report, latencies)
 
 
-def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None) -> Path:
-    """Write ``model`` atomically: a temporary file in the same folder, fsync, then rename."""
+def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
+               external_data: bool | None = None) -> Path:
+    """Write ``model`` atomically (see :mod:`onnxmlu.atomic`): the destination ends up holding
+    the previous complete file or the new one, never a truncated file.
+
+    ``external_data``: None (default) keeps everything in one file unless the model's tensors
+    exceed protobuf's 2 GB limit, then writes them (block bodies included) to ``NAME.data``
+    next to ``NAME``; True always does that; False never does (a model over 2 GB then fails).
+    Every failure is a one-line :class:`OnnxMluError`.
+    """
+    from onnxmlu.atomic import write_model_atomic
+
     out = Path(path)
     if input_path is not None and _same_file(out, Path(input_path)):
         raise OnnxMluError(f"output {out} is the input file; choose another output path")
-    folder = out.parent if str(out.parent) else Path(".")
-    if not folder.is_dir():
-        raise OnnxMluError(f"output folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise OnnxMluError(f"output folder {folder} is not writable")
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(model.SerializeToString())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    if input_path is not None and _same_file(out.with_name(out.name + ".data"), Path(input_path)):
+        raise OnnxMluError(f"output {out} would overwrite the input file with its external data; "
+                           "choose another output path")
+    return write_model_atomic(model, out, external_data=external_data)
 
 
 def _same_file(a: Path, b: Path) -> bool:

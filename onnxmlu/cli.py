@@ -15,6 +15,7 @@ from typing import Annotated, Callable, List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from onnxmlu.errors import OnnxMluError
@@ -72,7 +73,7 @@ def command(fn: Callable) -> Callable:
 def _fail(message: str, code: int = 2) -> None:
     if _state["debug"] and sys.exc_info()[0] is not None:
         raise
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -121,6 +122,7 @@ def fuse(
     elapsed = time.perf_counter() - started
     if not quiet:
         _print_blocks(result)
+        _print_host_nodes(result)
         console.print(f"wrote {output} ({len(result.plan.blocks)} blocks, {elapsed:.2f} s)")
     payload = {"output": str(output), "strategy": result.plan.strategy, "hardware": result.hardware.name,
                "sim_latency_us": result.sim_latency_us, "sim_fps": result.sim_fps, "blocks": result.block_rows()}
@@ -134,15 +136,32 @@ def fuse(
     _emit_json(json_out, payload)
 
 
+def _op_summary(counts: dict, keep: int = 3) -> str:
+    """'Conv×8 Relu×8 Add×3 +2' — the most frequent op types of a block."""
+    items = [f"{op}×{n}" if n > 1 else op for op, n in list(counts.items())[:keep]]
+    return " ".join(items) + (f" +{len(counts) - keep}" if len(counts) > keep else "")
+
+
 def _print_blocks(result) -> None:
     table = Table(title=f"{len(result.plan.blocks)} blocks · strategy {result.plan.strategy} · {result.hardware.name}")
     for col in ("block", "mp", "layers", "first → last", "op types", "GOPs", "sim µs"):
         table.add_column(col, justify="right" if col in ("block", "mp", "layers", "GOPs", "sim µs") else "left")
     for row in result.block_rows():
         table.add_row(str(row["block"]), str(row["mp"]), str(row["layers"]), f"{row['first']} → {row['last']}",
-                      ",".join(row["op_types"]), f"{row['gops']:.3f}", f"{row['sim_latency_us']:.1f}")
+                      _op_summary(row["op_types"]), f"{row['gops']:.3f}", f"{row['sim_latency_us']:.1f}")
     console.print(table)
     console.print(f"simulated latency {result.sim_latency_us:.1f} µs · {result.sim_fps:.1f} FPS")
+
+
+def _print_host_nodes(result) -> None:
+    """Say why nodes stay on the host (training-mode BN, unknown domains, ...), one line each."""
+    skipped = getattr(result.rewrite_report, "skipped", None) or []
+    for rewriter, node, reason in skipped:
+        console.print(f"{rewriter}: left {node!r} alone: {reason}", markup=False, highlight=False, soft_wrap=True)
+    nodes = result.analysis.model.graph.node
+    for i, reason in sorted(result.analysis.host_reasons.items()):
+        console.print(f"host: {nodes[i].name or nodes[i].op_type} ({nodes[i].op_type}): {reason}",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 @command
