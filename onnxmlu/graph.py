@@ -26,9 +26,13 @@ import onnx
 from onnx import numpy_helper
 
 from onnxmlu.errors import ModelLoadError, OnnxMluError
+from onnxmlu.large_models import infer_on_skeleton, tensor_payload_bytes
 
 MIN_OPSET = 7
 MAX_PROTO_BYTES = 2**31 - 1
+#: Above this many bytes of tensor data, shape inference runs on a skeleton of the model
+#: (see :func:`infer_shapes`) and graphsurgeon's constant folding is skipped.
+LIGHT_INFERENCE_BYTES = 2**30
 
 
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
@@ -80,16 +84,54 @@ def normalize(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] |
               fold_constants: bool = True) -> onnx.ModelProto:
     """Overrides, constant folding and shape inference; returns a new model."""
     check_opset(model)
+    check_nodes(model)
     model = _copy(model)
     if input_shapes:
         _override_input_shapes(model, input_shapes)
-    if fold_constants:
-        model = _fold_constants(model)
+    if fold_constants and tensor_payload_bytes(model) <= LIGHT_INFERENCE_BYTES:
+        model = _fold_constants(model)  # graphsurgeon copies every weight: skipped for huge models
     return infer_shapes(model)
 
 
+def check_nodes(model: onnx.ModelProto) -> None:
+    """The ONNX checker's per-node rules (schema, arity, attributes) and single assignment.
+
+    The whole-model checker is stricter than onnxruntime (it wants a shape on every graph
+    input and output, and nodes in file order), so only the node rules that onnxruntime also
+    enforces are applied; cycles and dangling inputs get their own messages later.
+    """
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = model.ir_version or onnx.IR_VERSION
+    ctx.opset_imports = {imp.domain: imp.version for imp in model.opset_import}
+    producers: dict[str, str] = {}
+    for node in model.graph.node:
+        label = f"node {node.name or node.op_type!r} ({node.op_type})"
+        if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            try:
+                onnx.checker.check_node(node, ctx)
+            except onnx.checker.ValidationError as exc:
+                raise OnnxMluError(f"model fails the ONNX checker: {label}: {_first_line(exc)}") from None
+        for name in node.output:
+            if name and name in producers:
+                raise OnnxMluError(f"model fails the ONNX checker: tensor {name!r} is produced by both "
+                                   f"{producers[name]} and {label}; ONNX graphs are single-assignment")
+            producers[name] = label
+
+
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """onnx shape inference, completed by onnxruntime's symbolic inference when needed."""
+    """onnx shape inference, completed by onnxruntime's symbolic inference when needed.
+
+    Models whose tensors hold more than ``LIGHT_INFERENCE_BYTES`` cannot go through onnx's
+    inference as they are (it serializes the model: protobuf's 2 GB limit, and a copy of every
+    weight): they are inferred on a skeleton without the large weights and get the inferred
+    types in place.
+    """
+    if tensor_payload_bytes(model) > LIGHT_INFERENCE_BYTES:
+        return infer_on_skeleton(model, _infer_shapes_full)
+    return _infer_shapes_full(model)
+
+
+def _infer_shapes_full(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:
@@ -107,9 +149,9 @@ def untyped_tensors(model: onnx.ModelProto) -> list[str]:
 
 
 def _symbolic_infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    try:  # needs sympy, which onnxruntime does not install: without it onnx's result stands
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-    try:
         out = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=True)
     except Exception:  # it raises on ops it does not know; onnx's partial result stands
         return model
