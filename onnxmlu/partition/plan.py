@@ -128,6 +128,29 @@ def segments(layers: Sequence[Layer]) -> list[tuple[int, int]]:
     return runs
 
 
+def split_oversized_blocks(plan: Plan, layers: Sequence[Layer], limit_bytes: int) -> Plan:
+    """Split every block whose layers' weights sum above ``limit_bytes`` into consecutive
+    sub-blocks with the same MP, each as long as the limit allows.
+
+    A block's body is one protobuf message with its weights inside, so it must stay under
+    2 GB serialized; a single layer above the limit stays alone in its block (collapse then
+    reports it). Plans that need no split are returned unchanged.
+    """
+    blocks: list[Block] = []
+    for block in plan.blocks:
+        start, weight = block.start, 0
+        for i in range(block.start, block.stop):
+            w = layers[i].weight_bytes
+            if i > start and weight + w > limit_bytes:
+                blocks.append(Block(start, i, block.mp))
+                start, weight = i, 0
+            weight += w
+        blocks.append(Block(start, block.stop, block.mp))
+    if len(blocks) == len(plan.blocks):
+        return plan
+    return Plan(tuple(blocks), plan.strategy, plan.hardware, dict(plan.notes))
+
+
 def _check_block(i: int, block: Block, expected: int, layers: Sequence[Layer], cores: int) -> None:
     if block.start != expected:
         kind = "overlaps the previous block" if block.start < expected else "leaves a gap"

@@ -1,0 +1,171 @@
+"""Atomic model writes: the destination holds the previous complete file or the new one.
+
+A fuse killed while saving (SIGKILL, power loss, Ctrl-C) must never leave a truncated model
+where the user expects one. Every write goes to a temporary name in the destination's own
+folder (same filesystem, so the final ``os.replace`` is an atomic rename), is flushed and
+fsync'ed, then renamed over the destination; the folder is fsync'ed so the rename itself
+survives a crash. An exception or KeyboardInterrupt removes the temporary file; after a
+SIGKILL a hidden ``.NAME.*.tmp`` file may remain next to the destination, never in its place.
+
+Models whose tensors exceed protobuf's 2 GB limit (or when asked) are written with their
+tensors in one external data file ``NAME.data`` next to ``NAME`` — block bodies included,
+through ``convert_attribute=True``. Both files are written into a private temporary folder
+beside the destination, then moved in this order:
+
+1. if an older ``NAME.data`` exists, the old ``NAME`` is removed first, so an old model can
+   never be paired with new data;
+2. the new ``NAME.data`` is renamed into place;
+3. the new ``NAME`` is renamed into place (the commit point).
+
+A crash at any point leaves either the old model with its data, or no model (possibly a
+new or stale ``NAME.data`` without a model), or the new model with its data.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import onnx
+
+from onnxmlu.errors import OnnxMluError
+from onnxmlu.large_models import tensor_payload_bytes
+
+#: Models whose tensors hold more than this are saved with external data. protobuf's limit is
+#: 2 GiB for the whole message; the margin covers everything that is not tensor data.
+EXTERNAL_DATA_THRESHOLD = 2**31 - 2**26
+
+
+def external_data_name(path: str | os.PathLike) -> str:
+    """The external data file that goes with a model file: ``NAME.data`` in the same folder."""
+    return Path(path).name + ".data"
+
+
+def needs_external_data(model: onnx.ModelProto) -> bool:
+    return tensor_payload_bytes(model) > EXTERNAL_DATA_THRESHOLD
+
+
+def check_destination(out: Path) -> Path:
+    """The destination's folder, or a one-line error when ``out`` cannot be written."""
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise OnnxMluError(f"output folder {folder} does not exist")
+    if out.is_dir():
+        raise OnnxMluError(f"output {out} is a directory; give a file name")
+    if not os.access(folder, os.W_OK):
+        raise OnnxMluError(f"output folder {folder} is not writable")
+    return folder
+
+
+def write_bytes_atomic(data: bytes, out: Path) -> None:
+    """Write ``data`` to ``out``: temporary file, fsync, rename, fsync of the folder."""
+    folder = check_destination(out)
+    fd, tmp = _mkstemp(out, folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, out)
+        _fsync_folder(folder)
+    except BaseException as exc:  # KeyboardInterrupt too: never leave the temporary file
+        Path(tmp).unlink(missing_ok=True)
+        _reraise_os_error(exc, out)
+        raise
+
+
+def write_model_atomic(model: onnx.ModelProto, out: Path, *, external_data: bool | None = None) -> Path:
+    """Save ``model`` at ``out`` atomically; ``external_data`` None means "when over 2 GB"."""
+    if external_data is None:
+        external_data = needs_external_data(model)
+    if not external_data:
+        write_bytes_atomic(_serialize(model, out), out)
+        return out
+    _write_with_external_data(model, out)
+    return out
+
+
+def _serialize(model: onnx.ModelProto, out: Path) -> bytes:
+    try:
+        return model.SerializeToString()
+    except Exception as exc:  # protobuf's EncodeError above 2 GB
+        raise OnnxMluError(f"cannot serialize the model for {out} ({exc}); save it with external data") from None
+
+
+def _write_with_external_data(model: onnx.ModelProto, out: Path) -> None:
+    folder = check_destination(out)
+    data_name = external_data_name(out)
+    staging = _mkdtemp(out, folder)
+    try:
+        staged_model = Path(staging) / out.name
+        staged_data = Path(staging) / data_name
+        # onnx.save strips the weights from the proto it writes: write a copy, keep the caller's.
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        onnx.save(copy, staged_model, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=data_name, size_threshold=1024, convert_attribute=True)
+        del copy
+        for path in (staged_data, staged_model):
+            _fsync_file(path)
+        _commit(staged_model, staged_data, out, folder / data_name, folder)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        _reraise_os_error(exc, out)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _commit(staged_model: Path, staged_data: Path, out: Path, data: Path, folder: Path) -> None:
+    """Data first, model last (the commit point); an old model never meets new data."""
+    if data.exists() and out.exists():
+        out.unlink()
+        _fsync_folder(folder)
+    if staged_data.exists():  # a model with no tensor above the threshold has no data file
+        os.replace(staged_data, data)
+        _fsync_folder(folder)
+    os.replace(staged_model, out)
+    _fsync_folder(folder)
+
+
+def _mkstemp(out: Path, folder: Path) -> tuple[int, str]:
+    try:
+        return tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OnnxMluError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
+def _mkdtemp(out: Path, folder: Path) -> str:
+    try:
+        return tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OnnxMluError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename durable; some filesystems refuse to fsync a directory, which is harmless."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _reraise_os_error(exc: BaseException, out: Path) -> None:
+    """Disk full, permission denied, ...: one clear line instead of an OSError traceback."""
+    if isinstance(exc, OSError):
+        raise OnnxMluError(f"cannot write {out}: {exc.strerror or exc}") from None
