@@ -146,6 +146,12 @@ def _body_model(analysis: Analysis, b: int, iface: BlockInterface) -> onnx.Model
 def _value_info(analysis: Analysis, name: str) -> onnx.ValueInfoProto:
     vi = analysis.index.value_infos.get(name)
     if vi is None or not vi.type.tensor_type.elem_type:
+        producer = analysis.index.producer.get(name)
+        node = analysis.model.graph.node[producer] if producer is not None else None
+        if node is not None and node.domain not in ("", "ai.onnx"):  # onnx has no schema to infer it
+            raise OnnxMluError(f"tensor {name!r} crosses a block boundary but its type is unknown: its producer "
+                               f"{node.name or node.op_type!r} is {node.domain}::{node.op_type}, which onnx cannot "
+                               "infer; add a value_info with its type to the model")
         raise OnnxMluError(f"tensor {name!r} crosses a block boundary but its type is unknown; "
                            "pass --input-shape so shape inference can type it")
     return vi
