@@ -23,11 +23,9 @@ from onnxmlu.rewrite.base import (
     RewriteReport,
     RewriterRegistry,
     constant_value,
-    default_opset,
-    export_model,
-    import_graph,
     run_rewriter,
 )
+from onnxmlu.rewrite.modelio import default_opset, export_model, import_graph
 
 if TYPE_CHECKING:
     import onnx

@@ -53,6 +53,15 @@ missing values take the ONNX operator defaults (LeakyRelu 0.01, ThresholdedRelu 
 Elu 1.0, HardSigmoid 0.2/0.5, Affine 1.0/0.0). ScaledTanh has no ONNX default and is refused
 without explicit values, as is a bidirectional node given only one direction's list (the spec
 asks for one list per direction; onnxruntime rejects such a node too).
+
+Where the spec is read one way among several, this follows onnxruntime (the only runtime with
+all attributes): ``clip`` bounds the gate pre-activations, not the cell state before ``h``;
+``input_forget`` couples the gates as ``f_t = 1 - i_t``. onnxruntime itself deviates from the
+spec's "defaults of the corresponding ONNX operators" (it uses 0 for ThresholdedRelu's and
+Affine's alpha/beta) and rejects ``layout=1``. ONNX's ``onnx.reference`` LSTM/GRU/RNN ignore
+``sequence_lens``, ``clip``, ``input_forget`` and the ``activations`` attributes (its RNN knows
+only Tanh/Affine and applies the first direction's activation to both), so it is an oracle only
+for the plain forms.
 """
 
 from __future__ import annotations

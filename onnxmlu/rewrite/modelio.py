@@ -1,0 +1,236 @@
+"""Model <-> graphsurgeon plumbing for the rewriters: shape inference, import, export.
+
+Shape inference runs on a *skeleton* of the model: large main-graph initializers (weights) are
+declared as typed graph inputs instead of carrying their data, so a 500 MB model does not get
+serialized into the inference engine (shape tensors are small and keep their values, so data
+propagation still sees them). The inferred types and shapes are then set on the imported
+graphsurgeon tensors, and, after the rewrite, on the exported model's ``value_info``.
+
+Export takes the graph graphsurgeon produced and the model-level fields of the original
+(opset imports, IR version, producer, metadata, local functions), without copying the original
+weights. Three graphsurgeon round-trip artefacts are undone:
+
+* graph inputs that also have an initializer (IR < 4 style) are dropped by graphsurgeon: they
+  are listed again;
+* outer-scope initializers used in subgraphs get copied into each subgraph: they move back;
+* IR < 4 requires every initializer to be a graph input: new main-graph initializers are
+  listed as inputs, new subgraph initializers move to the main graph (a Loop/Scan body's inputs
+  are fixed by its parent op).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from onnxmlu.rewrite.base import DEFAULT_DOMAINS, iter_graphs
+
+SKELETON_MIN_ELEMENTS = 4096  # initializers at least this large carry no shape information
+_GRAPH_DATA = ("node", "initializer", "sparse_initializer", "value_info", "input", "output")
+
+
+def default_opset(model: onnx.ModelProto) -> int | None:
+    """The model's ai.onnx opset, ``None`` when it imports no default-domain opset."""
+    for imp in model.opset_import:
+        if imp.domain in DEFAULT_DOMAINS:
+            return int(imp.version)
+    return None
+
+
+# -------------------------------------------------------------------------------- inference
+
+
+def _copy_field(dst, fd, value) -> None:
+    dst.ClearField(fd.name)
+    repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+    if repeated:
+        getattr(dst, fd.name).extend(value)
+    elif fd.message_type is not None:
+        getattr(dst, fd.name).CopyFrom(value)
+    else:
+        setattr(dst, fd.name, value)
+
+
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its large main-graph initializers turned into typed graph inputs."""
+    skel = onnx.ModelProto()
+    for fd, value in model.ListFields():
+        if fd.name != "graph":
+            _copy_field(skel, fd, value)
+    for fd, value in model.graph.ListFields():
+        if fd.name != "initializer":
+            _copy_field(skel.graph, fd, value)
+    listed = {i.name for i in model.graph.input}
+    for init in model.graph.initializer:
+        if int(np.prod(init.dims, dtype=np.int64)) < SKELETON_MIN_ELEMENTS:
+            skel.graph.initializer.append(init)
+        elif init.name not in listed:
+            skel.graph.input.append(
+                onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+            )
+    return skel
+
+
+def inferred_graphs(model: onnx.ModelProto) -> list[onnx.GraphProto] | None:
+    """Shape-inferred copies of the model's graphs (main graph first, then every subgraph in
+    :func:`iter_graphs` order), or ``None`` when inference fails."""
+    skel = _skeleton(model)
+    for data_prop in (True, False):
+        try:
+            inferred = onnx.shape_inference.infer_shapes(skel, data_prop=data_prop)
+        except Exception:  # noqa: BLE001 - inference is an aid here, never a requirement
+            continue
+        return list(iter_graphs(inferred.graph))
+    return None
+
+
+def _type_map(graph: onnx.GraphProto) -> dict[str, tuple[Any, list | None]]:
+    found = {}
+    for vi in [*graph.value_info, *graph.output, *graph.input]:
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is None or not tt.elem_type:
+            continue
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except (KeyError, TypeError, ValueError):
+            continue
+        shape = None
+        if tt.HasField("shape"):
+            shape = [
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in tt.shape.dim
+            ]
+        found[vi.name] = (dtype, shape)
+    return found
+
+
+def _gs_graphs(graph: gs.Graph):
+    yield graph
+    for node in graph.nodes:
+        for value in node.attrs.values():
+            subs = value if isinstance(value, (list, tuple)) else [value]
+            for sub in subs:
+                if isinstance(sub, gs.Graph):
+                    yield from _gs_graphs(sub)
+
+
+def import_graph(model: onnx.ModelProto) -> gs.Graph:
+    """graphsurgeon graph of ``model`` with inferred dtypes/shapes on its tensors."""
+    graph = gs.import_onnx(model)
+    inferred = inferred_graphs(model)
+    if inferred is None:
+        return graph
+    types: dict[str, tuple] = {}
+    for g in inferred:
+        types.update(_type_map(g))
+    for g in _gs_graphs(graph):
+        for tensor in g.tensors().values():
+            if isinstance(tensor, gs.Variable) and tensor.name in types:
+                dtype, shape = types[tensor.name]
+                tensor.dtype = tensor.dtype if tensor.dtype is not None else dtype
+                tensor.shape = tensor.shape if tensor.shape is not None else shape
+    return graph
+
+
+def _refresh_value_info(model: onnx.ModelProto) -> None:
+    inferred = inferred_graphs(model)
+    if inferred is None:
+        return
+    for graph, done in zip(iter_graphs(model.graph), inferred):
+        known = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+        graph.ClearField("value_info")
+        graph.value_info.extend(v for v in done.value_info if v.name not in known)
+
+
+# -------------------------------------------------------------------------------- export
+
+
+def export_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
+    """The rewritten graph with the model-level fields of ``original``."""
+    graph.cleanup().toposort()
+    model = gs.export_onnx(graph, do_type_check=False)
+    for fd, _ in model.ListFields():
+        if fd.name != "graph":
+            model.ClearField(fd.name)
+    for fd, value in original.ListFields():
+        if fd.name != "graph":
+            _copy_field(model, fd, value)
+    for fd, value in original.graph.ListFields():
+        if fd.name not in _GRAPH_DATA:
+            _copy_field(model.graph, fd, value)
+    scopes = _initializer_scopes(original.graph)
+    _restore_overridable_inputs(model.graph, original.graph)
+    _hoist_initializers(model.graph, scopes, [])
+    if model.ir_version < 4:
+        _ir3_initializers(model.graph, scopes)
+    _refresh_value_info(model)
+    return model
+
+
+def _initializer_scopes(graph: onnx.GraphProto, depth: int = 0, out=None) -> dict[str, int]:
+    """Name -> nesting depth of the graph that held each initializer in the original model."""
+    out = {} if out is None else out
+    for init in graph.initializer:
+        out.setdefault(init.name, depth)
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                _initializer_scopes(sub, depth + 1, out)
+    return out
+
+
+def _hoist_initializers(graph: onnx.GraphProto, scopes: dict[str, int], stack: list) -> None:
+    """Move outer-scope initializers that graphsurgeon copied into subgraphs back home (once)."""
+    depth = len(stack)
+    stack.append(graph)
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                _hoist_initializers(sub, scopes, stack)
+    if depth:
+        keep = []
+        for init in graph.initializer:
+            home = scopes.get(init.name)
+            if home is None or home >= depth:
+                keep.append(init)
+                continue
+            target = stack[home]
+            if all(t.name != init.name for t in target.initializer):
+                target.initializer.append(init)
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
+    stack.pop()
+
+
+def _ir3_initializers(graph: onnx.GraphProto, original: dict[str, int]) -> None:
+    """IR < 4: every initializer is an input of its graph (see the module docstring)."""
+    for sub in list(iter_graphs(graph))[1:]:
+        fresh = [i for i in sub.initializer if i.name not in original]
+        kept = [i for i in sub.initializer if i.name in original]
+        del sub.initializer[:]
+        sub.initializer.extend(kept)
+        graph.initializer.extend(fresh)
+    listed = {i.name for i in graph.input}
+    for init in graph.initializer:
+        if init.name not in listed:
+            graph.input.append(
+                onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+            )
+
+
+def _restore_overridable_inputs(graph: onnx.GraphProto, original: onnx.GraphProto) -> None:
+    """Keep graph inputs that also have an initializer (IR < 4 style); graphsurgeon drops them."""
+    present = {i.name for i in graph.input}
+    inits = {i.name for i in graph.initializer}
+    wanted = [i for i in original.input if i.name in present or i.name in inits]
+    if [i.name for i in wanted] == [i.name for i in graph.input]:
+        return
+    by_name = {i.name: i for i in graph.input}
+    rebuilt = [by_name.get(i.name, i) for i in wanted]
+    del graph.input[:]
+    graph.input.extend(rebuilt)
