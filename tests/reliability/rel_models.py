@@ -1,0 +1,117 @@
+"""Broken and unusual models for the reliability battery, built in code (no binaries)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxmlu.testing import conv_chain_model, make_model
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def good_bytes() -> bytes:
+    return conv_chain_model().SerializeToString()
+
+
+def checker_failure() -> onnx.ModelProto:
+    """A Relu with two inputs: onnx's checker rejects it (and onnxruntime would, at run time)."""
+    model = conv_chain_model()
+    model.graph.node[1].input.append("x")
+    return model
+
+
+def cycle() -> onnx.ModelProto:
+    model = conv_chain_model()
+    model.graph.node[0].input[0] = "r1"  # conv0 reads relu1's output, which depends on conv0
+    return model
+
+
+def dangling_input() -> onnx.ModelProto:
+    model = conv_chain_model()
+    model.graph.node[2].input[0] = "nothing_makes_this"
+    return model
+
+
+def opset(version: int) -> onnx.ModelProto:
+    model = conv_chain_model()
+    model.opset_import[0].version = version
+    return model
+
+
+def unknown_domain(typed: bool) -> onnx.ModelProto:
+    """relu0 -> com.example::Foo -> relu1: Foo stays on the host between two blocks. Without a
+    value_info nothing can type Foo's output, which then enters a block."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu0"),
+        helper.make_node("Foo", ["a"], ["b"], name="foo", domain="com.example"),
+        helper.make_node("Relu", ["b"], ["y"], name="relu1"),
+    ]
+    value_info = [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4, 8, 8])] if typed else []
+    graph = helper.make_graph(nodes, "unknown_domain", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              value_info=value_info)
+    return make_model(graph, extra_opsets={"com.example": 1})
+
+
+def data_dependent_reshape() -> onnx.ModelProto:
+    """x[N,8,H,W] -> Conv -> Relu -> Reshape(Concat(Shape(r)[:1], [-1])) -> MatMul(128x10).
+
+    With H and W symbolic, neither the conv's output map nor the MatMul's inner dimension can be
+    sized (the reshape target is computed at run time), so planning needs --input-shape; with
+    x:1,8,4,4 everything is static (MatMul K = 8*4*4 = 128)."""
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "H", "W"])
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2, "w"),
+        numpy_helper.from_array(rng.standard_normal((128, 10)).astype(np.float32) * 0.1, "fc"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape", end=1),
+        helper.make_node("Concat", ["s", "minus1"], ["target"], axis=0, name="target"),
+        helper.make_node("Reshape", ["r", "target"], ["flat"], name="reshape"),
+        helper.make_node("MatMul", ["flat", "fc"], ["y"], name="fc"),
+    ]
+    graph = helper.make_graph(nodes, "data_dependent", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)
+    return make_model(graph)
+
+
+def training_batchnorm() -> onnx.ModelProto:
+    """BatchNormalization with training_mode=1 (opset 15): must stay on the host, with a reason."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    inits = [numpy_helper.from_array(np.full(4, v, np.float32), n)
+             for n, v in (("scale", 2.0), ("bias", 0.5), ("mean", 0.1), ("var", 1.0))]
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y", "running_mean", "running_var"],
+                         training_mode=1, name="bn"),
+        helper.make_node("Relu", ["y"], ["z"], name="relu"),
+    ]
+    graph = helper.make_graph(nodes, "training_bn", [x], [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                              inits)
+    return make_model(graph, opset=15)
+
+
+def mlp(widths=(64, 128, 128, 32), batch=1, seed=0) -> onnx.ModelProto:
+    """MatMul + Add + Relu layers: weights that the block splitter can count."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], "x"
+    for i, (a, b) in enumerate(zip(widths, widths[1:])):
+        inits.append(numpy_helper.from_array((rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32), f"w{i}"))
+        inits.append(numpy_helper.from_array(rng.standard_normal(b).astype(np.float32) * 0.1, f"b{i}"))
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"], name=f"fc{i}"),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"bias{i}"),
+                  helper.make_node("Relu", [f"a{i}"], [f"h{i}"], name=f"relu{i}")]
+        x = f"h{i}"
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, widths[0]])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, widths[-1]])], inits)
+    return make_model(graph)
