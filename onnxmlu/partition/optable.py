@@ -39,7 +39,8 @@ OP_KINDS: dict[str, str] = {
     "AveragePool": "pool",
     "GlobalAveragePool": "global_pool",
     "GlobalMaxPool": "global_pool",
-    "ReduceMean": "global_pool",
+    # reductions (priced like global pooling: one op per input element)
+    **{op: "global_pool" for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum")},
     # softmax family
     "Softmax": "softmax",
     "LogSoftmax": "softmax",
