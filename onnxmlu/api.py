@@ -19,7 +19,7 @@ import onnx
 
 from onnxmlu.analyze import Analysis, analyze
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.graph import infer_shapes, load_model, normalize
+from onnxmlu.graph import load_model, normalize
 from onnxmlu.partition.collapse import BlockFigures, collapse
 from onnxmlu.partition.plan import Plan, split_oversized_blocks
 from onnxmlu.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware
@@ -80,8 +80,8 @@ def prepare(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
         return normalized, None
     from onnxmlu.rewrite import rewrite_model
 
-    rewritten, report = rewrite_model(normalized, bn_mode=bn_mode, only=only)
-    return infer_shapes(rewritten), report
+    # rewrite_model exports value_info for every tensor it creates: no second inference pass
+    return rewrite_model(normalized, bn_mode=bn_mode, only=only)
 
 
 def refuse_fused(model: onnx.ModelProto) -> None:
