@@ -9,16 +9,18 @@ SIGKILL a hidden ``.NAME.*.tmp`` file may remain next to the destination, never 
 
 Models whose tensors exceed protobuf's 2 GB limit (or when asked) are written with their
 tensors in one external data file ``NAME.data`` next to ``NAME`` — block bodies included,
-through ``convert_attribute=True``. Both files are written into a private temporary folder
-beside the destination, then moved in this order:
+through ``convert_attribute=True``. Both files are written and fsync'ed in a private temporary
+folder beside the destination (``.NAME.*.tmp/``), then renamed in this order:
 
-1. if an older ``NAME.data`` exists, the old ``NAME`` is removed first, so an old model can
-   never be paired with new data;
+1. the old ``NAME``, then the old ``NAME.data``, move into that folder (so an old model can
+   never be paired with new data);
 2. the new ``NAME.data`` is renamed into place;
-3. the new ``NAME`` is renamed into place (the commit point).
+3. the new ``NAME`` is renamed into place: the commit point.
 
-A crash at any point leaves either the old model with its data, or no model (possibly a
-new or stale ``NAME.data`` without a model), or the new model with its data.
+An exception or KeyboardInterrupt before the commit point moves the old pair back. A SIGKILL
+or power loss leaves the old model with its data, or no ``NAME`` at all (the old pair then
+sits in the hidden temporary folder; a new ``NAME.data`` may sit without its model), or the
+new model with its data — never a model with the wrong or a truncated data file.
 """
 
 from __future__ import annotations
@@ -97,10 +99,9 @@ def _serialize(model: onnx.ModelProto, out: Path) -> bytes:
 def _write_with_external_data(model: onnx.ModelProto, out: Path) -> None:
     folder = check_destination(out)
     data_name = external_data_name(out)
-    staging = _mkdtemp(out, folder)
+    staging = Path(_mkdtemp(out, folder))
     try:
-        staged_model = Path(staging) / out.name
-        staged_data = Path(staging) / data_name
+        staged_model, staged_data = staging / out.name, staging / data_name
         # onnx.save strips the weights from the proto it writes: write a copy, keep the caller's.
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
@@ -108,8 +109,9 @@ def _write_with_external_data(model: onnx.ModelProto, out: Path) -> None:
                   location=data_name, size_threshold=1024, convert_attribute=True)
         del copy
         for path in (staged_data, staged_model):
-            _fsync_file(path)
-        _commit(staged_model, staged_data, out, folder / data_name, folder)
+            if path.exists():  # a model without a tensor above the threshold has no data file
+                _fsync_file(path)
+        _commit(staging, staged_model, staged_data, out, folder / data_name)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         _reraise_os_error(exc, out)
@@ -117,15 +119,30 @@ def _write_with_external_data(model: onnx.ModelProto, out: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def _commit(staged_model: Path, staged_data: Path, out: Path, data: Path, folder: Path) -> None:
-    """Data first, model last (the commit point); an old model never meets new data."""
-    if data.exists() and out.exists():
-        out.unlink()
+def _commit(staging: Path, staged_model: Path, staged_data: Path, out: Path, data: Path) -> None:
+    """Old model and data out of the way (into the staging folder), new data in, new model in
+    (the commit point). An exception or interrupt rolls back to the old pair."""
+    folder = out.parent
+    backups = {out: staging / ".previous-model", data: staging / ".previous-data"}
+    moved: list[Path] = []
+    placed_data = False
+    try:
+        for path in (out, data):  # the model first: an old model never meets new data
+            if path.exists():
+                os.replace(path, backups[path])
+                moved.append(path)
         _fsync_folder(folder)
-    if staged_data.exists():  # a model with no tensor above the threshold has no data file
-        os.replace(staged_data, data)
-        _fsync_folder(folder)
-    os.replace(staged_model, out)
+        if staged_data.exists():
+            os.replace(staged_data, data)
+            placed_data = True
+            _fsync_folder(folder)
+        os.replace(staged_model, out)
+    except BaseException:  # not committed: put the old pair back (data first, the model last)
+        if placed_data and data not in moved:
+            data.unlink(missing_ok=True)
+        for path in reversed(moved):
+            os.replace(backups[path], path)
+        raise
     _fsync_folder(folder)
 
 
