@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def write_bytes_atomic(data: bytes, out: Path) -> None:
     folder = check_destination(out)
     fd, tmp = _mkstemp(out, folder)
     try:
+        os.fchmod(fd, _final_mode(out))  # mkstemp makes 0600 files; a saved model is a normal file
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -108,8 +110,9 @@ def _write_with_external_data(model: onnx.ModelProto, out: Path) -> None:
         onnx.save(copy, staged_model, save_as_external_data=True, all_tensors_to_one_file=True,
                   location=data_name, size_threshold=1024, convert_attribute=True)
         del copy
-        for path in (staged_data, staged_model):
+        for path, final in ((staged_data, folder / data_name), (staged_model, out)):
             if path.exists():  # a model without a tensor above the threshold has no data file
+                os.chmod(path, _final_mode(final))
                 _fsync_file(path)
         _commit(staging, staged_model, staged_data, out, folder / data_name)
     except BaseException as exc:
@@ -158,6 +161,27 @@ def _mkdtemp(out: Path, folder: Path) -> str:
         return tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:
         raise OnnxMluError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
+def _final_mode(path: Path) -> int:
+    """An existing file keeps its permissions; a new one gets what open() would give it."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    try:  # Linux reports it without changing it (os.umask would race with other threads)
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_file(path: Path) -> None:

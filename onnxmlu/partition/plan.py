@@ -141,7 +141,7 @@ def split_oversized_blocks(plan: Plan, layers: Sequence[Layer], limit_bytes: int
         start, weight = block.start, 0
         for i in range(block.start, block.stop):
             w = layers[i].weight_bytes
-            if i > start and weight + w > limit_bytes:
+            if i > start and w > 0 and weight + w > limit_bytes:  # weightless layers stay with their producer
                 blocks.append(Block(start, i, block.mp))
                 start, weight = i, 0
             weight += w

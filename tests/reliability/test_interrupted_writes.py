@@ -189,3 +189,18 @@ def test_external_data_file_sits_next_to_the_model(tmp_path):
     assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in stored.graph.initializer)
     assert digest(onnx.load(dest)) == digest(model)
     assert model.graph.initializer[0].raw_data, "save_model must not strip the caller's weights"
+
+
+def test_saved_files_get_normal_permissions(tmp_path):
+    """mkstemp makes 0600 files: a new model gets what open() would give it, an old one keeps its mode."""
+    umask = os.umask(0o022)
+    try:
+        api.save_model(build("A", 1), tmp_path / "single.onnx")
+        api.save_model(build("A", 1), tmp_path / "split.onnx", external_data=True)
+        assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {
+            "single.onnx": 0o644, "split.onnx": 0o644, "split.onnx.data": 0o644}
+        (tmp_path / "single.onnx").chmod(0o640)
+        api.save_model(build("B", 1), tmp_path / "single.onnx")
+        assert (tmp_path / "single.onnx").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(umask)
