@@ -303,6 +303,7 @@ def plan(
     mp: MpOpt = None,
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Timeline of blocks with MP and simulated time (PNG).", show_default=False)] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Plan blocks and MP without collapsing; edit the JSON and pass it to `fuse --plan`.
@@ -318,16 +319,20 @@ def plan(
     text = chosen.to_json(analysis.layers)
     if output is not None:
         output.write_text(text)
+    cost = api.cost_function(hardware)
+    rows = [{"block": b, "mp": block.mp, "sim_latency_us": float(cost(block.layers(analysis.layers), block.mp)),
+             "first": analysis.layers[block.start].name, "last": analysis.layers[block.stop - 1].name,
+             "start": block.start, "stop": block.stop} for b, block in enumerate(chosen.blocks)]
+    total = sum(r["sim_latency_us"] for r in rows)
+    if plot is not None:
+        from onnxmlu.plots import plan_chart
+
+        plan_chart(rows, plot, title=f"{model.stem}: {chosen.strategy}, {len(rows)} blocks, {total:.0f} µs simulated")
     if not quiet:
-        cost = api.cost_function(hardware)
-        total = 0.0
-        for b, block in enumerate(chosen.blocks):
-            latency = cost(block.layers(analysis.layers), block.mp)
-            total += latency
-            layers = analysis.layers[block.start : block.stop]
-            console.print(f"block {b:3d}  mp={block.mp:2d}  layers {block.start}..{block.stop - 1} "
-                          f"({layers[0].name} → {layers[-1].name})  {latency:9.1f} µs")
-        console.print(f"{len(chosen.blocks)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
+        for r in rows:
+            console.print(f"block {r['block']:3d}  mp={r['mp']:2d}  layers {r['start']}..{r['stop'] - 1} "
+                          f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
+        console.print(f"{len(rows)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
     elif output is None:
         sys.stdout.write(text)
 
@@ -359,7 +364,7 @@ def compare(
         names = ["none", *names]
     networks = _compare_inputs(model, input_shape)
     report = {}
-    for label, source in networks:
+    for label, source in _progress(networks, "planning", quiet or len(networks) == 1):
         analysis = api.inspect(source, input_shapes=_shapes(input_shape), rewrite=True)
         results = api.compare(analysis, hardware, names)
         base = results[0].sim_latency_us
@@ -373,6 +378,13 @@ def compare(
         from onnxmlu.plots import speedup_chart
 
         speedup_chart(report, plot)
+
+
+def _progress(items, label: str, hidden: bool):
+    """Iterate with a rich progress bar on stderr (hidden for one item or --quiet)."""
+    from rich.progress import track
+
+    return items if hidden else track(items, description=label, console=err_console, transient=True)
 
 
 def _compare_inputs(model, input_shape):

@@ -100,3 +100,62 @@ def test_zoo_command_builds_a_model(tmp_path):
     model = onnx.load(out)
     assert model.graph.input[0].type.tensor_type.shape.dim[1].dim_param == "N"
     assert invoke("zoo", "nosuchnet", tmp_path / "x.onnx").exit_code == 2
+
+
+def test_rewrite_command_reports_counts(tmp_path):
+    src, out = tmp_path / "lstm.onnx", tmp_path / "lstm.rw.onnx"
+    assert invoke("zoo", "lstm", src, "-q").exit_code == 0
+    result = invoke("rewrite", src, out, "--only", "rnn", "--json", tmp_path / "rw.json")
+    assert result.exit_code == 0, result.output
+    assert "rnn: rewrote 2 node(s)" in result.output
+    ops = {n.op_type for n in onnx.load(out).graph.node}
+    assert "LSTM" not in ops and "Gemm" in ops  # --only rnn leaves the Gemm head alone
+    assert invoke("rewrite", src, out, "--only", "nope").exit_code == 2
+
+
+def test_plan_then_fuse_with_the_plan_file(chain_file, tmp_path):
+    plan_file, png = tmp_path / "plan.json", tmp_path / "plan.png"
+    result = invoke("plan", chain_file, "-s", "none", "-o", plan_file, "--plot", png)
+    assert result.exit_code == 0, result.output
+    plan = json.loads(plan_file.read_text())
+    assert plan["format"] == "onnxmlu-plan" and all(b["mp"] == 1 for b in plan["blocks"])
+    assert png.stat().st_size > 5_000
+    plan["blocks"] = [{"start": 0, "stop": 5, "mp": 2}, {"start": 5, "stop": len(plan["blocks"]), "mp": 8}]
+    plan_file.write_text(json.dumps(plan))
+    out = tmp_path / "fused.onnx"
+    result = invoke("fuse", chain_file, out, "--plan", plan_file, "--json", "-", "-q")
+    assert result.exit_code == 0, result.output
+    assert [b["mp"] for b in json.loads(result.output)["blocks"]] == [2, 8]
+    plan["blocks"][1]["mp"] = 99
+    plan_file.write_text(json.dumps(plan))
+    result = invoke("fuse", chain_file, out, "--plan", plan_file)
+    assert result.exit_code == 2 and "mp=99" in result.output
+
+
+def test_compare_and_hw_commands(chain_file, tmp_path):
+    result = invoke("compare", chain_file, "--strategies", "all-fusion", "--json", "-", "-q",
+                    "--plot", tmp_path / "c.png")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["networks"]["chain"]
+    assert [r["strategy"] for r in rows] == ["none", "all-fusion"]
+    assert rows[0]["speedup"] == 1.0 and rows[1]["sim_latency_us"] > 0
+    assert (tmp_path / "c.png").stat().st_size > 5_000
+    assert invoke("compare").exit_code == 2
+    assert "mlu100" in invoke("hw", "list").output
+    assert json.loads(invoke("hw", "show", "mlu100").output)["cores"] == 32
+    assert invoke("hw", "show", "nosuch").exit_code == 2
+
+
+def test_run_command_profiles_blocks(chain_file, tmp_path):
+    fused = tmp_path / "fused.onnx"
+    assert invoke("fuse", chain_file, fused, "-s", "all-fusion", "-q").exit_code == 0
+    result = invoke("run", fused, "--repeat", "3", "--profile", "--json", tmp_path / "run.json",
+                    "--save", tmp_path / "out.npz")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "run.json").read_text())
+    assert [o["name"] for o in report["outputs"]] == ["pooled", "idx1"]
+    blocks = [p for p in report["profile"] if p["op_type"] == "MLUFusionBlock"]
+    assert len(blocks) == 2 and all(p["measured_us"] > 0 and p["sim_latency_us"] > 0 for p in blocks)
+    import numpy as np
+
+    assert set(np.load(tmp_path / "out.npz").files) == {"pooled", "idx1"}
