@@ -3,7 +3,7 @@
 Cases run in child processes (fuzz_blocks.py) in chunks, so a crash (a signal, an abort, a
 non-zero exit) is caught and reported with the seed and the case to replay. Every session
 creation must succeed or fail with a message naming MLUFusionBlock; see fuzz_blocks.py for the
-mutations. The quick test runs 200 cases; the slow one 12,000 (and 2,000 under ASan + UBSan
+mutations. The quick test runs 200 cases; the slow one 12,000 (and 10,000 under ASan + UBSan
 when ``make sanitize`` has built that library).
 """
 
@@ -101,6 +101,6 @@ def _asan_env() -> dict:
 def test_fuzz_under_address_sanitizer():
     if not ASAN_LIBRARY.is_file():
         pytest.skip("run `make sanitize` first to build the ASan + UBSan library")
-    totals, seconds = fuzz(seed=77, total=2_000, chunk=500, extra_env=_asan_env())
+    totals, seconds = fuzz(seed=77, total=10_000, chunk=1_000, extra_env=_asan_env())
     print(f"\nfuzz under ASan: {totals['cases']} cases, {totals['created']} sessions, {totals['ran']} runs in {seconds:.1f} s")
-    check(totals, 2_000, 20)
+    check(totals, 10_000, 200)
