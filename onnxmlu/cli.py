@@ -84,7 +84,9 @@ def _emit_json(target: Optional[Path], payload: dict) -> None:
     if str(target) == "-":
         sys.stdout.write(text)
     else:
-        target.write_text(text)
+        from onnxmlu.atomic import write_bytes_atomic
+
+        write_bytes_atomic(text.encode(), target)  # a report is never half-written
 
 
 def _shapes(specs: Optional[List[str]]):
@@ -318,7 +320,9 @@ def plan(
     chosen = api.make_plan(analysis, hardware, strategy=strategy, mp=mp)
     text = chosen.to_json(analysis.layers)
     if output is not None:
-        output.write_text(text)
+        from onnxmlu.atomic import write_bytes_atomic
+
+        write_bytes_atomic(text.encode(), output)
     cost = api.cost_function(hardware)
     rows = [{"block": b, "mp": block.mp, "sim_latency_us": float(cost(block.layers(analysis.layers), block.mp)),
              "first": analysis.layers[block.start].name, "last": analysis.layers[block.stop - 1].name,
