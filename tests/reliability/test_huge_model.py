@@ -23,12 +23,21 @@ import pytest
 
 import rel_models as models
 from onnxmlu import api, runtime
+from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.partition.plan import Block, Plan, split_oversized_blocks
 from onnxmlu.perf.layers import Layer
 from onnxmlu.schema import is_fusion_block
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_PROTO_BYTES = 2**31 - 1
+
+
+@pytest.fixture
+def library():
+    try:
+        return runtime.custom_ops_library()
+    except RuntimeLibraryError as error:
+        pytest.skip(str(error))
 
 
 # --- the splitter ------------------------------------------------------------------------------
@@ -59,7 +68,7 @@ def test_split_keeps_a_plan_that_fits_as_it_is():
     assert split_oversized_blocks(plan, layers, 20) is plan
 
 
-def test_fuse_splits_blocks_over_the_body_limit(monkeypatch):
+def test_fuse_splits_blocks_over_the_body_limit(monkeypatch, library):
     """A tiny limit on a normal model: more blocks, same MP, same numbers."""
     original = models.mlp(widths=(64, 128, 128, 128, 32))
     whole = api.fuse(original, strategy="all-fusion", mp=4)
@@ -77,7 +86,7 @@ def test_fuse_splits_blocks_over_the_body_limit(monkeypatch):
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
-def test_save_model_external_data_on_request(tmp_path):
+def test_save_model_external_data_on_request(tmp_path, library):
     fused = api.fuse(models.mlp(), strategy="all-fusion").model
     path = api.save_model(fused, tmp_path / "m.onnx", external_data=True)
     stored = onnx.load(path, load_external_data=False)
@@ -114,7 +123,7 @@ def _fuse_in_child(src: Path, out: Path) -> tuple[float, float, str]:
 
 
 @pytest.mark.slow
-def test_model_above_2gb_fuses_to_external_data_and_matches(tmp_path):
+def test_model_above_2gb_fuses_to_external_data_and_matches(tmp_path, library):
     from huge_model import build
 
     _resources_or_skip(tmp_path)
