@@ -8,79 +8,80 @@ network a layer comes from.
 Units
 -----
 ``Layer.ops`` counts operations as DLFusion Eq. 1-2 do: 2 x MAC.  Rates are per
-microsecond: a core of P TFLOPS runs ``P * 1e6`` ops/us; a link of B GB/s moves
-``B * 1e3`` bytes/us.  "MOPs" below means 10^6 such operations.  (The paper's Table II
-totals are 2 x MAC / 2^30 -- ResNet-18 3.38, ResNet-50 7.62 -- while its section IV.B figures
+microsecond: a core of P TFLOPS runs ``P * 1e6`` ops/µs, a link of B GB/s moves ``B * 1e3``
+bytes/µs.  "MOPs" means 10^6 such operations.  (The paper's Table II totals are
+2 x MAC / 2^30 -- ResNet-18 3.38, ResNet-50 7.62 -- while its section IV.B figures
 "1.72 / 0.43 GOPs" for {512,512,28x28} / {512,512,14x14} are MAC / 2^30.)
 
 The block model
 ---------------
-A block ``B`` (a contiguous run of layers) runs on ``m`` cores, all its layers at the same
-``m`` (DLFusion Fig. 8b: a block whose layers want very different MPs pays for it).  The
-``m`` cores are arranged as ``g_c`` channel groups x ``g_s = a x b`` spatial tiles; the model
-evaluates every factorisation of ``m`` and keeps the fastest (a compiler would).
+A block (a contiguous run of layers) runs on ``m`` cores, all its layers at the same ``m``
+(so a block whose layers want very different MPs pays for it, DLFusion Fig. 8b).  The
+cores form ``g_c`` channel groups x ``g_s = a x b`` spatial tiles; the model prices every
+factorisation of ``m`` and keeps the fastest, as a compiler would.
 
-* **Channel groups** split each layer's output channels ``C`` (``out_channels``: output
-  channels of a conv, output features of an FC, the channels of an element-wise layer).  A
-  core's slice is never smaller than the hardware's partition granule ``G``
-  (``channel_granule``; DLFusion Fig. 6a): its share is ``max(C/g_c, min(C, G)) / C``, so a
-  64-channel layer on 8 channel groups of a 64-channel granule does the work of the whole
-  layer on every core.  The floor holds inside fused blocks too -- without it an optimiser
-  would split narrow layers across cores for free.
-* **Spatial tiles** split each output map into an ``a x b`` grid.  Inside a fused block a
-  tile is computed end to end without exchanging data, so every layer's tile must grow by the
-  receptive field of the fused layers after it (halo recomputation, DLFusion Fig. 7a;
-  Alwani et al.).  For layer ``l`` of a block ending at ``j`` the extra rows needed (in l's
-  own resolution) are ``need_l = H_l * sum_{l<q<j} max(0, k_q - s_q) / H_in(q)`` -- each
-  later conv/pool with kernel k and stride s widens its input tile by ``k - s`` rows at its
-  input resolution ``H_in(q) = H_{q-1}``.  With ``a`` tiles, a tile has
-  ``max(1, H/a) + need * (a-1)/a`` rows on average (the a-1 cuts each add ``need`` rows),
-  capped at H; the redundancy factor is ``rho_h = a * rows / H`` (and likewise ``rho_w``).
-  A layer followed, in the block, by a layer that needs the whole map (FC, global pool,
-  softmax) gets ``need = inf``: each tile computes the whole map (rho = a).  Small maps also
-  waste tiles (``max(1, H/a)``: a 7x7 map has at most 7 tile rows).  Layers are taken as a
-  chain in topological order (a residual branch is assumed to need the halo of the longer
-  path -- a slight overestimate).
-* **Per-core efficiency** (DLFusion Fig. 3-4).  A core's work is
-  ``w = sum_l ops_l * rho_h * rho_w * share_l / m`` and it takes
-  ``t_c = smax(w, W_crit) / P`` with ``smax(x, y) = (x^k + y^k)^(1/k)`` a smooth maximum
-  (``knee_sharpness`` k).  Equivalently the efficiency ``e(w) = w / smax(w, W_crit)`` rises
-  with the op count per core and saturates at the critical count ``W_crit``
-  (``critical_mops_per_core``): a core needs about ``W_crit`` operations of work to fill its
-  pipelines; below that, time barely shrinks with less work.  Fusion raises ``w`` (the
-  paper's first benefit of fusion), more cores lower it.
-* **Multi-core overhead.**  Dispatching a block to ``m`` cores and joining them costs
-  ``core_sync_us * (m - 1)``; together with the efficiency knee this is why too many cores
-  hurt a small layer (DLFusion Fig. 4c, 5a).  Every block also pays ``launch_us``.
-* **Memory** (roofline).  A block reads its external inputs and its weights from DRAM and
-  writes its output; intermediate maps stay on chip (fusion's second benefit).  External
-  inputs are the first layer's inputs plus, for each later layer, whatever it reads beyond its
-  predecessor's output (``max(0, input_bytes_l - output_bytes_{l-1})``: a residual Add's
-  skip input, a downsample conv's block input).  DRAM bandwidth is shared, and one core
-  alone cannot saturate it: ``BW_eff = min(dram_gbps, m * core_dram_gbps)``, so
-  ``t_m = bytes / BW_eff`` (this per-core cap is what makes AlexNet's 240 MB of FC weights
-  slow at MP = 1).
-* **Overlap.**  Compute and memory overlap only partly:
-  ``t = launch + sync * (m-1) + max(t_c, t_m) + theta * min(t_c, t_m)`` (``overlap_theta``).
-  With perfect overlap (theta = 0) the optimiser would fuse convolutions into FC layers just
-  to hide their compute under the FC weight stream, which is not how the hardware behaves.
-  ``t_c >= ops / (m * P)`` and ``t_m >= bytes / dram_gbps``: the roofline bounds hold.
+1. **Work per core.**  Channel groups split each layer's output channels ``C`` (a conv's
+   output channels, an FC's output features, an element-wise layer's channels).  A core's
+   slice is never below the partition granule ``G`` (``channel_granule``, DLFusion Fig. 6a):
+   its share of the layer is ``max(C/g_c, min(C, G)) / C`` -- 8 groups on a 64-channel layer
+   with G = 40 do 40/64 of the layer each, not 1/8.  The floor holds inside fused blocks too
+   (without it the optimiser exploits narrow layers).  Spatial tiles split each output map
+   into an ``a x b`` grid; inside a fused block a tile is computed end to end, so every
+   layer's tile grows by the receptive field of the fused layers after it (halo
+   recomputation, Fig. 7a).  For layer ``l`` of a block that ends at layer ``j`` the extra rows
+   are ``need_l = H_l * sum_{l<q<=j} max(0, k_q - s_q) / H_{q-1}`` (each later conv/pool of
+   kernel k, stride s widens its input tile by k - s rows at its input resolution); a tile
+   has ``ceil(H/a) + need * (a-1)/a`` rows on average (a-1 cuts), at most H, so the
+   redundancy is ``rho = a * rows / H`` per dimension.  A layer followed in its block by one
+   that needs the whole map (FC, global pool, softmax) is computed whole by every tile
+   (rho = a).  Layers are taken as a chain in topological order.  Grouped convolutions run
+   as dense ones with block-diagonal weights (``grouped_conv_as_dense``: MLU100's CNML had no
+   depthwise kernel, which is also how DLFusion's Table II counts MobileNet at 10.33 GOPs --
+   0.56 with groups).
 
-Calibration (the ``mlu100`` profile)
-------------------------------------
-One parameter set, fitted by hand against DLFusion's findings (``tests/perf/
-test_paper_findings.py``): best fixed MP ~4 for ResNet-18 and ~16 for VGG-19; the best
-fusion block among 16 identical convs shrinks as the layer grows; DLFusion 3.6-7.9x over no
-optimisation and within 10% of the optimum.  ``core_sync_us`` and ``critical_mops_per_core``
-set where extra cores stop paying (ResNet-18's 0.23 G-op convs vs VGG-19's 3.7 G-op ones);
-``channel_granule`` and the halo set how large a fused block may grow before redundant work
-wins; ``core_dram_gbps`` sets the memory-bound baseline.  See the profile JSON for values.
+2. **Compute.**  ``w`` = a core's operations over the block (redundancy included) and
+   ``t_c = smax(w_mat, W_crit) / P + w_vec / P`` where ``w_mat`` is the conv/FC (matrix
+   engine) part, ``w_vec`` the rest and ``smax(x, y) = (x^k + y^k)^(1/k)`` a smooth maximum
+   (``knee_sharpness`` k).  So the efficiency ``e(w) = w / smax(w, W_crit)`` rises with the
+   operations per core and saturates at the critical count ``W_crit``
+   (``critical_mops_per_core``, Fig. 3-4): a block's pipeline needs about ``W_crit`` of work
+   per core to fill, whatever the number of layers in it (fusion's first benefit).  The
+   fill is paid once per block; each layer is charged its share ``w_l / P``.
+
+3. **Memory** (roofline).  A layer reads its weights -- every spatial tile reads its channel
+   group's weights, so weights are read ``g_s`` times (times the granule's padding) -- and a
+   block reads its external inputs (the first layer's input, each tile its rows plus halo;
+   later layers' inputs that do not come from their predecessor, e.g. a residual skip) and
+   writes its last output.  Intermediate maps stay on chip (fusion's second benefit) except
+   that channel groups exchange every map a channel-mixing layer reads through DRAM (written
+   and read once).  Bandwidth is shared and one core alone cannot saturate it:
+   ``BW(m) = min(dram_gbps, m * core_dram_gbps)`` (what makes AlexNet's 240 MB of FC weights
+   slow at MP = 1).
+
+4. **Overlap, overheads.**  Each layer overlaps its compute with its traffic only partly:
+   ``t_l = max(c_l, d_l) + theta * min(c_l, d_l)`` (``overlap_theta``); with perfect overlap
+   the optimiser fuses convolutions into FC layers just to hide them under the weight stream.
+   A block costs ``launch_us + layer_us * layers + core_sync_us * (m - 1) + fill + sum t_l``:
+   a launch, a per-layer issue/barrier cost, and dispatch/join over ``m`` cores -- with the
+   efficiency knee this is why too many cores hurt a small layer (Fig. 4c, 5a).
+   The roofline holds: ``t >= ops / (m * P)`` and ``t >= weight bytes / dram_gbps``.
+
+Calibration (``mlu100``) and ``OpCount_critical``
+-------------------------------------------------
+One parameter set, fitted with ``scripts/calibrate_model.py`` against the findings of
+``tests/perf/test_paper_findings.py`` (DLFusion section III and Fig. 10): the best fixed MP
+is ~4 for ResNet-18 and ~16 for VGG-19; the best fusion depth among 16 identical convs shrinks
+as the layer grows; DLFusion beats strategies 1-3, ties 4-5, is 3.6-7.9x over no optimisation
+and within 10 % of the optimum.  The knee (190 MOPs per core) and the per-core dispatch cost
+place the best MP of a single layer (ResNet-18's 0.23 G-op convs vs VGG-19's 3.7 G-op ones);
+granule, halo and weight re-reads bound how deep and how wide a fused block pays; the per-core
+DRAM cap and the per-layer cost set how slow the unoptimised baseline is.  Margins near the
+optimum are a few percent, as the paper's own are.
 
 The paper's ``OpCount_critical = 10^1.25 GOPs`` cannot be a per-core count in the units of
-its own Table II: ResNet-18 has 3.38 GOPs in total, so at any MP Algorithm 1 would never cut
-and every network would be one block.  The knee of Fig. 3/7c is a per-core quantity of tens
-of MOPs (10^1.25..10^1.63 MOPs per core cuts the zoo networks into 2-16 blocks); the model
-uses ``critical_mops_per_core`` both as its efficiency knee and as Algorithm 1's threshold.
+its Table II: ResNet-18 has 3.38 GOPs in total, so Algorithm 1 would never cut and every
+network would be one block.  As a per-core knee it is of the order of 10^2 MOPs here (10^2.3,
+i.e. ~10^2 M MAC), and Algorithm 1 uses it as its threshold (``strategies/dlfusion.py``).
 """
 
 from __future__ import annotations
@@ -92,28 +93,33 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from onnxmlu.errors import OnnxMluError
 from onnxmlu.perf.hardware import Hardware
 from onnxmlu.perf.layers import WHOLE_MAP_KINDS, Layer
 
 CostFn = Callable[[Sequence[Layer], int], float]
 
-#: Kinds that slide a window over their input map: they widen the tiles of earlier layers.
+#: Kinds that slide a window over their input: they widen the tiles of earlier layers.
 _WINDOW_KINDS = frozenset({"conv", "pool"})
-#: Kinds that run on the matrix engine and go through the efficiency knee.
+#: Kinds that run on the matrix engine (through the efficiency knee) and mix channels.
 _TENSOR_KINDS = frozenset({"conv", "fc"})
 
-#: Defaults of the ``"model"`` parameters (the mlu100 profile states all of them).
+#: The model's parameters and their defaults (the mlu100 calibration).
 DEFAULT_PARAMS: dict[str, float] = {
-    "critical_mops_per_core": 40.0,
-    "knee_sharpness": 2.0,
-    "channel_granule": 64,
-    "launch_us": 20.0,
-    "layer_us": 0.0,
-    "core_sync_us": 10.0,
-    "reduction_granule": 1,
-    "core_dram_gbps": 25.6,
-    "overlap_theta": 0.3,
+    "critical_mops_per_core": 210.0,
+    "knee_sharpness": 6.0,
+    "channel_granule": 40.0,
+    "launch_us": 0.5,
+    "layer_us": 6.0,
+    "core_sync_us": 1.0,
+    "core_dram_gbps": 27.0,
+    "overlap_theta": 0.36,
+    "grouped_conv_as_dense": 1.0,
 }
+
+#: Keys of the ``"model"`` dict that belong to the strategies (DLFusion's Eq. 5, Algorithm 1).
+STRATEGY_PARAMS = frozenset({"eq5_alpha", "eq5_beta", "eq5_offset", "eq5_ops_unit",
+                             "algorithm1_critical_mops_per_core"})
 
 
 @dataclass(frozen=True)
@@ -121,21 +127,26 @@ class ModelParams:
     """The performance model's parameters, resolved from a hardware profile."""
 
     cores: int
-    peak_ops_per_us: float       # per core
-    dram_bytes_per_us: float     # whole chip
+    peak_ops_per_us: float        # per core
+    dram_bytes_per_us: float      # whole chip
     core_dram_bytes_per_us: float
-    critical_ops: float          # per core, the efficiency knee
+    critical_ops: float           # per core: the efficiency knee
     knee_sharpness: float
-    channel_granule: int
+    channel_granule: float
     launch_us: float
     layer_us: float
     core_sync_us: float
-    reduction_granule: int
     overlap_theta: float
+    grouped_conv_as_dense: bool
 
     @classmethod
     def from_hardware(cls, hw: Hardware) -> "ModelParams":
-        p = {**DEFAULT_PARAMS, **(hw.model or {})}
+        model = dict(hw.model or {})
+        unknown = sorted(set(model) - set(DEFAULT_PARAMS) - STRATEGY_PARAMS)
+        if unknown:
+            raise OnnxMluError(f"hardware profile {hw.name!r}: unknown model parameter(s) "
+                               f"{', '.join(unknown)} (known: {', '.join(sorted(DEFAULT_PARAMS))})")
+        p = {**DEFAULT_PARAMS, **model}
         return cls(
             cores=hw.cores,
             peak_ops_per_us=hw.peak_tflops_fp32_per_core * 1e6,
@@ -143,12 +154,12 @@ class ModelParams:
             core_dram_bytes_per_us=float(p["core_dram_gbps"]) * 1e3,
             critical_ops=float(p["critical_mops_per_core"]) * 1e6,
             knee_sharpness=float(p["knee_sharpness"]),
-            channel_granule=int(p["channel_granule"]),
+            channel_granule=float(p["channel_granule"]),
             launch_us=float(p["launch_us"]),
             layer_us=float(p["layer_us"]),
             core_sync_us=float(p["core_sync_us"]),
-            reduction_granule=int(p["reduction_granule"]),
             overlap_theta=float(p["overlap_theta"]),
+            grouped_conv_as_dense=bool(p["grouped_conv_as_dense"]),
         )
 
 
@@ -158,13 +169,13 @@ class BlockEstimate:
 
     mp: int
     latency_us: float
-    compute_us: float        # t_c: per-core work through the efficiency knee
-    memory_us: float         # t_m: DRAM traffic at the effective bandwidth
-    overhead_us: float       # launch + multi-core dispatch/join
-    halo_us: float           # part of compute_us spent on redundant (halo/granule) work
-    ops: float               # useful operations of the block
+    compute_us: float        # pipeline fill + every layer's compute
+    memory_us: float         # every layer's DRAM traffic at the effective bandwidth
+    overhead_us: float       # launch + per-layer issue + dispatch/join over the cores
+    halo_us: float           # part of compute_us spent on redundant (halo, granule) work
+    ops: float               # useful operations (as the hardware runs them)
     redundant_ops: float     # extra operations from halo recomputation and the granule floor
-    dram_bytes: float
+    dram_bytes: float        # including re-read weights and exchanged maps
     channel_groups: int
     tiles: tuple[int, int]
 
@@ -174,32 +185,31 @@ class BlockEstimate:
 
 
 # ---------------------------------------------------------------------------------------
-# Per-layer arrays and factorisations
+# Per-layer arrays and the factorisations of m
 
 
 @dataclass(frozen=True)
 class _Arrays:
     ops: np.ndarray
-    tensor: np.ndarray       # 1.0 for conv/FC layers (matrix engine), 0.0 otherwise
+    tensor: np.ndarray       # 1.0 for conv/FC layers (matrix engine)
+    mixes: np.ndarray        # 1.0 where every output channel reads every input channel
     chan: np.ndarray
     height: np.ndarray
     width: np.ndarray
-    halo_h: np.ndarray       # prefix sums of max(0, k-s)/H_in over window layers
+    halo_h: np.ndarray       # prefix sums of max(0, k - s) / H_in over window layers
     halo_w: np.ndarray
     whole: np.ndarray        # prefix counts of whole-map consumers
     ext_in: np.ndarray       # bytes a layer reads from outside when not first in its block
     first_in: np.ndarray     # bytes a layer reads when it opens a block
     out: np.ndarray
-    weights_cum: np.ndarray  # prefix sums of weight bytes (length n+1)
-    ext_cum: np.ndarray      # prefix sums of ext_in (length n+1)
+    weights: np.ndarray
     segment: np.ndarray
 
 
-def _arrays(layers: Sequence[Layer], p: "ModelParams") -> _Arrays:
+def _arrays(layers: Sequence[Layer], p: ModelParams) -> _Arrays:
     n = len(layers)
     f = lambda attr: np.array([float(getattr(l, attr)) for l in layers], dtype=float)  # noqa: E731
-    height = np.maximum(f("out_height"), 1.0)
-    width = np.maximum(f("out_width"), 1.0)
+    height, width = np.maximum(f("out_height"), 1.0), np.maximum(f("out_width"), 1.0)
     hh, hw_, whole = np.zeros(n), np.zeros(n), np.zeros(n)
     for q in range(1, n):
         layer = layers[q]
@@ -210,15 +220,15 @@ def _arrays(layers: Sequence[Layer], p: "ModelParams") -> _Arrays:
     inp, out = f("input_bytes"), f("output_bytes")
     ext = np.concatenate([[0.0], np.maximum(inp[1:] - out[:-1], 0.0)]) if n else inp
     tensor = np.array([1.0 if l.kind in _TENSOR_KINDS else 0.0 for l in layers])
-    lanes = np.array([max(1, l.in_channels // max(l.groups, 1)) for l in layers], dtype=float)
-    ops = f("ops") * np.where(tensor > 0, np.maximum(1.0, p.reduction_granule / lanes), 1.0)
+    mixes = np.array([1.0 if l.kind == "fc" or (l.kind == "conv" and l.groups == 1) else 0.0
+                      for l in layers])
+    dense = np.array([float(max(l.groups, 1)) if l.kind == "conv" and p.grouped_conv_as_dense
+                      else 1.0 for l in layers])
     return _Arrays(
-        ops=ops, tensor=tensor, chan=np.maximum(f("out_channels"), 1.0), height=height, width=width,
-        halo_h=np.cumsum(hh), halo_w=np.cumsum(hw_), whole=np.cumsum(whole),
-        ext_in=ext, first_in=inp, out=out,
-        weights_cum=np.concatenate([[0.0], np.cumsum(f("weight_bytes"))]),
-        ext_cum=np.concatenate([[0.0], np.cumsum(ext)]),
-        segment=np.array([l.segment for l in layers]),
+        ops=f("ops") * dense, tensor=tensor, mixes=mixes, chan=np.maximum(f("out_channels"), 1.0),
+        height=height, width=width, halo_h=np.cumsum(hh), halo_w=np.cumsum(hw_),
+        whole=np.cumsum(whole), ext_in=ext, first_in=inp, out=out,
+        weights=f("weight_bytes") * dense, segment=np.array([l.segment for l in layers]),
     )
 
 
@@ -232,7 +242,7 @@ def _grid(tiles: int) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=64)
 def _factorisations(mps: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """Every (m, g_c, a, b) with g_c * a * b = m for m in mps, plus each row's mp index."""
+    """Columns (mp index, m, g_c, a, b) of every g_c * a * b = m for m in mps."""
     rows = []
     for k, m in enumerate(mps):
         for gc in range(1, m + 1):
@@ -244,74 +254,94 @@ def _factorisations(mps: tuple[int, ...]) -> tuple[np.ndarray, ...]:
 
 
 # ---------------------------------------------------------------------------------------
-# The vectorised core: every block ending at `stop` and starting in [lo, stop), every mp
+# The vectorised core: every block [i, stop) with i in [lo, stop), every factorisation
 
 
 @dataclass(frozen=True)
 class _Terms:
-    work: np.ndarray         # [starts, F] per-core matrix-engine work incl. redundancy
-    vector: np.ndarray       # [starts, F] per-core vector work incl. redundancy
-    useful: np.ndarray       # [starts, F] per-core work without spatial redundancy
+    """Rows: block starts lo..stop-1; columns: factorisations of every requested mp."""
+
+    total: np.ndarray
+    compute: np.ndarray
+    memory: np.ndarray
+    overhead: np.ndarray
+    plain_compute: np.ndarray    # compute without redundancy
+    work: np.ndarray             # operations per core, redundancy included
+    dram: np.ndarray
     fac: tuple[np.ndarray, ...]
 
 
-def _per_core_work(a: _Arrays, lo: int, stop: int, fac, p: ModelParams) -> _Terms:
-    idx, m, gc, ta, tb = fac
-    sl = slice(lo, stop)
-    last = stop - 1
-    # relative halo of each layer l: rows needed beyond its tile / H_l, up to the block end
+def _suffix(x: np.ndarray) -> np.ndarray:
+    """Row i: the sum of rows i.. (a block starting at i and ending at the sweep's stop)."""
+    return np.cumsum(x[::-1], axis=0)[::-1]
+
+
+def _terms(a: _Arrays, lo: int, stop: int, mps: tuple[int, ...], p: ModelParams) -> _Terms:
+    fac = _factorisations(mps)
+    _, m, gc, ta, tb = fac
+    sl, last = slice(lo, stop), stop - 1
+    rho = _redundancy(a, sl, last, ta, tb)
+    chan = a.chan[sl][:, None]
+    share = np.maximum(chan / gc, np.minimum(chan, p.channel_granule)) / chan
+    ops, tensor = a.ops[sl][:, None], a.tensor[sl][:, None]
+    per_core = ops * share / (ta * tb) * rho
+    mat = _suffix(per_core * tensor)
+    fill = (_knee(mat, p) - mat) / p.peak_ops_per_us
+    c_l = per_core / p.peak_ops_per_us
+    # traffic of each layer: weights (re-read by every tile), what it reads from outside,
+    # the maps channel groups exchange; the first layer reads its input, the last writes
+    bw = np.minimum(p.dram_bytes_per_us, m * p.core_dram_bytes_per_us)
+    w_l = a.weights[sl][:, None] * share * gc * (ta * tb)
+    xchg = (2.0 * a.mixes * np.maximum(a.first_in - a.ext_in, 0.0))[sl][:, None] * (gc > 1)
+    out_l = np.zeros((stop - lo, 1))
+    out_l[-1, 0] = a.out[last]
+    mid_b = w_l + a.ext_in[sl][:, None] + xchg + out_l
+    first_b = w_l + a.first_in[sl][:, None] * rho + out_l
+    d_mid, d_first = mid_b / bw, first_b / bw
+    th = p.overlap_theta
+    t_mid = np.maximum(c_l, d_mid) + th * np.minimum(c_l, d_mid)
+    t_first = np.maximum(c_l, d_first) + th * np.minimum(c_l, d_first)
+    n_layers = (stop - np.arange(lo, stop))[:, None]
+    overhead = p.launch_us + p.layer_us * n_layers + p.core_sync_us * (m - 1.0)
+    total = overhead + fill + _suffix(t_mid) - t_mid + t_first
+    compute = fill + _suffix(c_l)
+    plain = ops / m
+    plain_mat = _suffix(plain * tensor)
+    plain_compute = (_knee(plain_mat, p) + _suffix(plain * (1.0 - tensor))) / p.peak_ops_per_us
+    dram = _suffix(mid_b) - mid_b + first_b
+    return _Terms(total, compute, dram / bw, np.broadcast_to(overhead, total.shape),
+                  np.broadcast_to(plain_compute, total.shape), _suffix(per_core), dram, fac)
+
+
+def _redundancy(a: _Arrays, sl: slice, last: int, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
+    """rho_h * rho_w of every layer in [sl] for blocks ending at ``last``, per tiling."""
     rel_h = (a.halo_h[last] - a.halo_h[sl])[:, None]
     rel_w = (a.halo_w[last] - a.halo_w[sl])[:, None]
     blocked = (a.whole[last] - a.whole[sl])[:, None] > 0
-    rho_h = _rho(rel_h, blocked, a.height[sl][:, None], ta[None, :])
-    rho_w = _rho(rel_w, blocked, a.width[sl][:, None], tb[None, :])
-    chan = a.chan[sl][:, None]
-    share = np.maximum(chan / gc[None, :], np.minimum(chan, p.channel_granule)) / chan
-    base = a.ops[sl][:, None] * share / (ta * tb)[None, :]
-    per_layer = base * rho_h * rho_w
-    tensor = a.tensor[sl][:, None]
-    # suffix sums over layers give, for each start i, the block [i, stop)
-    work = _suffix(per_layer * tensor)
-    vector = _suffix(per_layer * (1.0 - tensor))
-    useful = _suffix(a.ops[sl][:, None] / m[None, :])
-    return _Terms(work, vector, useful, fac)
-
-
-def _suffix(x: np.ndarray) -> np.ndarray:
-    return np.cumsum(x[::-1], axis=0)[::-1]
+    return (_rho(rel_h, blocked, a.height[sl][:, None], ta)
+            * _rho(rel_w, blocked, a.width[sl][:, None], tb))
 
 
 def _rho(rel: np.ndarray, blocked: np.ndarray, size: np.ndarray, tiles: np.ndarray) -> np.ndarray:
     """Spatial redundancy: tiles x (rows per tile) / rows, rows per tile capped at the map."""
-    rows = np.maximum(1.0, size / tiles) + np.where(blocked, size, rel * size) * (tiles - 1) / tiles
+    rows = np.ceil(size / tiles) + np.where(blocked, size, rel * size) * (tiles - 1) / tiles
     return tiles * np.minimum(rows, size) / size
 
 
-def _smax(x: np.ndarray, y: float, k: float) -> np.ndarray:
-    return y * np.power(1.0 + np.power(x / y, k), 1.0 / k) if y > 0 else x
+def _knee(work: np.ndarray, p: ModelParams) -> np.ndarray:
+    """Matrix-engine time in op units: smax(work, critical); zero without matrix work."""
+    k, y = p.knee_sharpness, p.critical_ops
+    if y <= 0:
+        return work
+    with np.errstate(over="ignore"):
+        return np.where(work > 0, y * np.power(1.0 + np.power(work / y, k), 1.0 / k), 0.0)
 
 
-def _latency_terms(a: _Arrays, lo: int, stop: int, mps: tuple[int, ...], p: ModelParams):
-    """Latency [starts, len(mps)] of blocks [i, stop) for i in [lo, stop), plus the pieces."""
-    fac = _factorisations(mps)
-    terms = _per_core_work(a, lo, stop, fac, p)
-    idx = fac[0].astype(int)
-    # best factorisation per mp: the least per-core work (compute time is monotone in it)
-    knee = np.where(terms.work > 0, _smax(terms.work, p.critical_ops, p.knee_sharpness), 0.0)
-    t_all = (knee + terms.vector) / p.peak_ops_per_us
-    t_c = np.full((stop - lo, len(mps)), np.inf)
-    np.minimum.at(t_c.T, idx, t_all.T)
-    best_work = t_all
-    starts = np.arange(lo, stop)
-    dram = (a.first_in[starts] + a.ext_cum[stop] - a.ext_cum[starts + 1]
-            + a.weights_cum[stop] - a.weights_cum[starts] + a.out[stop - 1])
-    mp = np.asarray(mps, dtype=float)
-    bw = np.minimum(p.dram_bytes_per_us, mp * p.core_dram_bytes_per_us)
-    t_m = dram[:, None] / bw[None, :]
-    overhead = p.launch_us + p.core_sync_us * (mp - 1.0)
-    layers_us = p.layer_us * (stop - starts)
-    total = overhead[None, :] + layers_us[:, None] + np.maximum(t_c, t_m) + p.overlap_theta * np.minimum(t_c, t_m)
-    return total, t_c, t_m, overhead, best_work, terms, dram
+def _best_per_mp(values: np.ndarray, fac, n_mps: int) -> np.ndarray:
+    """Min over the factorisations of each mp (columns of ``values``)."""
+    best = np.full((values.shape[0], n_mps), np.inf)
+    np.minimum.at(best.T, fac[0].astype(int), values.T)
+    return best
 
 
 # ---------------------------------------------------------------------------------------
@@ -331,19 +361,15 @@ def block_estimate(layers: Sequence[Layer], mp: int, hw: Hardware) -> BlockEstim
         raise ValueError(f"mp={mp} is outside 1..{hw.cores}")
     p = ModelParams.from_hardware(hw)
     a = _arrays(layers, p)
-    n = len(layers)
-    total, t_c, t_m, overhead, best_work, terms, dram = _latency_terms(a, 0, n, (mp,), p)
-    fac = terms.fac
-    f = int(np.argmin(best_work[0]))
-    useful = terms.useful[0, 0]
-    plain_tc = float(_smax(np.array(useful), p.critical_ops, p.knee_sharpness)) / p.peak_ops_per_us
+    t = _terms(a, 0, len(layers), (int(mp),), p)
+    f = int(np.argmin(t.total[0]))
     ops = float(a.ops.sum())
     return BlockEstimate(
-        mp=mp, latency_us=float(total[0, 0]), compute_us=float(t_c[0, 0]),
-        memory_us=float(t_m[0, 0]), overhead_us=float(overhead[0]),
-        halo_us=max(0.0, float(t_c[0, 0]) - plain_tc), ops=ops,
-        redundant_ops=max(0.0, float(terms.work[0, f] + terms.vector[0, f]) * mp - ops), dram_bytes=float(dram[0]),
-        channel_groups=int(fac[2][f]), tiles=(int(fac[3][f]), int(fac[4][f])),
+        mp=int(mp), latency_us=float(t.total[0, f]), compute_us=float(t.compute[0, f]),
+        memory_us=float(t.memory[0, f]), overhead_us=float(t.overhead[0, f]),
+        halo_us=max(0.0, float(t.compute[0, f] - t.plain_compute[0, f])), ops=ops,
+        redundant_ops=max(0.0, float(t.work[0, f]) * mp - ops), dram_bytes=float(t.dram[0, f]),
+        channel_groups=int(t.fac[2][f]), tiles=(int(t.fac[3][f]), int(t.fac[4][f])),
     )
 
 
@@ -351,9 +377,9 @@ class ModelCost:
     """The model as a strategy cost function: ``cost(block_layers, mp) -> µs``.
 
     Besides the plain call it offers :meth:`block_table`, the latency of every contiguous
-    block of a layer list at its best MP, computed in one vectorised sweep -- what the
-    exhaustive strategies (``oracle``, ``optimal``) use.  Results are cached (layers are
-    frozen, hence hashable).
+    block of a layer list at its best MP, from one vectorised sweep -- what the exhaustive
+    strategies (``oracle``, ``optimal``) use.  Both are cached (layers are frozen, hence
+    hashable).
     """
 
     def __init__(self, hw: Hardware) -> None:
@@ -370,9 +396,9 @@ class ModelCost:
 
     def block_table(self, layers: Sequence[Layer], mps: Sequence[int],
                     max_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``(lat, mp)``, each ``[n, n+1]``: for block ``[i, j)`` its least latency over
-        ``mps`` and the MP that achieves it.  Blocks that would span two segments (or longer
-        than ``max_len``) get ``inf``."""
+        """``(lat, mp)``, both ``[n, n+1]``: for block ``[i, j)`` its least latency over
+        ``mps`` and the MP achieving it.  Blocks spanning two segments (or longer than
+        ``max_len``) get ``inf``."""
         key = (tuple(layers), tuple(mps), max_len)
         if key not in self._tables:
             if len(self._tables) > 16:
@@ -392,7 +418,8 @@ def _block_table(layers, mps, max_len, p: ModelParams):
         lo = seg_start[stop - 1]
         if max_len is not None:
             lo = max(lo, stop - max_len)
-        total = _latency_terms(a, lo, stop, mps, p)[0]
+        t = _terms(a, lo, stop, mps, p)
+        total = _best_per_mp(t.total, t.fac, len(mps))
         k = np.argmin(total, axis=1)
         lat[lo:stop, stop] = total[np.arange(stop - lo), k]
         arg[lo:stop, stop] = mp_arr[k]
@@ -409,6 +436,17 @@ def _segment_starts(segment: np.ndarray) -> np.ndarray:
 def make_cost(hw: Hardware) -> ModelCost:
     """The performance model of ``hw`` as a cost function for strategies."""
     return ModelCost(hw)
+
+
+def spatial_redundancy(layers: Sequence[Layer], tiles: tuple[int, int]) -> list[float]:
+    """Each layer's halo factor rho (work done / work needed) when ``layers`` form one block
+    split into ``tiles = (a, b)`` spatial tiles -- the halo mechanism on its own."""
+    a = _arrays(layers, ModelParams.from_hardware(_NO_HW))
+    ta, tb = np.array([float(tiles[0])]), np.array([float(tiles[1])])
+    return [float(r) for r in _redundancy(a, slice(0, len(layers)), len(layers) - 1, ta, tb)[:, 0]]
+
+
+_NO_HW = Hardware("any", 1, 1.0, 1.0, 1.0, 1.0, 1.0, model={"grouped_conv_as_dense": 0})
 
 
 def plan_latency_us(plan, layers: Sequence[Layer], hw: Hardware, cost: CostFn | None = None) -> float:

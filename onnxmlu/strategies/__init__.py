@@ -19,7 +19,7 @@ Built-in strategies (DLFusion Table III, plus the exact optimum):
 
 Writing your own (Paleozoic's "set MP and fusion yourself")::
 
-    from onnxmlu.strategies import register, make_plan
+    from onnxmlu.strategies import register, run_strategy
     from onnxmlu.partition.plan import plan_from_ranges
 
     def pairs(layers, hw, cost):          # fuse layers two by two at 8 cores
@@ -27,9 +27,9 @@ Writing your own (Paleozoic's "set MP and fusion yourself")::
         return plan_from_ranges([(i, min(i + 2, n), 8) for i in range(0, n, 2)])
 
     register("pairs", pairs)              # then --strategy pairs, or:
-    plan = make_plan(layers, hw, pairs)   # a callable works directly
+    plan = run_strategy(layers, hw, pairs)   # a callable works directly
 
-(``pairs`` ignores segments; :func:`make_plan` validates and says which block is wrong.)
+(``pairs`` ignores segments; :func:`run_strategy` validates and says which block is wrong.)
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def resolve_strategy(strategy: str | Strategy) -> tuple[str, Strategy]:
     return strategy, get_strategy(strategy)
 
 
-def make_plan(layers: Sequence[Layer], hw: Hardware, strategy: str | Strategy = "dlfusion",
-              cost: CostFn | None = None) -> Plan:
+def run_strategy(layers: Sequence[Layer], hw: Hardware, strategy: str | Strategy = "dlfusion",
+                 cost: CostFn | None = None) -> Plan:
     """Run a strategy (name or callable) with the model of ``hw`` and validate its plan.
 
     The plan's ``strategy``/``hardware`` fields are filled in when the strategy left them
@@ -106,9 +106,9 @@ def _ensure_builtins() -> None:
     global _builtins_loaded
     if _builtins_loaded:
         return
-    _builtins_loaded = True
     from onnxmlu.strategies import basic, dlfusion, search
 
     builtins = {**basic.BUILTINS, **dlfusion.BUILTINS, **search.BUILTINS}
     for name in BUILTIN_ORDER:
         _REGISTRY.setdefault(name, builtins[name])
+    _builtins_loaded = True

@@ -5,17 +5,20 @@ with α = 0.316, β = 0.659.  To land in ``[1, cores]`` it needs a unit and an o
 
     log2 MP = clip(round(α·log2(C) + β·log2(ops / unit) − b), 0, ⌊log2 cores⌋)
 
-with ``C`` the layer's output channels (the partitioned dimension), ``ops`` its 2·MAC count,
-``unit`` = 10^6 ops and ``b`` the profile's ``eq5_offset`` (2 for the mlu100 profile).  Eq. 5
-is only applied to Conv and FC layers, as Algorithm 1 does.
+with ``C`` the layer's output channels (the partitioned dimension), ``ops`` its 2·MAC count
+(grouped convs counted dense where the profile says the hardware runs them so, as Table II
+counts MobileNet), ``unit`` = 10^6 ops (``eq5_ops_unit``) and ``b`` the profile's
+``eq5_offset`` (3.585 for mlu100: ResNet's 0.23 G-op 3x3 convs get 8 cores, VGG-19's
+3.7 G-op ones 32, MobileNet's 1x1 convs 4-8).  ``round`` is half-up.  Eq. 5 is applied to
+Conv and FC layers only, as Algorithm 1 does.
 
 Algorithm 1.  Walk the layers in order; every Conv/FC layer adds its op count to
-``sum_Op`` and its Eq. 5 MP to the running MPs.  Once the ops per core,
+``sum_Op`` and its Eq. 5 MP to the block's MPs.  Once the ops per core,
 ``sum_Op / avg_mp``, reach ``OpCount_critical`` the block is full.  The printed pseudo-code
 divides ``avg_mp`` by ``block_size`` on *every* iteration (line 11) -- after a few layers
 that is no longer an average.  We implement the intent stated in the text: ``avg_mp`` is
-the mean Eq. 5 MP of the Conv/FC layers in the block, and the block's MP is that mean
-rounded down to a power of two (line 14).
+the mean Eq. 5 MP of the block's Conv/FC layers, and the block's MP is that mean rounded
+down to a power of two (line 14).
 
 Two further choices, both about where a cut falls:
 
@@ -26,11 +29,12 @@ Two further choices, both about where a cut falls:
   even if it is not full.  A block without any Conv/FC layer runs at MP 1.
 
 ``OpCount_critical``: the paper's ``10^1.25 GOPs`` cannot be a per-core count in the units of
-its own Table II (ResNet-18 totals 3.38 GOPs, so nothing would ever be cut); read as a
-per-core count it is tens of MOPs.  The threshold is the profile's
-``algorithm1_critical_mops_per_core``, by default the performance model's own efficiency
-knee ``critical_mops_per_core`` -- the count a core needs to reach its peak, which is what
-the paper says the parameter means.
+its own Table II (ResNet-18 totals 3.38 GOPs, so nothing would ever be cut and every network
+would be one block).  Read as a per-core count it is of the order of the performance model's
+efficiency knee (``critical_mops_per_core``, 210 MOPs for mlu100), the count a core needs to
+reach its peak -- which is what the paper says the parameter means.  The threshold is the
+profile's ``algorithm1_critical_mops_per_core`` (180 MOPs, 10^2.26: a little under the knee
+because the block then runs at its mean MP rounded *down*), by default the knee itself.
 """
 
 from __future__ import annotations
@@ -45,8 +49,8 @@ from onnxmlu.strategies.basic import best_single_mp
 
 WEIGHTED_KINDS = frozenset({"conv", "fc"})
 
-_DEFAULTS = {"eq5_alpha": 0.316, "eq5_beta": 0.659, "eq5_offset": 2.0, "eq5_ops_unit": 1e6,
-             "critical_mops_per_core": 40.0}
+_DEFAULTS = {"eq5_alpha": 0.316, "eq5_beta": 0.659, "eq5_offset": 3.585, "eq5_ops_unit": 1e6,
+             "critical_mops_per_core": 210.0}
 
 
 def _param(hw: Hardware, key: str) -> float:
@@ -60,13 +64,21 @@ def opcount_critical(hw: Hardware) -> float:
     return float(mops) * 1e6
 
 
+def op_count(layer: Layer, hw: Hardware) -> float:
+    """The op count Algorithm 1 sees: Eq. 1-2, grouped convs as dense where the profile
+    says the hardware runs them so (``dense_grouped_conv``, as DLFusion's Table II counts)."""
+    if layer.kind == "conv" and (hw.model or {}).get("grouped_conv_as_dense", 1):
+        return layer.ops * max(layer.groups, 1)
+    return layer.ops
+
+
 def layer_mp(layer: Layer, hw: Hardware) -> int:
     """Eq. 5: a Conv/FC layer's preferred MP from its channels and op count (power of two)."""
     alpha, beta = _param(hw, "eq5_alpha"), _param(hw, "eq5_beta")
-    ops = max(layer.ops / _param(hw, "eq5_ops_unit"), 1e-9)
+    ops = max(op_count(layer, hw) / _param(hw, "eq5_ops_unit"), 1e-9)
     x = alpha * math.log2(max(layer.out_channels, 1)) + beta * math.log2(ops) - _param(hw, "eq5_offset")
     top = int(math.floor(math.log2(hw.cores)))
-    return 2 ** min(max(int(round(x)), 0), top)
+    return 2 ** min(max(int(math.floor(x + 0.5)), 0), top)
 
 
 def block_mp(mps: Sequence[int]) -> int:
@@ -90,7 +102,7 @@ def algorithm1(layers: Sequence[Layer], hw: Hardware) -> list[Block]:
                 blocks.append(Block(start, i, block_mp(mps)))
                 start, ops, mps = i, 0.0, []
             if weighted:
-                ops += layer.ops
+                ops += op_count(layer, hw)
                 mps.append(layer_mp(layer, hw))
         blocks.append(Block(start, seg_stop, block_mp(mps)))
     return blocks
