@@ -407,6 +407,18 @@ class ModelCost:
         return self._tables[key]
 
 
+    def layer_table(self, layers: Sequence[Layer], mps: Sequence[int]) -> np.ndarray:
+        """``[n, len(mps)]``: the latency of every layer as a block of its own at each MP
+        (what the no-fusion strategies need), in one pass."""
+        key = ("layers", tuple(layers), tuple(mps))
+        if key not in self._tables:
+            a = _arrays(layers, self.params)
+            rows = [_best_per_mp(_terms(a, j, j + 1, tuple(mps), self.params).total,
+                                 _factorisations(tuple(mps)), len(mps))[0] for j in range(len(layers))]
+            self._tables[key] = np.array(rows).reshape(len(layers), len(mps))
+        return self._tables[key]
+
+
 def _block_table(layers, mps, max_len, p: ModelParams):
     n = len(layers)
     a = _arrays(layers, p)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from onnxmlu.partition.plan import Block, Plan, segments
 from onnxmlu.perf.hardware import Hardware
 from onnxmlu.perf.layers import Layer
@@ -29,18 +31,27 @@ def all_fusion(layers: Sequence[Layer], hw: Hardware, cost=None) -> Plan:
 
 
 def fixed_mp(layers: Sequence[Layer], hw: Hardware, cost) -> Plan:
-    singles = [Block(i, i + 1, 1) for i in range(len(layers))]
-    mp, totals = best_single_mp(singles, layers, hw, cost)
-    blocks = tuple(Block(b.start, b.stop, mp) for b in singles)
+    mps = hw.mp_choices()
+    table = _single_layer_table(layers, mps, cost)
+    totals = {m: float(table[:, k].sum()) for k, m in enumerate(mps)}
+    mp = min(totals, key=lambda m: (totals[m], m))
+    blocks = tuple(Block(i, i + 1, mp) for i in range(len(layers)))
     return Plan(blocks, "fixed-mp", hw.name, {"mp": mp, "latency_by_mp": totals})
 
 
 def dynamic_mp(layers: Sequence[Layer], hw: Hardware, cost) -> Plan:
-    blocks = []
-    for i, layer in enumerate(layers):
-        mp = min(hw.mp_choices(), key=lambda m: cost([layer], m))
-        blocks.append(Block(i, i + 1, mp))
-    return Plan(tuple(blocks), "dynamic-mp", hw.name)
+    mps = hw.mp_choices()
+    table = _single_layer_table(layers, mps, cost)
+    blocks = tuple(Block(i, i + 1, mps[int(np.argmin(table[i]))]) for i in range(len(layers)))
+    return Plan(blocks, "dynamic-mp", hw.name)
+
+
+def _single_layer_table(layers: Sequence[Layer], mps: Sequence[int], cost) -> np.ndarray:
+    """``[layer, mp]`` latencies of one-layer blocks: the model's fast path when it has one."""
+    fast = getattr(cost, "layer_table", None)
+    if fast is not None:
+        return fast(layers, mps)
+    return np.array([[cost([layer], m) for m in mps] for layer in layers]).reshape(len(layers), len(mps))
 
 
 def best_single_mp(blocks: Sequence[Block], layers: Sequence[Layer], hw: Hardware,

@@ -190,6 +190,10 @@ def test_cost_function_table_and_scalar_agree():
             direct = min(block_latency_us(layers[i:j], m, HW) for m in range(1, HW.cores + 1))
             assert lat[i, j] == pytest.approx(direct, rel=1e-9)
             assert cost(layers[i:j], int(arg[i, j])) == pytest.approx(direct, rel=1e-9)
+    singles = cost.layer_table(layers, [1, 3, 32])
+    for i, layer in enumerate(layers):
+        for k, m in enumerate([1, 3, 32]):
+            assert singles[i, k] == pytest.approx(block_latency_us([layer], m, HW), rel=1e-9)
 
 
 def test_plan_latency_is_the_sum_of_blocks():

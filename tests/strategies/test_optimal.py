@@ -95,13 +95,16 @@ def exhaustive_latency(layers, hw, mps) -> float:
     """
     n = len(layers)
     best = float("inf")
+    block_min: dict[tuple[int, int], float] = {}  # memo: each block priced once
     for cuts in itertools.product([False, True], repeat=n - 1):
         bounds = [0] + [i + 1 for i, c in enumerate(cuts) if c] + [n]
         blocks = list(zip(bounds, bounds[1:]))
         if any(layers[s].segment != layers[e - 1].segment for s, e in blocks):
             continue
-        total = sum(min(block_latency_us(layers[s:e], m, hw) for m in mps) for s, e in blocks)
-        best = min(best, total)
+        for s, e in blocks:
+            if (s, e) not in block_min:
+                block_min[s, e] = min(block_latency_us(layers[s:e], m, hw) for m in mps)
+        best = min(best, sum(block_min[b] for b in blocks))
     return best
 
 
