@@ -72,11 +72,14 @@ One parameter set, fitted with ``scripts/calibrate_model.py`` against the findin
 ``tests/perf/test_paper_findings.py`` (DLFusion section III and Fig. 10): the best fixed MP
 is ~4 for ResNet-18 and ~16 for VGG-19; the best fusion depth among 16 identical convs shrinks
 as the layer grows; DLFusion beats strategies 1-3, ties 4-5, is 3.6-7.9x over no optimisation
-and within 10 % of the optimum.  The knee (190 MOPs per core) and the per-core dispatch cost
+and within 10 % of the optimum.  The knee (210 MOPs per core) and the per-core dispatch cost
 place the best MP of a single layer (ResNet-18's 0.23 G-op convs vs VGG-19's 3.7 G-op ones);
 granule, halo and weight re-reads bound how deep and how wide a fused block pays; the per-core
 DRAM cap and the per-layer cost set how slow the unoptimised baseline is.  Margins near the
-optimum are a few percent, as the paper's own are.
+optimum are a few percent, as the paper's own are.  Values (``profiles/mlu100.json``):
+knee 210 MOPs/core (sharpness 6), granule 40 channels, launch 0.5 µs + 6 µs per layer +
+1 µs per extra core, 27 GB/s per core of the 102.4 GB/s DRAM, overlap theta 0.36, grouped
+convs dense; DLFusion's Eq. 5 offset 3.585 and Algorithm 1 threshold 180 MOPs/core.
 
 The paper's ``OpCount_critical = 10^1.25 GOPs`` cannot be a per-core count in the units of
 its Table II: ResNet-18 has 3.38 GOPs in total, so Algorithm 1 would never cut and every
