@@ -47,6 +47,7 @@ demo: install
 bench: install
 	$(PY) scripts/bench_runtime.py
 	$(PY) scripts/bench_lstm.py
+	$(PY) scripts/bench_planner.py
 
 clean:
 	rm -rf $(VENV) onnxmlu/_lib build $(OUT) .pytest_cache
