@@ -152,6 +152,11 @@ def _run_strategy(strategy: StrategyLike, analysis: Analysis, hw: Hardware) -> P
     return result
 
 
+def block_latencies(layers, plan: Plan, cost) -> list[float]:
+    """Simulated latency (µs) of each block of ``plan`` under ``cost``."""
+    return [float(cost(b.layers(layers), b.mp)) for b in plan.blocks]
+
+
 def cost_function(hw: Hardware):
     from onnxmlu.perf.model import make_cost
 
@@ -168,8 +173,7 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     analysis = analyze(prepared)
     chosen = make_plan(analysis, hw, strategy=strategy, plan=plan, mp=mp)
     chosen = split_oversized_blocks(chosen, analysis.layers, BODY_WEIGHT_LIMIT_BYTES)
-    cost = cost_function(hw)
-    latencies = [float(cost(b.layers(analysis.layers), b.mp)) for b in chosen.blocks]
+    latencies = block_latencies(analysis.layers, chosen, cost_function(hw))
     figures = [BlockFigures(sum(l.gops for l in b.layers(analysis.layers)), t)
                for b, t in zip(chosen.blocks, latencies)]
     fused = collapse(analysis, chosen, figures)
@@ -232,6 +236,6 @@ def compare(analysis: Analysis, hw: Hardware, strategies: Sequence[str]) -> list
         start = time.perf_counter()
         plan = make_plan(analysis, hw, strategy=name)
         elapsed = time.perf_counter() - start
-        latency = sum(cost(b.layers(analysis.layers), b.mp) for b in plan.blocks)
-        results.append(StrategyResult(name, plan, float(latency), elapsed))
+        latency = sum(block_latencies(analysis.layers, plan, cost))
+        results.append(StrategyResult(name, plan, latency, elapsed))
     return results

@@ -323,10 +323,11 @@ def plan(
         from onnxmlu.atomic import write_bytes_atomic
 
         write_bytes_atomic(text.encode(), output)
-    cost = api.cost_function(hardware)
-    rows = [{"block": b, "mp": block.mp, "sim_latency_us": float(cost(block.layers(analysis.layers), block.mp)),
+    latencies = api.block_latencies(analysis.layers, chosen, api.cost_function(hardware))
+    rows = [{"block": b, "mp": block.mp, "sim_latency_us": latency,
              "first": analysis.layers[block.start].name, "last": analysis.layers[block.stop - 1].name,
-             "start": block.start, "stop": block.stop} for b, block in enumerate(chosen.blocks)]
+             "start": block.start, "stop": block.stop}
+            for b, (block, latency) in enumerate(zip(chosen.blocks, latencies))]
     total = sum(r["sim_latency_us"] for r in rows)
     if plot is not None:
         from onnxmlu.plots import plan_chart

@@ -189,11 +189,12 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         pass
     graph.cleanup(remove_unused_graph_inputs=False)
     folded = gs.export_onnx(graph, do_type_check=False)
-    _restore_model_fields(folded, model)
+    copy_model_fields(folded, model)
     return folded
 
 
-def _restore_model_fields(target: onnx.ModelProto, source: onnx.ModelProto) -> None:
+def copy_model_fields(target: onnx.ModelProto, source: onnx.ModelProto) -> None:
+    """Model-level fields (IR, opsets, producer, metadata, local functions) of ``source``."""
     target.ir_version = source.ir_version
     del target.opset_import[:]
     target.opset_import.extend(source.opset_import)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
+import onnx
 
 
 @dataclass(frozen=True)
@@ -36,3 +37,14 @@ def time_interleaved(sessions: Mapping[str, object], feeds: Mapping[str, np.ndar
             sess.run(None, dict(feeds))
             samples[name].append((time.perf_counter() - start) * 1e3)
     return {name: Timing(statistics.median(s), min(s), max(s), len(s)) for name, s in samples.items()}
+
+
+def plain_session(model: onnx.ModelProto | str, threads: int):
+    """Plain onnxruntime (no custom-op library), all graph optimizations, ``threads`` intra-op
+    threads: the "original model" side of every side-by-side measurement."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])

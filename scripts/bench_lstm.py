@@ -13,19 +13,12 @@ import argparse
 import os
 import time
 
-import onnxruntime as ort
 
 from onnxmlu import api
 from onnxmlu.graph import normalize
-from onnxmlu.timing import time_interleaved
+from onnxmlu.timing import plain_session, time_interleaved
 from onnxmlu.verify import random_inputs
 from onnxmlu.zoo import build_model
-
-
-def session(model, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def main(argv=None) -> None:
@@ -46,7 +39,7 @@ def main(argv=None) -> None:
             original = normalize(base, shapes)
             rewritten, _ = api.rewrite(base, input_shapes=shapes)
             feeds = random_inputs(original, seed=0)
-            t = time_interleaved({"orig": session(original, args.threads), "rw": session(rewritten, args.threads)},
+            t = time_interleaved({"orig": plain_session(original, args.threads), "rw": plain_session(rewritten, args.threads)},
                                  feeds, runs=args.runs)
             print(f"| {seq} | {batch} | {t['orig'].median_ms:.3f} | {t['rw'].median_ms:.3f} | "
                   f"{t['rw'].median_ms / t['orig'].median_ms:.2f} | {len(rewritten.graph.node)} |", flush=True)

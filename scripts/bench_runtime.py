@@ -19,15 +19,9 @@ import onnxruntime as ort
 
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession
-from onnxmlu.timing import time_interleaved
+from onnxmlu.timing import plain_session, time_interleaved
 from onnxmlu.verify import random_inputs
 from onnxmlu.zoo import ZOO_NAMES, build_model
-
-
-def original_session(model, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def fused_session(fused, threads: int):
@@ -45,7 +39,7 @@ def bench(models, strategies, threads_list, batch, runs):
         feeds = random_inputs(model, seed=0)
         fused = {s: api.fuse(model, strategy=s) for s in strategies}
         for threads in threads_list:
-            sessions = {"original": original_session(model, threads)}
+            sessions = {"original": plain_session(model, threads)}
             sessions |= {s: fused_session(r.model, threads) for s, r in fused.items()}
             timings = time_interleaved(sessions, feeds, runs=runs)
             base = timings["original"].median_ms

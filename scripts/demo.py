@@ -11,12 +11,11 @@ import os
 import shlex
 from pathlib import Path
 
-import onnxruntime as ort
 
 from onnxmlu import InferenceSession
 from onnxmlu.cli import app
 from onnxmlu.graph import load_model
-from onnxmlu.timing import time_interleaved
+from onnxmlu.timing import plain_session, time_interleaved
 from onnxmlu.verify import random_inputs
 
 
@@ -40,10 +39,8 @@ def main() -> None:
 
 def print_latency(original: Path, fused: Path) -> None:
     threads = min(2, os.cpu_count() or 1)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
     sessions = {
-        "original (onnxruntime)": ort.InferenceSession(str(original), options, providers=["CPUExecutionProvider"]),
+        "original (onnxruntime)": plain_session(original, threads),
         "fused (onnxmlu.InferenceSession)": InferenceSession(str(fused)),
     }
     feeds = random_inputs(load_model(original), seed=0)

@@ -24,7 +24,7 @@ from onnx import helper
 
 from onnxmlu.analyze import Analysis
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.graph import node_inputs, topological_order
+from onnxmlu.graph import copy_model_fields, node_inputs, topological_order
 from onnxmlu.partition.plan import Plan
 from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, body_attribute
 
@@ -171,11 +171,8 @@ def _outer_model(analysis: Analysis, nodes: list[onnx.NodeProto],
         value_info=_outer_value_infos(analysis, alive, block_outputs),
     )
     graph.doc_string = src.graph.doc_string
-    fused = helper.make_model(graph, opset_imports=list(src.opset_import), ir_version=src.ir_version)
-    for field_name in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
-        setattr(fused, field_name, getattr(src, field_name))
-    fused.metadata_props.extend(src.metadata_props)
-    fused.functions.extend(src.functions)
+    fused = helper.make_model(graph)
+    copy_model_fields(fused, src)
     if not any(o.domain == DOMAIN for o in fused.opset_import):
         fused.opset_import.append(helper.make_opsetid(DOMAIN, VERSION))
     return fused

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 WIDTH = 8192

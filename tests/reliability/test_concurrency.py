@@ -17,19 +17,13 @@ import numpy as np
 import pytest
 
 from onnxmlu import api, runtime
-from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.testing import conv_chain_model
 
 THREADS, RUNS = 8, 100
 TOL = dict(atol=1e-4, rtol=1e-4)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def library():
-    try:
-        return runtime.custom_ops_library()
-    except RuntimeLibraryError as error:
-        pytest.skip(str(error))
+pytestmark = pytest.mark.usefixtures("library")
 
 
 def _feed(name: str, shape, t: int, i: int) -> dict:

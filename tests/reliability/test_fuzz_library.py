@@ -19,19 +19,13 @@ from pathlib import Path
 import pytest
 
 from onnxmlu import runtime
-from onnxmlu.errors import RuntimeLibraryError
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("fuzz_blocks.py")
 ASAN_LIBRARY = REPO / "onnxmlu" / "_lib" / "libonnxmlu_ops_asan.so"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def library():
-    try:
-        return runtime.custom_ops_library()
-    except RuntimeLibraryError as error:
-        pytest.skip(str(error))
+pytestmark = pytest.mark.usefixtures("library")
 
 
 def _chunk(seed: int, start: int, count: int, env: dict) -> dict:

@@ -23,21 +23,12 @@ import pytest
 
 import rel_models as models
 from onnxmlu import api, runtime
-from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.partition.plan import Block, Plan, split_oversized_blocks
 from onnxmlu.perf.layers import Layer
 from onnxmlu.schema import is_fusion_block
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_PROTO_BYTES = 2**31 - 1
-
-
-@pytest.fixture
-def library():
-    try:
-        return runtime.custom_ops_library()
-    except RuntimeLibraryError as error:
-        pytest.skip(str(error))
 
 
 # --- the splitter ------------------------------------------------------------------------------
