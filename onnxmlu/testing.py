@@ -60,3 +60,65 @@ def _zoo_bytes(name: str, batch) -> bytes:
 def zoo_model(name: str, batch: int | str = 1) -> onnx.ModelProto:
     """A fresh copy of a zoo model; the serialized bytes are built once per process."""
     return onnx.load_from_string(_zoo_bytes(name, batch))
+
+
+def synthetic_model(nodes: int, topology: str = "chain", *, channels: int = 8, size: int = 8,
+                    seed: int = 0, opset: int = 17) -> onnx.ModelProto:
+    """A graph of about ``nodes`` nodes for scaling benchmarks and tests.
+
+    ``chain``: Conv -> BatchNormalization -> Relu repeated (3 nodes a unit).
+    ``residual``: ResNet basic blocks, Conv-BN-Relu-Conv-BN-Add-Relu with an identity
+    shortcut (7 nodes a unit): a DAG whose every unit has two paths.
+    Every unit keeps ``channels`` x ``size`` x ``size``, so the work per layer is constant and
+    the model grows linearly with ``nodes`` (about ``channels**2 * 36`` weight bytes a conv).
+    """
+    unit = {"chain": 3, "residual": 7}
+    if topology not in unit:
+        raise ValueError(f"topology must be one of {sorted(unit)}, not {topology!r}")
+    rng = np.random.default_rng(seed)
+    builder = _SyntheticBuilder(rng, channels)
+    x = "x"
+    for u in range(max(1, nodes // unit[topology])):
+        if topology == "chain":
+            x = builder.conv_bn_relu(x, f"u{u}")
+        else:
+            y = builder.conv_bn_relu(x, f"u{u}a")
+            y = builder.conv_bn(y, f"u{u}b")
+            builder.nodes.append(helper.make_node("Add", [y, x], [f"u{u}.add"], name=f"u{u}.add"))
+            builder.nodes.append(helper.make_node("Relu", [f"u{u}.add"], [f"u{u}.out"], name=f"u{u}.out"))
+            x = f"u{u}.out"
+    graph = helper.make_graph(
+        builder.nodes, f"synthetic_{topology}_{nodes}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, channels, size, size])],
+        builder.initializers,
+    )
+    return make_model(graph, opset)
+
+
+class _SyntheticBuilder:
+    def __init__(self, rng: np.random.Generator, channels: int):
+        self.rng, self.channels = rng, channels
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def _init(self, name: str, array: np.ndarray) -> str:
+        self.initializers.append(numpy_helper.from_array(array.astype(np.float32), name))
+        return name
+
+    def conv_bn(self, x: str, prefix: str) -> str:
+        c = self.channels
+        w = self.rng.standard_normal((c, c, 3, 3)) * np.sqrt(2 / (9 * c))
+        self.nodes.append(helper.make_node("Conv", [x, self._init(f"{prefix}.w", w)], [f"{prefix}.conv"],
+                                           name=f"{prefix}.conv", pads=[1, 1, 1, 1]))
+        params = [self._init(f"{prefix}.{p}", v) for p, v in (
+            ("scale", 1 + 0.1 * self.rng.standard_normal(c)), ("bias", 0.1 * self.rng.standard_normal(c)),
+            ("mean", 0.1 * self.rng.standard_normal(c)), ("var", 1 + 0.1 * self.rng.random(c)))]
+        self.nodes.append(helper.make_node("BatchNormalization", [f"{prefix}.conv", *params], [f"{prefix}.bn"],
+                                           name=f"{prefix}.bn"))
+        return f"{prefix}.bn"
+
+    def conv_bn_relu(self, x: str, prefix: str) -> str:
+        y = self.conv_bn(x, prefix)
+        self.nodes.append(helper.make_node("Relu", [y], [f"{prefix}.relu"], name=f"{prefix}.relu"))
+        return f"{prefix}.relu"
