@@ -12,7 +12,7 @@ an output passes when ``|f - r| <= atol + rtol * |r|`` element-wise (numpy's all
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -111,17 +111,25 @@ def _diff(name: str, f: np.ndarray, r: np.ndarray, atol: float, rtol: float) -> 
 
 def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Sequence[int] = (0,),
                  atol: float = 1e-4, rtol: float = 1e-4,
-                 dims: Mapping[str, int] | None = None) -> CheckReport:
-    """Run both models on each seed; the report keeps the worst error per output."""
+                 dims: Mapping[str, int] | None = None,
+                 progress: Callable[[str], None] | None = None) -> CheckReport:
+    """Run both models on each seed; the report keeps the worst error per output.
+
+    ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
+    seconds in each)."""
     from onnxmlu.runtime import InferenceSession, reference_session
 
+    say = progress or (lambda stage: None)
+    say("reference session (original, optimizations off)")
     ref = reference_session(original)
+    say("fused session")
     sess = InferenceSession(fused)
     names = [o.name for o in sess.get_outputs()]
     report = CheckReport(atol, rtol, tuple(seeds))
     worst: dict[str, OutputDiff] = {}
     for seed in seeds:
         feeds = random_inputs(original, seed, dims)
+        say(f"running both models, seed {seed}")
         for d in compare_outputs(names, sess.run(names, feeds), ref.run(names, feeds), atol, rtol):
             prev = worst.get(d.name)
             if prev is None or (not d.ok, d.max_abs) > (not prev.ok, prev.max_abs):
