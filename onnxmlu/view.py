@@ -9,6 +9,7 @@ metadata says so, and it is not meant to be run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
@@ -67,15 +68,33 @@ def serve(path: str | Path, port: int = 8080, browse: bool = True) -> None:
     netron.wait()
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """What Netron showed: the box labels of the model's graph (op types, read before names
+    are shown), the selected node's properties (sidebar item name -> its text), and the box
+    labels in the picture."""
+
+    labels: list[str]
+    sidebar: dict[str, str]
+    pictured: list[str]
+
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 
 
 def snapshot(path: str | Path, png: str | Path, *, port: int = 18080, size=(1600, 1000),
-             timeout_s: float = 60.0, show_names: bool = True) -> list[str]:
+             timeout_s: float = 60.0, show_names: bool = True, scale: float = 1.0,
+             select: str | None = None, open_function: bool = False) -> Snapshot:
     """Serve ``path`` with Netron on 127.0.0.1, screenshot it in headless Chromium, and
-    return the op-type labels of the graph boxes Netron drew (to check what a person sees)."""
+    return what a person sees there: the op-type labels of the graph boxes Netron drew and
+    the selected node's properties as its sidebar lists them.
+
+    ``scale`` is the device pixel ratio (2 draws every box twice as sharp for the docs);
+    ``select`` clicks the node whose label starts with that name, opening its properties;
+    ``open_function`` (with ``select``, on an exploded view copy) then follows the node's
+    "Show Function Definition" and shows the block's body graph by op type."""
     import tempfile
 
     import netron
@@ -85,17 +104,22 @@ def snapshot(path: str | Path, png: str | Path, *, port: int = 18080, size=(1600
     try:
         with tempfile.TemporaryDirectory() as profile, sync_playwright() as pw:
             browser = pw.chromium.launch_persistent_context(
-                profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS, device_scale_factor=scale,
                 viewport={"width": size[0], "height": size[1]}, headless=True)
             try:
-                return _capture(browser.new_page(), address, png, timeout_s * 1000, show_names)
+                page = browser.new_page()
+                labels = _open(page, address, timeout_s * 1000)
+                sidebar = _arrange(page, show_names, select, open_function)
+                page.screenshot(path=str(png), full_page=False)
+                return Snapshot(labels, sidebar, _box_labels(page))
             finally:
                 browser.close()
     finally:
         netron.stop(address)
 
 
-def _capture(page, address, png, timeout_ms: float, show_names: bool) -> list[str]:
+def _open(page, address, timeout_ms: float) -> list[str]:
+    """Load Netron's page, get past its cookie consent, wait for the graph; the box labels."""
     page.goto(f"http://{address[0]}:{address[1]}/", timeout=timeout_ms)
     accept = page.get_by_text("Accept", exact=True)
     try:  # Netron asks for cookie consent before it draws the graph
@@ -103,12 +127,50 @@ def _capture(page, address, png, timeout_ms: float, show_names: bool) -> list[st
     except Exception:
         pass
     page.wait_for_selector("#canvas g.node", timeout=timeout_ms)
-    labels = _box_labels(page)  # op types: read before "Show Names" swaps them for node names
-    if show_names:
-        page.keyboard.press("Control+U")
-        page.wait_for_timeout(500)
-    page.screenshot(path=str(png), full_page=False)
-    return labels
+    return _box_labels(page)  # op types: read before "Show Names" swaps them for node names
+
+
+def _arrange(page, show_names: bool, select: str | None, open_function: bool) -> dict[str, str]:
+    """Put the page in the state to photograph (names shown, a node's sidebar, a function);
+    returns the selected node's sidebar items ({} without ``select``)."""
+    if show_names or select:  # selecting by name needs the names drawn
+        _toggle_names(page)
+    if not select:
+        return {}
+    _node_named(page, select).click()
+    page.wait_for_selector("#sidebar-content", state="visible")
+    sidebar = _sidebar_items(page)
+    if open_function:
+        page.get_by_text("\u0192", exact=True).last.click()  # the sidebar's "Show Function Definition"
+        page.wait_for_selector("#toolbar-path-back-button", state="visible")  # inside the function
+        page.wait_for_selector("#canvas g.node")
+        page.keyboard.press("Escape")  # close the sidebar: the body graph gets the width
+        if show_names:
+            _toggle_names(page)  # inside a block the op types say more than the layer names
+    return sidebar
+
+
+def _sidebar_items(page) -> dict[str, str]:
+    """The properties sidebar as name -> text (names are read-only <input>s in Netron)."""
+    items = {}
+    for item in page.query_selector_all("#sidebar-content .sidebar-item"):
+        name = item.query_selector(".sidebar-item-name input")
+        value = item.query_selector(".sidebar-item-value-line")  # not the "+" expander button
+        if name is not None and value is not None:
+            items.setdefault(name.get_attribute("value") or "", (value.text_content() or "").strip())
+    return items
+
+
+def _toggle_names(page) -> None:
+    page.keyboard.press("Control+U")
+    page.wait_for_timeout(500)
+
+
+def _node_named(page, name: str):
+    for node in page.query_selector_all("#canvas g.node"):
+        if (node.text_content() or "").startswith(name):
+            return node
+    raise OnnxMluError(f"Netron drew no node named {name!r}")
 
 
 def _box_labels(page) -> list[str]:
