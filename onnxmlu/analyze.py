@@ -53,7 +53,7 @@ def analyze(model: onnx.ModelProto) -> Analysis:
     index = GraphIndex.build(model.graph)
     nodes = model.graph.node
     host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index))}
-    order = topological_order(model.graph, prefer=lambda i: i not in host_reasons)
+    order = topological_order(model.graph, prefer=lambda i: i not in host_reasons, index=index)
     layers: list[Layer] = []
     layer_nodes: list[int] = []
     segment, previous_was_host = -1, True

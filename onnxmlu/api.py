@@ -75,13 +75,15 @@ def prepare(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
     """normalize + rewrite: the model the planner sees, and the rewrite report (or None)."""
     proto = as_model(model)
     refuse_fused(proto)
-    normalized = normalize(proto, input_shapes)
+    # A model loaded here belongs to the pipeline: normalize it in place instead of copying
+    normalized = normalize(proto, input_shapes, owned=proto is not model)
     if not rewrite:
         return normalized, None
     from onnxmlu.rewrite import rewrite_model
 
-    # rewrite_model exports value_info for every tensor it creates: no second inference pass
-    return rewrite_model(normalized, bn_mode=bn_mode, only=only)
+    # rewrite_model exports value_info for every tensor it creates: no second inference pass;
+    # the normalized model is ours, so an unchanged one is passed on without a copy
+    return rewrite_model(normalized, bn_mode=bn_mode, only=only, copy=False)
 
 
 def refuse_fused(model: onnx.ModelProto) -> None:

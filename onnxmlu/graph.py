@@ -81,16 +81,48 @@ def check_opset(model: onnx.ModelProto) -> None:
 
 
 def normalize(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | None = None,
-              fold_constants: bool = True) -> onnx.ModelProto:
-    """Overrides, constant folding and shape inference; returns a new model."""
+              fold_constants: bool = True, *, owned: bool = False) -> onnx.ModelProto:
+    """Overrides, constant folding and shape inference; returns a new model, or ``model``
+    itself changed in place when the caller ``owned`` it (no copy of every weight)."""
     check_opset(model)
     check_nodes(model)
-    model = _copy(model)
+    if not owned:
+        model = _copy(model)
     if input_shapes:
         _override_input_shapes(model, input_shapes)
-    if fold_constants and tensor_payload_bytes(model) <= LIGHT_INFERENCE_BYTES:
+    if fold_constants and needs_folding(model.graph) and tensor_payload_bytes(model) <= LIGHT_INFERENCE_BYTES:
         model = _fold_constants(model)  # graphsurgeon copies every weight: skipped for huge models
     return infer_shapes(model)
+
+
+#: Ops graphsurgeon may fold even with non-constant inputs (their value follows from shapes).
+_SHAPE_OPS = frozenset({"Constant", "Shape", "Size"})
+
+
+def needs_folding(graph: onnx.GraphProto) -> bool:
+    """Whether graphsurgeon's fold + cleanup could change the graph: a Constant/Shape/Size node,
+    a node whose inputs are all constants, a dead node, or a subgraph (folded recursively).
+
+    One O(nodes) pass, so the import/fold/export round trip (a copy of every weight) is only
+    paid by graphs that have something to fold.
+    """
+    constants = {t.name for t in graph.initializer} - {i.name for i in graph.input}
+    for node in graph.node:
+        if node.op_type in _SHAPE_OPS or any(_subgraphs(a) for a in node.attribute):
+            return True
+        inputs = [n for n in node.input if n]
+        if inputs and all(n in constants for n in inputs):
+            return True
+    return _has_dead_nodes(graph)
+
+
+def _has_dead_nodes(graph: onnx.GraphProto) -> bool:
+    live = {o.name for o in graph.output}
+    for node in reversed(graph.node):  # file order is usually topological; else fold anyway
+        if not any(o in live for o in node.output):
+            return True
+        live.update(node.input)
+    return False
 
 
 def check_nodes(model: onnx.ModelProto) -> None:
@@ -121,14 +153,11 @@ def check_nodes(model: onnx.ModelProto) -> None:
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """onnx shape inference, completed by onnxruntime's symbolic inference when needed.
 
-    Models whose tensors hold more than ``LIGHT_INFERENCE_BYTES`` cannot go through onnx's
-    inference as they are (it serializes the model: protobuf's 2 GB limit, and a copy of every
-    weight): they are inferred on a skeleton without the large weights and get the inferred
-    types in place.
+    onnx's inference serializes the model it is given (protobuf's 2 GB limit, and a copy of
+    every weight: 3 serializations of ResNet-50 took 0.9 s), so it runs on a skeleton
+    without the large weights and the inferred types are set on ``model`` in place.
     """
-    if tensor_payload_bytes(model) > LIGHT_INFERENCE_BYTES:
-        return infer_on_skeleton(model, _infer_shapes_full)
-    return _infer_shapes_full(model)
+    return infer_on_skeleton(model, _infer_shapes_full)
 
 
 def _infer_shapes_full(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -236,6 +265,10 @@ class GraphIndex:
     initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
     value_infos: dict[str, onnx.ValueInfoProto] = field(default_factory=dict)
     graph_outputs: set[str] = field(default_factory=set)
+    #: Per node: :func:`node_inputs` and the non-empty outputs, read once (protobuf field
+    #: access and the subgraph scan are slow enough to matter at 20k nodes).
+    inputs: list[list[str]] = field(default_factory=list)
+    outputs: list[list[str]] = field(default_factory=list)
 
     @classmethod
     def build(cls, graph: onnx.GraphProto) -> "GraphIndex":
@@ -244,10 +277,13 @@ class GraphIndex:
         idx.value_infos = {v.name: v for v in _all_value_infos(graph)}
         idx.graph_outputs = {o.name for o in graph.output}
         for i, node in enumerate(graph.node):
-            for name in node.output:
-                if name:
-                    idx.producer[name] = i
-            for name in node_inputs(node):
+            outputs = [n for n in node.output if n]
+            inputs = node_inputs(node)
+            idx.outputs.append(outputs)
+            idx.inputs.append(inputs)
+            for name in outputs:
+                idx.producer[name] = i
+            for name in inputs:
                 idx.consumers.setdefault(name, []).append(i)
         return idx
 
@@ -292,10 +328,16 @@ def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
 def node_inputs(node: onnx.NodeProto) -> list[str]:
     """Explicit inputs plus the outer-scope names its subgraphs read (If/Loop/Scan bodies)."""
     names = [n for n in node.input if n]
+    if node.op_type not in _SUBGRAPH_OPS and node.domain in ("", "ai.onnx"):
+        return names  # skips reading every attribute of every plain node
     for attr in node.attribute:
         for sub in _subgraphs(attr):
             names.extend(n for n in outer_scope_names(sub) if n not in names)
     return names
+
+
+#: Standard ops with GRAPH attributes; other domains are scanned (a custom op may have one).
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
 def outer_scope_names(graph: onnx.GraphProto) -> list[str]:
@@ -319,7 +361,8 @@ def _subgraphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
     return []
 
 
-def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool]) -> list[int]:
+def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool],
+                      index: GraphIndex | None = None) -> list[int]:
     """A topological order of the node indices that keeps ``prefer``-ed nodes in long runs.
 
     Kahn's algorithm with two ready queues: while the current run is of preferred nodes it
@@ -327,14 +370,15 @@ def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool]) -> 
     splitting them. Ties keep the file's order. Raises OnnxMluError on a cycle or on a
     node input that nothing produces.
     """
-    idx = GraphIndex.build(graph)
+    idx = index if index is not None else GraphIndex.build(graph)
     known = set(idx.initializers) | {i.name for i in graph.input}
     indegree = [0] * len(graph.node)
-    for i, node in enumerate(graph.node):
-        for name in set(node_inputs(node)):
+    for i, inputs in enumerate(idx.inputs):
+        for name in set(inputs):
             if name in idx.producer:
                 indegree[i] += 1
             elif name not in known:
+                node = graph.node[i]
                 raise OnnxMluError(f"node {node.name or node.op_type!r} reads tensor {name!r}, "
                                    "which no node, input or initializer provides")
     ready: tuple[list[int], list[int]] = ([], [])  # (preferred, others)
@@ -348,7 +392,7 @@ def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool]) -> 
         i = heapq.heappop(queue)
         in_preferred_run = queue is ready[0]
         order.append(i)
-        for name in set(graph.node[i].output):
+        for name in set(idx.outputs[i]):
             for c in set(idx.consumers.get(name, ())):
                 indegree[c] -= 1
                 if indegree[c] == 0:

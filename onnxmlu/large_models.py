@@ -17,8 +17,9 @@ from typing import Callable, Iterable
 import onnx
 
 #: Initializers at least this large become graph inputs in the skeleton; smaller ones stay
-#: (shape tensors such as a Reshape's target must keep their values for inference).
-SKELETON_MIN_TENSOR_BYTES = 2**20
+#: (shape tensors such as a Reshape's target must keep their values for inference). Every
+#: model is inferred on its skeleton, so the bound is low: a 3x3x64x64 conv weight is 147 KB.
+SKELETON_MIN_TENSOR_BYTES = 2**14
 
 
 def tensor_payload_bytes(model: onnx.ModelProto) -> int:
@@ -69,13 +70,31 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
 def infer_on_skeleton(model: onnx.ModelProto,
                       infer: Callable[[onnx.ModelProto], onnx.ModelProto]) -> onnx.ModelProto:
     """Run ``infer`` on the skeleton and copy the inferred types into ``model`` (in place:
-    copying the model would double the memory of the weights); returns ``model``."""
+    copying the model would double the memory of the weights); returns ``model``.
+
+    The skeleton keeps every node in order, so subgraphs (If/Loop bodies) pair up by position
+    and get their inferred value infos too."""
     inferred = infer(skeleton(model)).graph
-    graph = model.graph
+    _copy_types(model.graph, inferred)
+    for sub, done in zip(_nested_graphs(model.graph), _nested_graphs(inferred)):
+        _copy_types(sub, done)
+    return model
+
+
+def _copy_types(graph: onnx.GraphProto, inferred: onnx.GraphProto) -> None:
     del graph.value_info[:]
     graph.value_info.extend(inferred.value_info)
     typed = {o.name: o for o in inferred.output}
     for o in graph.output:
         if o.name in typed:
             o.type.CopyFrom(typed[o.name].type)
-    return model
+
+
+def _nested_graphs(graph: onnx.GraphProto) -> Iterable[onnx.GraphProto]:
+    """Every subgraph below ``graph``, depth first in node and attribute order."""
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                yield sub
+                yield from _nested_graphs(sub)

@@ -103,6 +103,15 @@ def is_fusion_block(node: onnx.NodeProto) -> bool:
 
 
 def body_attribute(body: onnx.ModelProto) -> onnx.AttributeProto:
-    data = body.SerializeToString()
-    tensor = onnx.helper.make_tensor("body", onnx.TensorProto.UINT8, [len(data)], data, raw=True)
-    return onnx.helper.make_attribute("body", tensor)
+    attr = onnx.AttributeProto()
+    fill_body_attribute(attr, body.SerializeToString())
+    return attr
+
+
+def fill_body_attribute(attr: onnx.AttributeProto, data: bytes) -> None:
+    """Make ``attr`` the ``body`` attribute holding ``data`` (a serialized ModelProto) as a 1-D
+    uint8 tensor, in place: ``make_tensor``/``make_attribute`` would copy the bytes twice more."""
+    attr.name, attr.type = "body", onnx.AttributeProto.TENSOR
+    attr.t.name, attr.t.data_type = "body", onnx.TensorProto.UINT8
+    attr.t.dims.append(len(data))
+    attr.t.raw_data = data

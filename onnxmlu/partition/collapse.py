@@ -26,7 +26,7 @@ from onnxmlu.analyze import Analysis
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.graph import copy_model_fields, node_inputs, topological_order
 from onnxmlu.partition.plan import Plan
-from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, body_attribute
+from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, fill_body_attribute
 
 MAX_BODY_BYTES = 2**31 - 1
 
@@ -48,37 +48,57 @@ class BlockInterface:
 
 
 def collapse(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None = None) -> onnx.ModelProto:
-    """The fused model: host nodes as they were, one MLUFusionBlock node per plan block."""
+    """The fused model: host nodes as they were, one MLUFusionBlock node per plan block.
+
+    The model is built field by field in place (no ``make_graph``/``make_model``, which copy
+    every node and then the whole graph again): each body is serialized once and its bytes
+    are copied once, into the node that carries them.
+    """
     graph = analysis.model.graph
     owner = _block_of_node(analysis, plan)
-    interfaces = [block_interface(analysis, owner, b) for b in range(len(plan.blocks))]
-    fused_nodes, emitted = [], set()
+    interfaces = block_interfaces(analysis, owner, len(plan.blocks))
+    fused = _outer_shell(analysis)
+    emitted: set[int] = set()
     for i in analysis.order:
         b = owner.get(i)
         if b is None:
-            fused_nodes.append(graph.node[i])
+            fused.graph.node.append(graph.node[i])
         elif b not in emitted:
             emitted.add(b)
             fig = figures[b] if figures else None
-            fused_nodes.append(_fusion_node(analysis, plan, b, interfaces[b], fig))
-    model = _outer_model(analysis, fused_nodes, interfaces)
-    _assert_acyclic(model)
-    return model
+            _fill_fusion_node(fused.graph.node.add(), analysis, plan, b, interfaces[b], fig)
+    _finish_outer(fused, analysis, interfaces)
+    _assert_acyclic(fused)
+    return fused
+
+
+def block_interfaces(analysis: Analysis, owner: dict[int, int], count: int) -> list[BlockInterface]:
+    """The interface of every block, in one pass over the order (not one pass per block)."""
+    members: list[list[int]] = [[] for _ in range(count)]
+    for i in analysis.order:
+        b = owner.get(i)
+        if b is not None:
+            members[b].append(i)
+    return [_interface(analysis, owner, b, tuple(nodes)) for b, nodes in enumerate(members)]
 
 
 def block_interface(analysis: Analysis, owner: dict[int, int], b: int) -> BlockInterface:
-    graph, index = analysis.model.graph, analysis.index
-    nodes = tuple(i for i in analysis.order if owner.get(i) == b)
+    return _interface(analysis, owner, b, tuple(i for i in analysis.order if owner.get(i) == b))
+
+
+def _interface(analysis: Analysis, owner: dict[int, int], b: int, nodes: tuple[int, ...]) -> BlockInterface:
+    index = analysis.index
     produced: set[str] = set()
+    seen: set[str] = set()  # membership in sets: list lookups made 5k-node blocks quadratic
     inputs: list[str] = []
     constants: list[str] = []
     for i in nodes:
-        for name in node_inputs(graph.node[i]):
-            bucket = constants if index.is_constant(name) else inputs
-            if name not in produced and name not in bucket:
-                bucket.append(name)
-        produced.update(o for o in graph.node[i].output if o)
-    outputs = [o for i in nodes for o in graph.node[i].output if o and _used_outside(analysis, owner, b, o)]
+        for name in index.inputs[i]:
+            if name not in produced and name not in seen:
+                seen.add(name)
+                (constants if index.is_constant(name) else inputs).append(name)
+        produced.update(index.outputs[i])
+    outputs = [o for i in nodes for o in index.outputs[i] if _used_outside(analysis, owner, b, o)]
     if not inputs:
         raise OnnxMluError(f"block {b} reads no tensor from outside (only constants); "
                            "constant folding should have removed it")
@@ -97,25 +117,27 @@ def _block_of_node(analysis: Analysis, plan: Plan) -> dict[int, int]:
             for b, block in enumerate(plan.blocks) for layer in range(block.start, block.stop)}
 
 
-def _fusion_node(analysis: Analysis, plan: Plan, b: int, iface: BlockInterface,
-                 fig: BlockFigures | None) -> onnx.NodeProto:
+def _fill_fusion_node(node: onnx.NodeProto, analysis: Analysis, plan: Plan, b: int, iface: BlockInterface,
+                      fig: BlockFigures | None) -> None:
     block = plan.blocks[b]
     layers = analysis.layers[block.start : block.stop]
-    body = _body_model(analysis, b, iface)
-    attr = body_attribute(body)
-    if len(attr.t.raw_data) > MAX_BODY_BYTES:
-        raise OnnxMluError(f"block {b} serializes to {len(attr.t.raw_data)} bytes, over the 2 GB "
+    node.op_type, node.domain, node.name = OP_TYPE, DOMAIN, f"block_{b} (mp={block.mp})"
+    node.input.extend(iface.inputs)
+    node.output.extend(iface.outputs)
+    gops = float(sum(l.gops for l in layers))
+    node.attribute.extend([helper.make_attribute("gops", gops),
+                           helper.make_attribute("layers", [l.name for l in layers]),
+                           helper.make_attribute("mp", block.mp),
+                           helper.make_attribute("op_types", [l.op_type for l in layers])])
+    data = _body_bytes(analysis, b, iface)
+    if len(data) > MAX_BODY_BYTES:
+        raise OnnxMluError(f"block {b} serializes to {len(data)} bytes, over the 2 GB "
                            "protobuf limit of one body; split it with a plan of smaller blocks")
-    node = helper.make_node(
-        OP_TYPE, list(iface.inputs), list(iface.outputs), name=f"block_{b} (mp={block.mp})",
-        domain=DOMAIN, mp=block.mp, layers=[l.name for l in layers], op_types=[l.op_type for l in layers],
-        gops=float(sum(l.gops for l in layers)),
-    )
-    node.attribute.append(attr)
+    fill_body_attribute(node.attribute.add(), data)
+    del data  # the node holds the only copy now
     if fig is not None and fig.sim_latency_us is not None:
         node.attribute.append(helper.make_attribute("sim_latency_us", float(fig.sim_latency_us)))
     node.doc_string = _summary(layers, block.mp, fig)
-    return node
 
 
 def _summary(layers, mp: int, fig: BlockFigures | None) -> str:
@@ -127,20 +149,21 @@ def _summary(layers, mp: int, fig: BlockFigures | None) -> str:
     return text
 
 
-def _body_model(analysis: Analysis, b: int, iface: BlockInterface) -> onnx.ModelProto:
+def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface) -> bytes:
+    """The block as a serialized ModelProto; the proto itself is freed on return."""
     model, index = analysis.model, analysis.index
     nodes = [model.graph.node[i] for i in iface.nodes]
-    internal = {o for n in nodes for o in n.output if o} - set(iface.outputs)
-    graph = helper.make_graph(
-        nodes, f"block_{b}",
-        inputs=[_value_info(analysis, n) for n in iface.inputs],
-        outputs=[_value_info(analysis, n) for n in iface.outputs],
-        initializer=[index.initializers[n] for n in iface.constants],
-        value_info=[index.value_infos[n] for n in sorted(internal) if n in index.value_infos],
-    )
-    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    return helper.make_model(graph, opset_imports=opsets, ir_version=model.ir_version,
-                             producer_name="onnxmlu", doc_string=f"onnxmlu block {b}")
+    internal = {o for i in iface.nodes for o in index.outputs[i]} - set(iface.outputs)
+    body = onnx.ModelProto(ir_version=model.ir_version, producer_name="onnxmlu", doc_string=f"onnxmlu block {b}")
+    body.opset_import.extend(o for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    graph = body.graph
+    graph.name = f"block_{b}"
+    graph.node.extend(nodes)
+    graph.input.extend(_value_info(analysis, n) for n in iface.inputs)
+    graph.output.extend(_value_info(analysis, n) for n in iface.outputs)
+    graph.initializer.extend(index.initializers[n] for n in iface.constants)
+    graph.value_info.extend(index.value_infos[n] for n in sorted(internal) if n in index.value_infos)
+    return body.SerializeToString()
 
 
 def _value_info(analysis: Analysis, name: str) -> onnx.ValueInfoProto:
@@ -157,25 +180,28 @@ def _value_info(analysis: Analysis, name: str) -> onnx.ValueInfoProto:
     return vi
 
 
-def _outer_model(analysis: Analysis, nodes: list[onnx.NodeProto],
-                 interfaces: Sequence[BlockInterface]) -> onnx.ModelProto:
+def _outer_shell(analysis: Analysis) -> onnx.ModelProto:
+    """The fused model's model-level fields and graph name, before any node."""
     src = analysis.model
-    used = {n for node in nodes for n in node_inputs(node)} | {o.name for o in src.graph.output}
-    block_outputs = [o for iface in interfaces for o in iface.outputs]
-    alive = used | {o for node in nodes for o in node.output}
-    graph = helper.make_graph(
-        nodes, src.graph.name or "fused",
-        inputs=[i for i in src.graph.input if i.name in used or i.name not in analysis.index.initializers],
-        outputs=list(src.graph.output),
-        initializer=[t for t in src.graph.initializer if t.name in used],
-        value_info=_outer_value_infos(analysis, alive, block_outputs),
-    )
-    graph.doc_string = src.graph.doc_string
-    fused = helper.make_model(graph)
+    fused = onnx.ModelProto()
     copy_model_fields(fused, src)
     if not any(o.domain == DOMAIN for o in fused.opset_import):
         fused.opset_import.append(helper.make_opsetid(DOMAIN, VERSION))
+    fused.graph.name = src.graph.name or "fused"
+    fused.graph.doc_string = src.graph.doc_string
     return fused
+
+
+def _finish_outer(fused: onnx.ModelProto, analysis: Analysis, interfaces: Sequence[BlockInterface]) -> None:
+    """Graph inputs, outputs, the host nodes' initializers and the value infos of the fused graph."""
+    src, graph = analysis.model, fused.graph
+    used = {n for node in graph.node for n in node_inputs(node)} | {o.name for o in src.graph.output}
+    block_outputs = [o for iface in interfaces for o in iface.outputs]
+    alive = used | {o for node in graph.node for o in node.output}
+    graph.input.extend(i for i in src.graph.input if i.name in used or i.name not in analysis.index.initializers)
+    graph.output.extend(src.graph.output)
+    graph.initializer.extend(t for t in src.graph.initializer if t.name in used)
+    graph.value_info.extend(_outer_value_infos(analysis, alive, block_outputs))
 
 
 def _outer_value_infos(analysis: Analysis, alive: set[str], block_outputs: list[str]) -> list:

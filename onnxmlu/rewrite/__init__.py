@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Collection
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.rewrite.base import (
+    DEFAULT_DOMAINS,
     NameAllocator,
     RewriteContext,
     RewriteReport,
     RewriterRegistry,
     constant_value,
+    iter_graphs,
     run_rewriter,
 )
 from onnxmlu.rewrite.modelio import default_opset, export_model, import_graph
@@ -66,29 +68,39 @@ def rewrite_model(
     *,
     bn_mode: str = "substitute",
     only: Collection[str] | None = None,
+    copy: bool = True,
 ) -> tuple[onnx.ModelProto, RewriteReport]:
     """Rewrite BN / Gemm / LSTM-GRU-RNN nodes into accelerator primitives.
 
     The input model is not modified. ``only`` restricts the rewriters (names from
     :data:`REWRITER_NAMES`); ``bn_mode`` is ``"substitute"`` (BN-norm + scale layer) or
     ``"fold"`` (into the producing Conv/ConvTranspose/Gemm/MatMul, else affine Mul + Add).
-    When nothing applies the returned model is an unchanged copy.
+    When nothing applies the returned model is an unchanged copy (``model`` itself when
+    ``copy`` is False: the pipeline owns its model and skips copying every weight).
     """
     if bn_mode not in BN_MODES:
         raise OnnxMluError(f"bn_mode must be one of {', '.join(BN_MODES)}, got {bn_mode!r}")
     names = _selected(only)
     report = RewriteReport(applied={n: 0 for n in names})
+    unchanged = _copy(model) if copy else model
     opset = default_opset(model)
-    if opset is None:  # no ai.onnx ops at all, so nothing to rewrite
-        return _copy(model), report
+    rewriters = {name: REGISTRY.create(name, bn_mode=bn_mode) for name in names}
+    if opset is None or not _has_candidates(model, rewriters.values()):
+        return unchanged, report  # the graphsurgeon round trip would copy every weight for nothing
     graph = import_graph(model)
     ctx = RewriteContext(graph, opset, NameAllocator.from_model(model), {"bn_mode": bn_mode})
-    for name in names:
-        rewriter = REGISTRY.create(name, bn_mode=bn_mode)
+    for name, rewriter in rewriters.items():
         report.applied[name] = run_rewriter(rewriter, ctx, report)
     if report.total == 0:
-        return _copy(model), report
+        return unchanged, report
     return export_model(graph, model), report
+
+
+def _has_candidates(model: onnx.ModelProto, rewriters) -> bool:
+    """Whether any graph holds a default-domain node one of ``rewriters`` looks at."""
+    ops = {op for r in rewriters for op in r.op_types}
+    return any(node.op_type in ops and node.domain in DEFAULT_DOMAINS
+               for graph in iter_graphs(model.graph) for node in graph.node)
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
