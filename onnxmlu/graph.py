@@ -269,6 +269,7 @@ class GraphIndex:
     #: access and the subgraph scan are slow enough to matter at 20k nodes).
     inputs: list[list[str]] = field(default_factory=list)
     outputs: list[list[str]] = field(default_factory=list)
+    _shapes: dict[str, list | None] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, graph: onnx.GraphProto) -> "GraphIndex":
@@ -302,6 +303,12 @@ class GraphIndex:
 
     def shape(self, name: str) -> list[int | str | None] | None:
         """Dims (int, symbolic name, or None for unknown), None when the rank is unknown."""
+        if name not in self._shapes:  # analysis asks for each tensor several times
+            self._shapes[name] = self._read_shape(name)
+        dims = self._shapes[name]
+        return None if dims is None else list(dims)
+
+    def _read_shape(self, name: str) -> list[int | str | None] | None:
         if name in self.initializers:
             return list(self.initializers[name].dims)
         vi = self.value_infos.get(name)
