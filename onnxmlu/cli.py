@@ -2,6 +2,11 @@
 
 Exit codes: 0 success, 1 a check or comparison failed, 2 usage or input error. Errors print
 one line; ``--debug`` (before the command) shows the traceback instead.
+
+Streams: tables go to stdout, progress (rich, transient) and errors to stderr. ``--json -``
+owns stdout: the report is then the only thing printed there, so it can be piped. Every JSON
+report carries ``"schema": "onnxmlu.<command>/1"``; docs/json.md documents each key, and
+tests/test_cli.py checks the outputs against that document.
 """
 
 from __future__ import annotations
@@ -10,8 +15,9 @@ import functools
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Callable, List, Optional
+from typing import Annotated, Callable, Iterator, List, Optional
 
 import typer
 from rich.console import Console
@@ -77,6 +83,20 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+#: Version of every JSON report's layout; bump it when a key changes meaning or goes away.
+SCHEMA_VERSION = 1
+
+
+def _report(command: str, payload: dict) -> dict:
+    """``payload`` with its ``schema`` tag first, e.g. ``"onnxmlu.fuse/1"`` (docs/json.md)."""
+    return {"schema": f"onnxmlu.{command}/{SCHEMA_VERSION}", **payload}
+
+
+def _talk(quiet: bool, json_out: Optional[Path]) -> bool:
+    """Whether to print human-readable output: not with --quiet, nor when --json - owns stdout."""
+    return not quiet and str(json_out) != "-"
+
+
 def _emit_json(target: Optional[Path], payload: dict) -> None:
     if target is None:
         return
@@ -87,6 +107,39 @@ def _emit_json(target: Optional[Path], payload: dict) -> None:
         from onnxmlu.atomic import write_bytes_atomic
 
         write_bytes_atomic(text.encode(), target)  # a report is never half-written
+
+
+class Steps:
+    """Handle on a progress display: ``say`` names the step now running, ``advance`` counts
+    one done. Without a display (``--quiet``) both do nothing."""
+
+    def __init__(self, progress=None, task=None) -> None:
+        self._progress, self._task = progress, task
+
+    def say(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=escape(text))
+
+    def advance(self) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task)
+
+
+@contextmanager
+def _steps(quiet: bool, total: Optional[int] = None) -> Iterator[Steps]:
+    """A spinner, the current step and the elapsed time on stderr; with ``total`` also a bar.
+
+    Transient (gone when done), hidden by --quiet, and drawn only on an interactive terminal
+    (on a file or pipe rich would draw nothing but still end with a blank line)."""
+    if quiet or not err_console.is_interactive:
+        yield Steps()
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    bar = [BarColumn(), MofNCompleteColumn()] if total else []
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), *bar, TimeElapsedColumn(),
+                  console=err_console, transient=True, redirect_stdout=False, redirect_stderr=False) as progress:
+        yield Steps(progress, progress.add_task("", total=total))
 
 
 def _shapes(specs: Optional[List[str]]):
@@ -117,25 +170,29 @@ def fuse(
     from onnxmlu import api
 
     started = time.perf_counter()
-    original = api.as_model(model)
-    result = api.fuse(original, strategy=strategy, plan=plan, mp=mp, hardware=hw,
-                      input_shapes=_shapes(input_shape), bn_mode=bn)
-    api.save_model(result.model, output, input_path=model)
+    with _steps(quiet) as steps:
+        steps.say(f"loading {model.name}")
+        original = api.as_model(model)
+        steps.say(f"fusing: rewrite, plan ({'--plan' if plan else strategy}), collapse")
+        result = api.fuse(original, strategy=strategy, plan=plan, mp=mp, hardware=hw,
+                          input_shapes=_shapes(input_shape), bn_mode=bn)
+        steps.say(f"saving {output.name}")
+        api.save_model(result.model, output, input_path=model)
     elapsed = time.perf_counter() - started
-    if not quiet:
+    talk = _talk(quiet, json_out)
+    if talk:
         _print_blocks(result)
         _print_host_nodes(result)
         console.print(f"wrote {output} ({len(result.plan.blocks)} blocks, {elapsed:.2f} s)")
-    payload = {"output": str(output), "strategy": result.plan.strategy, "hardware": result.hardware.name,
-               "sim_latency_us": result.sim_latency_us, "sim_fps": result.sim_fps, "blocks": result.block_rows()}
-    if check:
-        report = _run_check(original, result.model, [0], 1e-4, 1e-4, quiet)
-        payload["check"] = report.to_dict()
-        _emit_json(json_out, payload)
-        if not report.ok:
-            raise typer.Exit(1)
-        return
+    payload = _report("fuse", {
+        "output": str(output), "strategy": result.plan.strategy, "hardware": result.hardware.name,
+        "sim_latency_us": result.sim_latency_us, "sim_fps": result.sim_fps, "blocks": result.block_rows()})
+    report = _run_check(original, result.model, [0], 1e-4, 1e-4, quiet, talk) if check else None
+    if report is not None:
+        payload["check"] = _check_payload(report)
     _emit_json(json_out, payload)
+    if report is not None and not report.ok:
+        raise typer.Exit(1)
 
 
 def _op_summary(counts: dict, keep: int = 3) -> str:
@@ -182,17 +239,28 @@ def check(
     """
     from onnxmlu.graph import load_model
 
-    report = _run_check(load_model(original), load_model(fused), seed, atol, rtol, quiet)
-    _emit_json(json_out, report.to_dict())
+    with _steps(quiet) as steps:
+        steps.say(f"loading {original.name} and {fused.name}")
+        models = load_model(original), load_model(fused)
+    report = _run_check(*models, seed, atol, rtol, quiet, _talk(quiet, json_out))
+    _emit_json(json_out, _check_payload(report))
     if not report.ok:
         raise typer.Exit(1)
 
 
-def _run_check(original, fused, seeds, atol, rtol, quiet):
+def _check_payload(report) -> dict:
+    """The ``check`` report: on its own from `check`, and under ``"check"`` in `fuse --check`."""
+    return _report("check", report.to_dict())
+
+
+def _run_check(original, fused, seeds, atol, rtol, quiet: bool, talk: bool):
+    """Compare the models (a spinner per stage unless --quiet); print the table if ``talk``."""
     from onnxmlu.verify import check_models
 
-    report = check_models(original, fused, seeds=seeds, atol=atol, rtol=rtol)
-    if not quiet:
+    with _steps(quiet) as steps:
+        report = check_models(original, fused, seeds=seeds, atol=atol, rtol=rtol,
+                              progress=lambda stage: steps.say(f"check: {stage}"))
+    if talk:
         table = Table(title=f"check · seeds {list(seeds)} · atol={atol:g} rtol={rtol:g}")
         for col in ("output", "shape", "max abs err", "max rel err", "ok"):
             table.add_column(col)
@@ -218,14 +286,16 @@ def inspect(
     """
     from onnxmlu import api
 
-    analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=rewrite)
+    with _steps(quiet) as steps:
+        steps.say(f"analysing {model.name}" + (" (rewritten)" if rewrite else ""))
+        analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=rewrite)
     rows = [layer_row(l) for l in analysis.layers]
     host = [{"node": analysis.model.graph.node[i].name or analysis.model.graph.node[i].op_type,
              "op_type": analysis.model.graph.node[i].op_type, "reason": r}
             for i, r in sorted(analysis.host_reasons.items())]
-    if not quiet:
+    if _talk(quiet, json_out):
         _print_layers(rows, host, analysis.total_gops)
-    _emit_json(json_out, {"layers": rows, "host_nodes": host, "total_gops": analysis.total_gops})
+    _emit_json(json_out, _report("inspect", {"layers": rows, "host_nodes": host, "total_gops": analysis.total_gops}))
 
 
 def layer_row(layer) -> dict:
@@ -250,23 +320,51 @@ def _print_layers(rows, host, total_gops) -> None:
 
 @command
 def zoo(
-    name: Annotated[str, typer.Argument(help="resnet18, resnet50, vgg19, alexnet, mobilenetv2 or lstm.")],
-    output: Annotated[Path, typer.Argument(help="Where to write the model.", show_default=False)],
+    name: Annotated[str, typer.Argument(help="resnet18, resnet50, vgg19, alexnet, mobilenetv2, lstm; "
+                                             "several comma-separated, or 'all'.")],
+    output: Annotated[Path, typer.Argument(help="Where to write the model (a folder for several).", show_default=False)],
     batch: Annotated[str, typer.Option("--batch", help="Batch size, or a name for a symbolic batch.")] = "1",
     seed: Annotated[int, typer.Option("--seed", help="Weight seed.")] = 0,
+    json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Build a zoo model (real architecture and size, seeded random weights).
+    """Build zoo models (real architecture and size, seeded random weights).
 
-    Example: onnxmlu zoo resnet18 resnet18.onnx --batch N
+    Example: onnxmlu zoo resnet18 resnet18.onnx --batch N; onnxmlu zoo all models/
     """
     from onnxmlu import api
-    from onnxmlu.zoo import build_model
+    from onnxmlu.zoo import ZOO_NAMES, build_model
 
-    model = build_model(name, batch=int(batch) if batch.isdigit() else batch, seed=seed)
-    api.save_model(model, output)
-    if not quiet:
-        console.print(f"wrote {output} ({name}, batch {batch}, {output.stat().st_size / 2**20:.1f} MiB)")
+    names = list(ZOO_NAMES) if name == "all" else name.split(",")
+    targets = _zoo_targets(names, output)
+    size = int(batch) if batch.isdigit() else batch
+    written = []
+    with _steps(quiet or len(names) == 1, total=len(names)) as steps:
+        for net, path in targets:
+            steps.say(f"building {net}")
+            api.save_model(build_model(net, batch=size, seed=seed), path)
+            written.append({"name": net, "path": str(path), "batch": size, "seed": seed, "bytes": path.stat().st_size})
+            steps.advance()
+    for w in written if _talk(quiet, json_out) else []:
+        console.print(f"wrote {w['path']} ({w['name']}, batch {batch}, {w['bytes'] / 2**20:.1f} MiB)")
+    _emit_json(json_out, _report("zoo", {"models": written}))
+
+
+def _zoo_targets(names: list[str], output: Path) -> list[tuple[str, Path]]:
+    """``(name, path)`` per model: OUTPUT itself for one model, OUTPUT/NAME.onnx for several."""
+    from onnxmlu.zoo import ZOO_NAMES
+
+    unknown = [n for n in names if n not in ZOO_NAMES]
+    if unknown:
+        raise OnnxMluError(f"unknown zoo model {unknown[0]!r} (known: {', '.join(ZOO_NAMES)}, or all)")
+    if len(names) == 1:
+        return [(names[0], output)]
+    if output.suffix == ".onnx" or (output.exists() and not output.is_dir()):
+        raise OnnxMluError(f"{len(names)} models need a folder as OUTPUT, not {output}")
+    if not output.parent.is_dir():
+        raise OnnxMluError(f"folder {output.parent} does not exist")
+    output.mkdir(exist_ok=True)
+    return [(n, output / f"{n}.onnx") for n in names]
 
 
 @command
@@ -285,16 +383,19 @@ def rewrite(
     """
     from onnxmlu import api
 
-    rewritten, report = api.rewrite(model, bn_mode=bn, only=only.split(",") if only else None,
-                                    input_shapes=_shapes(input_shape))
-    api.save_model(rewritten, output, input_path=model)
-    if not quiet:
+    with _steps(quiet) as steps:
+        steps.say(f"rewriting {model.name}")
+        rewritten, report = api.rewrite(model, bn_mode=bn, only=only.split(",") if only else None,
+                                        input_shapes=_shapes(input_shape))
+        steps.say(f"saving {output.name}")
+        api.save_model(rewritten, output, input_path=model)
+    if _talk(quiet, json_out):
         for name, count in report.applied.items():
             console.print(f"{name}: rewrote {count} node(s)")
         for rewriter, node, reason in report.skipped:
             console.print(f"{rewriter}: left {node!r} alone: {reason}")
         console.print(f"wrote {output}")
-    _emit_json(json_out, report.to_dict())
+    _emit_json(json_out, _report("rewrite", report.to_dict()))
 
 
 @command
@@ -306,18 +407,24 @@ def plan(
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Timeline of blocks with MP and simulated time (PNG).", show_default=False)] = None,
+    json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Plan blocks and MP without collapsing; edit the JSON and pass it to `fuse --plan`.
 
-    Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json
+    With -q and neither -o nor --json, the plan file's JSON goes to stdout.
+
+    Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json --plot plan.png
     """
     from onnxmlu import api
     from onnxmlu.perf.hardware import load_hardware
 
     hardware = load_hardware(hw)
-    analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=True)
-    chosen = api.make_plan(analysis, hardware, strategy=strategy, mp=mp)
+    with _steps(quiet) as steps:
+        steps.say(f"analysing {model.name}")
+        analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=True)
+        steps.say(f"planning: {strategy} search" if strategy in ("oracle", "optimal") else f"planning: {strategy}")
+        chosen = api.make_plan(analysis, hardware, strategy=strategy, mp=mp)
     text = chosen.to_json(analysis.layers)
     if output is not None:
         from onnxmlu.atomic import write_bytes_atomic
@@ -333,13 +440,16 @@ def plan(
         from onnxmlu.plots import plan_chart
 
         plan_chart(rows, plot, title=f"{model.stem}: {chosen.strategy}, {len(rows)} blocks, {total:.0f} µs simulated")
-    if not quiet:
+    if _talk(quiet, json_out):
         for r in rows:
             console.print(f"block {r['block']:3d}  mp={r['mp']:2d}  layers {r['start']}..{r['stop'] - 1} "
                           f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
         console.print(f"{len(rows)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
-    elif output is None:
+    elif output is None and json_out is None:
         sys.stdout.write(text)
+    _emit_json(json_out, _report("plan", {
+        "strategy": chosen.strategy, "hardware": hardware.name, "layers": len(analysis.layers),
+        "sim_latency_us": total, "sim_fps": 1e6 / total if total > 0 else None, "blocks": rows}))
 
 
 @command
@@ -367,37 +477,50 @@ def compare(
     names = strategies.split(",") if strategies else strategy_names()
     if "none" not in names:
         names = ["none", *names]
-    networks = _compare_inputs(model, input_shape)
+    networks = _compare_inputs(model)
     report = {}
-    for label, source in _progress(networks, "planning", quiet or len(networks) == 1):
-        analysis = api.inspect(source, input_shapes=_shapes(input_shape), rewrite=True)
-        results = api.compare(analysis, hardware, names)
-        base = results[0].sim_latency_us
-        report[label] = [{"strategy": r.strategy, "sim_latency_us": r.sim_latency_us, "fps": r.fps,
-                          "speedup": base / r.sim_latency_us, "blocks": len(r.plan.blocks),
-                          "plan_seconds": r.plan_seconds} for r in results]
-        if not quiet:
-            _print_compare(label, report[label], hardware.name)
-    _emit_json(json_out, {"hardware": hardware.name, "networks": report})
+    with _steps(quiet, total=len(networks) * (len(names) + 1)) as steps:
+        for label, source in networks:
+            report[label] = _compare_one(label, source, hardware, names, _shapes(input_shape), steps)
+    for label, rows in report.items() if _talk(quiet, json_out) else ():
+        _print_compare(label, rows, hardware.name)
+    _emit_json(json_out, _report("compare", {"hardware": hardware.name, "strategies": names, "networks": report}))
     if plot is not None:
         from onnxmlu.plots import speedup_chart
 
         speedup_chart(report, plot)
 
 
-def _progress(items, label: str, hidden: bool):
-    """Iterate with a rich progress bar on stderr (hidden for one item or --quiet)."""
-    from rich.progress import track
-
-    return items if hidden else track(items, description=label, console=err_console, transient=True)
-
-
-def _compare_inputs(model, input_shape):
+def _compare_inputs(model: Optional[Path]) -> list[tuple[str, object]]:
+    """``(label, model path or zoo name)`` per network; zoo models are built when their turn
+    comes, under the progress bar (building all five takes most of `compare --zoo`'s time)."""
     if model is not None:
         return [(model.stem, model)]
-    from onnxmlu.zoo import CNN_NAMES, build_model
+    from onnxmlu.zoo import CNN_NAMES
 
-    return [(name, build_model(name)) for name in CNN_NAMES]
+    return [(name, name) for name in CNN_NAMES]
+
+
+def _compare_one(label: str, source, hardware, names: list[str], shapes, steps: Steps) -> list[dict]:
+    """One network's rows: each strategy's plan priced by the model, speedup over the first."""
+    from onnxmlu import api
+
+    steps.say(f"{label}: building and analysing")
+    if isinstance(source, str):
+        from onnxmlu.zoo import build_model
+
+        source = build_model(source)
+    analysis = api.inspect(source, input_shapes=shapes, rewrite=True)
+    steps.advance()
+    results = []
+    for name in names:
+        steps.say(f"{label}: {name}")
+        results.extend(api.compare(analysis, hardware, [name]))
+        steps.advance()
+    base = results[0].sim_latency_us
+    return [{"strategy": r.strategy, "sim_latency_us": r.sim_latency_us, "fps": r.fps,
+             "speedup": base / r.sim_latency_us, "blocks": len(r.plan.blocks),
+             "plan_seconds": r.plan_seconds} for r in results]
 
 
 def _print_compare(label: str, rows: list[dict], hw_name: str) -> None:
@@ -461,19 +584,24 @@ def run(
     from onnxmlu.timing import time_interleaved
     from onnxmlu.verify import random_inputs
 
-    proto = load_model(model)
-    feeds = _load_feeds(inputs) if inputs else random_inputs(proto, seed, shapes=_shapes(input_shape))
-    session = InferenceSession(proto)
-    names = [o.name for o in session.get_outputs()]
-    outputs = session.run(names, feeds)
-    timing = time_interleaved({"model": session}, feeds, runs=max(1, repeat), warmup=1)["model"]
-    summary = [_output_summary(n, o) for n, o in zip(names, outputs)]
-    payload = {"outputs": summary, "latency_ms": timing.__dict__}
-    if profile:
-        from onnxmlu.profiling import profile_nodes
+    with _steps(quiet) as steps:
+        steps.say(f"loading {model.name}")
+        proto = load_model(model)
+        feeds = _load_feeds(inputs) if inputs else random_inputs(proto, seed, shapes=_shapes(input_shape))
+        steps.say("creating the session")
+        session = InferenceSession(proto)
+        names = [o.name for o in session.get_outputs()]
+        outputs = session.run(names, feeds)
+        steps.say(f"timing {max(1, repeat)} runs")
+        timing = time_interleaved({"model": session}, feeds, runs=max(1, repeat), warmup=1)["model"]
+        summary = [_output_summary(n, o) for n, o in zip(names, outputs)]
+        payload = _report("run", {"outputs": summary, "latency_ms": timing.__dict__})
+        if profile:
+            from onnxmlu.profiling import profile_nodes
 
-        payload["profile"] = [p.__dict__ for p in profile_nodes(proto, feeds, repeat=max(1, repeat))]
-    if not quiet:
+            steps.say(f"profiling {max(1, repeat)} runs")
+            payload["profile"] = [p.__dict__ for p in profile_nodes(proto, feeds, repeat=max(1, repeat))]
+    if _talk(quiet, json_out):
         _print_run(summary, timing, payload.get("profile"))
     if save is not None:
         np.savez(save, **dict(zip(names, outputs)))
