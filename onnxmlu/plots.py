@@ -31,14 +31,17 @@ def speedup_chart(report: Mapping[str, Sequence[dict]], path: str | Path) -> Pat
     strategies = [r["strategy"] for r in report[networks[0]]]
     width = 0.8 / len(strategies)
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(networks) + 2), 4))
+    top = 0.0
     for s, strategy in enumerate(strategies):
         values = [next(r["speedup"] for r in report[n] if r["strategy"] == strategy) for n in networks]
         xs = [i + (s - (len(strategies) - 1) / 2) * width for i in range(len(networks))]
         ax.bar(xs, values, width, label=strategy)
+        top = max(top, *values)
     ax.set_xticks(range(len(networks)), networks)
     ax.set_ylabel("speedup over 'none' (simulated)")
     ax.set_title("Fusion / MP strategies on the simulated accelerator")
-    ax.legend(ncol=4, fontsize="small")
+    ax.set_ylim(0, top * 1.3)  # headroom: the legend sits above the tallest bars, not on them
+    ax.legend(ncol=4, fontsize="small", loc="upper left")
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, plt, path)
 
