@@ -439,7 +439,8 @@ def plan(
     if plot is not None:
         from onnxmlu.plots import plan_chart
 
-        plan_chart(rows, plot, title=f"{model.stem}: {chosen.strategy}, {len(rows)} blocks, {total:.0f} µs simulated")
+        plan_chart(rows, plot, title=f"{model.stem}: {chosen.strategy}, {len(rows)} blocks, {total:.0f} µs simulated on {hardware.name}",
+                   max_mp=hardware.cores)
     if _talk(quiet, json_out):
         for r in rows:
             console.print(f"block {r['block']:3d}  mp={r['mp']:2d}  layers {r['start']}..{r['stop'] - 1} "

@@ -2,7 +2,8 @@
 
 * :func:`speedup_chart`: grouped bars of speedup over ``none`` per network and strategy,
   the layout of DLFusion's Fig. 10;
-* :func:`plan_chart`: one bar per block, width = simulated latency, labelled with its MP.
+* :func:`plan_chart`: one bar per block, width = simulated latency, coloured and labelled
+  with its MP.
 """
 
 from __future__ import annotations
@@ -46,23 +47,41 @@ def speedup_chart(report: Mapping[str, Sequence[dict]], path: str | Path) -> Pat
     return _save(fig, plt, path)
 
 
-def plan_chart(rows: Sequence[dict], path: str | Path, title: str = "") -> Path:
-    """``rows`` as from ``FuseResult.block_rows()`` -> a timeline PNG at ``path``."""
+def plan_chart(rows: Sequence[dict], path: str | Path, title: str = "", max_mp: int = 32) -> Path:
+    """``rows`` as from ``FuseResult.block_rows()`` or ``plan``'s report -> a timeline PNG at
+    ``path``: one bar per block, as wide as its simulated latency, coloured by log2(MP)."""
+    import math
+
+    from matplotlib.colors import Normalize
+
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(10, 2.6))
+    fig, ax = plt.subplots(figsize=(10, 2.8))
+    cmap, norm = plt.get_cmap("viridis"), Normalize(0, math.log2(max_mp))
+    total = sum(r["sim_latency_us"] for r in rows)
     start = 0.0
-    cmap = plt.get_cmap("viridis")
     for row in rows:
-        shade = cmap(min(1.0, (row["mp"].bit_length() - 1) / 5))
-        ax.barh(0, row["sim_latency_us"], left=start, color=shade, edgecolor="white")
-        if row["sim_latency_us"] > 0.03 * sum(r["sim_latency_us"] for r in rows):
-            ax.text(start + row["sim_latency_us"] / 2, 0, f"b{row['block']}\nmp={row['mp']}",
-                    ha="center", va="center", fontsize=7, color="white")
-        start += row["sim_latency_us"]
+        width = row["sim_latency_us"]
+        ax.barh(0, width, left=start, color=cmap(norm(math.log2(row["mp"]))), edgecolor="white")
+        if width > 0.06 * total:  # a label only where it fits
+            ax.text(start + width / 2, 0, _block_label(row), ha="center", va="center", fontsize=9, color="white")
+        start += width
     ax.set_yticks([])
     ax.set_xlabel("simulated time (µs)")
     ax.set_title(title or f"{len(rows)} blocks, {start:.0f} µs")
+    bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.01)
+    ticks = [2**k for k in range(int(math.log2(max_mp)) + 1)]
+    bar.set_ticks([math.log2(t) for t in ticks], labels=[str(t) for t in ticks])
+    bar.set_label("MP (cores)")
     return _save(fig, plt, path)
+
+
+def _block_label(row: dict) -> str:
+    """'block 0 · mp=12' and, when the row says, its layer range and latency."""
+    lines = [f"block {row['block']} · mp={row['mp']}"]
+    if "start" in row:
+        lines.append(f"layers {row['start']}–{row['stop'] - 1}")
+    lines.append(f"{row['sim_latency_us']:.0f} µs")
+    return "\n".join(lines)
 
 
 def _save(fig, plt, path: str | Path) -> Path:
