@@ -662,6 +662,8 @@ def view(
     from onnxmlu.graph import load_model
     from onnxmlu.view import explode, serve
 
+    if not model.is_file():  # Netron would serve an error page instead of failing here
+        raise OnnxMluError(f"model file {model} does not exist" if not model.exists() else f"{model} is not a file")
     path = model
     if explode_blocks:
         path = model.with_name(model.stem + ".view.onnx")
