@@ -2,11 +2,18 @@
 #   make install   venv + package (editable) + ORT headers + custom-op library (idempotent)
 #   make test      the CI test suite
 #   make demo      zoo ResNet-18 -> fuse -> check -> latency
-#   make bench     benchmark scripts (prints ratios measured side by side)
+#   make bench       full benchmark -> BENCHMARKS.md (runtime overhead, fuse speed vs onnxslim/
+#                    onnxsim/onnxoptimizer, scaling, planner, LSTM unrolling; ~15-25 min on 2 cores)
+#   make bench-quick the same sections, fewer models/runs/sizes -> BENCHMARKS.quick.md (< 3 min)
+#   Both run in .venv-bench, a separate clean venv holding the peer tools (the `bench` extra,
+#   onnx/onnxruntime/numpy pinned to the versions .venv has); .venv is never touched.
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+BENCH_VENV ?= .venv-bench
+BENCH_PY   := $(BENCH_VENV)/bin/python
+BENCH_ARGS ?=
 LIB    := onnxmlu/_lib/libonnxmlu_ops.so
 OUT    ?= out
 PYTEST_ARGS ?=
@@ -44,10 +51,22 @@ demo: install
 	@mkdir -p $(OUT)
 	$(PY) scripts/demo.py --out $(OUT)
 
-bench: install
-	$(PY) scripts/bench_runtime.py
-	$(PY) scripts/bench_lstm.py
-	$(PY) scripts/bench_planner.py
+# Constraints: the versions of onnx, onnxruntime, onnx-graphsurgeon and numpy in .venv (when
+# it exists), so benchmarks measure what the tests test; read with `pip freeze`, never installed.
+$(BENCH_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	if [ -x $(PY) ]; then $(PY) -m pip freeze --disable-pip-version-check \
+	    | grep -iE '^(onnx|onnxruntime|onnx-graphsurgeon|onnx_graphsurgeon|numpy)==' ; fi \
+	    > $(BENCH_VENV)/constraints.txt || true
+	$(BENCH_PY) -m pip install -q --disable-pip-version-check -c $(BENCH_VENV)/constraints.txt -e '.[bench]'
+	touch $@
+
+bench: $(BENCH_VENV)/.installed $(LIB)
+	$(BENCH_PY) scripts/bench.py $(BENCH_ARGS)
+
+bench-quick: $(BENCH_VENV)/.installed $(LIB)
+	$(BENCH_PY) scripts/bench.py --quick $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) onnxmlu/_lib build $(OUT) .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) onnxmlu/_lib build $(OUT) .pytest_cache
