@@ -13,12 +13,31 @@ import argparse
 import os
 import time
 
-
 from onnxmlu import api
 from onnxmlu.graph import normalize
 from onnxmlu.timing import plain_session, time_interleaved
 from onnxmlu.verify import random_inputs
 from onnxmlu.zoo import build_model
+
+
+def bench(seqs, batches, threads: int, runs: int) -> list[tuple]:
+    """Rows (seq, batch, original ms, rewritten ms, ratio, rewritten nodes, original Timing,
+    rewritten Timing), printed as they come; ``scripts/bench.py`` puts them in BENCHMARKS.md."""
+    base = build_model("lstm", batch="N")
+    rows = []
+    for seq in seqs:
+        for batch in batches:
+            shapes = {"input": [seq, batch, 64]}
+            original = normalize(base, shapes)
+            rewritten, _ = api.rewrite(base, input_shapes=shapes)
+            feeds = random_inputs(original, seed=0)
+            t = time_interleaved({"orig": plain_session(original, threads), "rw": plain_session(rewritten, threads)},
+                                 feeds, runs=runs)
+            rows.append((seq, batch, t["orig"].median_ms, t["rw"].median_ms,
+                         t["rw"].median_ms / t["orig"].median_ms, len(rewritten.graph.node), t["orig"], t["rw"]))
+            print(f"| {seq} | {batch} | {rows[-1][2]:.3f} | {rows[-1][3]:.3f} | {rows[-1][4]:.2f} | {rows[-1][5]} |",
+                  flush=True)
+    return rows
 
 
 def main(argv=None) -> None:
@@ -32,17 +51,7 @@ def main(argv=None) -> None:
           f"interleaved runs · {time.strftime('%Y-%m-%d')}")
     print("| seq | batch | original ms | rewritten ms | ratio | rewritten nodes |")
     print("|---|---|---|---|---|---|")
-    base = build_model("lstm", batch="N")
-    for seq in args.seq:
-        for batch in args.batch:
-            shapes = {"input": [seq, batch, 64]}
-            original = normalize(base, shapes)
-            rewritten, _ = api.rewrite(base, input_shapes=shapes)
-            feeds = random_inputs(original, seed=0)
-            t = time_interleaved({"orig": plain_session(original, args.threads), "rw": plain_session(rewritten, args.threads)},
-                                 feeds, runs=args.runs)
-            print(f"| {seq} | {batch} | {t['orig'].median_ms:.3f} | {t['rw'].median_ms:.3f} | "
-                  f"{t['rw'].median_ms / t['orig'].median_ms:.2f} | {len(rewritten.graph.node)} |", flush=True)
+    bench(args.seq, args.batch, args.threads, args.runs)
 
 
 if __name__ == "__main__":
