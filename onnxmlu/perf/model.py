@@ -120,9 +120,10 @@ DEFAULT_PARAMS: dict[str, float] = {
     "grouped_conv_as_dense": 1.0,
 }
 
-#: Keys of the ``"model"`` dict that belong to the strategies (DLFusion's Eq. 5, Algorithm 1).
+#: Keys of the ``"model"`` dict that belong to the strategies (DLFusion's Eq. 5, Algorithm 1,
+#: the searches' block-length bound).
 STRATEGY_PARAMS = frozenset({"eq5_alpha", "eq5_beta", "eq5_offset", "eq5_ops_unit",
-                             "algorithm1_critical_mops_per_core"})
+                             "algorithm1_critical_mops_per_core", "search_max_block_layers"})
 
 
 @dataclass(frozen=True)
@@ -199,14 +200,22 @@ class _Arrays:
     chan: np.ndarray
     height: np.ndarray
     width: np.ndarray
-    halo_h: np.ndarray       # prefix sums of max(0, k - s) / H_in over window layers
+    halo_h: np.ndarray       # max(0, k - s) / H_in of a window layer: how far it widens earlier tiles
     halo_w: np.ndarray
-    whole: np.ndarray        # prefix counts of whole-map consumers
+    whole: np.ndarray        # 1.0 for a whole-map consumer
     ext_in: np.ndarray       # bytes a layer reads from outside when not first in its block
     first_in: np.ndarray     # bytes a layer reads when it opens a block
     out: np.ndarray
     weights: np.ndarray
     segment: np.ndarray
+
+    def row_ids(self) -> np.ndarray:
+        """One integer per layer, equal for layers whose pricing inputs are all equal: a
+        block's prices depend only on its layers' ids, so repeated windows are priced once."""
+        rows = np.stack([self.ops, self.tensor, self.mixes, self.chan, self.height, self.width,
+                         self.halo_h, self.halo_w, self.whole, self.ext_in, self.first_in,
+                         self.out, self.weights], axis=1)
+        return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 def _arrays(layers: Sequence[Layer], p: ModelParams) -> _Arrays:
@@ -229,9 +238,9 @@ def _arrays(layers: Sequence[Layer], p: ModelParams) -> _Arrays:
                       else 1.0 for l in layers])
     return _Arrays(
         ops=f("ops") * dense, tensor=tensor, mixes=mixes, chan=np.maximum(f("out_channels"), 1.0),
-        height=height, width=width, halo_h=np.cumsum(hh), halo_w=np.cumsum(hw_),
-        whole=np.cumsum(whole), ext_in=ext, first_in=inp, out=out,
-        weights=f("weight_bytes") * dense, segment=np.array([l.segment for l in layers]),
+        height=height, width=width, halo_h=hh, halo_w=hw_, whole=whole, ext_in=ext,
+        first_in=inp, out=out, weights=f("weight_bytes") * dense,
+        segment=np.array([l.segment for l in layers], dtype=np.int64).reshape(n),
     )
 
 
@@ -245,7 +254,7 @@ def _grid(tiles: int) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=64)
 def _factorisations(mps: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """Columns (mp index, m, g_c, a, b) of every g_c * a * b = m for m in mps."""
+    """Columns (mp index, m, g_c, a, b) of every g_c * a * b = m for m in mps, grouped by mp."""
     rows = []
     for k, m in enumerate(mps):
         for gc in range(1, m + 1):
@@ -257,12 +266,13 @@ def _factorisations(mps: tuple[int, ...]) -> tuple[np.ndarray, ...]:
 
 
 # ---------------------------------------------------------------------------------------
-# The vectorised core: every block [i, stop) with i in [lo, stop), every factorisation
+# The vectorised core: windows of layers [lo, stop), every start i in [lo, stop), every
+# factorisation.  ``idx`` is a [B, W] array of layer indices, each row one window.
 
 
 @dataclass(frozen=True)
 class _Terms:
-    """Rows: block starts lo..stop-1; columns: factorisations of every requested mp."""
+    """Axes: window, block start within the window, factorisation of every requested mp."""
 
     total: np.ndarray
     compute: np.ndarray
@@ -275,54 +285,73 @@ class _Terms:
 
 
 def _suffix(x: np.ndarray) -> np.ndarray:
-    """Row i: the sum of rows i.. (a block starting at i and ending at the sweep's stop)."""
-    return np.cumsum(x[::-1], axis=0)[::-1]
+    """Along axis 1, entry i: the sum of entries i.. (a block starting at i ending at the window's end)."""
+    return np.cumsum(x[:, ::-1], axis=1)[:, ::-1]
 
 
-def _terms(a: _Arrays, lo: int, stop: int, mps: tuple[int, ...], p: ModelParams) -> _Terms:
+def _after(x: np.ndarray) -> np.ndarray:
+    """Along axis 1, entry i: the sum of entries after i (exclusive suffix sum)."""
+    s = np.zeros_like(x)
+    s[:, :-1] = _suffix(x[:, 1:])
+    return s
+
+
+def _total(x: np.ndarray) -> np.ndarray:
+    """Along axis 1, the whole sum (kept as one entry): the block that starts the window."""
+    return x.sum(axis=1, keepdims=True)
+
+
+def _terms(a: _Arrays, idx: np.ndarray, mps: tuple[int, ...], p: ModelParams,
+           every_start: bool = True) -> _Terms:
+    """Latency terms of the blocks ``[lo + w, stop)`` of each window -- every start ``w``, or
+    only ``w = 0`` (one block per window: linear instead of a suffix sweep)."""
+    S = _suffix if every_start else _total  # noqa: N806 - sum over the block's layers
+    H = (lambda x: x) if every_start else (lambda x: x[:, :1])  # noqa: E731,N806 - its first layer
     fac = _factorisations(mps)
     _, m, gc, ta, tb = fac
-    sl, last = slice(lo, stop), stop - 1
-    rho = _redundancy(a, sl, last, ta, tb)
-    chan = a.chan[sl][:, None]
+    col = lambda x: x[idx][..., None]  # noqa: E731 - per-layer value, broadcast over factorisations
+    rho = _redundancy(a, idx, ta, tb)
+    chan = col(a.chan)
     share = np.maximum(chan / gc, np.minimum(chan, p.channel_granule)) / chan
-    ops, tensor = a.ops[sl][:, None], a.tensor[sl][:, None]
+    ops, tensor = col(a.ops), col(a.tensor)
     per_core = ops * share / (ta * tb) * rho
-    mat = _suffix(per_core * tensor)
+    mat = S(per_core * tensor)
     fill = (_knee(mat, p) - mat) / p.peak_ops_per_us
     c_l = per_core / p.peak_ops_per_us
     # traffic of each layer: weights (re-read by every tile), what it reads from outside,
     # the maps channel groups exchange; the first layer reads its input, the last writes
     bw = np.minimum(p.dram_bytes_per_us, m * p.core_dram_bytes_per_us)
-    w_l = a.weights[sl][:, None] * share * gc * (ta * tb)
-    xchg = (2.0 * a.mixes * np.maximum(a.first_in - a.ext_in, 0.0))[sl][:, None] * (gc > 1)
-    out_l = np.zeros((stop - lo, 1))
-    out_l[-1, 0] = a.out[last]
-    mid_b = w_l + a.ext_in[sl][:, None] + xchg + out_l
-    first_b = w_l + a.first_in[sl][:, None] * rho + out_l
+    w_l = col(a.weights) * share * gc * (ta * tb)
+    xchg = col(2.0 * a.mixes * np.maximum(a.first_in - a.ext_in, 0.0)) * (gc > 1)
+    out_l = np.zeros(idx.shape + (1,))
+    out_l[:, -1, 0] = a.out[idx[:, -1]]
+    mid_b = w_l + col(a.ext_in) + xchg + out_l
+    first_b = w_l + col(a.first_in) * rho + out_l
     d_mid, d_first = mid_b / bw, first_b / bw
     th = p.overlap_theta
     t_mid = np.maximum(c_l, d_mid) + th * np.minimum(c_l, d_mid)
     t_first = np.maximum(c_l, d_first) + th * np.minimum(c_l, d_first)
-    n_layers = (stop - np.arange(lo, stop))[:, None]
+    n_layers = H((idx.shape[1] - np.arange(idx.shape[1]))[None, :, None])
     overhead = p.launch_us + p.layer_us * n_layers + p.core_sync_us * (m - 1.0)
-    total = overhead + fill + _suffix(t_mid) - t_mid + t_first
-    compute = fill + _suffix(c_l)
+    total = overhead + fill + S(t_mid) - H(t_mid) + H(t_first)
+    compute = fill + S(c_l)
     plain = ops / m
-    plain_mat = _suffix(plain * tensor)
-    plain_compute = (_knee(plain_mat, p) + _suffix(plain * (1.0 - tensor))) / p.peak_ops_per_us
-    dram = _suffix(mid_b) - mid_b + first_b
+    plain_mat = S(plain * tensor)
+    plain_compute = (_knee(plain_mat, p) + S(plain * (1.0 - tensor))) / p.peak_ops_per_us
+    dram = S(mid_b) - H(mid_b) + H(first_b)
     return _Terms(total, compute, dram / bw, np.broadcast_to(overhead, total.shape),
-                  np.broadcast_to(plain_compute, total.shape), _suffix(per_core), dram, fac)
+                  np.broadcast_to(plain_compute, total.shape), S(per_core), dram, fac)
 
 
-def _redundancy(a: _Arrays, sl: slice, last: int, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
-    """rho_h * rho_w of every layer in [sl] for blocks ending at ``last``, per tiling."""
-    rel_h = (a.halo_h[last] - a.halo_h[sl])[:, None]
-    rel_w = (a.halo_w[last] - a.halo_w[sl])[:, None]
-    blocked = (a.whole[last] - a.whole[sl])[:, None] > 0
-    return (_rho(rel_h, blocked, a.height[sl][:, None], ta)
-            * _rho(rel_w, blocked, a.width[sl][:, None], tb))
+def _redundancy(a: _Arrays, idx: np.ndarray, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
+    """rho_h * rho_w of every layer of each window for blocks ending at the window's end.
+
+    The halo a layer pays is the sum of ``halo_h`` over the layers after it in the window,
+    summed inside the window so that equal windows give bit-equal prices."""
+    rel_h, rel_w = _after(a.halo_h[idx])[..., None], _after(a.halo_w[idx])[..., None]
+    blocked = _after(a.whole[idx])[..., None] > 0
+    return (_rho(rel_h, blocked, a.height[idx][..., None], ta)
+            * _rho(rel_w, blocked, a.width[idx][..., None], tb))
 
 
 def _rho(rel: np.ndarray, blocked: np.ndarray, size: np.ndarray, tiles: np.ndarray) -> np.ndarray:
@@ -340,11 +369,29 @@ def _knee(work: np.ndarray, p: ModelParams) -> np.ndarray:
         return np.where(work > 0, y * np.power(1.0 + np.power(work / y, k), 1.0 / k), 0.0)
 
 
-def _best_per_mp(values: np.ndarray, fac, n_mps: int) -> np.ndarray:
-    """Min over the factorisations of each mp (columns of ``values``)."""
-    best = np.full((values.shape[0], n_mps), np.inf)
-    np.minimum.at(best.T, fac[0].astype(int), values.T)
-    return best
+def _best_per_mp(values: np.ndarray, fac) -> np.ndarray:
+    """Min over the factorisations of each mp (last axis of ``values``; grouped by mp)."""
+    starts = np.flatnonzero(np.diff(fac[0], prepend=-1.0))
+    return np.minimum.reduceat(values, starts, axis=-1)
+
+
+#: Upper bound on the elements of one [windows, W, factorisations] sweep (memory, ~8 bytes
+#: each times the ~20 temporaries of :func:`_terms`).
+_SWEEP_ELEMENTS = 1 << 19
+
+
+def _window_prices(a: _Arrays, idx: np.ndarray, mps: tuple[int, ...], p: ModelParams,
+                   every_start: bool = True) -> np.ndarray:
+    """``[B, W, len(mps)]``: latency of block [lo + w, stop) of every window row at each mp
+    (``W = 1``, the block of the whole window, unless ``every_start``), in chunks of windows
+    (and of mps for one long window) that bound memory."""
+    n_fac = len(_factorisations(mps)[0])
+    if idx.shape[1] * n_fac > _SWEEP_ELEMENTS and len(mps) > 1:  # one long window: mp by mp
+        return np.concatenate([_window_prices(a, idx, (m,), p, every_start) for m in mps], axis=-1)
+    step = max(1, _SWEEP_ELEMENTS // (idx.shape[1] * n_fac))
+    parts = [_best_per_mp(_terms(a, idx[r:r + step], mps, p, every_start).total, _factorisations(mps))
+             for r in range(0, idx.shape[0], step)]
+    return np.concatenate(parts, axis=0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -364,32 +411,55 @@ def block_estimate(layers: Sequence[Layer], mp: int, hw: Hardware) -> BlockEstim
         raise ValueError(f"mp={mp} is outside 1..{hw.cores}")
     p = ModelParams.from_hardware(hw)
     a = _arrays(layers, p)
-    t = _terms(a, 0, len(layers), (int(mp),), p)
-    f = int(np.argmin(t.total[0]))
+    t = _terms(a, np.arange(len(layers))[None, :], (int(mp),), p, every_start=False)
+    f = int(np.argmin(t.total[0, 0]))
+    first = lambda x: float(x[0, 0, f])  # noqa: E731 - the block starting at the first layer
     ops = float(a.ops.sum())
     return BlockEstimate(
-        mp=int(mp), latency_us=float(t.total[0, f]), compute_us=float(t.compute[0, f]),
-        memory_us=float(t.memory[0, f]), overhead_us=float(t.overhead[0, f]),
-        halo_us=max(0.0, float(t.compute[0, f] - t.plain_compute[0, f])), ops=ops,
-        redundant_ops=max(0.0, float(t.work[0, f]) * mp - ops), dram_bytes=float(t.dram[0, f]),
+        mp=int(mp), latency_us=first(t.total), compute_us=first(t.compute),
+        memory_us=first(t.memory), overhead_us=first(t.overhead),
+        halo_us=max(0.0, first(t.compute) - first(t.plain_compute)), ops=ops,
+        redundant_ops=max(0.0, first(t.work) * mp - ops), dram_bytes=first(t.dram),
         channel_groups=int(t.fac[2][f]), tiles=(int(t.fac[3][f]), int(t.fac[4][f])),
     )
+
+
+@dataclass(frozen=True)
+class BlockBand:
+    """The least latency over the MPs of every block ``[i, j)`` with ``lo[j] <= i < j``.
+
+    ``column(j)`` gives ``(lo, lat, mp)``: ``lat[i - lo]`` is block ``[i, j)``'s latency at its
+    best MP ``mp[i - lo]``.  Columns whose windows hold equal layers share one array.
+    """
+
+    lo: np.ndarray
+    col: np.ndarray              # per stop: index into lats / mps, -1 where not computed
+    lats: tuple[np.ndarray, ...]
+    mps: tuple[np.ndarray, ...]
+
+    def column(self, stop: int) -> tuple[int, np.ndarray, np.ndarray]:
+        u = int(self.col[stop])
+        if u < 0:
+            raise KeyError(f"column {stop} was not computed")
+        return int(self.lo[stop]), self.lats[u], self.mps[u]
 
 
 class ModelCost:
     """The model as a strategy cost function: ``cost(block_layers, mp) -> µs``.
 
-    Besides the plain call it offers :meth:`block_table`, the latency of every contiguous
-    block of a layer list at its best MP, from one vectorised sweep -- what the exhaustive
-    strategies (``oracle``, ``optimal``) use.  Both are cached (layers are frozen, hence
-    hashable).
+    Besides the plain call it offers batch methods that price many blocks at every MP in
+    vectorised sweeps: :meth:`band_table` (every block of at most ``max_len`` layers, what the
+    search strategies use), :meth:`block_table` (its dense form), :meth:`block_latencies`
+    (given blocks) and :meth:`layer_table` (one-layer blocks).  A block's price depends only
+    on its own layers, so windows of equal layers (the repeated units of a deep network) are
+    priced once.
     """
 
     def __init__(self, hw: Hardware) -> None:
         self.hw = hw
         self.params = ModelParams.from_hardware(hw)
         self._single = functools.lru_cache(maxsize=1 << 16)(self._latency)
-        self._tables: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+        self._tables: dict[Any, Any] = {}
 
     def __call__(self, block_layers: Sequence[Layer], mp: int) -> float:
         return self._single(tuple(block_layers), int(mp))
@@ -397,55 +467,83 @@ class ModelCost:
     def _latency(self, block_layers: tuple[Layer, ...], mp: int) -> float:
         return block_latency_us(block_layers, mp, self.hw)
 
+    def band_table(self, layers: Sequence[Layer], mps: Sequence[int], max_len: int | None = None,
+                   stops: Sequence[int] | None = None) -> BlockBand:
+        """Every block ``[i, j)`` inside a segment with ``j - i <= max_len`` (None: no bound),
+        for each stop ``j`` in ``stops`` (default ``1..n``).  Cost: O(n * max_len * F) for
+        F ~ the factorisations of the MPs (119 for 1..32), less where windows repeat."""
+        a = _arrays(layers, self.params)
+        n = len(layers)
+        stops = range(1, n + 1) if stops is None else stops
+        seg_start = _segment_starts(a.segment)
+        lo, col = np.zeros(n + 1, dtype=np.int64), np.full(n + 1, -1, dtype=np.int64)
+        for j in stops:
+            lo[j] = seg_start[j - 1] if max_len is None else max(seg_start[j - 1], j - max_len)
+        windows = [(int(lo[j]), int(j)) for j in stops]
+        uid, prices = self._unique_prices(a, windows, tuple(mps))
+        col[np.asarray(list(stops), dtype=np.int64)] = uid
+        mp_arr = np.asarray(mps, dtype=np.int64)
+        best = [np.argmin(p, axis=1) for p in prices]
+        lats = tuple(p[np.arange(len(k)), k] for p, k in zip(prices, best))
+        return BlockBand(lo, col, lats, tuple(mp_arr[k] for k in best))
+
     def block_table(self, layers: Sequence[Layer], mps: Sequence[int],
                     max_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(lat, mp)``, both ``[n, n+1]``: for block ``[i, j)`` its least latency over
         ``mps`` and the MP achieving it.  Blocks spanning two segments (or longer than
-        ``max_len``) get ``inf``."""
-        key = (tuple(layers), tuple(mps), max_len)
-        if key not in self._tables:
-            if len(self._tables) > 16:
-                self._tables.clear()
-            self._tables[key] = _block_table(layers, tuple(mps), max_len, self.params)
-        return self._tables[key]
+        ``max_len``) get ``inf``.  Quadratic memory: for small graphs and tests."""
+        n = len(layers)
+        band = self.band_table(layers, mps, max_len)
+        lat, arg = np.full((n, n + 1), np.inf), np.zeros((n, n + 1), dtype=int)
+        for j in range(1, n + 1):
+            lo, l_col, m_col = band.column(j)
+            lat[lo:j, j], arg[lo:j, j] = l_col, m_col
+        return lat, arg
 
+    def block_latencies(self, layers: Sequence[Layer], blocks: Sequence[tuple[int, int]],
+                        mps: Sequence[int]) -> np.ndarray:
+        """``[len(blocks), len(mps)]``: the latency of each block ``(start, stop)`` of
+        ``layers`` at each MP, equal to ``cost(layers[start:stop], m)``."""
+        a = _arrays(layers, self.params)
+        uid, prices = self._unique_prices(a, [(int(s), int(e)) for s, e in blocks], tuple(mps),
+                                          every_start=False)
+        rows = np.array([p[0] for p in prices]).reshape(len(prices), len(mps))
+        return rows[uid] if len(uid) else np.zeros((0, len(mps)))
 
     def layer_table(self, layers: Sequence[Layer], mps: Sequence[int]) -> np.ndarray:
         """``[n, len(mps)]``: the latency of every layer as a block of its own at each MP
-        (what the no-fusion strategies need), in one pass."""
-        key = ("layers", tuple(layers), tuple(mps))
-        if key not in self._tables:
-            a = _arrays(layers, self.params)
-            rows = [_best_per_mp(_terms(a, j, j + 1, tuple(mps), self.params).total,
-                                 _factorisations(tuple(mps)), len(mps))[0] for j in range(len(layers))]
-            self._tables[key] = np.array(rows).reshape(len(layers), len(mps))
-        return self._tables[key]
+        (what the no-fusion strategies need)."""
+        return self.block_latencies(layers, [(j, j + 1) for j in range(len(layers))], mps)
 
-
-def _block_table(layers, mps, max_len, p: ModelParams):
-    n = len(layers)
-    a = _arrays(layers, p)
-    lat = np.full((n, n + 1), np.inf)
-    arg = np.zeros((n, n + 1), dtype=int)
-    seg_start = _segment_starts(a.segment)
-    mp_arr = np.asarray(mps, dtype=int)
-    for stop in range(1, n + 1):
-        lo = seg_start[stop - 1]
-        if max_len is not None:
-            lo = max(lo, stop - max_len)
-        t = _terms(a, lo, stop, mps, p)
-        total = _best_per_mp(t.total, t.fac, len(mps))
-        k = np.argmin(total, axis=1)
-        lat[lo:stop, stop] = total[np.arange(stop - lo), k]
-        arg[lo:stop, stop] = mp_arr[k]
-    return lat, arg
+    def _unique_prices(self, a: _Arrays, windows: list[tuple[int, int]], mps: tuple[int, ...],
+                       every_start: bool = True):
+        """Price each distinct window once: ``(uid per window, [W, len(mps)] per unique)``."""
+        ids = a.row_ids()
+        keys: dict[bytes, int] = {}
+        uid = np.empty(len(windows), dtype=np.int64)
+        first: list[tuple[int, int]] = []
+        for w, (s, e) in enumerate(windows):
+            u = keys.setdefault(ids[s:e].tobytes(), len(first))
+            if u == len(first):
+                first.append((s, e))
+            uid[w] = u
+        prices: list[np.ndarray | None] = [None] * len(first)
+        by_len: dict[int, list[int]] = {}
+        for u, (s, e) in enumerate(first):
+            by_len.setdefault(e - s, []).append(u)
+        for width, us in by_len.items():
+            idx = np.array([first[u][0] for u in us], dtype=np.int64)[:, None] + np.arange(width)
+            for u, p in zip(us, _window_prices(a, idx, mps, self.params, every_start)):
+                prices[u] = p
+        return uid, prices
 
 
 def _segment_starts(segment: np.ndarray) -> np.ndarray:
-    starts = np.zeros(len(segment), dtype=int)
-    for i in range(1, len(segment)):
-        starts[i] = starts[i - 1] if segment[i] == segment[i - 1] else i
-    return starts
+    """For each layer, the index of the first layer of its segment."""
+    n = len(segment)
+    new = np.ones(n, dtype=bool)
+    new[1:] = segment[1:] != segment[:-1]
+    return np.maximum.accumulate(np.where(new, np.arange(n), 0))
 
 
 def make_cost(hw: Hardware) -> ModelCost:
@@ -458,7 +556,7 @@ def spatial_redundancy(layers: Sequence[Layer], tiles: tuple[int, int]) -> list[
     split into ``tiles = (a, b)`` spatial tiles -- the halo mechanism on its own."""
     a = _arrays(layers, ModelParams.from_hardware(_NO_HW))
     ta, tb = np.array([float(tiles[0])]), np.array([float(tiles[1])])
-    return [float(r) for r in _redundancy(a, slice(0, len(layers)), len(layers) - 1, ta, tb)[:, 0]]
+    return [float(r) for r in _redundancy(a, np.arange(len(layers))[None, :], ta, tb)[0, :, 0]]
 
 
 _NO_HW = Hardware("any", 1, 1.0, 1.0, 1.0, 1.0, 1.0, model={"grouped_conv_as_dense": 0})
@@ -467,7 +565,21 @@ _NO_HW = Hardware("any", 1, 1.0, 1.0, 1.0, 1.0, 1.0, model={"grouped_conv_as_den
 def plan_latency_us(plan, layers: Sequence[Layer], hw: Hardware, cost: CostFn | None = None) -> float:
     """Simulated latency (µs) of a whole plan: blocks run one after another."""
     cost = cost or make_cost(hw)
-    return float(sum(cost(b.layers(layers), b.mp) for b in plan.blocks))
+    return float(sum(_block_prices(plan.blocks, layers, cost)))
+
+
+def _block_prices(blocks, layers: Sequence[Layer], cost: CostFn) -> list[float]:
+    """Each block's latency at its own MP: batched by MP when the cost function can."""
+    batch = getattr(cost, "block_latencies", None)
+    if batch is None:
+        return [cost(b.layers(layers), b.mp) for b in blocks]
+    prices = [0.0] * len(blocks)
+    for mp in sorted({b.mp for b in blocks}):
+        chosen = [k for k, b in enumerate(blocks) if b.mp == mp]
+        column = batch(layers, [(blocks[k].start, blocks[k].stop) for k in chosen], [mp])[:, 0]
+        for k, value in zip(chosen, column):
+            prices[k] = float(value)
+    return prices
 
 
 def plan_estimates(plan, layers: Sequence[Layer], hw: Hardware) -> list[BlockEstimate]:

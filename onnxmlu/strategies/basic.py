@@ -57,7 +57,13 @@ def _single_layer_table(layers: Sequence[Layer], mps: Sequence[int], cost) -> np
 def best_single_mp(blocks: Sequence[Block], layers: Sequence[Layer], hw: Hardware,
                    cost) -> tuple[int, dict[int, float]]:
     """The one MP that minimises the summed latency of ``blocks`` (ties: fewer cores)."""
-    totals = {m: sum(cost(b.layers(layers), m) for b in blocks) for m in hw.mp_choices()}
+    mps = hw.mp_choices()
+    batch = getattr(cost, "block_latencies", None)  # the model prices every block x MP at once
+    if batch is not None:
+        table = batch(layers, [(b.start, b.stop) for b in blocks], mps)
+        totals = {m: float(table[:, k].sum()) for k, m in enumerate(mps)}
+    else:
+        totals = {m: sum(cost(b.layers(layers), m) for b in blocks) for m in mps}
     return min(totals, key=lambda m: (totals[m], m)), totals
 
 

@@ -83,28 +83,34 @@ def layer_mp(layer: Layer, hw: Hardware) -> int:
 
 def block_mp(mps: Sequence[int]) -> int:
     """Algorithm 1 line 14: the mean MP of the block rounded down to a power of two."""
-    if not mps:
+    return _mean_mp(sum(mps), len(mps))
+
+
+def _mean_mp(mp_sum: int, count: int) -> int:
+    if not count:
         return 1
-    mean = sum(mps) / len(mps)
-    return 2 ** int(math.floor(math.log2(mean)))
+    return 2 ** int(math.floor(math.log2(mp_sum / count)))
 
 
 def algorithm1(layers: Sequence[Layer], hw: Hardware) -> list[Block]:
-    """Algorithm 1's fusion blocks, each with its power-of-two MP."""
+    """Algorithm 1's fusion blocks, each with its power-of-two MP.
+
+    The block's MPs are kept as a running sum and count (``avg_mp = mp_sum / count``), so
+    the walk is linear even when a segment never fills a block (tiny layers)."""
     critical = opcount_critical(hw)
     blocks: list[Block] = []
     for seg_start, seg_stop in segments(layers):
-        start, ops, mps = seg_start, 0.0, []
+        start, ops, mp_sum, count = seg_start, 0.0, 0, 0
         for i in range(seg_start, seg_stop):
             layer = layers[i]
-            weighted = layer.kind in WEIGHTED_KINDS
-            if weighted and mps and ops / (sum(mps) / len(mps)) >= critical:
-                blocks.append(Block(start, i, block_mp(mps)))
-                start, ops, mps = i, 0.0, []
-            if weighted:
-                ops += op_count(layer, hw)
-                mps.append(layer_mp(layer, hw))
-        blocks.append(Block(start, seg_stop, block_mp(mps)))
+            if layer.kind not in WEIGHTED_KINDS:
+                continue
+            if count and ops / (mp_sum / count) >= critical:
+                blocks.append(Block(start, i, _mean_mp(mp_sum, count)))
+                start, ops, mp_sum, count = i, 0.0, 0, 0
+            ops += op_count(layer, hw)
+            mp_sum, count = mp_sum + layer_mp(layer, hw), count + 1
+        blocks.append(Block(start, seg_stop, _mean_mp(mp_sum, count)))
     return blocks
 
 

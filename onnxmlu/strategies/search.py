@@ -3,18 +3,34 @@
 Latency under the model is a sum over blocks, and a block's latency depends only on its own
 layers and MP.  So the best plan is a shortest path over cut positions: with ``lat[i, j]`` the
 least latency of block ``[i, j)`` over the allowed MPs,
-``best[j] = min_i best[i] + lat[i, j]`` -- O(n^2) block evaluations instead of the paper's
-Eq. 4 count of partitions x MPs (8e75 for 50 layers).
+``best[j] = min_i best[i] + lat[i, j]`` -- instead of the paper's Eq. 4 count of
+partitions x MPs (8e75 for 50 layers).
 
-* ``optimal``: every contiguous partition within each segment x every MP in 1..cores.  Exact
-  under the model; no block-length bound.  With the model's own cost function
-  (:class:`~onnxmlu.perf.model.ModelCost`) all ``lat[i, j]`` come from one vectorised sweep
-  (ResNet-50, 282 layers x 32 MPs: ~0.25 s); with any other cost function it calls
-  ``cost(block, mp)`` for every block and MP (O(n^2 · cores) calls).
+Block-length bound.  Pricing every block is O(n^2) blocks (a 5k-node graph took minutes), so
+both searches consider blocks of at most ``L = max_block_layers`` layers, **plus every
+segment fused whole** (all-fusion's blocks, so the search is never worse than ``all-fusion``):
+``best[j] = min(min_{j-L <= i < j} best[i] + lat[i, j], best[s] + lat[s, e] if j = e)`` for
+the segment ``[s, e)`` ending at ``j``.  That is O(n * L) blocks, linear in the graph.
+``L`` is, in order: the strategy's ``max_block_layers`` keyword, the hardware profile's
+``"search_max_block_layers"``, else :data:`DEFAULT_MAX_BLOCK_LAYERS` = 256; ``0`` removes the
+bound (the exact optimum over all partitions).  Why 256: the model strongly favours long
+blocks (every block pays the pipeline fill, ~210 µs on mlu100), and the longest blocks of the
+unbounded optimum on the zoo are 155-170 layers (ResNet-50, MobileNetV2; on both profiles,
+for ``optimal`` and ``oracle``) or a whole segment (the LSTM, 624 layers) -- with L = 256
+both searches return exactly the unbounded result on every zoo model
+(``tests/strategies/test_search_bound.py``), while L = 32 would cost ResNet-50 15 %.
+Blocks longer than L that are not whole segments are the only ones never considered.
+
+* ``optimal``: every contiguous partition within each segment (blocks as above) x every MP
+  in 1..cores.  Exact under the model within the bound.  With the model's own cost function
+  (:class:`~onnxmlu.perf.model.ModelCost`) the blocks come from vectorised sweeps in which
+  repeated windows of layers are priced once; with any other cost function it calls
+  ``cost(block, mp)`` for every block and MP (O(n · L · cores) calls).
 * ``oracle`` (Table III, 7): the paper's reduced brute force, solved exactly by the same DP:
   MP in {1, 2, 4, 8, 12, 16, 24, 32} (clipped to the core count) and block sizes that are
   multiples of 4 -- cuts only at every fourth layer of a segment, whose last block may be
-  shorter.  Its search space is a subset of ``optimal``'s, so ``optimal <= oracle``.
+  shorter.  Its search space is a subset of ``optimal``'s (same bound), so
+  ``optimal <= oracle``.
 """
 
 from __future__ import annotations
@@ -29,35 +45,82 @@ from onnxmlu.perf.layers import Layer
 
 ORACLE_MPS = (1, 2, 4, 8, 12, 16, 24, 32)
 ORACLE_GRANULE = 4
+#: Longest block (in layers) the searches consider, besides whole segments (see above).
+DEFAULT_MAX_BLOCK_LAYERS = 256
 
 
-def optimal(layers: Sequence[Layer], hw: Hardware, cost) -> Plan:
-    mps = hw.mp_choices()
-    lat, arg = block_table(layers, mps, cost)
-    return _plan(_shortest_path(lat, None), arg, "optimal", hw)
+def optimal(layers: Sequence[Layer], hw: Hardware, cost, *,
+            max_block_layers: int | None = None) -> Plan:
+    """The least-latency plan: blocks of at most ``max_block_layers`` layers or whole
+    segments, each at its best MP in 1..cores (module docstring)."""
+    bound = max_block_length(hw, max_block_layers)
+    return _search(layers, hw, cost, hw.mp_choices(), bound, None, "optimal")
 
 
-def oracle(layers: Sequence[Layer], hw: Hardware, cost) -> Plan:
+def oracle(layers: Sequence[Layer], hw: Hardware, cost, *,
+           max_block_layers: int | None = None) -> Plan:
+    """The paper's reduced brute force: MPs in :data:`ORACLE_MPS`, blocks of 4k layers."""
+    bound = max_block_length(hw, max_block_layers)
     mps = sorted({min(m, hw.cores) for m in ORACLE_MPS})
-    lat, arg = block_table(layers, mps, cost)
-    return _plan(_shortest_path(lat, _oracle_cuts(layers)), arg, "oracle", hw)
+    return _search(layers, hw, cost, mps, bound, _oracle_cuts(layers), "oracle")
 
 
-def block_table(layers: Sequence[Layer], mps: Sequence[int], cost) -> tuple[np.ndarray, np.ndarray]:
-    """``(lat, mp)`` arrays ``[n, n+1]`` for every block inside a segment (else ``inf``)."""
-    fast = getattr(cost, "block_table", None)
-    if fast is not None:
-        return fast(layers, mps)
+def max_block_length(hw: Hardware, max_block_layers: int | None = None) -> int | None:
+    """The bound L: the argument, else the profile's ``search_max_block_layers``, else the
+    default; None when it is 0 (no bound)."""
+    if max_block_layers is None:
+        max_block_layers = (hw.model or {}).get("search_max_block_layers", DEFAULT_MAX_BLOCK_LAYERS)
+    bound = int(max_block_layers)
+    if bound < 0:
+        raise ValueError(f"max_block_layers must be >= 0 (0: no bound), not {bound}")
+    return bound or None
+
+
+def _search(layers, hw, cost, mps, bound, allowed, name) -> Plan:
     n = len(layers)
-    lat, arg = np.full((n, n + 1), np.inf), np.zeros((n, n + 1), dtype=int)
-    for s, e in segments(layers):
-        for i in range(s, e):
-            for j in range(i + 1, e + 1):
-                block = layers[i:j]
-                times = [cost(block, m) for m in mps]
-                k = int(np.argmin(times))
-                lat[i, j], arg[i, j] = times[k], mps[k]
-    return lat, arg
+    stops = [j for j in range(1, n + 1) if allowed is None or allowed[j]]
+    band = block_band(layers, mps, cost, bound, stops)
+    whole = _whole_segments(layers, mps, cost, bound)
+    blocks = _shortest_path(band, whole, stops, n)
+    return Plan(blocks, name, hw.name, {"max_block_layers": bound or 0})
+
+
+def block_band(layers: Sequence[Layer], mps: Sequence[int], cost, bound: int | None,
+               stops: Sequence[int]):
+    """Per stop ``j``: ``column(j) -> (lo, lat, mp)`` for the blocks ``[i, j)``, ``lo <= i``."""
+    fast = getattr(cost, "band_table", None)
+    if fast is not None:
+        return fast(layers, mps, bound, stops)
+    return _CallBand(layers, mps, cost, bound)
+
+
+class _CallBand:
+    """The band of any cost function, by calling it for every block and MP."""
+
+    def __init__(self, layers, mps, cost, bound):
+        self.layers, self.mps, self.cost, self.bound = layers, list(mps), cost, bound
+        self.seg_start = {}
+        for s, e in segments(layers):
+            self.seg_start.update({j: s for j in range(s + 1, e + 1)})
+
+    def column(self, stop: int):
+        lo = self.seg_start[stop] if self.bound is None else max(self.seg_start[stop], stop - self.bound)
+        times = np.array([[self.cost(self.layers[i:stop], m) for m in self.mps] for i in range(lo, stop)])
+        k = np.argmin(times, axis=1)
+        return lo, times[np.arange(len(k)), k], np.asarray(self.mps)[k]
+
+
+def _whole_segments(layers, mps, cost, bound) -> dict[int, tuple[int, float, int]]:
+    """``{stop: (start, latency, mp)}`` for each segment longer than the bound, fused whole."""
+    long = [(s, e) for s, e in segments(layers) if bound is not None and e - s > bound]
+    if not long:
+        return {}
+    batch = getattr(cost, "block_latencies", None)
+    if batch is not None:
+        table = batch(layers, long, mps)
+    else:
+        table = np.array([[cost(layers[s:e], m) for m in mps] for s, e in long])
+    return {e: (s, float(row.min()), int(mps[int(np.argmin(row))])) for (s, e), row in zip(long, table)}
 
 
 def _oracle_cuts(layers: Sequence[Layer]) -> np.ndarray:
@@ -69,27 +132,28 @@ def _oracle_cuts(layers: Sequence[Layer]) -> np.ndarray:
     return allowed
 
 
-def _shortest_path(lat: np.ndarray, allowed: np.ndarray | None) -> list[int]:
-    """Cut positions 0 = c0 < c1 < ... = n minimising the summed block latency."""
-    n = lat.shape[0]
+def _shortest_path(band, whole: dict, stops: Sequence[int], n: int) -> tuple[Block, ...]:
+    """Blocks ``[c_k, c_k+1)`` with 0 = c_0 < ... = n minimising the summed latency.
+
+    Cut positions that are not stops keep ``best = inf``, so no block starts there.  Ties go
+    to the earliest start (the longest block)."""
     best = np.full(n + 1, np.inf)
     best[0] = 0.0
-    prev = np.zeros(n + 1, dtype=int)
-    for j in range(1, n + 1):
-        if allowed is not None and not allowed[j]:
-            continue
-        cand = best[:j] + lat[:j, j]
-        i = int(np.argmin(cand))
-        best[j], prev[j] = cand[i], i
-    cuts = [n]
-    while cuts[-1] > 0:
-        cuts.append(int(prev[cuts[-1]]))
-    return cuts[::-1]
-
-
-def _plan(cuts: list[int], arg: np.ndarray, name: str, hw: Hardware) -> Plan:
-    blocks = tuple(Block(i, j, int(arg[i, j])) for i, j in zip(cuts, cuts[1:]))
-    return Plan(blocks, name, hw.name)
+    prev, mp = np.zeros(n + 1, dtype=np.int64), np.zeros(n + 1, dtype=np.int64)
+    for j in stops:
+        lo, lat, mps = band.column(j)
+        cand = best[lo:j] + lat
+        k = int(np.argmin(cand))
+        best[j], prev[j], mp[j] = cand[k], lo + k, mps[k]
+        if j in whole:
+            s, latency, m = whole[j]
+            if best[s] + latency <= best[j]:
+                best[j], prev[j], mp[j] = best[s] + latency, s, m
+    blocks, j = [], n
+    while j > 0:
+        blocks.append(Block(int(prev[j]), j, int(mp[j])))
+        j = int(prev[j])
+    return tuple(blocks[::-1])
 
 
 BUILTINS = {"oracle": oracle, "optimal": optimal}
