@@ -30,6 +30,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
 import onnx
 
@@ -64,12 +65,20 @@ def check_destination(out: Path) -> Path:
 
 def write_bytes_atomic(data: bytes, out: Path) -> None:
     """Write ``data`` to ``out``: temporary file, fsync, rename, fsync of the folder."""
+    write_pieces_atomic([data], out)
+
+
+def write_pieces_atomic(pieces: Iterable[bytes], out: Path) -> None:
+    """Write the concatenation of ``pieces`` to ``out`` like :func:`write_bytes_atomic`; each
+    piece is dropped once written, so a model streamed as pieces is never whole in memory."""
     folder = check_destination(out)
     fd, tmp = _mkstemp(out, folder)
     try:
         os.fchmod(fd, _final_mode(out))  # mkstemp makes 0600 files; a saved model is a normal file
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            for piece in pieces:
+                handle.write(piece)
+                del piece
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, out)

@@ -15,7 +15,9 @@ the pipeline:
 
 from __future__ import annotations
 
+import functools
 import heapq
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -411,5 +413,10 @@ def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool],
 
 
 def tensor_nbytes(elem_type: int, dims: Sequence[int]) -> int:
-    itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize if elem_type else 4
-    return int(np.prod(dims, dtype=np.int64)) * itemsize
+    return math.prod(int(d) for d in dims) * _itemsize(elem_type)
+
+
+@functools.lru_cache(maxsize=None)
+def _itemsize(elem_type: int) -> int:
+    """Bytes per element (numpy's dtype lookup costs more than the product of a few dims)."""
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize if elem_type else 4
