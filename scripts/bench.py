@@ -1,0 +1,723 @@
+"""onnxmlu benchmarks -> BENCHMARKS.md: runtime overhead, fuse speed vs peer tools, scaling,
+planner time and LSTM unrolling, one markdown table per section with the issue's targets.
+
+    make bench          # full run in .venv-bench, writes BENCHMARKS.md
+    make bench-quick    # fewer models, runs and sizes, writes BENCHMARKS.quick.md (< 3 min)
+    .venv-bench/bin/python scripts/bench.py --sections peers --models resnet18 --runs 1 --out -
+
+How the figures are taken, and why they can be compared:
+
+* Ratios come from candidates measured in the same run, interleaved (A, B, A, B, ...), so drift
+  in machine load hits every candidate alike; cells show the median and the min-max.
+* Fuse speed and scaling: every run is a fresh ``python -c`` subprocess that imports its tool,
+  loads the model file, optimizes it with the tool's defaults and saves the result.  The wall
+  time therefore counts interpreter start, imports, load and save the same way for every tool;
+  the in-process split (import / load / optimize / save) is reported next to it.  Peak RSS is
+  the child's own VmHWM, read by the child as it ends: ``ru_maxrss`` (``os.wait4``, or
+  ``RUSAGE_CHILDREN``) would report at least the parent's RSS at fork, as Linux carries the
+  high-water mark over ``exec``, and the parent holds big models.  A run past its timeout is killed and shown as
+  "timeout"; a larger size of the same case is then skipped.
+* The "Before/after" section between the ``before-after`` markers is hand-written: regenerating
+  the file keeps it verbatim (it is seeded with the figures of commit 2c7c82e).
+
+Any option that narrows the run (``--quick``, ``--sections``, ``--models``, ``--runs``, ...)
+writes BENCHMARKS.quick.md unless ``--out`` says otherwise, so a partial run never overwrites
+the full report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+import onnx  # noqa: E402
+
+from onnxmlu.zoo import ZOO_NAMES, build_model  # noqa: E402
+
+SECTIONS = ("runtime", "peers", "scaling", "planner", "lstm")
+CNNS = tuple(n for n in ZOO_NAMES if n != "lstm")
+PEER_TOOLS = ("onnxslim", "onnxsim", "onnxoptimizer")
+FUSED_STRATEGIES = ("all-fusion", "dlfusion", "optimal")  # the ones with the <= 1.05 target
+
+
+# --------------------------------------------------------------------------- configuration
+
+@dataclass(frozen=True)
+class Config:
+    """What one run measures; FULL is `make bench`, QUICK is `make bench-quick`."""
+
+    name: str
+    models: tuple[str, ...] = ZOO_NAMES
+    strategies: tuple[str, ...] = ("none", "all-fusion", "dlfusion", "optimal")
+    threads: tuple[int, ...] = (1, 2)
+    batches: tuple[int, ...] = (1, 8)
+    runtime_budget_s: float = 8.0          # per (model, batch, threads): runs = budget / latency
+    runtime_runs: tuple[int, int] = (5, 30)
+    peer_models: tuple[str, ...] = ZOO_NAMES
+    peer_runs: int = 3
+    tools: tuple[str, ...] = ("onnxmlu",) + PEER_TOOLS
+    sizes: tuple[int, ...] = (1000, 5000, 20000, 50000)
+    topologies: tuple[str, ...] = ("chain", "residual")
+    scaling_strategies: tuple[str, ...] = ("dlfusion", "optimal")
+    scaling_timeout_s: float = 120.0
+    scaling_runs: int = 3                  # repeated only while the case stays under 20 s a run
+    big_models: tuple[str, ...] = ("resnet50", "vgg19")
+    big_synthetic_mb: int = 512
+    planner_models: tuple[str, ...] = ZOO_NAMES
+    planner_runs: int = 3
+    planner_nodes: tuple[int, ...] = (5000,)  # synthetic chains planned too (layers not timed)
+    lstm_seqs: tuple[int, ...] = (16, 64)
+    lstm_batches: tuple[int, ...] = (1, 8)
+    lstm_runs: int = 30
+    before_src: str | None = None          # a checkout whose onnxmlu runs as tool "onnxmlu@before"
+
+
+FULL = Config("full")
+QUICK = Config(
+    "quick", models=("resnet18", "mobilenetv2"), batches=(1,), runtime_budget_s=2.0, runtime_runs=(5, 10),
+    peer_models=("resnet18",), sizes=(1000, 5000), topologies=("chain",), scaling_timeout_s=30.0,
+    scaling_runs=1, big_models=("resnet50",), big_synthetic_mb=0, planner_models=("resnet18", "mobilenetv2"),
+    planner_runs=1, planner_nodes=(), lstm_seqs=(16,), lstm_batches=(1,), lstm_runs=5)
+
+
+# --------------------------------------------------------------------------- small helpers
+
+def clamp(value: float, lo: int, hi: int) -> int:
+    return int(max(lo, min(hi, value)))
+
+
+def spread(values: Sequence[float], fmt: str = "{:.2f}") -> str:
+    """'median (min–max)' of a sample, the form every timed cell uses."""
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**not met**")
+
+
+def mib(nbytes: float) -> float:
+    return nbytes / 2**20
+
+
+def model_bytes(path: Path) -> int:
+    """Size on disk, external data file included."""
+    data = path.with_name(path.name + ".data")
+    return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
+
+
+def save(model: onnx.ModelProto, path: Path) -> Path:
+    """Save a benchmark input, with external data when protobuf's 2 GB limit demands it."""
+    big = model.ByteSize() > 1_800_000_000
+    onnx.save(model, path, save_as_external_data=big, location=path.name + ".data" if big else None)
+    return path
+
+
+# --------------------------------------------------------------------------- child processes
+
+_WORKER = '''
+import json, sys, time
+t0 = time.perf_counter()
+src, dst, result, strategy = sys.argv[1:5]
+{imports}
+t1 = time.perf_counter()
+model = {load}
+t2 = time.perf_counter()
+model = {optimize}
+t3 = time.perf_counter()
+{save}
+t4 = time.perf_counter()
+try:  # this process's own peak: ru_maxrss would include the parent's RSS at fork, kept over exec
+    with open("/proc/self/status") as f:
+        hwm = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+except (OSError, StopIteration):
+    hwm = None
+with open(result, "w") as f:
+    json.dump({{"import": t1 - t0, "load": t2 - t1, "optimize": t3 - t2, "save": t4 - t3,
+               "module": {module}.__file__, "vmhwm_kib": hwm}}, f)
+'''
+
+_ONNXMLU = dict(imports="import onnxmlu\nfrom onnxmlu import api", load="api.as_model(src)",
+                optimize="api.fuse(model, strategy=strategy).model",
+                save="api.save_model(model, dst, input_path=src)", module="onnxmlu")
+TOOLS = {
+    "onnxmlu": _ONNXMLU,
+    "onnxmlu@before": _ONNXMLU,
+    "onnxslim": dict(imports="import onnx, onnxslim", load="onnx.load(src)", optimize="onnxslim.slim(model)",
+                     save="onnx.save(model, dst)", module="onnxslim"),
+    "onnxsim": dict(imports="import onnx, onnxsim", load="onnx.load(src)", optimize="onnxsim.simplify(model)[0]",
+                    save="onnx.save(model, dst)", module="onnxsim"),
+    "onnxoptimizer": dict(imports="import onnx, onnxoptimizer", load="onnx.load(src)",
+                          optimize="onnxoptimizer.optimize(model)", save="onnx.save(model, dst)",
+                          module="onnxoptimizer"),
+}
+
+
+@dataclass
+class ChildRun:
+    """One tool run in its own process: wall seconds, peak RSS, in-process phases, error."""
+
+    wall_s: float
+    rss_mib: float  # the child's VmHWM (its own peak RSS); ru_maxrss where /proc is missing
+    phases: dict = field(default_factory=dict)
+    error: str = ""  # "" when it worked, "timeout", or the last line of its stderr
+
+
+def run_child(tool: str, src: Path, *, strategy: str = "dlfusion", timeout: float | None = None,
+              before_src: str | None = None) -> ChildRun:
+    """Run ``tool`` on ``src`` in a fresh interpreter; the output is written and then deleted."""
+    with tempfile.TemporaryDirectory(prefix="onnxmlu-bench-") as tmp:
+        result, dst = Path(tmp, "result.json"), Path(tmp, "out.onnx")
+        env = dict(os.environ, PYTHONPATH=before_src) if tool == "onnxmlu@before" else None
+        argv = [sys.executable, "-c", _WORKER.format(**TOOLS[tool]), str(src), str(dst), str(result), strategy]
+        with open(Path(tmp, "stderr"), "w+b") as err:
+            # cwd: the scratch folder, so `python -c` cannot import onnxmlu from the current directory
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmp)
+            run = _wait_child(proc, timeout)
+            if not run.error and result.exists():
+                import json
+
+                run.phases = json.loads(result.read_text())
+                run.rss_mib = (run.phases.get("vmhwm_kib") or run.rss_mib * 1024) / 1024
+                run.error = _wrong_module(tool, run.phases.get("module", ""), before_src)
+            elif not run.error:
+                err.seek(0)
+                lines = [l for l in err.read().decode(errors="replace").splitlines() if l.strip()]
+                run.error = (lines[-1] if lines else "failed without a message")[:160]
+    return run
+
+
+def _wait_child(proc: subprocess.Popen, timeout: float | None) -> ChildRun:
+    """Wait with ``os.wait4`` (for the child's own peak RSS), killing it at the timeout."""
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, kill) if timeout else None
+    start = time.perf_counter()
+    if timer:
+        timer.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if timer:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return ChildRun(wall, usage.ru_maxrss / 1024, error="timeout" if killed.is_set() else "")
+
+
+def _wrong_module(tool: str, module: str, before_src: str | None) -> str:
+    """The before/after comparison is only worth something if each side ran its own code."""
+    if tool == "onnxmlu@before" and not module.startswith(str(before_src)):
+        return f"ran {module}, not the checkout {before_src}"
+    if tool == "onnxmlu" and before_src and module.startswith(str(before_src)):
+        return f"ran the 'before' checkout {module}"
+    return ""
+
+
+def ok_runs(runs: Sequence[ChildRun]) -> list[ChildRun]:
+    return [r for r in runs if not r.error]
+
+
+def failure(runs: Sequence[ChildRun]) -> str:
+    return next((r.error for r in runs if r.error), "")
+
+
+# --------------------------------------------------------------------------- sections
+
+@dataclass
+class Context:
+    """Shared state of one run: the configuration and a scratch folder of model files."""
+
+    cfg: Config
+    workdir: Path
+    files: dict = field(default_factory=dict)
+
+    def zoo_file(self, name: str) -> Path:
+        """The zoo model saved once per run (batch 1, seed 0), reused by every section."""
+        if name not in self.files:
+            self.files[name] = save(build_model(name), self.workdir / f"{name}.onnx")
+        return self.files[name]
+
+
+def section_runtime(ctx: Context) -> str:
+    """Fused / original latency via scripts/bench_runtime.py's ``bench``, runs sized by a budget."""
+    import bench_runtime
+
+    cfg, rows = ctx.cfg, []
+    for name in cfg.models:
+        for batch in cfg.batches:
+            runs = runtime_runs(name, batch, cfg)
+            got = bench_runtime.bench(models=[name], strategies=list(cfg.strategies),
+                                      threads_list=list(cfg.threads), batch=batch, runs=runs)
+            rows += [runtime_row(r, runs) for r in got]
+    misses = [r for r in rows if r[-1] == "**not met**"]
+    summary = (f"Target: fused/original ≤ 1.05 for {', '.join(FUSED_STRATEGIES)} on the CNNs "
+               f"({', '.join(CNNS)}); `none` and the LSTM are shown for reference. "
+               f"**{verdict(not misses) if rows else 'n/a'}**: {sum(r[-1] == 'met' for r in rows)} rows met, "
+               f"{len(misses)} not.")
+    header = ("model", "batch", "threads", "strategy", "blocks", "runs", "original ms", "fused ms (min–max)",
+              "ratio", "target ≤ 1.05")
+    return summary + "\n\n" + table(header, rows)
+
+
+def runtime_runs(name: str, batch: int, cfg: Config) -> int:
+    """Runs for one (model, batch): the time budget over the original's 1-thread latency x
+    the sessions timed each round, clamped; keeps VGG-19 at batch 8 within minutes."""
+    from onnxmlu.timing import plain_session
+    from onnxmlu.verify import random_inputs
+
+    model = build_model(name, batch=batch)
+    session, feeds = plain_session(model, 1), random_inputs(model, seed=0)
+    session.run(None, feeds)
+    start = time.perf_counter()
+    session.run(None, feeds)
+    latency = time.perf_counter() - start
+    return clamp(cfg.runtime_budget_s / (latency * (1 + len(cfg.strategies))), *cfg.runtime_runs)
+
+
+def runtime_row(row: tuple, runs: int) -> tuple:
+    name, batch, strategy, blocks, threads, base, med, ratio, lo, hi = row
+    target = name in CNNS and strategy in FUSED_STRATEGIES
+    return (name, batch, threads, strategy, blocks, runs, f"{base:.2f}", f"{med:.2f} ({lo:.2f}–{hi:.2f})",
+            f"{ratio:.3f}", verdict(ratio <= 1.05) if target else "—")
+
+
+def section_peers(ctx: Context) -> str:
+    """Wall time and peak RSS of load + default optimization + save, per tool, interleaved."""
+    cfg = ctx.cfg
+    tools = [t for t in cfg.tools if tool_installed(t, cfg)]
+    missing = [t for t in cfg.tools if t not in tools]
+    rows, verdicts = [], []
+    for name in cfg.peer_models:
+        src = ctx.zoo_file(name)
+        runs = interleaved_tool_runs(tools, src, cfg)
+        rows += peer_rows(name, src, runs)
+        verdicts.append(peer_verdict(name, runs))
+    notes = [f"`{t}`: not installed in this environment ({sys.executable}); `make bench` installs it "
+             "into .venv-bench" for t in missing]
+    header = ("model", "MiB", "tool", "wall s (min–max)", "import / load / optimize / save s", "peak RSS MiB",
+              "wall ÷ onnxmlu")
+    return "\n\n".join(filter(None, [peer_method(cfg), "\n".join(f"- {v}" for v in verdicts if v),
+                                     "\n".join(f"- {n}" for n in notes), table(header, rows)]))
+
+
+def peer_method(cfg: Config) -> str:
+    return (f"Target: `onnxmlu fuse` faster than each peer on ResNet-50, VGG-19 and MobileNetV2. Each run is a "
+            f"fresh subprocess doing import + load + the tool's default optimization + save (onnxmlu: "
+            f"`api.as_model` + `api.fuse(strategy='dlfusion')` + `api.save_model`, what `onnxmlu fuse` does; "
+            f"onnxslim: `slim(model)`; onnxsim: `simplify(model)` with its defaults, no check runs; "
+            f"onnxoptimizer: `optimize(model)`, default passes). Tools interleaved, order rotated each round, "
+            f"median of {cfg.peer_runs}. Versions: {peer_versions()}.")
+
+
+def tool_installed(tool: str, cfg: Config) -> bool:
+    if tool == "onnxmlu@before":
+        return cfg.before_src is not None
+    return importlib.util.find_spec(TOOLS[tool]["module"]) is not None
+
+
+def peer_versions() -> str:
+    return ", ".join(f"{t} {dist_version(t)}" for t in PEER_TOOLS)
+
+
+def dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def interleaved_tool_runs(tools: Sequence[str], src: Path, cfg: Config) -> dict[str, list[ChildRun]]:
+    """Round r runs every tool once, starting from tool r mod n, so none always goes first."""
+    runs: dict[str, list[ChildRun]] = {t: [] for t in tools}
+    for r in range(cfg.peer_runs):
+        for tool in tools[r % len(tools):] + tools[:r % len(tools)]:
+            run = run_child(tool, src, before_src=cfg.before_src)
+            runs[tool].append(run)
+            print(f"  peers {src.stem} {tool} round {r + 1}: {run.error or f'{run.wall_s:.2f} s'}", flush=True)
+    return runs
+
+
+def peer_rows(name: str, src: Path, runs: dict[str, list[ChildRun]]) -> list[tuple]:
+    base = ok_runs(runs.get("onnxmlu", []))
+    base_med = statistics.median(r.wall_s for r in base) if base else None
+    rows = []
+    for tool, tool_runs in runs.items():
+        good = ok_runs(tool_runs)
+        if not good:
+            rows.append((name, f"{mib(model_bytes(src)):.0f}", tool, f"failed: {failure(tool_runs)}", "", "", ""))
+            continue
+        walls = [r.wall_s for r in good]
+        ratio = f"{statistics.median(walls) / base_med:.2f}" if base_med and tool != "onnxmlu" else "—"
+        rows.append((name, f"{mib(model_bytes(src)):.0f}", tool, spread(walls), phases_text(good),
+                     f"{statistics.median(r.rss_mib for r in good):.0f}", ratio))
+    return rows
+
+
+def phases_text(runs: Sequence[ChildRun]) -> str:
+    keys = ("import", "load", "optimize", "save")
+    return " / ".join(f"{statistics.median(r.phases[k] for r in runs):.2f}" for k in keys)
+
+
+def peer_verdict(name: str, runs: dict[str, list[ChildRun]]) -> str:
+    """'resnet50: met (onnxmlu 1.10 s; onnxslim 3.2 s, ...)' for the models the target names."""
+    if name not in ("resnet50", "vgg19", "mobilenetv2") or "onnxmlu" not in runs:
+        return ""
+    med = {t: statistics.median(r.wall_s for r in ok_runs(rs)) for t, rs in runs.items() if ok_runs(rs)}
+    peers = [t for t in runs if t in PEER_TOOLS]
+    if "onnxmlu" not in med or not peers:
+        return f"{name}: target n/a (onnxmlu failed or no peer installed)"
+    beaten = [t for t in peers if t not in med or med["onnxmlu"] < med[t]]
+    figures = "; ".join(f"{t} {med[t]:.2f} s" if t in med else f"{t} failed" for t in peers)
+    return f"{name}: **{verdict(len(beaten) == len(peers))}** (onnxmlu {med['onnxmlu']:.2f} s; {figures})"
+
+
+def section_scaling(ctx: Context) -> str:
+    """Fuse time and peak RSS over synthetic graphs of growing size, then RSS ÷ size on big models."""
+    cfg, rows, firsts = ctx.cfg, [], {}
+    for topology in cfg.topologies:
+        stopped: dict[str, int] = {}
+        for nodes in cfg.sizes:
+            src = save(synthetic_model_for(nodes, topology), ctx.workdir / f"{topology}_{nodes}.onnx")
+            for strategy in cfg.scaling_strategies:
+                rows.append(scaling_row(topology, nodes, src, strategy, stopped, firsts, cfg))
+            src.unlink()
+    header = ("topology", "nodes", "MiB", "strategy", "wall s (min–max)", "optimize s", "peak RSS MiB",
+              f"time ÷ time({cfg.sizes[0]})")
+    return "\n\n".join([scaling_targets(rows, cfg), table(header, [r[:-1] for r in rows]), section_memory(ctx)])
+
+
+def synthetic_model_for(nodes: int, topology: str, **kwargs) -> onnx.ModelProto:
+    from onnxmlu.testing import synthetic_model
+
+    return synthetic_model(nodes, topology, **kwargs)
+
+
+def scaling_row(topology: str, nodes: int, src: Path, strategy: str, stopped: dict, firsts: dict,
+                cfg: Config) -> tuple:
+    """One table row (plus the median wall in the hidden last column, None when none)."""
+    size = f"{mib(model_bytes(src)):.1f}"
+    if strategy in stopped:
+        return (topology, nodes, size, strategy, f"skipped ({stopped[strategy]})", "", "", "", None)
+    runs = repeated_runs(src, strategy, cfg)
+    good = ok_runs(runs)
+    print(f"  scaling {topology} {nodes} {strategy}: "
+          f"{failure(runs) if not good else f'{statistics.median(r.wall_s for r in good):.2f} s'}", flush=True)
+    if not good:
+        stopped[strategy] = f"{failure(runs)} at {nodes} nodes"
+        return (topology, nodes, size, strategy, failure(runs), "", "", "", None)
+    wall = statistics.median(r.wall_s for r in good)
+    first = firsts.setdefault((topology, strategy), (nodes, wall))
+    return (topology, nodes, size, strategy, spread([r.wall_s for r in good]),
+            f"{statistics.median(r.phases['optimize'] for r in good):.2f}",
+            f"{statistics.median(r.rss_mib for r in good):.0f}", f"{wall / first[1]:.1f}", wall)
+
+
+def repeated_runs(src: Path, strategy: str, cfg: Config) -> list[ChildRun]:
+    """Up to ``scaling_runs`` runs, but only one when a run takes over 20 s (or fails)."""
+    runs = [run_child("onnxmlu", src, strategy=strategy, timeout=cfg.scaling_timeout_s)]
+    while len(runs) < cfg.scaling_runs and not runs[-1].error and runs[-1].wall_s < 20:
+        runs.append(run_child("onnxmlu", src, strategy=strategy, timeout=cfg.scaling_timeout_s))
+    return runs
+
+
+def scaling_targets(rows: list[tuple], cfg: Config) -> str:
+    """Met / not met per (topology, strategy): time(20k)/time(1k) ≤ 25 and 20k nodes under 20 s."""
+    lines = [f"Targets: time(20k)/time(1k) ≤ 25 and 20k nodes under 20 s (wall of a whole `fuse` "
+             f"subprocess: interpreter start, imports, load, fuse, save). Timeout {cfg.scaling_timeout_s:.0f} s "
+             f"a run; up to {cfg.scaling_runs} runs a case while a run stays under 20 s. `optimal` may "
+             f"bound block length (see the planner's documentation)."]
+    for topology in cfg.topologies:
+        for strategy in cfg.scaling_strategies:
+            case = {r[1]: r for r in rows if r[0] == topology and r[3] == strategy}
+            lines.append(f"- {topology}, {strategy}: {scaling_verdict(case)}")
+    return "\n".join(lines)
+
+
+def scaling_verdict(case: dict[int, tuple]) -> str:
+    small, big = case.get(1000), case.get(20000)
+    if small is None or big is None:
+        return "n/a (this run has no 1k and 20k sizes)"
+    if big[-1] is None or small[-1] is None:
+        return f"**not met** (20k: {big[4]})"
+    ratio, wall = big[-1] / small[-1], big[-1]
+    return (f"time(20k)/time(1k) = {ratio:.1f} ({verdict(ratio <= 25)}), 20k in {wall:.1f} s "
+            f"({verdict(wall < 20)})")
+
+
+def section_memory(ctx: Context) -> str:
+    """Peak RSS ÷ model size of `fuse` (dlfusion) on models of 100 MB and more."""
+    cfg, rows = ctx.cfg, []
+    floor = run_child("onnxmlu", save(synthetic_model_for(30, "chain"), ctx.workdir / "tiny.onnx"))
+    for name, src in big_model_files(ctx):
+        run = run_child("onnxmlu", src, timeout=max(600.0, cfg.scaling_timeout_s))
+        size = model_bytes(src)
+        ratio = run.rss_mib / mib(size) if not run.error else None
+        print(f"  memory {name}: {run.error or f'{run.rss_mib:.0f} MiB peak, {run.wall_s:.1f} s'}", flush=True)
+        rows.append((name, f"{mib(size):.0f}", run.error or f"{run.rss_mib:.0f}",
+                     f"{ratio:.2f}" if ratio else "", f"{run.wall_s:.1f}",
+                     verdict(ratio <= 2.5) if ratio and size >= 100e6 else "n/a (< 100 MB)"))
+    intro = (f"Peak RSS of one `fuse` subprocess (dlfusion) ÷ the model file's size. Target ≤ 2.5× for "
+             f"models ≥ 100 MB. Floor (interpreter + imports, fusing a 30-node model): "
+             f"{floor.rss_mib:.0f} MiB.")
+    return "### Peak memory on big models\n\n" + intro + "\n\n" + table(
+        ("model", "MiB", "peak RSS MiB", "RSS ÷ size", "wall s", "target ≤ 2.5"), rows)
+
+
+def big_model_files(ctx: Context) -> list[tuple[str, Path]]:
+    files = [(name, ctx.zoo_file(name)) for name in ctx.cfg.big_models]
+    if ctx.cfg.big_synthetic_mb:
+        channels = 256  # 2.25 MiB of weights a conv: few nodes, so the time goes to bytes, not graph
+        units = max(1, int(ctx.cfg.big_synthetic_mb * 2**20 / (channels * channels * 36)))
+        model = synthetic_model_for(3 * units, "chain", channels=channels)
+        files.append((f"synthetic chain {3 * units} nodes, {channels} ch",
+                      save(model, ctx.workdir / "big_synthetic.onnx")))
+    return files
+
+
+def section_planner(ctx: Context) -> str:
+    """Planning time of every strategy on every zoo model (and synthetic chains), timed by
+    scripts/bench_planner.py's ``planner_timings``."""
+    from bench_planner import synthetic_graph_layers
+
+    from onnxmlu import api
+    from onnxmlu.strategies import BUILTIN_ORDER
+
+    models = [(name, api.inspect(build_model(name), rewrite=True).layers) for name in ctx.cfg.planner_models]
+    models += [(f"chain {n}", synthetic_graph_layers(n)) for n in ctx.cfg.planner_nodes]
+    rows, medians = [], {}
+    for name, layers in models:
+        cells = [planner_cell(name, layers, s, ctx.cfg.planner_runs, medians) for s in BUILTIN_ORDER]
+        rows.append((name, len(layers), *cells))
+        print(f"  planner {name}: {' · '.join(cells)}", flush=True)
+    optimal = medians.get(("resnet50", "optimal"))
+    met = verdict(optimal < 1.0) if optimal is not None else "n/a (ResNet-50 not in this run)"
+    intro = (f"Milliseconds to plan, median (min–max) of {ctx.cfg.planner_runs} (hardware mlu100, a fresh "
+             f"cost model each run); layers from the real pipeline (zoo → rewrite → analyze; synthetic "
+             f"chains: `onnxmlu.testing.synthetic_model`). Target (scripts/bench_planner.py): `optimal` "
+             f"< 1 s on ResNet-50: **{met}**" + (f" ({optimal * 1e3:.0f} ms)." if optimal is not None else "."))
+    return intro + "\n\n" + table(("model", "layers", *BUILTIN_ORDER), rows)
+
+
+def planner_cell(name: str, layers, strategy: str, runs: int, medians: dict) -> str:
+    """One strategy on one model; a failure shows in its cell and does not hide the others."""
+    from bench_planner import planner_timings
+
+    try:
+        (row,) = planner_timings([(name, layers)], [strategy], hw="mlu100", runs=runs)
+    except Exception as exc:  # noqa: BLE001
+        return f"error: {type(exc).__name__}"
+    medians[(name, strategy)] = row["median_s"]
+    ms = [row[key] * 1e3 for key in ("median_s", "min_s", "max_s")]
+    return f"{ms[0]:.1f}" if runs == 1 else f"{ms[0]:.1f} ({ms[1]:.1f}–{ms[2]:.1f})"
+
+
+def section_lstm(ctx: Context) -> str:
+    """Cost of unrolling LSTMs on a CPU, via scripts/bench_lstm.py's ``bench``."""
+    import bench_lstm
+
+    cfg = ctx.cfg
+    got = bench_lstm.bench(cfg.lstm_seqs, cfg.lstm_batches, threads=1, runs=cfg.lstm_runs)
+    rows = [(seq, batch, f"{o.median_ms:.3f} ({o.min_ms:.3f}–{o.max_ms:.3f})",
+             f"{r.median_ms:.3f} ({r.min_ms:.3f}–{r.max_ms:.3f})", f"{ratio:.2f}", nodes)
+            for seq, batch, _, _, ratio, nodes, o, r in got]
+    intro = (f"Rewritten (unrolled) / original LSTM latency in plain onnxruntime, 1 thread, "
+             f"{cfg.lstm_runs} interleaved runs. No target in the issue: the price of running recurrent "
+             f"layers as primitives on a CPU, for reference.")
+    return intro + "\n\n" + table(("seq", "batch", "original ms", "rewritten ms", "ratio", "rewritten nodes"), rows)
+
+
+SECTION_TITLES = {
+    "runtime": ("Runtime overhead", section_runtime),
+    "peers": ("Fuse speed vs peers", section_peers),
+    "scaling": ("Scaling", section_scaling),
+    "planner": ("Planner", section_planner),
+    "lstm": ("LSTM unrolling", section_lstm),
+}
+
+
+# --------------------------------------------------------------------------- the document
+
+BEGIN, END = "<!-- before-after: hand-written; scripts/bench.py keeps this section verbatim -->", \
+    "<!-- /before-after -->"
+
+SEED_BEFORE_AFTER = f"""{BEGIN}
+## Before/after
+
+Hand-written; `scripts/bench.py` keeps everything between the markers when it regenerates the
+file. "Before" = commit 2c7c82e on this machine (2 cores), before the fuse-speed fixes of issue 6.
+The "after" column is filled in from the tables below once the fixes have landed.
+
+| measurement | before (2c7c82e) | after |
+|---|---|---|
+| `onnxmlu fuse` ResNet-50 (dlfusion), wall | 1.3 s | |
+| `onnxmlu fuse` VGG-19 (dlfusion), wall | ~19 s | |
+| `onnxmlu fuse` 2.25 GiB model, peak RSS | 14.1 GiB (6.3× the model) | |
+| `fuse --strategy optimal`, 5k-node synthetic | 338 s (O(n²) planner) | |
+| `fuse --strategy dlfusion`, 5k-node synthetic | 3.2 s | |
+{END}"""
+
+
+def before_after(*paths: Path) -> str:
+    """The hand-written section from the first file that has it, else the seed."""
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    for path in paths:
+        if path.exists() and (found := pattern.search(path.read_text(encoding="utf-8"))):
+            return found.group(0)
+    return SEED_BEFORE_AFTER
+
+
+def header(cfg: Config, started: str) -> str:
+    """Machine, versions and settings: what a reader needs to judge the figures."""
+    import onnxruntime
+
+    return "\n".join([
+        "# onnxmlu benchmarks", "",
+        f"Generated by `scripts/bench.py` ({cfg.name} settings) on {started} · commit {git_commit()}",
+        "",
+        f"- machine: {os.cpu_count()} cores, {cpu_model()}, {memory_gib():.0f} GiB RAM, {platform.system()} "
+        f"{platform.release()}",
+        f"- Python {platform.python_version()} · onnx {onnx.__version__} · onnxruntime {onnxruntime.__version__} "
+        f"· {peer_versions()}",
+        "- ratios are between candidates measured side by side in the same run, interleaved; cells are "
+        "median (min–max)",
+    ])
+
+
+def git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{sha} (with uncommitted changes)" if dirty else sha
+
+
+def cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    found = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    return found.group(1).strip() if found else platform.processor() or "unknown CPU"
+
+
+def memory_gib() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def render(cfg: Config, started: str, keep: str, done: dict[str, str], pending: Sequence[str]) -> str:
+    parts = [header(cfg, started), keep]
+    for key in done:
+        parts.append(f"## {SECTION_TITLES[key][0]}\n\n{done[key]}")
+    parts += [f"## {SECTION_TITLES[k][0]}\n\n(running…)" for k in pending]
+    return "\n\n".join(parts) + "\n"
+
+
+def write(out: str, text: str) -> None:
+    if out == "-":
+        return
+    tmp = Path(out + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+
+
+# --------------------------------------------------------------------------- main
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="the bench-quick settings (< 3 min on 2 cores)")
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument("--models", nargs="+", choices=ZOO_NAMES, help="zoo models of every section")
+    p.add_argument("--batches", nargs="+", type=int, help="batch sizes of the runtime section")
+    p.add_argument("--runs", type=int, help="runs of every measurement (runtime: min and max)")
+    p.add_argument("--tools", nargs="+", choices=list(TOOLS), help="tools of the peers section")
+    p.add_argument("--sizes", nargs="+", type=int, help="node counts of the scaling section")
+    p.add_argument("--timeout", type=float, help="seconds per scaling run before it counts as a timeout")
+    p.add_argument("--big-mb", type=int, help="size of the big synthetic model (0: none)")
+    p.add_argument("--before-src", help="a checkout (e.g. git worktree of 2c7c82e) timed as 'onnxmlu@before'")
+    p.add_argument("--out", help="output file, '-' for stdout only (default: see above)")
+    return p.parse_args(argv)
+
+
+def configure(args: argparse.Namespace) -> tuple[Config, bool]:
+    """The base settings with the command line's overrides applied, and whether they narrow
+    the full run (then the default output is BENCHMARKS.quick.md)."""
+    cfg, over = QUICK if args.quick else FULL, {}
+    if args.models:
+        over |= dict(models=tuple(args.models), peer_models=tuple(args.models), planner_models=tuple(args.models),
+                     big_models=tuple(m for m in args.models if m in FULL.big_models))
+    if args.runs:
+        over |= dict(runtime_runs=(args.runs, args.runs), peer_runs=args.runs, scaling_runs=args.runs,
+                     planner_runs=args.runs, lstm_runs=args.runs)
+    if args.tools:
+        over["tools"] = tuple(args.tools)
+    if args.before_src:
+        before = str(Path(args.before_src).resolve())
+        over |= dict(before_src=before, tools=over.get("tools", cfg.tools) + ("onnxmlu@before",) * (
+            "onnxmlu@before" not in over.get("tools", cfg.tools)))
+    for key, attr in (("sizes", "sizes"), ("batches", "batches"), ("timeout", "scaling_timeout_s"),
+                      ("big_mb", "big_synthetic_mb")):
+        if getattr(args, key) is not None:
+            value = getattr(args, key)
+            over[attr] = tuple(value) if isinstance(value, list) else value
+    narrowed = bool(over) or args.quick or set(args.sections) != set(SECTIONS)
+    name = cfg.name + (" (narrowed)" if over or set(args.sections) != set(SECTIONS) else "")
+    return dataclasses.replace(cfg, name=name, **over), narrowed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    cfg, narrowed = configure(args)
+    out = args.out or str(ROOT / ("BENCHMARKS.quick.md" if narrowed else "BENCHMARKS.md"))
+    keep = before_after(*(Path(p) for p in (out, ROOT / "BENCHMARKS.md") if p != "-"))
+    started, t0, done = time.strftime("%Y-%m-%d %H:%M"), time.perf_counter(), {}
+    workdir = Path(tempfile.mkdtemp(prefix="onnxmlu-bench-"))
+    try:
+        ctx = Context(cfg, workdir)
+        order = [s for s in SECTIONS if s in args.sections]
+        for i, key in enumerate(order):
+            print(f"== {SECTION_TITLES[key][0]}", flush=True)
+            start = time.perf_counter()
+            body = SECTION_TITLES[key][1](ctx)
+            done[key] = body + f"\n\n_Section took {time.perf_counter() - start:.0f} s._"
+            write(out, render(cfg, started, keep, done, order[i + 1:]))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    text = render(cfg, started, keep, done, [])
+    write(out, text)
+    print(text if out == "-" else f"wrote {out} in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
