@@ -565,11 +565,14 @@ _NO_HW = Hardware("any", 1, 1.0, 1.0, 1.0, 1.0, 1.0, model={"grouped_conv_as_den
 def plan_latency_us(plan, layers: Sequence[Layer], hw: Hardware, cost: CostFn | None = None) -> float:
     """Simulated latency (µs) of a whole plan: blocks run one after another."""
     cost = cost or make_cost(hw)
-    return float(sum(_block_prices(plan.blocks, layers, cost)))
+    return float(sum(plan_block_latencies_us(plan, layers, cost)))
 
 
-def _block_prices(blocks, layers: Sequence[Layer], cost: CostFn) -> list[float]:
-    """Each block's latency at its own MP: batched by MP when the cost function can."""
+def plan_block_latencies_us(plan, layers: Sequence[Layer], cost: CostFn) -> list[float]:
+    """Each block's latency (µs) at its own MP, in plan order: equal to
+    ``[cost(b.layers(layers), b.mp) for b in plan.blocks]``, batched by MP when the cost
+    function can (linear in the graph instead of one model evaluation per block)."""
+    blocks = plan.blocks
     batch = getattr(cost, "block_latencies", None)
     if batch is None:
         return [cost(b.layers(layers), b.mp) for b in blocks]

@@ -17,6 +17,11 @@ Built-in strategies (DLFusion Table III, plus the exact optimum):
 ``optimal``        exact minimum under the model, by DP          (search.py)
 =================  ============================================================
 
+``oracle`` and ``optimal`` search blocks of at most 256 layers plus whole segments (linear in
+the graph; on every zoo model the result equals the unbounded search).  The bound is their
+``max_block_layers`` keyword (0: none) or the profile's ``"search_max_block_layers"``; see
+:mod:`onnxmlu.strategies.search`.
+
 Writing your own (Paleozoic's "set MP and fusion yourself")::
 
     from onnxmlu.strategies import register, run_strategy
