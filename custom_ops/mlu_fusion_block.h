@@ -36,6 +36,22 @@ inline constexpr int64_t kMaxMp = 1024;
 inline constexpr const char* kRegisteredKey = "onnxmlu.custom_ops_registered";
 // Overrides the inner sessions' intra-op thread count (benchmarking); 0 = onnxruntime default.
 inline constexpr const char* kInnerThreadsEnv = "ONNXMLU_INNER_THREADS";
+// Session config entries read when the library is registered into a SessionOptions; they set
+// up the inner sessions of every block of sessions created from those options.
+// Intra-op threads of each inner session; "0" or absent: min(mp, hardware threads).
+inline constexpr const char* kInnerThreadsKey = "onnxmlu.inner_threads";
+// "1" (default): inner thread pools spin while their block runs and stop when it returns;
+// "0": they never spin (better when the machine's cores are contended).
+inline constexpr const char* kInnerSpinningKey = "onnxmlu.inner_spinning";
+
+// How the blocks of one registration build their inner sessions.
+struct InnerConfig {
+  int threads = 0;  // 0: min(mp, hardware threads)
+  bool spinning = true;
+  bool operator<(const InnerConfig& other) const {
+    return threads != other.threads ? threads < other.threads : spinning < other.spinning;
+  }
+};
 
 // Releases onnxruntime C objects through the API that RegisterCustomOps initialised.
 struct OrtDeleter {
@@ -56,7 +72,7 @@ using OrtPtr = std::unique_ptr<T, OrtDeleter>;
 class FusionBlockKernel {
  public:
   // Throws BlockError (message already prefixed with the node name) when the node is unusable.
-  explicit FusionBlockKernel(const OrtKernelInfo* info);
+  FusionBlockKernel(const OrtKernelInfo* info, const InnerConfig& config);
   OrtStatusPtr ComputeV2(OrtKernelContext* context) const noexcept;
 
  private:
@@ -80,9 +96,11 @@ class FusionBlockKernel {
 };
 
 // The op definition. `nested == true` is the variant registered inside block bodies: creating
-// its kernel always fails, which is how nested blocks are rejected with a clear message.
+// its kernel always fails, which is how nested blocks are rejected with a clear message. Each
+// distinct InnerConfig gets its own op (and domain), so sessions registered with different
+// config entries build their inner sessions differently.
 struct FusionBlockOp : Ort::CustomOpBase<FusionBlockOp, FusionBlockKernel, /*WithStatus=*/true> {
-  explicit FusionBlockOp(bool nested) : nested_(nested) {}
+  FusionBlockOp(bool nested, InnerConfig config) : nested_(nested), config_(config) {}
 
   OrtStatusPtr CreateKernelV2(const OrtApi& api, const OrtKernelInfo* info, void** kernel) const noexcept;
 
@@ -104,6 +122,7 @@ struct FusionBlockOp : Ort::CustomOpBase<FusionBlockOp, FusionBlockKernel, /*Wit
 
  private:
   bool nested_;
+  InnerConfig config_;
 };
 
 }  // namespace onnxmlu

@@ -363,6 +363,8 @@ def test_session_options_apply_the_measured_set_up(library):
     options = runtime.session_options()
     assert options.intra_op_num_threads == 1
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.get_session_config_entry(runtime.INNER_THREADS_KEY) == "0"  # min(mp, hardware threads)
+    assert options.get_session_config_entry(runtime.INNER_SPINNING_KEY) == "1"
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     slow = runtime.session_options(intra_op_threads=3, optimize=False)
     assert slow.intra_op_num_threads == 3
@@ -406,3 +408,77 @@ def test_default_library_path(library, monkeypatch):
     path = runtime.custom_ops_library()
     assert os.path.isabs(path) and os.path.isfile(path)
     assert path.endswith(os.path.join("onnxmlu", "_lib", "libonnxmlu_ops.so"))
+
+
+# --- inner thread set-up ---------------------------------------------------------------------
+
+
+def thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def threads_added_by(make_session):
+    """Threads a session's creation starts (pool workers: intra-op threads - 1 per pool)."""
+    before = thread_count()
+    session = make_session()
+    return thread_count() - before, session
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_user_thread_budget_goes_to_the_inner_sessions(library, monkeypatch):
+    """intra_op_num_threads = T from the user gives the block T threads (T - 1 pool workers),
+    whatever its mp; the outer keeps the user's setting."""
+    monkeypatch.delenv("ONNXMLU_INNER_THREADS", raising=False)
+    model, body = conv_relu_fused(mp=1)
+    x = rand((1, 3, 8, 8), seed=11)
+    want = plain_run(body, {"x": x})[0]
+    for threads in (1, 4):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # outer: no pool, so every new thread is the block's
+        options.add_session_config_entry(runtime.INNER_THREADS_KEY, str(threads))
+        added, session = threads_added_by(lambda: runtime.InferenceSession(model, options))
+        assert added == threads - 1
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], want, **TOL)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 3
+    runtime.InferenceSession(model, options)
+    assert options.get_session_config_entry(runtime.INNER_THREADS_KEY) == "3"
+    assert options.intra_op_num_threads == 3
+
+
+def test_user_spinning_off_reaches_the_inner_sessions(library):
+    model, _ = conv_relu_fused()
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    runtime.InferenceSession(model, options)
+    assert options.get_session_config_entry(runtime.INNER_SPINNING_KEY) == "0"
+    explicit = ort.SessionOptions()
+    explicit.add_session_config_entry(runtime.INNER_THREADS_KEY, "2")
+    explicit.intra_op_num_threads = 5
+    runtime.InferenceSession(model, explicit)
+    assert explicit.get_session_config_entry(runtime.INNER_THREADS_KEY) == "2"  # the user's entry wins
+
+
+def test_sessions_with_different_inner_set_ups_coexist(library):
+    """Each inner set-up registers its own op; sessions made with either keep working."""
+    model, body = conv_relu_fused(mp=2)
+    x = rand((1, 3, 8, 8), seed=12)
+    want = plain_run(body, {"x": x})[0]
+    sessions = [runtime.InferenceSession(model, runtime.session_options(inner_threads=t, inner_spinning=spin))
+                for t in (1, 2, 3) for spin in (True, False)]
+    sessions.append(runtime.InferenceSession(model, runtime.session_options(inner_threads=2)))  # a repeat
+    for session in sessions:
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], want, **TOL)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("onnxmlu.inner_threads", "lots", "onnxmlu.inner_threads must be an integer from 0 to 4096, got 'lots'"),
+    ("onnxmlu.inner_threads", "-1", "got '-1'"),
+    ("onnxmlu.inner_threads", "", "got ''"),
+    ("onnxmlu.inner_spinning", "yes", "onnxmlu.inner_spinning must be '0' or '1', got 'yes'"),
+])
+def test_bad_inner_config_is_a_clear_error(library, key, value, message):
+    options = ort.SessionOptions()
+    options.add_session_config_entry(key, value)
+    with pytest.raises(Exception, match=message):
+        runtime.InferenceSession(conv_relu_fused()[0], options)
