@@ -572,13 +572,22 @@ SEED_BEFORE_AFTER = f"""{BEGIN}
 ## Before/after
 
 Hand-written; `scripts/bench.py` keeps everything between the markers when it regenerates the
-file. "Before" = commit 2c7c82e on this machine (2 cores), before the fuse-speed fixes of issue 6.
+file. "Before" = commit 2c7c82e on this machine (2 cores, shared), before the fuse-speed fixes
+of issue 6. CLI figures are what `onnxmlu fuse` printed (no interpreter start or imports);
+subprocess figures are the "Fuse speed vs peers" measure (fresh interpreter: start, imports,
+load, fuse, save), median (min–max). Re-measure side by side with
+`git worktree add /tmp/before 2c7c82e` and
+`scripts/bench.py --sections peers --tools onnxmlu --before-src /tmp/before --models resnet50 vgg19 mobilenetv2`
+(the checkout runs as `onnxmlu@before`, interleaved with the current tree).
 The "after" column is filled in from the tables below once the fixes have landed.
 
 | measurement | before (2c7c82e) | after |
 |---|---|---|
-| `onnxmlu fuse` ResNet-50 (dlfusion), wall | 1.3 s | |
-| `onnxmlu fuse` VGG-19 (dlfusion), wall | ~19 s | |
+| `onnxmlu fuse` ResNet-50 (dlfusion), CLI | 1.3 s | |
+| ResNet-50, subprocess wall · peak RSS | 1.95 s (1.69–1.97) · 797 MiB | |
+| `onnxmlu fuse` VGG-19 (dlfusion), CLI | ~19 s | |
+| VGG-19, subprocess wall · peak RSS | 24.6 s (23.1–26.1) · 5349 MiB | |
+| MobileNetV2, subprocess wall · peak RSS | 0.45 s (0.45–0.46) · 171 MiB | |
 | `onnxmlu fuse` 2.25 GiB model, peak RSS | 14.1 GiB (6.3× the model) | |
 | `fuse --strategy optimal`, 5k-node synthetic | 338 s (O(n²) planner) | |
 | `fuse --strategy dlfusion`, 5k-node synthetic | 3.2 s | |
