@@ -184,26 +184,32 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
 
 def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
                  plan=None, mp: int | None = None, hardware: str | Hardware = DEFAULT_PROFILE,
-                 input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute") -> FuseResult:
+                 input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
+                 progress: Callable[[str], None] | None = None) -> FuseResult:
     """:func:`fuse` the model file ``model`` and save it at ``output`` (atomically), holding
     about the model once plus one block in memory: the model is loaded here (so it is rewritten
     in place, not copied) and written as pieces, one body at a time (:func:`collapse_pieces`).
     The result's ``model`` is the fused graph without bodies (what reports need).
 
     A model whose tensors exceed protobuf's 2 GB limit goes through :func:`fuse` and
-    :func:`save_model` instead, which write external data.
+    :func:`save_model` instead, which write external data. ``progress`` is told each stage
+    ("loading NAME", "fusing ...", "saving NAME") as it starts.
     """
     from onnxmlu.atomic import needs_external_data, write_pieces_atomic
     from onnxmlu.partition.collapse import collapse_pieces, fused_without_bodies
 
+    say = progress or (lambda stage: None)
     _refuse_output(Path(output), Path(model))
     with _collector_paused():
-        # loaded inside: no reference here keeps the pre-rewrite weights alive
+        say(f"loading {Path(model).name}")
+        loaded = [load_model(model)]  # handed over by pop: no frame here keeps the pre-rewrite weights
+        say(f"fusing: rewrite, plan ({'--plan' if plan is not None else _strategy_name(strategy)}), collapse")
         analysis, chosen, latencies, report, hw = _plan_model(
-            model, strategy=strategy, plan=plan, mp=mp, hardware=hardware, input_shapes=input_shapes,
-            rewrite=rewrite, bn_mode=bn_mode)
+            loaded.pop(), strategy=strategy, plan=plan, mp=mp, hardware=hardware, input_shapes=input_shapes,
+            rewrite=rewrite, bn_mode=bn_mode, owned=True)
         figures = [BlockFigures(sum(l.gops for l in b.layers(analysis.layers)), t)
                    for b, t in zip(chosen.blocks, latencies)]
+        say(f"saving {Path(output).name}")
         if needs_external_data(analysis.model):  # over 2 GB: one message cannot hold it
             fused = collapse(analysis, chosen, figures)
             save_model(fused, output, input_path=model)
@@ -211,6 +217,10 @@ def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strateg
         write_pieces_atomic(collapse_pieces(analysis, chosen, figures), Path(output))
         skeleton, _ = fused_without_bodies(analysis, chosen, figures)
     return FuseResult(skeleton, analysis, chosen, hw, report, latencies)
+
+
+def _strategy_name(strategy: StrategyLike) -> str:
+    return strategy if isinstance(strategy, str) else getattr(strategy, "__name__", str(strategy))
 
 
 @contextlib.contextmanager

@@ -170,14 +170,17 @@ def fuse(
     from onnxmlu import api
 
     started = time.perf_counter()
+    options = dict(strategy=strategy, plan=plan, mp=mp, hardware=hw, input_shapes=_shapes(input_shape), bn_mode=bn)
     with _steps(quiet) as steps:
-        steps.say(f"loading {model.name}")
-        original = api.as_model(model)
-        steps.say(f"fusing: rewrite, plan ({'--plan' if plan else strategy}), collapse")
-        result = api.fuse(original, strategy=strategy, plan=plan, mp=mp, hardware=hw,
-                          input_shapes=_shapes(input_shape), bn_mode=bn)
-        steps.say(f"saving {output.name}")
-        api.save_model(result.model, output, input_path=model)
+        if check:  # the comparison needs the original and the fused model in memory
+            steps.say(f"loading {model.name}")
+            original = api.as_model(model)
+            steps.say(f"fusing: rewrite, plan ({'--plan' if plan else strategy}), collapse")
+            result = api.fuse(original, **options)
+            steps.say(f"saving {output.name}")
+            api.save_model(result.model, output, input_path=model)
+        else:  # streamed: the model once plus one block body in memory (DESIGN §2, issue 6)
+            result = api.fuse_to_file(model, output, progress=steps.say, **options)
     elapsed = time.perf_counter() - started
     talk = _talk(quiet, json_out)
     if talk:

@@ -43,6 +43,24 @@ def test_fuse_writes_model_and_prints_block_table(chain_file, tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_fuse_without_check_streams_the_same_model_and_report(chain_file, tmp_path, monkeypatch):
+    """No --check: the CLI writes through api.fuse_to_file (never the whole fused model in
+    memory) and its file and report equal what api.fuse + save_model give."""
+    from onnxmlu import api
+
+    expected = api.fuse(str(chain_file), strategy="all-fusion")
+    monkeypatch.setattr(api, "fuse", lambda *a, **k: pytest.fail("fuse without --check must stream"))
+    out = tmp_path / "fused.onnx"
+    result = invoke("fuse", chain_file, out, "-s", "all-fusion", "--json", tmp_path / "r.json")
+    assert result.exit_code == 0, result.output
+    assert onnx.load(out) == expected.model
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["blocks"] == json.loads(json.dumps(expected.block_rows()))
+    assert report["sim_latency_us"] == pytest.approx(expected.sim_latency_us)
+    assert invoke("fuse", chain_file, chain_file, "-q").exit_code == 2  # never over its input
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
 def test_check_command_passes_and_fails_on_tolerance(chain_file, tmp_path):
     out = tmp_path / "fused.onnx"
     assert invoke("fuse", chain_file, out, "-s", "none", "-q").exit_code == 0
