@@ -3,7 +3,7 @@
 #   make test      the CI test suite
 #   make demo      zoo ResNet-18 -> fuse -> check -> latency
 #   make bench       full benchmark -> BENCHMARKS.md (runtime overhead, fuse speed vs onnxslim/
-#                    onnxsim/onnxoptimizer, scaling, planner, LSTM unrolling; ~15-25 min on 2 cores)
+#                    onnxsim/onnxoptimizer, scaling, planner, LSTM unrolling; ~20-30 min on 2 cores)
 #   make bench-quick the same sections, fewer models/runs/sizes -> BENCHMARKS.quick.md (< 3 min)
 #   Both run in .venv-bench, a separate clean venv holding the peer tools (the `bench` extra,
 #   onnx/onnxruntime/numpy pinned to the versions .venv has); .venv is never touched.

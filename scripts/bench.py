@@ -280,7 +280,7 @@ def section_runtime(ctx: Context) -> str:
     misses = [r for r in rows if r[-1] == "**not met**"]
     summary = (f"Target: fused/original ≤ 1.05 for {', '.join(FUSED_STRATEGIES)} on the CNNs "
                f"({', '.join(CNNS)}); `none` and the LSTM are shown for reference. "
-               f"**{verdict(not misses) if rows else 'n/a'}**: {sum(r[-1] == 'met' for r in rows)} rows met, "
+               f"{verdict(not misses) if rows else 'n/a'}: {sum(r[-1] == 'met' for r in rows)} rows met, "
                f"{len(misses)} not.")
     header = ("model", "batch", "threads", "strategy", "blocks", "runs", "original ms", "fused ms (min–max)",
               "ratio", "target ≤ 1.05")
@@ -396,7 +396,7 @@ def peer_verdict(name: str, runs: dict[str, list[ChildRun]]) -> str:
         return f"{name}: target n/a (onnxmlu failed or no peer installed)"
     beaten = [t for t in peers if t not in med or med["onnxmlu"] < med[t]]
     figures = "; ".join(f"{t} {med[t]:.2f} s" if t in med else f"{t} failed" for t in peers)
-    return f"{name}: **{verdict(len(beaten) == len(peers))}** (onnxmlu {med['onnxmlu']:.2f} s; {figures})"
+    return f"{name}: {verdict(len(beaten) == len(peers))} (onnxmlu {med['onnxmlu']:.2f} s; {figures})"
 
 
 def section_scaling(ctx: Context) -> str:
@@ -522,7 +522,7 @@ def section_planner(ctx: Context) -> str:
     intro = (f"Milliseconds to plan, median (min–max) of {ctx.cfg.planner_runs} (hardware mlu100, a fresh "
              f"cost model each run); layers from the real pipeline (zoo → rewrite → analyze; synthetic "
              f"chains: `onnxmlu.testing.synthetic_model`). Target (scripts/bench_planner.py): `optimal` "
-             f"< 1 s on ResNet-50: **{met}**" + (f" ({optimal * 1e3:.0f} ms)." if optimal is not None else "."))
+             f"< 1 s on ResNet-50: {met}" + (f" ({optimal * 1e3:.0f} ms)." if optimal is not None else "."))
     return intro + "\n\n" + table(("model", "layers", *BUILTIN_ORDER), rows)
 
 
