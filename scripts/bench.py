@@ -142,39 +142,57 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
 
 _WORKER = '''
 import json, sys, time
-t0 = time.perf_counter()
+marks = [("start", time.perf_counter())]
+def mark(phase):  # the phase that has just ended
+    marks.append((phase, time.perf_counter()))
 src, dst, result, strategy = sys.argv[1:5]
-{imports}
-t1 = time.perf_counter()
-model = {load}
-t2 = time.perf_counter()
-model = {optimize}
-t3 = time.perf_counter()
-{save}
-t4 = time.perf_counter()
+{code}
 try:  # this process's own peak: ru_maxrss would include the parent's RSS at fork, kept over exec
     with open("/proc/self/status") as f:
         hwm = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
 except (OSError, StopIteration):
     hwm = None
+phases = {{name: t - before for (_, before), (name, t) in zip(marks, marks[1:])}}
 with open(result, "w") as f:
-    json.dump({{"import": t1 - t0, "load": t2 - t1, "optimize": t3 - t2, "save": t4 - t3,
-               "module": {module}.__file__, "vmhwm_kib": hwm}}, f)
+    json.dump(dict(phases, module={module}.__file__, vmhwm_kib=hwm), f)
 '''
 
-_ONNXMLU = dict(imports="import onnxmlu\nfrom onnxmlu import api", load="api.as_model(src)",
-                optimize="api.fuse(model, strategy=strategy).model",
-                save="api.save_model(model, dst, input_path=src)", module="onnxmlu")
+# What `onnxmlu fuse` runs: api.fuse_to_file (streamed) where the checkout has it, else (older
+# checkouts, e.g. onnxmlu@before) api.as_model + api.fuse + api.save_model, as their CLI did.
+_ONNXMLU = """
+import onnxmlu
+from onnxmlu import api
+mark("import")
+if hasattr(api, "fuse_to_file"):
+    def say(stage):
+        if stage.startswith("fusing"):
+            mark("load")
+        elif stage.startswith("saving"):
+            mark("optimize")
+    api.fuse_to_file(src, dst, strategy=strategy, progress=say)
+else:
+    model = api.as_model(src)
+    mark("load")
+    model = api.fuse(model, strategy=strategy).model
+    mark("optimize")
+    api.save_model(model, dst, input_path=src)
+mark("save")
+"""
+
+
+def _peer(module: str, optimize: str) -> dict:
+    """Worker code of a peer tool: load with onnx, its default optimization, save with onnx."""
+    code = (f"import onnx, {module}\nmark('import')\nmodel = onnx.load(src)\nmark('load')\n"
+            f"model = {optimize}\nmark('optimize')\nonnx.save(model, dst)\nmark('save')\n")
+    return dict(code=code, module=module)
+
+
 TOOLS = {
-    "onnxmlu": _ONNXMLU,
-    "onnxmlu@before": _ONNXMLU,
-    "onnxslim": dict(imports="import onnx, onnxslim", load="onnx.load(src)", optimize="onnxslim.slim(model)",
-                     save="onnx.save(model, dst)", module="onnxslim"),
-    "onnxsim": dict(imports="import onnx, onnxsim", load="onnx.load(src)", optimize="onnxsim.simplify(model)[0]",
-                    save="onnx.save(model, dst)", module="onnxsim"),
-    "onnxoptimizer": dict(imports="import onnx, onnxoptimizer", load="onnx.load(src)",
-                          optimize="onnxoptimizer.optimize(model)", save="onnx.save(model, dst)",
-                          module="onnxoptimizer"),
+    "onnxmlu": dict(code=_ONNXMLU, module="onnxmlu"),
+    "onnxmlu@before": dict(code=_ONNXMLU, module="onnxmlu"),
+    "onnxslim": _peer("onnxslim", "onnxslim.slim(model)"),
+    "onnxsim": _peer("onnxsim", "onnxsim.simplify(model)[0]"),
+    "onnxoptimizer": _peer("onnxoptimizer", "onnxoptimizer.optimize(model)"),
 }
 
 
@@ -331,7 +349,7 @@ def section_peers(ctx: Context) -> str:
 def peer_method(cfg: Config) -> str:
     return (f"Target: `onnxmlu fuse` faster than each peer on ResNet-50, VGG-19 and MobileNetV2. Each run is a "
             f"fresh subprocess doing import + load + the tool's default optimization + save (onnxmlu: "
-            f"`api.as_model` + `api.fuse(strategy='dlfusion')` + `api.save_model`, what `onnxmlu fuse` does; "
+            f"`api.fuse_to_file(strategy='dlfusion')`, what `onnxmlu fuse` runs, phases from its progress callback; "
             f"onnxslim: `slim(model)`; onnxsim: `simplify(model)` with its defaults, no check runs; "
             f"onnxoptimizer: `optimize(model)`, default passes). Tools interleaved, order rotated each round, "
             f"median of {cfg.peer_runs}. Versions: {peer_versions()}.")
@@ -382,8 +400,13 @@ def peer_rows(name: str, src: Path, runs: dict[str, list[ChildRun]]) -> list[tup
 
 
 def phases_text(runs: Sequence[ChildRun]) -> str:
-    keys = ("import", "load", "optimize", "save")
-    return " / ".join(f"{statistics.median(r.phases[k] for r in runs):.2f}" for k in keys)
+    return " / ".join(phase_median(runs, key) for key in ("import", "load", "optimize", "save"))
+
+
+def phase_median(runs: Sequence[ChildRun], key: str) -> str:
+    """Median seconds of one phase; '–' where a run did not report it separately."""
+    values = [r.phases[key] for r in runs if key in r.phases]
+    return f"{statistics.median(values):.2f}" if values and len(values) == len(runs) else "–"
 
 
 def peer_verdict(name: str, runs: dict[str, list[ChildRun]]) -> str:
@@ -436,7 +459,7 @@ def scaling_row(topology: str, nodes: int, src: Path, strategy: str, stopped: di
     wall = statistics.median(r.wall_s for r in good)
     first = firsts.setdefault((topology, strategy), (nodes, wall))
     return (topology, nodes, size, strategy, spread([r.wall_s for r in good]),
-            f"{statistics.median(r.phases['optimize'] for r in good):.2f}",
+            phase_median(good, "optimize"),
             f"{statistics.median(r.rss_mib for r in good):.0f}", f"{wall / first[1]:.1f}", wall)
 
 
