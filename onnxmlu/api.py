@@ -22,6 +22,7 @@ import onnx
 from onnxmlu.analyze import Analysis, analyze
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.graph import load_model, normalize
+from onnxmlu.large_models import active_store
 from onnxmlu.partition.collapse import BlockFigures, collapse
 from onnxmlu.partition.plan import Plan, split_oversized_blocks
 from onnxmlu.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware
@@ -73,13 +74,20 @@ def as_model(model: ModelLike) -> onnx.ModelProto:
 
 
 def prepare(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = True,
-            bn_mode: str = "substitute", only: Sequence[str] | None = None, owned: bool = False):
+            bn_mode: str = "substitute", only: Sequence[str] | None = None, owned: bool = False,
+            normalized: bool = False):
     """normalize + rewrite: the model the planner sees, and the rewrite report (or None).
-    ``owned``: the caller gives ``model`` away, so it is changed in place instead of copied."""
+    ``owned``: the caller gives ``model`` away, so it is changed in place instead of copied;
+    ``normalized``: it already went through :func:`normalize` (with its input shapes)."""
     proto = as_model(model)
+    if normalized:
+        return _rewritten(proto, rewrite, bn_mode, only)
     refuse_fused(proto)
     # A model loaded here belongs to the pipeline: normalize it in place instead of copying
-    normalized = normalize(proto, input_shapes, owned=owned or proto is not model)
+    return _rewritten(normalize(proto, input_shapes, owned=owned or proto is not model), rewrite, bn_mode, only)
+
+
+def _rewritten(normalized: onnx.ModelProto, rewrite: bool, bn_mode: str, only: Sequence[str] | None):
     if not rewrite:
         return normalized, None
     from onnxmlu.rewrite import rewrite_model
@@ -187,26 +195,31 @@ def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strateg
                  input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
                  progress: Callable[[str], None] | None = None) -> FuseResult:
     """:func:`fuse` the model file ``model`` and save it at ``output`` (atomically), holding
-    about the model once plus one block in memory: the model is loaded here (so it is rewritten
-    in place, not copied) and written as pieces, one body at a time (:func:`collapse_pieces`).
-    The result's ``model`` is the fused graph without bodies (what reports need).
+    the weights about once plus one block in memory: right after normalizing, the large
+    weights move out of the protobuf tree into a :class:`~onnxmlu.large_models.WeightStore`
+    (the parsed model is dropped), and the file is written as pieces, one body at a time, each
+    weight released once the last block that reads it is written (:func:`stream_pieces`).
+    The result's ``model`` is the fused graph without bodies (what reports need); the
+    analysis' model no longer holds the large weights.
 
-    A model whose tensors exceed protobuf's 2 GB limit goes through :func:`fuse` and
+    A model whose tensors exceed protobuf's 2 GB limit goes through :func:`collapse` and
     :func:`save_model` instead, which write external data. ``progress`` is told each stage
     ("loading NAME", "fusing ...", "saving NAME") as it starts.
     """
     from onnxmlu.atomic import needs_external_data, write_pieces_atomic
-    from onnxmlu.partition.collapse import collapse_pieces, fused_without_bodies
+    from onnxmlu.large_models import WeightStore
+    from onnxmlu.partition.collapse import fused_without_bodies, stream_pieces
 
     say = progress or (lambda stage: None)
     _refuse_output(Path(output), Path(model))
-    with _collector_paused():
+    with _collector_paused(), WeightStore().active() as store:
         say(f"loading {Path(model).name}")
-        loaded = [load_model(model)]  # handed over by pop: no frame here keeps the pre-rewrite weights
+        light = _load_detached(model, input_shapes, store)
         say(f"fusing: rewrite, plan ({'--plan' if plan is not None else _strategy_name(strategy)}), collapse")
         analysis, chosen, latencies, report, hw = _plan_model(
-            loaded.pop(), strategy=strategy, plan=plan, mp=mp, hardware=hardware, input_shapes=input_shapes,
-            rewrite=rewrite, bn_mode=bn_mode, owned=True)
+            light, strategy=strategy, plan=plan, mp=mp, hardware=hardware, input_shapes=None,
+            rewrite=rewrite, bn_mode=bn_mode, owned=True, normalized=True)
+        del light
         figures = [BlockFigures(sum(l.gops for l in b.layers(analysis.layers)), t)
                    for b, t in zip(chosen.blocks, latencies)]
         say(f"saving {Path(output).name}")
@@ -214,9 +227,17 @@ def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strateg
             fused = collapse(analysis, chosen, figures)
             save_model(fused, output, input_path=model)
             return FuseResult(fused, analysis, chosen, hw, report, latencies)
-        write_pieces_atomic(collapse_pieces(analysis, chosen, figures), Path(output))
-        skeleton, _ = fused_without_bodies(analysis, chosen, figures)
-    return FuseResult(skeleton, analysis, chosen, hw, report, latencies)
+        fused, blocks = fused_without_bodies(analysis, chosen, figures)
+        write_pieces_atomic(stream_pieces(analysis, fused, blocks), Path(output))
+    return FuseResult(fused, analysis, chosen, hw, report, latencies)
+
+
+def _load_detached(path: str | os.PathLike, input_shapes: dict | None, store) -> onnx.ModelProto:
+    """Load, check and normalize the model, then move its large weights into ``store``. The
+    parsed model dies with this frame: protobuf frees a tree's memory only as a whole."""
+    model = load_model(path)
+    refuse_fused(model)
+    return store.detach(normalize(model, input_shapes, owned=True))
 
 
 def _strategy_name(strategy: StrategyLike) -> str:
@@ -236,11 +257,16 @@ def _collector_paused():
             gc.enable()
 
 
-def _plan_model(model: ModelLike, *, strategy, plan, mp, hardware, input_shapes, rewrite, bn_mode, owned=False):
+def _plan_model(model: ModelLike, *, strategy, plan, mp, hardware, input_shapes, rewrite, bn_mode, owned=False,
+                normalized=False):
     """prepare -> analyze -> plan: the analysis, the plan, its block latencies, the rewrite report."""
     ensure_registered()
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-    prepared, report = prepare(model, input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, owned=owned)
+    prepared, report = prepare(model, input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, owned=owned,
+                               normalized=normalized)
+    store = active_store()
+    if store is not None:
+        store.keep_only(prepared)  # the weights a rewrite replaced (e.g. Gemm's untransposed B)
     gc.collect()  # the rewrite's graphsurgeon graph is cyclic garbage holding the pre-rewrite weights
     analysis = analyze(prepared)
     chosen = make_plan(analysis, hw, strategy=strategy, plan=plan, mp=mp)

@@ -25,10 +25,9 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from onnxmlu.errors import ModelLoadError, OnnxMluError
-from onnxmlu.large_models import infer_on_skeleton, tensor_payload_bytes
+from onnxmlu.large_models import infer_on_skeleton, tensor_array, tensor_payload_bytes
 
 MIN_OPSET = 7
 MAX_PROTO_BYTES = 2**31 - 1
@@ -295,7 +294,7 @@ class GraphIndex:
 
     def constant(self, name: str) -> np.ndarray | None:
         tensor = self.initializers.get(name)
-        return None if tensor is None else numpy_helper.to_array(tensor)
+        return None if tensor is None else tensor_array(tensor)
 
     def elem_type(self, name: str) -> int:
         if name in self.initializers:

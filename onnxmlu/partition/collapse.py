@@ -25,6 +25,7 @@ from onnx import helper
 from onnxmlu.analyze import Analysis
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.graph import copy_model_fields, node_inputs, topological_order
+from onnxmlu.large_models import active_store, fill_tensor, is_marker
 from onnxmlu.partition.plan import Plan
 from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, fill_body_attribute
 
@@ -63,23 +64,46 @@ def collapse(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | N
 def collapse_pieces(analysis: Analysis, plan: Plan,
                     figures: Sequence[BlockFigures] | None = None) -> Iterator[bytes]:
     """The fused model of :func:`collapse` as serialized pieces whose concatenation is the
-    model file: protobuf merges concatenated messages and appends repeated fields in order, so
-    the first piece is the model without nodes and each further piece a model holding one
-    node. Only one body exists at a time: saving never holds every body twice (a 548 MB model
-    peaked at 4x its size when the fused model was built and then serialized whole)."""
-    fused, blocks = fused_without_bodies(analysis, plan, figures)
+    model file (see :func:`stream_pieces`)."""
+    yield from stream_pieces(analysis, *fused_without_bodies(analysis, plan, figures))
+
+
+def stream_pieces(analysis: Analysis, fused: onnx.ModelProto,
+                  blocks: dict[int, tuple[int, BlockInterface]]) -> Iterator[bytes]:
+    """``fused`` (from :func:`fused_without_bodies`) as serialized pieces: protobuf merges
+    concatenated messages and appends repeated fields in order, so the first piece is the model
+    without nodes and each further piece a model holding one node. Only one body exists at a
+    time (a 548 MB model peaked at 4x its size when the fused model was built and then
+    serialized whole), and a weight held by the active weight store is released once the last
+    block that reads it is written."""
+    uses = Counter(name for _, iface in blocks.values() for name in iface.constants)
+    _release_unused(analysis, uses)  # host-node weights are already copied into ``fused``
     head = onnx.ModelProto()
     head.CopyFrom(fused)
     head.graph.ClearField("node")
-    yield head.SerializeToString()
+    data = head.SerializeToString()
     del head
+    yield data
+    del data
     for position, node in enumerate(fused.graph.node):
         piece = onnx.ModelProto()
         target = piece.graph.node.add()
         target.CopyFrom(node)
         if position in blocks:
-            _add_body(target, analysis, *blocks[position])
-        yield piece.SerializeToString()
+            _add_body(target, analysis, *blocks[position], uses=uses)
+        data = piece.SerializeToString()
+        del piece, target  # the body's bytes: once in ``data`` while it is written, not twice
+        yield data
+        del data
+
+
+def _release_unused(analysis: Analysis, uses: Counter) -> None:
+    store = active_store()
+    if store is None:
+        return
+    for t in analysis.model.graph.initializer:
+        if is_marker(t) and not uses[t.name]:
+            store.release(t)
 
 
 def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None
@@ -168,9 +192,11 @@ def _fill_fusion_node(node: onnx.NodeProto, analysis: Analysis, plan: Plan, b: i
     node.doc_string = _summary(layers, block.mp, fig)
 
 
-def _add_body(node: onnx.NodeProto, analysis: Analysis, b: int, iface: BlockInterface) -> None:
-    """Serialize block ``b`` and attach it to its node (bodies are added last, one at a time)."""
-    data = _body_bytes(analysis, b, iface)
+def _add_body(node: onnx.NodeProto, analysis: Analysis, b: int, iface: BlockInterface,
+              uses: Counter | None = None) -> None:
+    """Serialize block ``b`` and attach it to its node (bodies are added last, one at a time).
+    ``uses`` counts the blocks still to be written per constant (see :func:`_add_constants`)."""
+    data = _body_bytes(analysis, b, iface, uses)
     if len(data) > MAX_BODY_BYTES:
         raise OnnxMluError(f"block {b} serializes to {len(data)} bytes, over the 2 GB "
                            "protobuf limit of one body; split it with a plan of smaller blocks")
@@ -186,7 +212,7 @@ def _summary(layers, mp: int, fig: BlockFigures | None) -> str:
     return text
 
 
-def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface) -> bytes:
+def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter | None = None) -> bytes:
     """The block as a serialized ModelProto; the proto itself is freed on return."""
     model, index = analysis.model, analysis.index
     nodes = [model.graph.node[i] for i in iface.nodes]
@@ -198,9 +224,24 @@ def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface) -> bytes:
     graph.node.extend(nodes)
     graph.input.extend(_value_info(analysis, n) for n in iface.inputs)
     graph.output.extend(_value_info(analysis, n) for n in iface.outputs)
-    graph.initializer.extend(index.initializers[n] for n in iface.constants)
+    _add_constants(graph, analysis, iface.constants, uses)
     graph.value_info.extend(index.value_infos[n] for n in sorted(internal) if n in index.value_infos)
     return body.SerializeToString()
+
+
+def _add_constants(graph: onnx.GraphProto, analysis: Analysis, names: Sequence[str], uses: Counter | None) -> None:
+    """The block's constants, in order; a weight-store marker is written with its data, and
+    released from the store when ``uses`` says this is its last block."""
+    for name in names:
+        tensor = analysis.index.initializers[name]
+        if not is_marker(tensor):
+            graph.initializer.append(tensor)
+            continue
+        last = False
+        if uses is not None:
+            uses[name] -= 1
+            last = uses[name] == 0
+        fill_tensor(graph.initializer.add(), tensor, release=last)
 
 
 def _value_info(analysis: Analysis, name: str) -> onnx.ValueInfoProto:
@@ -237,7 +278,9 @@ def _finish_outer(fused: onnx.ModelProto, analysis: Analysis, interfaces: Sequen
     alive = used | {o for node in graph.node for o in node.output}
     graph.input.extend(i for i in src.graph.input if i.name in used or i.name not in analysis.index.initializers)
     graph.output.extend(src.graph.output)
-    graph.initializer.extend(t for t in src.graph.initializer if t.name in used)
+    for t in src.graph.initializer:
+        if t.name in used:
+            fill_tensor(graph.initializer.add(), t)
     graph.value_info.extend(_outer_value_infos(analysis, alive, block_outputs))
 
 

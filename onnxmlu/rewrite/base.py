@@ -20,8 +20,10 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.large_models import is_marker, tensor_array
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -111,7 +113,7 @@ def iter_graphs(graph: onnx.GraphProto):
 def _constant_node_value(node: gs.Node) -> np.ndarray | None:
     attrs = node.attrs
     if "value" in attrs and isinstance(attrs["value"], gs.Constant):
-        return np.asarray(attrs["value"].values)
+        return constant_array(attrs["value"])
     scalar_kinds = {
         "value_float": np.float32,
         "value_floats": np.float32,
@@ -135,7 +137,7 @@ def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
         if tensor is None:
             return None
         if isinstance(tensor, gs.Constant):
-            return np.asarray(tensor.values)
+            return constant_array(tensor)
         if len(tensor.inputs) != 1:
             return None
         producer = tensor.inputs[0]
@@ -147,6 +149,15 @@ def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
             return None
         tensor = producer.inputs[0]
     return None
+
+
+def constant_array(tensor: gs.Constant) -> np.ndarray:
+    """A constant's value; a weight held by the active :class:`~onnxmlu.large_models.WeightStore`
+    is read from there and the constant keeps its marker (exported as is, never copied)."""
+    lazy = tensor._values
+    if isinstance(lazy, LazyValues) and is_marker(lazy.tensor):
+        return tensor_array(lazy.tensor)
+    return np.asarray(tensor.values)
 
 
 def is_absent(tensor: gs.Tensor | None) -> bool:
@@ -171,7 +182,7 @@ def tensor_dtype(tensor: gs.Tensor | None) -> np.dtype | None:
     if tensor is None:
         return None
     if isinstance(tensor, gs.Constant):
-        return np.asarray(tensor.values).dtype
+        return constant_array(tensor).dtype
     try:
         return np.dtype(tensor.dtype) if tensor.dtype is not None else None
     except TypeError:  # e.g. bfloat16, which numpy does not know
@@ -182,7 +193,7 @@ def tensor_shape(tensor: gs.Tensor | None) -> list[int | str | None] | None:
     if tensor is None:
         return None
     if isinstance(tensor, gs.Constant):
-        return list(np.asarray(tensor.values).shape)
+        return list(constant_array(tensor).shape)
     return None if tensor.shape is None else list(tensor.shape)
 
 

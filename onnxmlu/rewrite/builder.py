@@ -17,7 +17,9 @@ from typing import Any, Sequence
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
+from onnxmlu.large_models import active_store
 from onnxmlu.rewrite.base import NameAllocator, constant_value, tensor_dtype
 
 
@@ -49,7 +51,13 @@ class Builder:
 
     def const(self, value: Any, name: str = "const", dtype: Any = None) -> gs.Constant:
         array = np.asarray(value, dtype=dtype if dtype is not None else self.dtype)
-        return gs.Constant(self.names.tensor(f"{self.prefix}/{name}"), np.ascontiguousarray(array))
+        full_name = self.names.tensor(f"{self.prefix}/{name}")
+        store = active_store()
+        if store is not None and store.holds(array):
+            # streamed fuse: the weight stays a numpy array (a transpose stays a view) until the
+            # block that uses it is written
+            return gs.Constant(full_name, LazyValues(store.put(full_name, array)))
+        return gs.Constant(full_name, np.ascontiguousarray(array))
 
     def scalar(self, value: float, dtype: Any = None) -> gs.Constant:
         """A 0-d constant, shared by every use of the same value in this graph."""

@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from onnxmlu.large_models import is_marker
 from onnxmlu.rewrite.base import DEFAULT_DOMAINS, iter_graphs
 
 SKELETON_MIN_ELEMENTS = 4096  # initializers at least this large carry no shape information
@@ -65,7 +66,7 @@ def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
             _copy_field(skel.graph, fd, value)
     listed = {i.name for i in model.graph.input}
     for init in model.graph.initializer:
-        if int(np.prod(init.dims, dtype=np.int64)) < SKELETON_MIN_ELEMENTS:
+        if int(np.prod(init.dims, dtype=np.int64)) < SKELETON_MIN_ELEMENTS and not is_marker(init):
             skel.graph.initializer.append(init)
         elif init.name not in listed:
             skel.graph.input.append(
