@@ -112,3 +112,16 @@ def test_marker_without_an_active_store_is_a_clear_error():
         large_models.tensor_array(marker)
     with store.active():
         np.testing.assert_array_equal(large_models.tensor_array(marker), np.ones((4, 4), np.float32))
+
+
+def test_over_the_external_data_threshold_weights_come_back_from_the_store(tmp_path, monkeypatch):
+    """The > 2 GB branch (collapse in memory, save with external data) fills every marker."""
+    from onnxmlu import atomic
+
+    monkeypatch.setattr(atomic, "EXTERNAL_DATA_THRESHOLD", 1 << 20)
+    monkeypatch.setattr(large_models, "STORE_MIN_TENSOR_BYTES", 1024)
+    _, streamed, expected = _streamed_and_expected(tmp_path, zoo_model("lstm"), strategy="dlfusion")
+    assert (tmp_path / "streamed.onnx.data").exists()
+    for tensor in large_models.all_tensors(streamed.graph):
+        tensor.ClearField("data_location")  # onnx.load sets it (to DEFAULT) on the tensors it filled
+    assert streamed == expected
