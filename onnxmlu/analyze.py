@@ -27,7 +27,7 @@ import onnx
 
 from onnxmlu.graph import GraphIndex, tensor_nbytes, topological_order
 from onnxmlu.partition.optable import OP_KINDS, support_reason
-from onnxmlu.perf.layers import EPILOGUE_OPS, Layer
+from onnxmlu.perf.layers import Layer
 
 
 @dataclass
@@ -55,8 +55,8 @@ def analyze(model: onnx.ModelProto) -> Analysis:
     nodes = model.graph.node
     host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index))}
     order = topological_order(model.graph, prefer=lambda i: i not in host_reasons, index=index)
+    layers: list[Layer] = []
     layer_nodes: list[int] = []
-    segs: list[int] = []
     segment, previous_was_host = -1, True
     for i in order:
         if i in host_reasons:
@@ -64,50 +64,12 @@ def analyze(model: onnx.ModelProto) -> Analysis:
             continue
         if previous_was_host:
             segment, previous_was_host = segment + 1, False
+        layers.append(describe_layer(nodes[i], index, len(layers), segment))
         layer_nodes.append(i)
-        segs.append(segment)
-    clean = clean_cuts(index, layer_nodes, segs)
-    layers = [describe_layer(nodes[i], index, k, segs[k], clean[k]) for k, i in enumerate(layer_nodes)]
     return Analysis(model, index, order, layers, layer_nodes, host_reasons)
 
 
-def clean_cuts(index: GraphIndex, layer_nodes: Sequence[int], segs: Sequence[int]) -> list[bool]:
-    """Per layer: may a block start there (``Layer.clean_cut``)?  At most one tensor produced
-    earlier in the segment is live across the cut, and the layer is no epilogue of the
-    previous one.  One sweep over the tensors' live ranges, linear in the graph."""
-    n = len(layer_nodes)
-    pos = {node: k for k, node in enumerate(layer_nodes)}
-    seg_stop = [n] * n
-    for k in range(n - 2, -1, -1):
-        seg_stop[k] = seg_stop[k + 1] if segs[k + 1] == segs[k] else k + 1
-    delta = [0] * (n + 2)
-    for k, node in enumerate(layer_nodes):
-        for name in index.outputs[node]:
-            last = seg_stop[k] if name in index.graph_outputs else k
-            for user in index.consumers.get(name, ()):
-                p = pos.get(user)
-                last = max(last, p if p is not None and segs[p] == segs[k] else seg_stop[k])
-            if last > k:  # live at the cuts k+1 .. last
-                delta[k + 1] += 1
-                delta[last + 1] -= 1
-    clean, live = [], 0
-    for k in range(n):
-        live += delta[k]
-        start = k == 0 or segs[k] != segs[k - 1]
-        clean.append(start or (live <= 1 and not _is_epilogue(index, layer_nodes[k - 1], layer_nodes[k])))
-    return clean
-
-
-def _is_epilogue(index: GraphIndex, producer: int, node: int) -> bool:
-    """``node`` is an element-wise epilogue fed by ``producer``'s sole-use output."""
-    if index.graph.node[node].op_type not in EPILOGUE_OPS:
-        return False
-    return any(set(index.consumers.get(name, ())) == {node} and name not in index.graph_outputs
-               for name in index.outputs[producer])
-
-
-def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segment: int,
-                   clean_cut: bool = True) -> Layer:
+def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segment: int) -> Layer:
     kind = OP_KINDS[node.op_type]
     out_shape = _first_shape(index, node.output)
     in_name = next((n for n in node.input if n and not index.is_constant(n)), node.input[0])
@@ -132,7 +94,6 @@ def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segme
         output_bytes=_bytes(index, [n for n in node.output if n]),
         weight_bytes=_bytes(index, [n for n in node.input if n and index.is_constant(n)]),
         segment=segment,
-        clean_cut=clean_cut,
     )
 
 

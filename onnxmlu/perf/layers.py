@@ -20,14 +20,6 @@ LayerKind = Literal["conv", "fc", "eltwise", "pool", "global_pool", "norm", "sof
 #: Kinds whose consumer needs the whole feature map: fusing across them admits no spatial tiling.
 WHOLE_MAP_KINDS: frozenset[str] = frozenset({"fc", "global_pool", "softmax"})
 
-#: Element-wise ops that onnxruntime (and an accelerator compiler) folds into the layer that
-#: produces their input -- activations, BN-normalization, the residual Add.  A block boundary
-#: between such an op and its producer leaves both unfused (see ``Layer.clean_cut``).
-EPILOGUE_OPS: frozenset[str] = frozenset({
-    "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu",
-    "Celu", "Gelu", "Softplus", "BatchNormalization", "Add", "Sub", "Mul", "Div",
-})
-
 
 @dataclass(frozen=True)
 class Layer:
@@ -35,15 +27,6 @@ class Layer:
 
     ``segment`` numbers the maximal runs of supported nodes between host nodes; a block never
     spans two segments (that could make the collapsed graph cyclic).
-
-    ``clean_cut``: a block may start at this layer without splitting what the runtime fuses.
-    False when more than one tensor produced earlier in the segment is live across the cut
-    (a residual branch: its skip tensor crosses too, and the Add can no longer fuse into its
-    convolution) or when this layer is an element-wise epilogue (:data:`EPILOGUE_OPS`) whose
-    input is the previous layer's output and has no other use.  Measured in onnxruntime,
-    ResNet-50 batch 8 dlfusion cut inside bottlenecks left 16 Add + 16 Relu unfused and 54
-    NCHWc reorders.  The fusion strategies cut only where this is True (segment starts always
-    are); the per-layer strategies (``none``, ``dynamic-mp``) ignore it by definition.
     """
 
     index: int
@@ -62,7 +45,6 @@ class Layer:
     output_bytes: int = 0
     weight_bytes: int = 0
     segment: int = 0
-    clean_cut: bool = True
 
     @property
     def gops(self) -> float:

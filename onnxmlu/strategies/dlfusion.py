@@ -22,12 +22,9 @@ down to a power of two (line 14).
 
 Two further choices, both about where a cut falls:
 
-* a full block is closed just before the next Conv/FC layer at which a clean cut is possible
-  (``Layer.clean_cut``: one tensor crosses, no epilogue split off), so the BN, activation,
+* a full block is closed just before the next Conv/FC layer, so the BN, activation,
   residual Add and pooling that follow a convolution stay with it (the paper fuses on a
-  graph in which those are separate CNML operators too) and a residual unit (ResNet's
-  bottleneck, MobileNetV2's inverted residual) is never cut in the middle; the convolutions
-  passed over on the way still count towards the block's MP;
+  graph in which those are separate CNML operators too);
 * blocks never span two segments (host nodes in between); a segment's last block is closed
   even if it is not full.  A block without any Conv/FC layer runs at MP 1.
 
@@ -99,47 +96,22 @@ def algorithm1(layers: Sequence[Layer], hw: Hardware) -> list[Block]:
     """Algorithm 1's fusion blocks, each with its power-of-two MP.
 
     The block's MPs are kept as a running sum and count (``avg_mp = mp_sum / count``), so
-    the walk is linear even when a segment never fills a block (tiny layers).  A block that
-    fills up where no clean cut is possible (``Layer.clean_cut``) closes at the clean cut,
-    back or ahead, whose ops per core lie closer to the threshold (log scale); the sums are
-    snapshotted at each clean cut so that closing back costs nothing."""
+    the walk is linear even when a segment never fills a block (tiny layers)."""
     critical = opcount_critical(hw)
     blocks: list[Block] = []
     for seg_start, seg_stop in segments(layers):
-        start, acc, clean, defer = seg_start, (0.0, 0, 0), None, False  # acc: (ops, mp_sum, count)
+        start, ops, mp_sum, count = seg_start, 0.0, 0, 0
         for i in range(seg_start, seg_stop):
             layer = layers[i]
             if layer.kind not in WEIGHTED_KINDS:
                 continue
-            if acc[2] and (defer or _per_core(acc) >= critical):
-                cut = _closing_cut(i, layer, acc, clean, critical)
-                defer = cut is None
-                if cut is not None:
-                    at = acc if cut == i else clean[1]
-                    blocks.append(Block(start, cut, _mean_mp(at[1], at[2])))
-                    start, acc, clean = cut, tuple(a - b for a, b in zip(acc, at)), None
-            if layer.clean_cut and i > start:
-                clean = (i, acc)
-            acc = (acc[0] + op_count(layer, hw), acc[1] + layer_mp(layer, hw), acc[2] + 1)
-        blocks.append(Block(start, seg_stop, _mean_mp(acc[1], acc[2])))
+            if count and ops / (mp_sum / count) >= critical:
+                blocks.append(Block(start, i, _mean_mp(mp_sum, count)))
+                start, ops, mp_sum, count = i, 0.0, 0, 0
+            ops += op_count(layer, hw)
+            mp_sum, count = mp_sum + layer_mp(layer, hw), count + 1
+        blocks.append(Block(start, seg_stop, _mean_mp(mp_sum, count)))
     return blocks
-
-
-def _per_core(acc) -> float:
-    ops, mp_sum, count = acc
-    return ops / (mp_sum / count)
-
-
-def _closing_cut(i: int, layer: Layer, acc, clean, critical: float) -> int | None:
-    """Where a full block closes, met at weighted layer ``i``: here when the cut is clean;
-    else at the latest clean cut ``clean`` = (index, sums there) when its ops per core are
-    nearer the threshold than the current ones, else None (wait for the next clean cut)."""
-    if layer.clean_cut:
-        return i
-    if clean is None or not clean[1][2]:
-        return None
-    back = abs(math.log(_per_core(clean[1]) / critical))
-    return clean[0] if back <= abs(math.log(_per_core(acc) / critical)) else None
 
 
 def dlfusion(layers: Sequence[Layer], hw: Hardware, cost=None) -> Plan:

@@ -21,16 +21,14 @@ both searches return exactly the unbounded result on every zoo model
 (``tests/strategies/test_search_bound.py``), while L = 32 would cost ResNet-50 15 %.
 Blocks longer than L that are not whole segments are the only ones never considered.
 
-* ``optimal``: every contiguous partition within each segment (blocks as above, cut only at
-  clean cuts: ``Layer.clean_cut``, see :func:`clean_cut_stops`) x every MP
+* ``optimal``: every contiguous partition within each segment (blocks as above) x every MP
   in 1..cores.  Exact under the model within the bound.  With the model's own cost function
   (:class:`~onnxmlu.perf.model.ModelCost`) the blocks come from vectorised sweeps in which
   repeated windows of layers are priced once; with any other cost function it calls
   ``cost(block, mp)`` for every block and MP (O(n · L · cores) calls).
 * ``oracle`` (Table III, 7): the paper's reduced brute force, solved exactly by the same DP:
   MP in {1, 2, 4, 8, 12, 16, 24, 32} (clipped to the core count) and block sizes that are
-  multiples of 4 -- cuts only at every fourth layer of a segment that is also a clean cut,
-  whose last block may be
+  multiples of 4 -- cuts only at every fourth layer of a segment, whose last block may be
   shorter.  Its search space is a subset of ``optimal``'s (same bound), so
   ``optimal <= oracle``.
 """
@@ -56,7 +54,7 @@ def optimal(layers: Sequence[Layer], hw: Hardware, cost, *,
     """The least-latency plan: blocks of at most ``max_block_layers`` layers or whole
     segments, each at its best MP in 1..cores (module docstring)."""
     bound = max_block_length(hw, max_block_layers)
-    return _search(layers, hw, cost, hw.mp_choices(), bound, clean_cut_stops(layers), "optimal")
+    return _search(layers, hw, cost, hw.mp_choices(), bound, None, "optimal")
 
 
 def oracle(layers: Sequence[Layer], hw: Hardware, cost, *,
@@ -64,7 +62,7 @@ def oracle(layers: Sequence[Layer], hw: Hardware, cost, *,
     """The paper's reduced brute force: MPs in :data:`ORACLE_MPS`, blocks of 4k layers."""
     bound = max_block_length(hw, max_block_layers)
     mps = sorted({min(m, hw.cores) for m in ORACLE_MPS})
-    return _search(layers, hw, cost, mps, bound, _oracle_cuts(layers) & clean_cut_stops(layers), "oracle")
+    return _search(layers, hw, cost, mps, bound, _oracle_cuts(layers), "oracle")
 
 
 def max_block_length(hw: Hardware, max_block_layers: int | None = None) -> int | None:
@@ -123,16 +121,6 @@ def _whole_segments(layers, mps, cost, bound) -> dict[int, tuple[int, float, int
     else:
         table = np.array([[cost(layers[s:e], m) for m in mps] for s, e in long])
     return {e: (s, float(row.min()), int(mps[int(np.argmin(row))])) for (s, e), row in zip(long, table)}
-
-
-def clean_cut_stops(layers: Sequence[Layer]) -> np.ndarray:
-    """Positions where a block may end: before a layer with ``clean_cut`` (one tensor crosses,
-    no epilogue split from its producer) and at every segment end."""
-    allowed = np.zeros(len(layers) + 1, dtype=bool)
-    allowed[1:-1] = [layer.clean_cut for layer in layers[1:]]
-    for _, e in segments(layers):
-        allowed[e] = True
-    return allowed
 
 
 def _oracle_cuts(layers: Sequence[Layer]) -> np.ndarray:
