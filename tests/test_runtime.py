@@ -482,3 +482,37 @@ def test_bad_inner_config_is_a_clear_error(library, key, value, message):
     options.add_session_config_entry(key, value)
     with pytest.raises(Exception, match=message):
         runtime.InferenceSession(conv_relu_fused()[0], options)
+
+
+# --- block layouts ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["mobilenetv2", "resnet18"])
+def test_block_layouts_drop_reorders_and_keep_the_numbers(library, name):
+    """Blocks exchanging NCHWc (residual Adds folded, boundary reorders dropped) give the same
+    numbers as the blocks as written and as the original model."""
+    from onnxmlu import api
+    from onnxmlu.verify import random_inputs
+    from onnxmlu.zoo import build_model
+
+    original = build_model(name, batch=2)
+    fused = api.fuse(original, strategy="dlfusion").model
+    rewritten, removed = runtime.optimize_block_layouts(fused)
+    assert removed > 0
+    feeds = random_inputs(original, seed=3)
+    want = runtime.reference_session(original).run(None, feeds)
+    plain = runtime.InferenceSession(fused, block_layouts=False).run(None, feeds)
+    for got in (runtime.InferenceSession(fused).run(None, feeds), runtime.InferenceSession(rewritten).run(None, feeds)):
+        for g, w, p in zip(got, want, plain):
+            np.testing.assert_allclose(g, w, atol=1e-4, rtol=1e-4)
+            np.testing.assert_allclose(g, p, atol=1e-4, rtol=1e-4)
+
+
+def test_block_layouts_leave_unloadable_bodies_to_the_library(library):
+    """A corrupt body is not rewritten: session creation still fails with the library's message."""
+    model, _ = conv_relu_fused(mp=2)
+    body = next(a for a in model.graph.node[0].attribute if a.name == "body")
+    body.t.raw_data = b"not a model"
+    body.t.dims[:] = [len(body.t.raw_data)]
+    assert runtime.optimize_block_layouts(model)[1] == 0
+    assert "body is not a valid ONNX model" in creation_error(model)
