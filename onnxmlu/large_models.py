@@ -228,7 +228,7 @@ class WeightStore:
         _copy_fields(light.graph, model.graph, skip="initializer")
         for t in model.graph.initializer:
             if t.data_type in _STORABLE and tensor_bytes(t) >= self.min_bytes and not is_marker(t):
-                light.graph.initializer.append(self.put(t.name, numpy_helper.to_array(t), t.data_type))
+                light.graph.initializer.append(self.put(t.name, _stored_array(t), t.data_type))
             else:
                 light.graph.initializer.append(t)
         return light
@@ -248,7 +248,7 @@ class WeightStore:
         ``marker``). ``release`` drops the array first: the weight is then in memory only as
         bytes and as ``target``'s copy of them, never three times."""
         key = _key(marker)
-        data = self._arrays[key].tobytes()  # C order, also for a transposed view
+        data = _as_bytes(self._arrays[key])
         if release:
             del self._arrays[key]
         name, dims, data_type = marker.name, list(marker.dims), marker.data_type
@@ -259,6 +259,28 @@ class WeightStore:
 
     def release(self, marker: onnx.TensorProto) -> None:
         self._arrays.pop(_key(marker), None)
+
+
+def _stored_array(t: onnx.TensorProto) -> np.ndarray:
+    """The value of ``t`` for the store: a read-only view of one copy of its raw bytes (which
+    :func:`_as_bytes` hands back as is), or numpy_helper's array for typed-field data."""
+    if not t.HasField("raw_data"):
+        return numpy_helper.to_array(t)
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
+    return np.frombuffer(t.raw_data, dtype=dtype).reshape(tuple(t.dims))
+
+
+def _as_bytes(array: np.ndarray) -> bytes:
+    """The array's data in C order as ONNX raw data: the bytes object it views when it views
+    one whole (a weight as read), else a new copy (a transposed view, a computed weight).
+    Each copy of a 500 MB weight costs ~0.5 s here, mostly in page faults."""
+    base = array.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    little = array.dtype.newbyteorder("<")
+    if isinstance(base, bytes) and len(base) == array.nbytes and array.flags.c_contiguous and array.dtype == little:
+        return base
+    return array.astype(little, copy=False).tobytes()
 
 
 def _key(marker: onnx.TensorProto) -> str:
