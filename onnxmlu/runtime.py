@@ -161,25 +161,42 @@ def reference_session(model: ModelArg) -> ort.InferenceSession:
 
 
 def _with_block_layouts(model: ModelArg) -> ModelArg:
-    """``model`` rewritten by optimize_block_layouts when it has blocks and fits in memory as
-    one protobuf; otherwise unchanged."""
+    """``model`` rewritten by optimize_block_layouts when it has blocks and is small enough to
+    rewrite in memory (see _MAX_REWRITE_BYTES); otherwise unchanged."""
+    proto = _rewritable_proto(model)
+    if proto is None or not any(n.domain == _BLOCK_DOMAIN and n.op_type == _BLOCK_OP for n in proto.graph.node):
+        return model
+    return optimize_block_layouts(proto)[0]
+
+
+def _rewritable_proto(model: ModelArg) -> onnx.ModelProto | None:
+    """``model`` as a ModelProto when it is inline and at most _MAX_REWRITE_BYTES, else None
+    (models with external data are left to onnxruntime, which reads them lazily)."""
     if isinstance(model, (bytes, bytearray)):
-        if len(model) > _MAX_REWRITE_BYTES:
-            return model
-        proto = onnx.load_from_string(bytes(model))
-    elif isinstance(model, (str, os.PathLike)):
+        return onnx.load_from_string(bytes(model)) if len(model) <= _MAX_REWRITE_BYTES else None
+    if isinstance(model, (str, os.PathLike)):
         try:
-            proto = onnx.load(os.fspath(model))
+            if os.path.getsize(model) > _MAX_REWRITE_BYTES:
+                return None
+            proto = onnx.load(os.fspath(model), load_external_data=False)
         except Exception:  # noqa: BLE001 - onnxruntime gives the user the real error
-            return model
+            return None
     elif isinstance(model, onnx.ModelProto):
         proto = model
     else:
-        return model
-    if proto.ByteSize() > _MAX_REWRITE_BYTES or not any(
-            n.domain == _BLOCK_DOMAIN and n.op_type == _BLOCK_OP for n in proto.graph.node):
-        return model
-    return optimize_block_layouts(proto)[0]
+        return None
+    if _has_external_data(proto):
+        return None
+    try:
+        return proto if proto.ByteSize() <= _MAX_REWRITE_BYTES else None
+    except Exception:  # noqa: BLE001 - protobuf refuses sizes above 2 GB
+        return None
+
+
+def _has_external_data(model: onnx.ModelProto) -> bool:
+    tensors = list(model.graph.initializer)
+    tensors += [a.t for n in model.graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors)
 
 
 def _model_source(model: ModelArg) -> str | bytes:
@@ -216,13 +233,15 @@ def _model_source(model: ModelArg) -> str | bytes:
 
 _NCHWC = "com.microsoft.nchwc"
 _NCHWC_CHANNEL_MULTIPLE = 16  # largest MLAS NCHWc block size: shapes stay equal below it
-_MAX_REWRITE_BYTES = 1 << 30  # larger models are run as they are (protobuf 2 GB limit)
+#: The pass holds a copy of the model and each optimized body while it runs; above this size
+#: (VGG-19 is 548 MB: few blocks, FC-bound) that memory outweighs the layout gain.
+_MAX_REWRITE_BYTES = 256 << 20
 
 
 def optimize_block_layouts(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """A copy of ``model`` whose blocks exchange NCHWc tensors where that is safe; also the
     number of layout nodes (reorders, Add, Relu) removed. Blocks whose body onnxruntime cannot
-    load are left as they are, so the library reports them."""
+    load or onnx cannot type are left as they are, so the library reports them."""
     model = _copy(model)
     bodies = {}  # node index -> (body attribute, optimized body)
     removed = 0
@@ -231,9 +250,13 @@ def optimize_block_layouts(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int
             continue
         attribute, body = _body_attribute(node)
         optimized = _ort_optimized(body) if body is not None else None
-        if optimized is not None:
+        if optimized is None or not _same_interface(node, optimized):
+            continue
+        try:
             removed += _fold_residual_adds(optimized, onnx.load_from_string(body))
-            bodies[i] = (attribute, optimized)
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+            continue  # a body onnx cannot type (e.g. a missing opset import): the library decides
+        bodies[i] = (attribute, optimized)
     removed += _pass_nchwc_between_blocks(model.graph, {i: b for i, (_, b) in bodies.items()})
     for _, optimized in bodies.values():
         removed += _drop_dead_reorders(optimized.graph)
@@ -241,6 +264,12 @@ def optimize_block_layouts(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int
         data = optimized.SerializeToString()
         attribute.t.raw_data, attribute.t.dims[:] = data, [len(data)]
     return model, removed
+
+
+def _same_interface(node: onnx.NodeProto, body: onnx.ModelProto) -> bool:
+    """The body has one input per node input and one output per node output; a block that
+    does not is left to the library, which refuses it with a message."""
+    return len(body.graph.input) == len(node.input) and len(body.graph.output) == len(node.output)
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -469,6 +498,8 @@ def _pass_through(producer: onnx.ModelProto, index: int, uses) -> int:
     output = producer.graph.output[index].name
     reorder = pg.producer.get(output)
     if not _is_plain_reorder(reorder, "ReorderOutput") or _attr(reorder, "channels", 0) % _NCHWC_CHANNEL_MULTIPLE:
+        return 0
+    if pg.consumers.get(output):  # read inside the producer too, in NCHW: keep it NCHW
         return 0
     plans = []
     for body, k in uses:
