@@ -166,8 +166,11 @@ def _run_strategy(strategy: StrategyLike, analysis: Analysis, hw: Hardware) -> P
 
 
 def block_latencies(layers, plan: Plan, cost) -> list[float]:
-    """Simulated latency (µs) of each block of ``plan`` under ``cost``."""
-    return [float(cost(b.layers(layers), b.mp)) for b in plan.blocks]
+    """Simulated latency (µs) of each block of ``plan`` under ``cost`` (batched by MP when the
+    cost function can price many blocks at once: linear in the graph)."""
+    from onnxmlu.perf.model import plan_block_latencies_us
+
+    return [float(t) for t in plan_block_latencies_us(plan, layers, cost)]
 
 
 def cost_function(hw: Hardware):

@@ -38,7 +38,10 @@ _state = {"debug": False}
 ModelArg = Annotated[Path, typer.Argument(help="ONNX model file.", show_default=False)]
 InputShapeOpt = Annotated[List[str], typer.Option(
     "--input-shape", help="Pin an input's shape, NAME:D1,D2,... (repeatable).", show_default=False)]
-StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="Fusion/MP strategy.")]
+StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=(
+    "Fusion/MP strategy: none, fixed-mp, dynamic-mp, all-fusion, fusion-fixed-mp, dlfusion, oracle, "
+    "optimal, or one registered in Python. oracle/optimal search blocks of at most 256 layers plus whole "
+    "segments (profile key search_max_block_layers; 0 = no bound)."))]
 HwOpt = Annotated[str, typer.Option("--hw", help="Hardware profile name or JSON file.")]
 MpOpt = Annotated[Optional[int], typer.Option("--mp", help="Force this MP on every block.", show_default=False)]
 PlanOpt = Annotated[Optional[Path], typer.Option("--plan", help="Use a JSON plan file instead of a strategy.", show_default=False)]
