@@ -290,12 +290,17 @@ def _key(marker: onnx.TensorProto) -> str:
 def _copy_fields(target, source, skip: str) -> None:
     """Every set field of ``source`` but ``skip`` into ``target`` (messages are copied)."""
     for field, value in source.ListFields():
-        if field.name == skip:
-            continue
-        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
-        if repeated:
-            getattr(target, field.name).extend(value)
-        elif field.message_type is not None:
-            getattr(target, field.name).CopyFrom(value)
-        else:
-            setattr(target, field.name, value)
+        if field.name != skip:
+            copy_field(target, field, value)
+
+
+def copy_field(target, field, value) -> None:
+    """Set protobuf ``field`` of ``target`` to ``value`` (replacing it; messages are copied)."""
+    target.ClearField(field.name)
+    repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+    if repeated:
+        getattr(target, field.name).extend(value)
+    elif field.message_type is not None:
+        getattr(target, field.name).CopyFrom(value)
+    else:
+        setattr(target, field.name, value)

@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from onnxmlu.large_models import is_marker
+from onnxmlu.large_models import copy_field, is_marker
 from onnxmlu.rewrite.base import DEFAULT_DOMAINS, iter_graphs
 
 SKELETON_MIN_ELEMENTS = 4096  # initializers at least this large carry no shape information
@@ -44,26 +44,15 @@ def default_opset(model: onnx.ModelProto) -> int | None:
 # -------------------------------------------------------------------------------- inference
 
 
-def _copy_field(dst, fd, value) -> None:
-    dst.ClearField(fd.name)
-    repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
-    if repeated:
-        getattr(dst, fd.name).extend(value)
-    elif fd.message_type is not None:
-        getattr(dst, fd.name).CopyFrom(value)
-    else:
-        setattr(dst, fd.name, value)
-
-
 def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with its large main-graph initializers turned into typed graph inputs."""
     skel = onnx.ModelProto()
     for fd, value in model.ListFields():
         if fd.name != "graph":
-            _copy_field(skel, fd, value)
+            copy_field(skel, fd, value)
     for fd, value in model.graph.ListFields():
         if fd.name != "initializer":
-            _copy_field(skel.graph, fd, value)
+            copy_field(skel.graph, fd, value)
     listed = {i.name for i in model.graph.input}
     for init in model.graph.initializer:
         if int(np.prod(init.dims, dtype=np.int64)) < SKELETON_MIN_ELEMENTS and not is_marker(init):
@@ -167,10 +156,10 @@ def export_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
     _export_graph_into(model.graph, graph)
     for fd, value in original.ListFields():
         if fd.name != "graph":
-            _copy_field(model, fd, value)
+            copy_field(model, fd, value)
     for fd, value in original.graph.ListFields():
         if fd.name not in _GRAPH_DATA:
-            _copy_field(model.graph, fd, value)
+            copy_field(model.graph, fd, value)
     scopes = _initializer_scopes(original.graph)
     _restore_overridable_inputs(model.graph, original.graph)
     _hoist_initializers(model.graph, scopes, [])
