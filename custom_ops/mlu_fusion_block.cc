@@ -252,6 +252,34 @@ constexpr const char* kNestedMessage = "blocks cannot be nested";
 
 OrtCustomOpDomain* NestedDomain();
 
+// One CPU arena for every inner session of the process, registered on the env (the process's
+// env: CreateEnv returns it). Each inner session with its own arena touches its own memory, and
+// consecutive blocks then run from cold cache lines: MobileNetV2 dlfusion (6 blocks, 1 thread)
+// chained as separate sessions took 4629 us with one arena each, 4386 us with one shared arena;
+// fused/original in bench_runtime went from 1.07-1.09x to 1.03-1.04x there.
+// BFCArena is thread-safe, so concurrent Runs can share it. If the env already has a CPU
+// allocator (the user registered one), CreateAndRegisterAllocator fails and the inner sessions
+// use that one. Tried once per env (the env only changes if every session and the env were
+// released and a new env was made); never fails kernel creation: without a shared allocator
+// "session.use_env_allocators" just leaves each session its own arena.
+void ShareCpuArena(OrtEnv* env) noexcept {
+  static std::mutex mutex;
+  static const OrtEnv* registered_on = nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (env == registered_on) return;
+  registered_on = env;
+  OrtMemoryInfo* memory_info = nullptr;
+  if (OrtStatus* status = Api().CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &memory_info)) {
+    Api().ReleaseStatus(status);
+    return;
+  }
+  // nullptr arena config: onnxruntime's defaults, the same as a session's own CPU arena.
+  if (OrtStatus* status = Api().CreateAndRegisterAllocator(env, memory_info, nullptr)) {
+    Api().ReleaseStatus(status);  // already registered (by the user or an earlier env): use it
+  }
+  Api().ReleaseMemoryInfo(memory_info);
+}
+
 OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, const std::string& node_name,
                                               const std::string& prefix) {
   OrtSessionOptions* raw = nullptr;
@@ -270,6 +298,8 @@ OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, const 
   Check(Api().SetSessionGraphOptimizationLevel(options.get(), ORT_ENABLE_ALL), prefix);
   Check(Api().SetSessionLogId(options.get(), ("onnxmlu:" + node_name).c_str()), prefix);
   Check(Api().AddCustomOpDomain(options.get(), NestedDomain()), prefix);
+  // The env's shared CPU arena (ShareCpuArena) instead of an arena per inner session.
+  Check(Api().AddSessionConfigEntry(options.get(), "session.use_env_allocators", "1"), prefix);
   return options;
 }
 
@@ -284,6 +314,7 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   OrtEnv* env = nullptr;  // CreateEnv hands back the process's existing env (ref-counted)
   Check(Api().CreateEnv(ORT_LOGGING_LEVEL_WARNING, "onnxmlu", &env), prefix);
   env_.reset(env);
+  ShareCpuArena(env_.get());
 
   auto options = InnerSessionOptions(InnerThreads(mp_, config, prefix), config.spinning, node_name_, prefix);
   OrtSession* session = nullptr;

@@ -3,8 +3,10 @@
 // A fused model keeps each block as a single `com.onnxmlu::MLUFusionBlock` node whose `body`
 // attribute is the block itself, serialized as an ONNX ModelProto (TENSOR(uint8), or STRING for
 // compatibility). At kernel creation the body becomes an inner onnxruntime session on the
-// process's env; Compute hands the node's inputs to that session unchanged and lets it write
-// straight into the node's outputs when their shapes are static. `mp` (the block's core count
+// process's env, allocating from one CPU arena the library registers on that env for all inner
+// sessions (or the user's env allocator, if one was registered first); Compute hands the node's
+// inputs to that session unchanged and lets it write straight into the node's outputs when their
+// shapes are static. `mp` (the block's core count
 // on the simulated accelerator) sets the inner session's intra-op thread count. Node inputs and
 // outputs map to the body's graph inputs and outputs by position.
 //

@@ -356,6 +356,54 @@ def test_one_session_shared_by_eight_threads(library, dynamic):
             np.testing.assert_allclose(got, want[(t, i)], **TOL)
 
 
+# --- the shared CPU arena ---------------------------------------------------------------------
+
+
+def test_sessions_sharing_the_env_arena_keep_their_numbers(library):
+    # Every inner session of the process allocates from one arena on the env: blocks of
+    # different sessions, alive together and run alternately, must not see each other's memory.
+    sessions = []
+    for k in range(3):
+        fused, body = conv_relu_fused(mp=1 + k % 2, seed=20 + k)
+        sessions.append((runtime.InferenceSession(fused), body))
+    for i in range(5):
+        for k, (session, body) in enumerate(sessions):
+            x = rand((1, 3, 8, 8), seed=100 * k + i)
+            np.testing.assert_allclose(session.run(None, {"x": x})[0], plain_run(body, {"x": x})[0], **TOL)
+
+
+_USER_ALLOCATOR_SCRIPT = """
+import sys
+import numpy as np
+import onnxruntime as ort
+sys.path.insert(0, sys.argv[1])
+from runtime_helpers import conv_relu_fused
+from onnxmlu import runtime
+info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+ort.create_and_register_allocator(info, None)  # the user's env allocator, before the library's
+fused, body = conv_relu_fused(mp=2)
+x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+for _ in range(2):  # the second session finds the env allocator registered too
+    got = runtime.InferenceSession(fused).run(None, {"x": x})[0]
+    want = ort.InferenceSession(body.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+print("ok")
+"""
+
+
+def test_user_registered_env_allocator_is_used_not_an_error(library):
+    # The library registers its arena on the process env; when the user already registered a
+    # CPU allocator there, registration fails inside the library and the inner sessions use the
+    # user's. Needs a fresh process: this one's env already has the library's arena.
+    import subprocess
+    import sys
+
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-c", _USER_ALLOCATOR_SCRIPT, tests_dir], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
 # --- Python API ------------------------------------------------------------------------------
 
 
