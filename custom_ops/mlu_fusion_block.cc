@@ -280,7 +280,7 @@ void ShareCpuArena(OrtEnv* env) noexcept {
   Api().ReleaseMemoryInfo(memory_info);
 }
 
-OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, const std::string& node_name,
+OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool global_pool, const std::string& node_name,
                                               const std::string& prefix) {
   OrtSessionOptions* raw = nullptr;
   Check(Api().CreateSessionOptions(&raw), prefix);
@@ -294,6 +294,10 @@ OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, const 
   Check(Api().AddSessionConfigEntry(options.get(), "session.intra_op.allow_spinning", spinning ? "1" : "0"), prefix);
   Check(Api().AddSessionConfigEntry(options.get(), "session.force_spinning_stop", "1"), prefix);
   Check(Api().AddSessionConfigEntry(options.get(), "session.inter_op.allow_spinning", "0"), prefix);
+  // With global pools (kInnerGlobalPoolKey) every block runs on the env's one intra-op pool;
+  // onnxruntime then ignores force_spinning_stop, and the single pool spins across blocks as a
+  // plain session's pool does across its kernels.
+  if (global_pool) Check(Api().DisablePerSessionThreads(options.get()), prefix);
   // onnxruntime's own fusions (BN folding, NCHWc, Conv+Act) are wanted inside a block.
   Check(Api().SetSessionGraphOptimizationLevel(options.get(), ORT_ENABLE_ALL), prefix);
   Check(Api().SetSessionLogId(options.get(), ("onnxmlu:" + node_name).c_str()), prefix);
@@ -316,7 +320,8 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   env_.reset(env);
   ShareCpuArena(env_.get());
 
-  auto options = InnerSessionOptions(InnerThreads(mp_, config, prefix), config.spinning, node_name_, prefix);
+  auto options = InnerSessionOptions(InnerThreads(mp_, config, prefix), config.spinning, config.global_pool,
+                                     node_name_, prefix);
   OrtSession* session = nullptr;
   OrtStatus* status = Api().CreateSessionFromArray(env_.get(), body.data(), body.size(), options.get(), &session);
   if (status != nullptr) {
@@ -563,6 +568,13 @@ InnerConfig ReadInnerConfig(const OrtApi& api, const OrtSessionOptions* options)
                                                  " must be '0' or '1', got '" + text + "'");
     }
     config.spinning = text == "1";
+  }
+  if (ReadConfigEntry(api, options, kInnerGlobalPoolKey, &text)) {
+    if (text != "0" && text != "1") {
+      throw BlockError(ORT_INVALID_ARGUMENT, std::string("onnxmlu: session config entry ") + kInnerGlobalPoolKey +
+                                                 " must be '0' or '1', got '" + text + "'");
+    }
+    config.global_pool = text == "1";
   }
   return config;
 }

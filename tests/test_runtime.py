@@ -404,6 +404,42 @@ def test_user_registered_env_allocator_is_used_not_an_error(library):
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
+_GLOBAL_POOL_SCRIPT = """
+import sys
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.capi import _pybind_state
+_pybind_state.set_global_thread_pool_sizes(2, 1)  # before the env exists
+sys.path.insert(0, sys.argv[1])
+from runtime_helpers import conv_relu_fused
+from onnxmlu import runtime
+fused, body = conv_relu_fused(mp=2)
+x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+options = ort.SessionOptions()
+options.use_per_session_threads = False  # onnxruntime's Python API requires it of every session here
+got = runtime.InferenceSession(fused, options).run(None, {"x": x})[0]
+assert options.get_session_config_entry(runtime.INNER_GLOBAL_POOL_KEY) == "1"
+plain = ort.SessionOptions()
+plain.use_per_session_threads = False
+want = ort.InferenceSession(body.SerializeToString(), plain, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+print("ok")
+"""
+
+
+def test_global_thread_pools_reach_the_inner_sessions(library):
+    # A process with global thread pools: the user's options have per-session threads off, the
+    # inner sessions run on the global pool too. Needs a fresh process (pools are set before the env).
+    import subprocess
+    import sys
+
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-c", _GLOBAL_POOL_SCRIPT, tests_dir], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+    assert "EP Error" not in done.stdout + done.stderr  # block layouts' sessions use the global pool too
+
+
 # --- Python API ------------------------------------------------------------------------------
 
 
@@ -524,6 +560,7 @@ def test_sessions_with_different_inner_set_ups_coexist(library):
     ("onnxmlu.inner_threads", "-1", "got '-1'"),
     ("onnxmlu.inner_threads", "", "got ''"),
     ("onnxmlu.inner_spinning", "yes", "onnxmlu.inner_spinning must be '0' or '1', got 'yes'"),
+    ("onnxmlu.inner_global_pool", "on", "onnxmlu.inner_global_pool must be '0' or '1', got 'on'"),
 ])
 def test_bad_inner_config_is_a_clear_error(library, key, value, message):
     options = ort.SessionOptions()
