@@ -395,13 +395,18 @@ def test_user_registered_env_allocator_is_used_not_an_error(library):
     # The library registers its arena on the process env; when the user already registered a
     # CPU allocator there, registration fails inside the library and the inner sessions use the
     # user's. Needs a fresh process: this one's env already has the library's arena.
+    _run_in_fresh_process(_USER_ALLOCATOR_SCRIPT)
+
+
+def _run_in_fresh_process(script: str):
+    """Run ``script`` (tests/ on its sys.path via argv[1]) in a new interpreter; it must print ok."""
     import subprocess
     import sys
 
     tests_dir = os.path.dirname(os.path.abspath(__file__))
-    done = subprocess.run([sys.executable, "-c", _USER_ALLOCATOR_SCRIPT, tests_dir], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", script, tests_dir], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+    return done
 
 
 _GLOBAL_POOL_SCRIPT = """
@@ -430,13 +435,7 @@ print("ok")
 def test_global_thread_pools_reach_the_inner_sessions(library):
     # A process with global thread pools: the user's options have per-session threads off, the
     # inner sessions run on the global pool too. Needs a fresh process (pools are set before the env).
-    import subprocess
-    import sys
-
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
-    done = subprocess.run([sys.executable, "-c", _GLOBAL_POOL_SCRIPT, tests_dir], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+    done = _run_in_fresh_process(_GLOBAL_POOL_SCRIPT)
     assert "EP Error" not in done.stdout + done.stderr  # block layouts' sessions use the global pool too
 
 
