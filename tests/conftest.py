@@ -1,11 +1,23 @@
-"""Shared fixtures: zoo models built once per test session, small hand-made graphs."""
+"""Shared fixtures: zoo models built once per test session, small hand-made graphs, the
+custom-op library (tests that need it are skipped when it is not built)."""
 
 from __future__ import annotations
 
 import onnx
 import pytest
 
+from onnxmlu import runtime
+from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.testing import conv_chain_model, zoo_model
+
+
+@pytest.fixture(scope="session")
+def library() -> str:
+    """The custom-op library's path; the test is skipped when it is not built."""
+    try:
+        return runtime.custom_ops_library()
+    except RuntimeLibraryError as error:
+        pytest.skip(str(error))
 
 
 @pytest.fixture(scope="session")

@@ -29,14 +29,6 @@ from runtime_helpers import (
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def library() -> str:
-    try:
-        return runtime.custom_ops_library()
-    except RuntimeLibraryError as error:
-        pytest.skip(str(error))
-
-
 def plain_run(model, feeds):
     """The model (or body) in plain onnxruntime, no library: the reference numbers."""
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
