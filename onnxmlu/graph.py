@@ -15,7 +15,6 @@ the pipeline:
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 import os
@@ -27,7 +26,7 @@ import numpy as np
 import onnx
 
 from onnxmlu.errors import ModelLoadError, OnnxMluError
-from onnxmlu.large_models import infer_on_skeleton, tensor_array, tensor_payload_bytes
+from onnxmlu.large_models import infer_on_skeleton, itemsize, tensor_array, tensor_payload_bytes
 
 MIN_OPSET = 7
 MAX_PROTO_BYTES = 2**31 - 1
@@ -412,10 +411,4 @@ def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool],
 
 
 def tensor_nbytes(elem_type: int, dims: Sequence[int]) -> int:
-    return math.prod(int(d) for d in dims) * _itemsize(elem_type)
-
-
-@functools.lru_cache(maxsize=None)
-def _itemsize(elem_type: int) -> int:
-    """Bytes per element (numpy's dtype lookup costs more than the product of a few dims)."""
-    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize if elem_type else 4
+    return math.prod(int(d) for d in dims) * (itemsize(elem_type) if elem_type else 4)

@@ -61,13 +61,15 @@ def tensor_bytes(t: onnx.TensorProto) -> int:
     upb returns a new copy of the bytes on every read (VGG-19's 548 MB were copied 10 times,
     5.7 s, by size checks alone)."""
     if t.HasField("raw_data") or is_marker(t):
-        return math.prod(t.dims) * _itemsize(t.data_type)
+        return math.prod(t.dims) * itemsize(t.data_type)
     fields = (t.float_data, t.int32_data, t.int64_data, t.double_data, t.uint64_data)
     return sum(8 * len(f) for f in fields) + sum(len(s) for s in t.string_data)
 
 
 @functools.lru_cache(maxsize=None)
-def _itemsize(data_type: int) -> int:
+def itemsize(data_type: int) -> int:
+    """Bytes per element of an ONNX element type (cached: numpy's dtype lookup costs more than
+    the product of a few dims)."""
     try:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize
     except (KeyError, TypeError, ValueError):  # an undefined or unusual type: count one byte

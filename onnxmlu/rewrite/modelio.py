@@ -26,10 +26,9 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from onnxmlu.large_models import copy_field, is_marker
+from onnxmlu.large_models import copy_field, skeleton
 from onnxmlu.rewrite.base import DEFAULT_DOMAINS, iter_graphs
 
-SKELETON_MIN_ELEMENTS = 4096  # initializers at least this large carry no shape information
 _GRAPH_DATA = ("node", "initializer", "sparse_initializer", "value_info", "input", "output")
 
 
@@ -44,30 +43,10 @@ def default_opset(model: onnx.ModelProto) -> int | None:
 # -------------------------------------------------------------------------------- inference
 
 
-def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with its large main-graph initializers turned into typed graph inputs."""
-    skel = onnx.ModelProto()
-    for fd, value in model.ListFields():
-        if fd.name != "graph":
-            copy_field(skel, fd, value)
-    for fd, value in model.graph.ListFields():
-        if fd.name != "initializer":
-            copy_field(skel.graph, fd, value)
-    listed = {i.name for i in model.graph.input}
-    for init in model.graph.initializer:
-        if int(np.prod(init.dims, dtype=np.int64)) < SKELETON_MIN_ELEMENTS and not is_marker(init):
-            skel.graph.initializer.append(init)
-        elif init.name not in listed:
-            skel.graph.input.append(
-                onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
-            )
-    return skel
-
-
 def inferred_graphs(model: onnx.ModelProto) -> list[onnx.GraphProto] | None:
     """Shape-inferred copies of the model's graphs (main graph first, then every subgraph in
     :func:`iter_graphs` order), or ``None`` when inference fails."""
-    skel = _skeleton(model)
+    skel = skeleton(model)
     for data_prop in (True, False):
         try:
             inferred = onnx.shape_inference.infer_shapes(skel, data_prop=data_prop)
