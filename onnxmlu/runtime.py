@@ -177,7 +177,8 @@ def _with_block_layouts(model: ModelArg, *, per_session_threads: bool = True) ->
     proto = _rewritable_proto(model)
     if proto is None or not any(n.domain == _BLOCK_DOMAIN and n.op_type == _BLOCK_OP for n in proto.graph.node):
         return model
-    return optimize_block_layouts(proto, per_session_threads=per_session_threads)[0]
+    # a proto loaded here from bytes or a path is ours: rewrite it in place, not a copy of it
+    return optimize_block_layouts(proto, per_session_threads=per_session_threads, in_place=proto is not model)[0]
 
 
 def _rewritable_proto(model: ModelArg) -> onnx.ModelProto | None:
@@ -249,13 +250,15 @@ _NCHWC_CHANNEL_MULTIPLE = 16  # largest MLAS NCHWc block size: shapes stay equal
 _MAX_REWRITE_BYTES = 256 << 20
 
 
-def optimize_block_layouts(model: onnx.ModelProto, *, per_session_threads: bool = True) -> tuple[onnx.ModelProto, int]:
-    """A copy of ``model`` whose blocks exchange NCHWc tensors where that is safe; also the
-    number of layout nodes (reorders, Add, Relu) removed. Blocks whose body onnxruntime cannot
-    load or onnx cannot type are left as they are, so the library reports them.
+def optimize_block_layouts(model: onnx.ModelProto, *, per_session_threads: bool = True,
+                           in_place: bool = False) -> tuple[onnx.ModelProto, int]:
+    """A copy of ``model`` (``model`` itself when ``in_place``) whose blocks exchange NCHWc
+    tensors where that is safe; also the number of layout nodes (reorders, Add, Relu) removed.
+    Blocks whose body onnxruntime cannot load or onnx cannot type are left as they are, so the
+    library reports them.
     ``per_session_threads = False`` in a process with global thread pools (onnxruntime's Python
     API refuses per-session sessions there, which would leave every block unoptimized)."""
-    model = _copy(model)
+    model = model if in_place else _copy(model)
     bodies = {}  # node index -> (body attribute, optimized body)
     removed = 0
     for i, node in enumerate(model.graph.node):
