@@ -187,8 +187,7 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
         analysis, chosen, latencies, report, hw = _plan_model(
             model, strategy=strategy, plan=plan, mp=mp, hardware=hardware, input_shapes=input_shapes,
             rewrite=rewrite, bn_mode=bn_mode)
-        figures = [BlockFigures(sum(l.gops for l in b.layers(analysis.layers)), t)
-                   for b, t in zip(chosen.blocks, latencies)]
+        figures = _block_figures(analysis, chosen, latencies)
         fused = collapse(analysis, chosen, figures)
     return FuseResult(fused, analysis, chosen, hw, report, latencies)
 
@@ -223,8 +222,7 @@ def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strateg
             light, strategy=strategy, plan=plan, mp=mp, hardware=hardware, input_shapes=None,
             rewrite=rewrite, bn_mode=bn_mode, owned=True, normalized=True)
         del light
-        figures = [BlockFigures(sum(l.gops for l in b.layers(analysis.layers)), t)
-                   for b, t in zip(chosen.blocks, latencies)]
+        figures = _block_figures(analysis, chosen, latencies)
         say(f"saving {Path(output).name}")
         if needs_external_data(analysis.model):  # over 2 GB: one message cannot hold it
             fused = collapse(analysis, chosen, figures)
@@ -233,6 +231,11 @@ def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strateg
         fused, blocks = fused_without_bodies(analysis, chosen, figures)
         write_pieces_atomic(stream_pieces(analysis, fused, blocks), Path(output))
     return FuseResult(fused, analysis, chosen, hw, report, latencies)
+
+
+def _block_figures(analysis: Analysis, plan: Plan, latencies: Sequence[float]) -> list[BlockFigures]:
+    """Each block's GOPs and simulated latency, as its node records them."""
+    return [BlockFigures(sum(l.gops for l in b.layers(analysis.layers)), t) for b, t in zip(plan.blocks, latencies)]
 
 
 def _load_detached(path: str | os.PathLike, input_shapes: dict | None, store) -> onnx.ModelProto:
