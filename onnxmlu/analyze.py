@@ -54,6 +54,8 @@ def analyze(model: onnx.ModelProto) -> Analysis:
     index = GraphIndex.build(model.graph)
     nodes = model.graph.node
     host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index))}
+    for i in constant_expressions(model.graph, index):
+        host_reasons.setdefault(i, CONSTANT_REASON)
     order = topological_order(model.graph, prefer=lambda i: i not in host_reasons, index=index)
     layers: list[Layer] = []
     layer_nodes: list[int] = []
@@ -67,6 +69,22 @@ def analyze(model: onnx.ModelProto) -> Analysis:
         layers.append(describe_layer(nodes[i], index, len(layers), segment))
         layer_nodes.append(i)
     return Analysis(model, index, order, layers, layer_nodes, host_reasons)
+
+
+CONSTANT_REASON = ("computes a constant that folding left (a large broadcast, or an op onnxruntime "
+                   "could not fold): it runs once on the host")
+
+
+def constant_expressions(graph: onnx.GraphProto, index: GraphIndex) -> list[int]:
+    """Nodes whose every input (subgraph reads included) is a constant or another such node's
+    output. A block made of them would read nothing from outside."""
+    constant = set(index.initializers)
+    found = []
+    for i in topological_order(graph, prefer=lambda i: True, index=index):
+        if all(name in constant for name in index.inputs[i]):
+            constant.update(index.outputs[i])
+            found.append(i)
+    return found
 
 
 def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segment: int) -> Layer:

@@ -112,7 +112,6 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
 def make_plan(analysis: Analysis, hw: Hardware, *, strategy: StrategyLike = DEFAULT_STRATEGY,
               plan: Plan | str | os.PathLike | None = None, mp: int | None = None) -> Plan:
     """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere."""
-    require_sized(analysis)
     if plan is not None:
         chosen = plan if isinstance(plan, Plan) else Plan.load(plan, analysis.layers)
     else:
@@ -123,34 +122,6 @@ def make_plan(analysis: Analysis, hw: Hardware, *, strategy: StrategyLike = DEFA
         chosen = Plan(tuple(type(b)(b.start, b.stop, mp) for b in chosen.blocks), chosen.strategy, hw.name)
     chosen.validate(analysis.layers, hw.cores)
     return chosen
-
-
-def require_sized(analysis: Analysis) -> None:
-    """Conv and MatMul layers need the dims that set their work per sample (DLFusion Eq. 1-2):
-    a symbolic or unknown one (beyond the batch) would make the plan price 1x1 images."""
-    for layer in analysis.layers:
-        if layer.kind not in ("conv", "fc"):
-            continue
-        node, shape = analysis.node(layer), analysis.index.shape
-        if layer.kind == "conv":
-            needed = [("output", node.output[0], shape(node.output[0]), 1), ("weight", node.input[1], shape(node.input[1]), 0)]
-        else:
-            needed = [("input", node.input[0], shape(node.input[0]), -1), ("output", node.output[0], shape(node.output[0]), -1)]
-        for role, name, dims, first in needed:
-            if dims is None or not all(isinstance(d, int) and d > 0 for d in dims[first:]):
-                raise OnnxMluError(
-                    f"cannot size layer {layer.name!r} ({layer.op_type}): its {role} {name!r} has dims "
-                    f"{_dims_text(dims)}; pass --input-shape NAME:D1,D2,... with numbers for the symbolic "
-                    f"dims (model inputs: {_inputs_text(analysis)}; input_shapes= in the Python API)")
-
-
-def _dims_text(dims) -> str:
-    return "of unknown rank" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
-
-
-def _inputs_text(analysis: Analysis) -> str:
-    inputs = [vi.name for vi in analysis.model.graph.input if vi.name not in analysis.index.initializers]
-    return ", ".join(f"{name}{_dims_text(analysis.index.shape(name))}" for name in inputs)
 
 
 def _run_strategy(strategy: StrategyLike, analysis: Analysis, hw: Hardware) -> Plan:

@@ -19,3 +19,9 @@ class PlanError(OnnxMluError):
 
 class RuntimeLibraryError(OnnxMluError):
     """The custom-op library is missing or cannot be loaded."""
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's message (its type name when it has none)."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:limit]

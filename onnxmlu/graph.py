@@ -4,18 +4,21 @@
 into one :class:`ModelLoadError` line. ``normalize`` makes the graph regular for the rest of
 the pipeline:
 
-1. input-shape overrides (``--input-shape NAME:1,3,224,224``) pin symbolic dimensions;
-2. onnx-graphsurgeon folds ``Constant`` nodes and constant sub-expressions into initializers
-   (exporters such as tf2onnx and older PyTorch emit weights as ``Constant`` nodes);
-3. shape inference: onnx's, then onnxruntime's symbolic shape inference where onnx leaves
-   tensors without a type, so every tensor that may cross a block boundary has a type.
+1. model-local functions are inlined (their layers must reach the planner);
+2. input-shape overrides (``--input-shape NAME:1,3,224,224``) pin symbolic dimensions;
+3. every graph, subgraphs included, is put in topological order;
+4. constants fold, exactly and bounded (:mod:`onnxmlu.frontend.fold`): ``Constant`` nodes,
+   weights computed from constants, ``Shape`` of pinned tensors;
+5. every tensor gets a type and a shape (:mod:`onnxmlu.frontend.shapes`).
 
 :class:`GraphIndex` answers producer/consumer/type questions in O(1) after one pass.
 """
 
 from __future__ import annotations
 
+import base64
 import heapq
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -25,13 +28,18 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import onnx
 
-from onnxmlu.errors import ModelLoadError, OnnxMluError
-from onnxmlu.large_models import infer_on_skeleton, itemsize, tensor_array, tensor_payload_bytes
+from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.errors import ModelLoadError, OnnxMluError, first_line
+from onnxmlu.frontend.fold import flatten_constant_ifs, fold_constant_nodes, fold_shape_ops, invalid_branch
+from onnxmlu.frontend.shapes import infer_shapes, probe_shapes
+from onnxmlu.ir import (copy_model, node_inputs, node_subgraphs, opset_version, outer_scope_names, sort_graphs,
+                         unresolved_names)
+from onnxmlu.large_models import itemsize, tensor_array, tensor_payload_bytes
 
 MIN_OPSET = 7
 MAX_PROTO_BYTES = 2**31 - 1
 #: Above this many bytes of tensor data, shape inference runs on a skeleton of the model
-#: (see :func:`infer_shapes`) and graphsurgeon's constant folding is skipped.
+#: (see :func:`onnxmlu.frontend.shapes.infer_shapes`) and graphsurgeon's constant folding is skipped.
 LIGHT_INFERENCE_BYTES = 2**30
 
 
@@ -47,7 +55,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     try:
         model = onnx.load(str(p), load_external_data=True)
     except Exception as exc:  # protobuf's DecodeError, OSError for missing external data, ...
-        raise ModelLoadError(f"cannot read {p} as an ONNX model: {_first_line(exc)}") from None
+        raise ModelLoadError(f"cannot read {p} as an ONNX model: {first_line(exc)}") from None
     if not model.HasField("graph") or not model.graph.node:
         raise ModelLoadError(f"{p} holds no ONNX graph (is it an ONNX model?)")
     return model
@@ -64,15 +72,10 @@ def parse_input_shapes(specs: Iterable[str]) -> dict[str, list[int | str]]:
     return shapes
 
 
-def opset_version(model: onnx.ModelProto) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    raise OnnxMluError("model imports no version of the standard ONNX domain")
-
-
 def check_opset(model: onnx.ModelProto) -> None:
     version = opset_version(model)
+    if version is None:
+        raise OnnxMluError("model imports no version of the standard ONNX domain")
     latest = onnx.defs.onnx_opset_version()
     if version < MIN_OPSET:
         raise OnnxMluError(f"model uses opset {version}; onnxmlu supports opsets {MIN_OPSET}..{latest}")
@@ -81,18 +84,115 @@ def check_opset(model: onnx.ModelProto) -> None:
 
 
 def normalize(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | None = None,
-              fold_constants: bool = True, *, owned: bool = False) -> onnx.ModelProto:
-    """Overrides, constant folding and shape inference; returns a new model, or ``model``
-    itself changed in place when the caller ``owned`` it (no copy of every weight)."""
+              fold_constants: bool = True, *, owned: bool = False,
+              diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
+    """Make an exported model regular for the rest of the pipeline; returns a new model, or
+    ``model`` itself changed in place when the caller ``owned`` it (no copy of every weight).
+
+    Model-local functions are inlined, the input-shape overrides applied, every graph's nodes
+    sorted, constants folded (exactly, see :mod:`onnxmlu.frontend.fold`) and every tensor typed
+    and shaped (:mod:`onnxmlu.frontend.shapes`); folding and inference alternate while pinned
+    shapes turn ``Shape`` nodes into constants. What could not be done is appended to
+    ``diagnostics``."""
+    note = _unique_appender(diagnostics)
     check_opset(model)
+    if model.functions:
+        model = _inline_functions(model)
+    elif not owned:
+        model = copy_model(model)
     check_nodes(model)
-    if not owned:
-        model = _copy(model)
     if input_shapes:
         _override_input_shapes(model, input_shapes)
-    if fold_constants and needs_folding(model.graph) and tensor_payload_bytes(model) <= LIGHT_INFERENCE_BYTES:
-        model = _fold_constants(model)  # graphsurgeon copies every weight: skipped for huge models
-    return infer_shapes(model)
+    sort_graphs(model.graph)
+    if fold_constants and tensor_payload_bytes(model) <= LIGHT_INFERENCE_BYTES:
+        model = _fold(model, note)  # graphsurgeon copies every weight: not for huge models
+    else:
+        model = infer_shapes(model, note)
+    probe_shapes(model, note)
+    return model
+
+
+def _fold(model: onnx.ModelProto, note) -> onnx.ModelProto:
+    """:func:`_fold_all`, with every branch that folding makes invalid kept as exported.
+
+    Pinned shapes specialize every ``If`` branch, also one the pins never take, and
+    onnxruntime type-checks every branch when it loads a model (see
+    :func:`~onnxmlu.frontend.fold.invalid_branch`)."""
+    if not any(node_subgraphs(n) for n in model.graph.node) or invalid_branch(model) is not None:
+        return _fold_all(model, frozenset(), note)
+    frozen: frozenset[str] = frozenset()
+    for _ in range(MAX_FROZEN_BRANCHES + 1):
+        folded = _restore_branches(_fold_all(copy_model(model), frozen, note), model, frozen, note)
+        bad = invalid_branch(folded)
+        if bad is None and not unresolved_names(folded.graph):
+            return folded
+        if not bad or bad in frozen:
+            break
+        note(Diagnostic("normalize", "branch-frozen", bad, "the pinned input shapes make this branch invalid "
+                        "(onnxruntime would refuse the model): it is kept as exported"))
+        frozen |= {bad}
+    note(Diagnostic("normalize", "fold-unsound", "", "folding left a model onnxruntime refuses; "
+                    "the model is planned unfolded"))
+    return infer_shapes(model, note)
+
+
+def _fold_all(model: onnx.ModelProto, frozen: frozenset[str], note) -> onnx.ModelProto:
+    """Fold constants and infer, then rounds of: fold ``Shape`` nodes and constant ``If``
+    nodes (outside ``frozen`` branches), fold constants, infer; until nothing is left."""
+    if needs_folding(model.graph):
+        model = fold_constant_nodes(model, note)
+    model = infer_shapes(model, note)
+    for _ in range(MAX_FOLD_ROUNDS):
+        if not fold_shape_ops(model, frozen) + flatten_constant_ifs(model, frozen):
+            break
+        model = infer_shapes(fold_constant_nodes(model, note), note)
+    return model
+
+
+def _restore_branches(model: onnx.ModelProto, exported: onnx.ModelProto, frozen: frozenset[str],
+                      note) -> onnx.ModelProto:
+    """Put the ``frozen`` main-graph branches of ``exported`` back into ``model``, typed."""
+    if not frozen:
+        return model
+    originals = dict(_branch_attributes(exported.graph))
+    for key, attr in _branch_attributes(model.graph):
+        if key in frozen and key in originals:
+            attr.CopyFrom(originals[key])
+    return infer_shapes(model, note)
+
+
+def _branch_attributes(graph: onnx.GraphProto):
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield f"{node.name or node.output[0]}.{attr.name}", attr
+
+
+#: Branches a model may have frozen before folding gives up.
+MAX_FROZEN_BRANCHES = 4
+
+
+def _unique_appender(diagnostics: list[Diagnostic] | None):
+    """A ``note`` function that records each diagnostic once (fold rounds repeat them)."""
+    def note(diagnostic: Diagnostic) -> None:
+        if diagnostics is not None and diagnostic not in diagnostics:
+            diagnostics.append(diagnostic)
+    return note
+
+
+#: Rounds of (fold Shape nodes and constant Ifs, fold constants, infer): each round can only
+#: shrink the graph, and shape chains in exported models are a few ops deep.
+MAX_FOLD_ROUNDS = 12
+
+
+def _inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Model-local functions inlined (their layers must be visible to the planner)."""
+    from onnx.inliner import inline_local_functions
+
+    try:
+        return inline_local_functions(model)
+    except Exception as exc:  # noqa: BLE001 - onnx's inliner rejects malformed functions
+        raise OnnxMluError(f"cannot inline the model's local functions: {first_line(exc)}") from None
 
 
 #: Ops graphsurgeon may fold even with non-constant inputs (their value follows from shapes).
@@ -108,7 +208,7 @@ def needs_folding(graph: onnx.GraphProto) -> bool:
     """
     constants = {t.name for t in graph.initializer} - {i.name for i in graph.input}
     for node in graph.node:
-        if node.op_type in _SHAPE_OPS or any(_subgraphs(a) for a in node.attribute):
+        if node.op_type in _SHAPE_OPS or node_subgraphs(node):
             return True
         inputs = [n for n in node.input if n]
         if inputs and all(n in constants for n in inputs):
@@ -138,11 +238,11 @@ def check_nodes(model: onnx.ModelProto) -> None:
     producers: dict[str, str] = {}
     for node in model.graph.node:
         label = f"node {node.name or node.op_type!r} ({node.op_type})"
-        if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        if not node_subgraphs(node):
             try:
                 onnx.checker.check_node(node, ctx)
             except onnx.checker.ValidationError as exc:
-                raise OnnxMluError(f"model fails the ONNX checker: {label}: {_first_line(exc)}") from None
+                raise OnnxMluError(f"model fails the ONNX checker: {label}: {first_line(exc)}") from None
         for name in node.output:
             if name and name in producers:
                 raise OnnxMluError(f"model fails the ONNX checker: tensor {name!r} is produced by both "
@@ -150,44 +250,13 @@ def check_nodes(model: onnx.ModelProto) -> None:
             producers[name] = label
 
 
-def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """onnx shape inference, completed by onnxruntime's symbolic inference when needed.
-
-    onnx's inference serializes the model it is given (protobuf's 2 GB limit, and a copy of
-    every weight: 3 serializations of ResNet-50 took 0.9 s), so it runs on a skeleton
-    without the large weights and the inferred types are set on ``model`` in place.
-    """
-    return infer_on_skeleton(model, _infer_shapes_full)
-
-
-def _infer_shapes_full(model: onnx.ModelProto) -> onnx.ModelProto:
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception as exc:
-        raise OnnxMluError(f"shape inference failed: {_first_line(exc)}") from None
-    if not untyped_tensors(inferred):
-        return inferred
-    return _symbolic_infer(inferred)
-
-
-def untyped_tensors(model: onnx.ModelProto) -> list[str]:
-    """Node outputs of the main graph that carry no element type after inference."""
-    typed = {v.name for v in _all_value_infos(model.graph) if v.type.tensor_type.elem_type}
-    typed |= {t.name for t in model.graph.initializer}
-    return [o for n in model.graph.node for o in n.output if o and o not in typed]
-
-
-def _symbolic_infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    try:  # needs sympy, which onnxruntime does not install: without it onnx's result stands
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-        out = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=True)
-    except Exception:  # it raises on ops it does not know; onnx's partial result stands
-        return model
-    return out if out is not None else model
+#: Metadata key under which :func:`normalize` keeps the graph inputs' and outputs' types as
+#: exported, before the pins: the fused model declares those (see :func:`restore_exported_io`).
+EXPORTED_IO_KEY = "onnxmlu.exported_io"
 
 
 def _override_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int | str]]) -> None:
+    _remember_exported_io(model)
     inputs = {i.name: i for i in model.graph.input}
     for name, dims in shapes.items():
         if name not in inputs:
@@ -205,23 +274,6 @@ def _override_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int | 
     del model.graph.value_info[:]
 
 
-def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
-    import onnx_graphsurgeon as gs
-
-    from onnx_graphsurgeon.logger import G_LOGGER
-
-    G_LOGGER.severity = G_LOGGER.ERROR  # failures to fold are expected and harmless
-    graph = gs.import_onnx(model)
-    try:
-        graph.fold_constants(error_ok=True)
-    except Exception:  # folding is an optimization: a model it cannot fold is still valid
-        pass
-    graph.cleanup(remove_unused_graph_inputs=False)
-    folded = gs.export_onnx(graph, do_type_check=False)
-    copy_model_fields(folded, model)
-    return folded
-
-
 def copy_model_fields(target: onnx.ModelProto, source: onnx.ModelProto) -> None:
     """Model-level fields (IR, opsets, producer, metadata, local functions) of ``source``."""
     target.ir_version = source.ir_version
@@ -235,21 +287,35 @@ def copy_model_fields(target: onnx.ModelProto, source: onnx.ModelProto) -> None:
     target.functions.extend(source.functions)
 
 
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    return out
+def _remember_exported_io(model: onnx.ModelProto) -> None:
+    if any(p.key == EXPORTED_IO_KEY for p in model.metadata_props):
+        return
+    types = {vi.name: base64.b64encode(vi.type.SerializeToString()).decode()
+             for vi in (*model.graph.input, *model.graph.output)}
+    model.metadata_props.add(key=EXPORTED_IO_KEY, value=json.dumps(types))
+
+
+def restore_exported_io(model: onnx.ModelProto) -> None:
+    """Give ``model``'s graph inputs and outputs the types they had as exported, and drop the
+    record. Pins are a planning device: a pinned input of a model whose untaken ``If`` branch
+    cannot type-check at that shape makes onnxruntime refuse the model, as the pinned
+    original would be refused."""
+    for i, prop in enumerate(model.metadata_props):
+        if prop.key == EXPORTED_IO_KEY:
+            types = json.loads(prop.value)
+            del model.metadata_props[i]
+            break
+    else:
+        return
+    for vi in (*model.graph.input, *model.graph.output):
+        if vi.name in types:
+            vi.type.ParseFromString(base64.b64decode(types[vi.name]))
 
 
 def _all_value_infos(graph: onnx.GraphProto) -> Iterable[onnx.ValueInfoProto]:
     yield from graph.input
     yield from graph.output
     yield from graph.value_info
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]
 
 
 # --------------------------------------------------------------------------------------
@@ -330,42 +396,6 @@ def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
     if d.HasField("dim_param"):
         return d.dim_param
     return None
-
-
-def node_inputs(node: onnx.NodeProto) -> list[str]:
-    """Explicit inputs plus the outer-scope names its subgraphs read (If/Loop/Scan bodies)."""
-    names = [n for n in node.input if n]
-    if node.op_type not in _SUBGRAPH_OPS and node.domain in ("", "ai.onnx"):
-        return names  # skips reading every attribute of every plain node
-    for attr in node.attribute:
-        for sub in _subgraphs(attr):
-            names.extend(n for n in outer_scope_names(sub) if n not in names)
-    return names
-
-
-#: Standard ops with GRAPH attributes; other domains are scanned (a custom op may have one).
-_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
-
-
-def outer_scope_names(graph: onnx.GraphProto) -> list[str]:
-    """Names a subgraph uses but does not define itself (its implicit inputs)."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    used: list[str] = []
-    for node in graph.node:
-        for name in node_inputs(node):
-            if name not in defined and name not in used:
-                used.append(name)
-        defined.update(node.output)
-    used.extend(o.name for o in graph.output if o.name not in defined and o.name not in used)
-    return used
-
-
-def _subgraphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
-    if attr.type == onnx.AttributeProto.GRAPH:
-        return [attr.g]
-    if attr.type == onnx.AttributeProto.GRAPHS:
-        return list(attr.graphs)
-    return []
 
 
 def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool],

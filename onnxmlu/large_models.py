@@ -32,6 +32,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnxmlu.ir import iter_graphs, nested_graphs
+
 #: Initializers at least this large become graph inputs in the skeleton; smaller ones stay
 #: (shape tensors such as a Reshape's target must keep their values for inference). Every
 #: model is inferred on its skeleton, so the bound is low: a 3x3x64x64 conv weight is 147 KB.
@@ -44,15 +46,13 @@ def tensor_payload_bytes(model: onnx.ModelProto) -> int:
 
 
 def all_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
-            yield from attr.tensors
-            subgraphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subgraphs:
-                yield from all_tensors(sub)
+    for g in iter_graphs(graph):
+        yield from g.initializer
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    yield attr.t
+                yield from attr.tensors
 
 
 def tensor_bytes(t: onnx.TensorProto) -> int:
@@ -107,7 +107,7 @@ def infer_on_skeleton(model: onnx.ModelProto,
     and get their inferred value infos too."""
     inferred = infer(skeleton(model)).graph
     _copy_types(model.graph, inferred)
-    for sub, done in zip(_nested_graphs(model.graph), _nested_graphs(inferred)):
+    for sub, done in zip(nested_graphs(model.graph), nested_graphs(inferred)):
         _copy_types(sub, done)
     return model
 
@@ -119,16 +119,6 @@ def _copy_types(graph: onnx.GraphProto, inferred: onnx.GraphProto) -> None:
     for o in graph.output:
         if o.name in typed:
             o.type.CopyFrom(typed[o.name].type)
-
-
-def _nested_graphs(graph: onnx.GraphProto) -> Iterable[onnx.GraphProto]:
-    """Every subgraph below ``graph``, depth first in node and attribute order."""
-    for node in graph.node:
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subs:
-                yield sub
-                yield from _nested_graphs(sub)
 
 
 # --------------------------------------------------------------------------------------
@@ -238,7 +228,7 @@ class WeightStore:
     def keep_only(self, model: onnx.ModelProto) -> None:
         """Drop the arrays no marker of ``model`` names any more (weights a rewrite replaced);
         markers inside subgraphs are filled in place (a block copies subgraphs whole)."""
-        for sub in _nested_graphs(model.graph):
+        for sub in nested_graphs(model.graph):
             for t in sub.initializer:
                 if is_marker(t):
                     self.fill(t, t)

@@ -55,6 +55,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxmlu.errors import RuntimeLibraryError
+from onnxmlu.ir import copy_model
 
 #: Environment variable that points at another build of the library (e.g. the ASan one).
 LIBRARY_ENV = "ONNXMLU_CUSTOM_OPS_LIBRARY"
@@ -258,7 +259,7 @@ def optimize_block_layouts(model: onnx.ModelProto, *, per_session_threads: bool 
     library reports them.
     ``per_session_threads = False`` in a process with global thread pools (onnxruntime's Python
     API refuses per-session sessions there, which would leave every block unoptimized)."""
-    model = model if in_place else _copy(model)
+    model = model if in_place else copy_model(model)
     bodies = {}  # node index -> (body attribute, optimized body)
     removed = 0
     for i, node in enumerate(model.graph.node):
@@ -286,12 +287,6 @@ def _same_interface(node: onnx.NodeProto, body: onnx.ModelProto) -> bool:
     """The body has one input per node input and one output per node output; a block that
     does not is left to the library, which refuses it with a message."""
     return len(body.graph.input) == len(node.input) and len(body.graph.output) == len(node.output)
-
-
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    return copy
 
 
 def _body_attribute(node: onnx.NodeProto):

@@ -24,7 +24,8 @@ from onnx import helper
 
 from onnxmlu.analyze import Analysis
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.graph import copy_model_fields, node_inputs, topological_order
+from onnxmlu.graph import copy_model_fields, restore_exported_io, topological_order
+from onnxmlu.ir import is_default_domain, nested_graphs, node_inputs
 from onnxmlu.large_models import active_store, fill_tensor, is_marker
 from onnxmlu.partition.plan import Plan
 from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, fill_body_attribute
@@ -218,7 +219,7 @@ def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter
     nodes = [model.graph.node[i] for i in iface.nodes]
     internal = {o for i in iface.nodes for o in index.outputs[i]} - set(iface.outputs)
     body = onnx.ModelProto(ir_version=model.ir_version, producer_name="onnxmlu", doc_string=f"onnxmlu block {b}")
-    body.opset_import.extend(o for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    body.opset_import.extend(o for o in model.opset_import if is_default_domain(o.domain))
     graph = body.graph
     graph.name = f"block_{b}"
     graph.node.extend(nodes)
@@ -249,7 +250,7 @@ def _value_info(analysis: Analysis, name: str) -> onnx.ValueInfoProto:
     if vi is None or not vi.type.tensor_type.elem_type:
         producer = analysis.index.producer.get(name)
         node = analysis.model.graph.node[producer] if producer is not None else None
-        if node is not None and node.domain not in ("", "ai.onnx"):  # onnx has no schema to infer it
+        if node is not None and not is_default_domain(node.domain):  # onnx has no schema to infer it
             raise OnnxMluError(f"tensor {name!r} crosses a block boundary but its type is unknown: its producer "
                                f"{node.name or node.op_type!r} is {node.domain}::{node.op_type}, which onnx cannot "
                                "infer; add a value_info with its type to the model")
@@ -278,10 +279,20 @@ def _finish_outer(fused: onnx.ModelProto, analysis: Analysis, interfaces: Sequen
     alive = used | {o for node in graph.node for o in node.output}
     graph.input.extend(i for i in src.graph.input if i.name in used or i.name not in analysis.index.initializers)
     graph.output.extend(src.graph.output)
+    restore_exported_io(fused)
     for t in src.graph.initializer:
         if t.name in used:
             fill_tensor(graph.initializer.add(), t)
     graph.value_info.extend(_outer_value_infos(analysis, alive, block_outputs))
+    _drop_subgraph_value_infos(graph)
+
+
+def _drop_subgraph_value_infos(graph: onnx.GraphProto) -> None:
+    """Host subgraphs (If branches, Loop bodies) leave without the shapes inferred under the
+    pins: onnxruntime infers them itself, and a pinned shape in a branch the pins never take
+    can make it refuse the model (see :func:`onnxmlu.graph.restore_exported_io`)."""
+    for sub in nested_graphs(graph):
+        del sub.value_info[:]
 
 
 def _outer_value_infos(analysis: Analysis, alive: set[str], block_outputs: list[str]) -> list:

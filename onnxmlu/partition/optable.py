@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from onnxmlu.graph import GraphIndex
+from onnxmlu.ir import is_default_domain, subgraphs
 
 OP_KINDS: dict[str, str] = {
     # convolution and matrix products (DLFusion Eq. 1-2)
@@ -56,20 +57,62 @@ _STRING = onnx.TensorProto.STRING
 
 def support_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     """Why ``node`` must stay on the host, or None if the accelerator runs it."""
-    if node.domain not in ("", "ai.onnx"):
+    if not is_default_domain(node.domain):
         return f"op {node.domain}::{node.op_type} is outside the standard domain"
     if node.op_type not in OP_KINDS:
         return f"{node.op_type} is not in the accelerator's op table"
-    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+    if any(subgraphs(a) for a in node.attribute):
         return "nodes with subgraphs run on the host"
+    return _tensor_reason(node, index) or _special_reason(node, index)
+
+
+def _special_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+    special = _SPECIAL_CHECKS.get(node.op_type)
+    return special(node, index) if special else None
+
+
+def _tensor_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+    """A block boundary needs the type of every tensor that may cross it, and the rank of
+    every tensor a block produces (the library allocates outputs from the declared shape)."""
     for name in list(node.input) + list(node.output):
         if name and index.elem_type(name) == _STRING:
             return f"string tensor {name!r} cannot cross an accelerator block"
+    for name in node.input:
+        if name and not index.elem_type(name):
+            return f"input {name!r} has no known type ({_producer_text(index, name)})"
     for name in node.output:
         if name and not index.elem_type(name):
             return f"output {name!r} has no inferred type (try --input-shape)"
-    special = _SPECIAL_CHECKS.get(node.op_type)
-    return special(node, index) if special else None
+        if name and index.shape(name) is None:
+            return f"output {name!r} has an unknown rank (try --input-shape)"
+    return None
+
+
+def _producer_text(index: GraphIndex, name: str) -> str:
+    producer = index.producer.get(name)
+    if producer is None:
+        return "a model input without a type"
+    node = index.graph.node[producer]
+    return f"its producer {node.name or node.op_type!r} is {node.domain or 'ai.onnx'}::{node.op_type}"
+
+
+def _sizing_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+    """Conv and MatMul need the dims that set their work per sample (DLFusion Eq. 1-2): a
+    symbolic or unknown one (beyond the batch) would make the plan price 1x1 images."""
+    if node.op_type == "MatMul":
+        needed = [("input", node.input[0], -1), ("output", node.output[0], -1)]
+    else:
+        needed = [("output", node.output[0], 1), ("weight", node.input[1], 0)]
+    for role, name, first in needed:
+        dims = index.shape(name)
+        if dims is None or not all(isinstance(d, int) and d > 0 for d in dims[first:]):
+            return (f"cannot size it: its {role} {name!r} has dims {dims_text(dims)}; pin the model's "
+                    "symbolic dims with --input-shape NAME:D1,D2,...")
+    return None
+
+
+def dims_text(dims) -> str:
+    return "of unknown rank" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
 def _batchnorm_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
@@ -95,4 +138,7 @@ def _maxpool_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
 _SPECIAL_CHECKS = {
     "BatchNormalization": _batchnorm_reason,
     "MaxPool": _maxpool_reason,
+    "Conv": _sizing_reason,
+    "ConvTranspose": _sizing_reason,
+    "MatMul": _sizing_reason,
 }

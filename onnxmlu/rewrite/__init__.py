@@ -18,16 +18,15 @@ from typing import TYPE_CHECKING, Collection
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.rewrite.base import (
-    DEFAULT_DOMAINS,
     NameAllocator,
     RewriteContext,
     RewriteReport,
     RewriterRegistry,
     constant_value,
-    iter_graphs,
     run_rewriter,
 )
-from onnxmlu.rewrite.modelio import default_opset, export_model, import_graph
+from onnxmlu.ir import DEFAULT_DOMAINS, copy_model, iter_graphs, opset_version
+from onnxmlu.rewrite.modelio import export_model, import_graph
 
 if TYPE_CHECKING:
     import onnx
@@ -82,8 +81,8 @@ def rewrite_model(
         raise OnnxMluError(f"bn_mode must be one of {', '.join(BN_MODES)}, got {bn_mode!r}")
     names = _selected(only)
     report = RewriteReport(applied={n: 0 for n in names})
-    unchanged = _copy(model) if copy else model
-    opset = default_opset(model)
+    unchanged = copy_model(model) if copy else model
+    opset = opset_version(model)
     rewriters = {name: REGISTRY.create(name, bn_mode=bn_mode) for name in names}
     if opset is None or not _has_candidates(model, rewriters.values()):
         return unchanged, report  # the graphsurgeon round trip would copy every weight for nothing
@@ -101,11 +100,3 @@ def _has_candidates(model: onnx.ModelProto, rewriters) -> bool:
     ops = {op for r in rewriters for op in r.op_types}
     return any(node.op_type in ops and node.domain in DEFAULT_DOMAINS
                for graph in iter_graphs(model.graph) for node in graph.node)
-
-
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    import onnx
-
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    return copy

@@ -23,9 +23,9 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.ir import DEFAULT_DOMAINS, iter_graphs
 from onnxmlu.large_models import is_marker, tensor_array
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -92,18 +92,6 @@ class NameAllocator:
 
     def tensor(self, base: str) -> str:
         return self._fresh(self._tensors, base)
-
-
-def iter_graphs(graph: onnx.GraphProto):
-    """The graph and all its nested subgraphs, outermost first."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from iter_graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from iter_graphs(sub)
 
 
 # --------------------------------------------------------------------------------------------

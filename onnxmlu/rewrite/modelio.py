@@ -27,17 +27,9 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from onnxmlu.large_models import copy_field, skeleton
-from onnxmlu.rewrite.base import DEFAULT_DOMAINS, iter_graphs
+from onnxmlu.ir import iter_graphs, node_subgraphs, opset_version
 
 _GRAPH_DATA = ("node", "initializer", "sparse_initializer", "value_info", "input", "output")
-
-
-def default_opset(model: onnx.ModelProto) -> int | None:
-    """The model's ai.onnx opset, ``None`` when it imports no default-domain opset."""
-    for imp in model.opset_import:
-        if imp.domain in DEFAULT_DOMAINS:
-            return int(imp.version)
-    return None
 
 
 # -------------------------------------------------------------------------------- inference
@@ -116,13 +108,19 @@ def _fully_typed(model: onnx.ModelProto) -> bool:
 
 
 def _refresh_value_info(model: onnx.ModelProto) -> None:
+    """Types for the tensors the rewrite created; what normalize learned beyond onnx's own
+    inference (symbolic dims, probed shapes) is kept."""
+    from onnxmlu.frontend.shapes import merge_value_infos
+
     inferred = inferred_graphs(model)
     if inferred is None:
         return
-    for graph, done in zip(iter_graphs(model.graph), inferred):
+    merge_value_infos(iter_graphs(model.graph), inferred)
+    for graph in iter_graphs(model.graph):
         known = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-        graph.ClearField("value_info")
-        graph.value_info.extend(v for v in done.value_info if v.name not in known)
+        kept = [v for v in graph.value_info if v.name not in known]
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
 
 
 # -------------------------------------------------------------------------------- export
@@ -179,10 +177,8 @@ def _initializer_scopes(graph: onnx.GraphProto, depth: int = 0, out=None) -> dic
     for init in graph.initializer:
         out.setdefault(init.name, depth)
     for node in graph.node:
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subs:
-                _initializer_scopes(sub, depth + 1, out)
+        for sub in node_subgraphs(node):
+            _initializer_scopes(sub, depth + 1, out)
     return out
 
 
@@ -191,10 +187,8 @@ def _hoist_initializers(graph: onnx.GraphProto, scopes: dict[str, int], stack: l
     depth = len(stack)
     stack.append(graph)
     for node in graph.node:
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subs:
-                _hoist_initializers(sub, scopes, stack)
+        for sub in node_subgraphs(node):
+            _hoist_initializers(sub, scopes, stack)
     if depth:
         keep = []
         for init in graph.initializer:

@@ -65,9 +65,6 @@ CASES = {
     "input no node produces": Case(_model(models.dangling_input), "which no node, input or initializer provides"),
     "opset below 7": Case(_model(lambda: models.opset(5)), "supports opsets 7.."),
     "opset newer than onnx": Case(_model(lambda: models.opset(99)), "newer than this onnx knows"),
-    "unknown-domain op feeding a block, untyped": Case(_model(lambda: models.unknown_domain(False)),
-                                                       "add a value_info"),
-    "symbolic dims with no way to size them": Case(_model(models.data_dependent_reshape), "--input-shape"),
     "already fused": Case(_fused, "already fused"),
     "output is the input": Case(GOOD, "is the input file", output="{input}"),
     "output folder missing": Case(GOOD, "does not exist", output="nowhere/out.onnx"),
@@ -237,6 +234,23 @@ def test_unknown_domain_op_stays_on_the_host(tmp_path):
     assert "host: foo (Foo): op com.example::Foo is outside the standard domain" in result.output
     fused_api = api.fuse(models.unknown_domain(typed=True), strategy="all-fusion").model
     assert [n.domain for n in fused_api.graph.node if not is_fusion_block(n)] == ["com.example"]
+
+
+def test_untyped_output_of_an_unknown_op_keeps_its_consumer_on_the_host(tmp_path):
+    """Nothing can type Foo's output (onnxruntime cannot run com.example::Foo to probe it): the
+    Relu reading it stays on the host with that reason instead of failing the whole model."""
+    result, fused = _fuse_ok(tmp_path, models.unknown_domain(typed=False))
+    assert [n.op_type for n in fused.graph.node] == ["MLUFusionBlock", "Foo", "Relu"]
+    assert "host: relu1 (Relu): input 'b' has no known type (its producer 'foo' is com.example::Foo)" in result.output
+
+
+def test_unsized_layers_stay_on_the_host_and_name_the_pin(tmp_path):
+    """With H and W symbolic the conv and the MatMul cannot be priced: they stay on the host and
+    the reason says which option sizes them; the model still fuses (exit 0)."""
+    result, fused = _fuse_ok(tmp_path, models.data_dependent_reshape())
+    assert [n.op_type for n in fused.graph.node if n.op_type in ("Conv", "MatMul")] == ["Conv", "MatMul"]
+    reasons = [line for line in result.output.splitlines() if line.startswith("host: conv ")]
+    assert reasons and "cannot size it" in reasons[0] and "--input-shape" in reasons[0], result.output
 
 
 def test_training_batchnorm_stays_on_the_host_and_says_why(tmp_path):

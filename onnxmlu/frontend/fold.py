@@ -1,0 +1,241 @@
+"""Constant folding that is exact, bounded and checked.
+
+Three folders take turns (see :func:`onnxmlu.graph.normalize`):
+
+* :func:`fold_shape_ops` replaces ``Shape`` and ``Size`` nodes whose input has a fully known
+  shape by ``Constant`` nodes. ``Shape`` honours ``start``/``end`` (opset 15): the result is
+  ``dims[start:end]`` with negative bounds counted from the rank and both clamped to
+  ``[0, rank]``, exactly as onnxruntime computes it.
+* :func:`flatten_constant_ifs` replaces an ``If`` whose condition is a constant by the branch
+  it takes (``Identity`` nodes carry the branch outputs to the ``If``'s names), so the
+  shapes inside the branch reach the rest of the graph.
+* :func:`fold_constant_nodes` evaluates every node whose inputs are all constants with
+  onnxruntime (onnx-graphsurgeon's folder), in every subgraph. It never materializes a
+  broadcast much larger than its inputs: a ``ConstantOfShape``/``Expand``/``Tile``/``Range``
+  whose result would exceed ``max(BROADCAST_FOLD_BYTES, BROADCAST_GROWTH x its inputs)`` is
+  left to run at inference time (onnxsim and onnxslim bound folding the same way), so a
+  fused file stays about the size of the original.
+
+Every result is checked: a folded model in which some node reads a name that no enclosing
+scope defines is dropped and the unfolded model kept (graphsurgeon's own ``If`` flattening
+left nested consumers of a flattened output behind, so it is not used). Each outcome is a
+:class:`~onnxmlu.diagnostics.Diagnostic`, never an exception.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Callable, Iterator
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.errors import first_line
+from onnxmlu.ir import copy_model, graphs_by_branch, is_default_domain, iter_graphs, node_subgraphs, unresolved_names
+from onnxmlu.large_models import skeleton
+
+BROADCAST_FOLD_BYTES = 1 << 16
+BROADCAST_GROWTH = 16
+_BROADCAST_OPS = frozenset({"ConstantOfShape", "Expand", "Tile", "Range"})
+
+
+# ------------------------------------------------------------------------- Shape and Size
+def fold_shape_ops(model: onnx.ModelProto, frozen: frozenset[str] = frozenset()) -> int:
+    """Replace statically known ``Shape``/``Size`` nodes by ``Constant`` nodes (outside the
+    ``frozen`` main-graph branches, see :func:`invalid_branch`); the count."""
+    dims = _known_dims(model)
+    count = 0
+    for graph in _thawed_graphs(model, frozen):
+        for node in graph.node:
+            if node.op_type not in ("Shape", "Size") or not is_default_domain(node.domain):
+                continue
+            shape = dims.get(node.input[0]) if node.input else None
+            if shape is not None:
+                _become_constant(node, _shape_op_value(node, shape))
+                count += 1
+    return count
+
+
+def _known_dims(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Names (all scopes: ONNX names are unique across them) whose every dim is a number."""
+    known: dict[str, list[int]] = {}
+    for graph in iter_graphs(model.graph):
+        for vi in (*graph.input, *graph.value_info, *graph.output):
+            tt = vi.type.tensor_type
+            if vi.type.HasField("tensor_type") and tt.HasField("shape") and all(
+                    d.HasField("dim_value") for d in tt.shape.dim):
+                known[vi.name] = [d.dim_value for d in tt.shape.dim]
+        known.update((t.name, list(t.dims)) for t in graph.initializer)
+    return known
+
+
+def _shape_op_value(node: onnx.NodeProto, shape: list[int]) -> np.ndarray:
+    if node.op_type == "Size":
+        return np.array(math.prod(shape), dtype=np.int64)
+    attrs = {a.name: a.i for a in node.attribute}
+    rank = len(shape)
+    start, end = attrs.get("start", 0), attrs.get("end", rank)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def _become_constant(node: onnx.NodeProto, value: np.ndarray) -> None:
+    node.op_type, node.domain = "Constant", ""
+    del node.input[:]
+    del node.attribute[:]
+    node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(value)))
+
+
+# ------------------------------------------------------------------------- If with a constant condition
+def flatten_constant_ifs(model: onnx.ModelProto, frozen: frozenset[str] = frozenset()) -> int:
+    """Replace every ``If`` whose condition is a constant by the nodes of the branch it takes,
+    then ``Identity`` nodes from the branch's outputs to the ``If``'s; the count.
+
+    Names are unique across all scopes in ONNX, so the branch's nodes and initializers can
+    move into the enclosing graph unchanged; its outer-scope reads resolve there as before.
+    """
+    constants = _scalar_constants(model)
+    count = 0
+    for graph in list(_thawed_graphs(model, frozen)):  # branches moved up are visited next round
+        nodes: list[onnx.NodeProto] = []
+        for node in graph.node:
+            taken = _taken_branch(node, constants)
+            if taken is None:
+                nodes.append(node)
+                continue
+            nodes.extend(taken.node)
+            graph.initializer.extend(taken.initializer)
+            nodes.extend(helper.make_node("Identity", [b.name], [o], name=f"{o}/taken")
+                         for b, o in zip(taken.output, node.output) if o)
+        if len(nodes) != len(graph.node) or any(a is not b for a, b in zip(nodes, graph.node)):
+            count += 1
+            del graph.node[:]
+            graph.node.extend(nodes)
+    return count
+
+
+def _thawed_graphs(model: onnx.ModelProto, frozen: frozenset[str]) -> Iterator[onnx.GraphProto]:
+    return (g for key, g in graphs_by_branch(model.graph) if key not in frozen)
+
+
+def invalid_branch(model: onnx.ModelProto) -> str | None:
+    """The main-graph branch (a :func:`~onnxmlu.ir.graphs_by_branch` key) holding a node for
+    which onnxruntime refuses the model, ``""`` for the main graph, None when it loads.
+
+    Pinned shapes specialize every branch, also one the pins never take: silero's 8 kHz branch
+    fed a 16 kHz chunk folds into an LSTM of rank-5 input, and onnxruntime type-checks every
+    branch when it loads the model. Such a branch is kept as exported
+    (:func:`onnxmlu.graph.normalize`). The check loads the weight-free skeleton."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(skeleton(model).SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return None
+    except Exception as exc:  # noqa: BLE001 - onnxruntime reports every refusal as Fail/InvalidGraph
+        names = re.findall(r"Node \(([^)]*)\)", str(exc))
+    name = names[-1] if names else None  # the innermost node of a nested report
+    return next((key for key, g in graphs_by_branch(model.graph) if any(n.name == name for n in g.node)), "")
+
+
+def _scalar_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Small constants of every scope: initializers and ``Constant`` node values."""
+    found: dict[str, np.ndarray] = {}
+    for graph in iter_graphs(model.graph):
+        found.update((t.name, numpy_helper.to_array(t)) for t in graph.initializer if math.prod(t.dims) == 1)
+        for node in graph.node:
+            if node.op_type == "Constant" and is_default_domain(node.domain) and node.attribute:
+                attr = node.attribute[0]
+                if attr.name == "value" and math.prod(attr.t.dims) == 1:
+                    found[node.output[0]] = numpy_helper.to_array(attr.t)
+    return found
+
+
+def _taken_branch(node: onnx.NodeProto, constants: dict[str, np.ndarray]) -> onnx.GraphProto | None:
+    if node.op_type != "If" or not is_default_domain(node.domain) or node.input[0] not in constants:
+        return None
+    branch = "then_branch" if bool(constants[node.input[0]].reshape(-1)[0]) else "else_branch"
+    return next((a.g for a in node.attribute if a.name == branch), None)
+
+
+# ------------------------------------------------------------------------- all-constant nodes
+def fold_constant_nodes(model: onnx.ModelProto, note: Callable[[Diagnostic], None]) -> onnx.ModelProto:
+    """graphsurgeon's folder over ``model`` (a new model), checked; ``model`` itself when the
+    result is unsound or the folder fails (``note`` is told why)."""
+    try:
+        folded = _graphsurgeon_fold(model)
+    except Exception as exc:  # noqa: BLE001 - folding is an optimization; the model stays valid
+        note(Diagnostic("normalize", "fold-failed", "", f"constant folding failed ({first_line(exc)}); "
+                        "the model is planned unfolded"))
+        return model
+    problems = unresolved_names(folded.graph)
+    if problems:
+        note(Diagnostic("normalize", "fold-unsound", "", f"constant folding left {problems_text(problems)}; "
+                        "the model is planned unfolded"))
+        return model
+    return folded
+
+
+def problems_text(problems: list[str]) -> str:
+    more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return "unresolved names " + ", ".join(problems[:3]) + more
+
+
+def _graphsurgeon_fold(model: onnx.ModelProto) -> onnx.ModelProto:
+    import onnx_graphsurgeon as gs
+    from onnx_graphsurgeon.logger import G_LOGGER
+
+    from onnxmlu.graph import copy_model_fields
+
+    G_LOGGER.severity = G_LOGGER.ERROR  # nodes it cannot evaluate are expected and harmless
+    if any(node_subgraphs(node) for node in model.graph.node):
+        model = copy_model(model)  # the folder writes into the subgraph protos it imported
+    graph = gs.import_onnx(model)
+    graph.fold_constants(fold_shapes=False, partitioning="basic", flatten_subgraphs=False,
+                         should_exclude_node=_materializes_broadcast)
+    graph.cleanup(remove_unused_graph_inputs=False)
+    folded = gs.export_onnx(graph, do_type_check=False)
+    copy_model_fields(folded, model)
+    return folded
+
+
+def _materializes_broadcast(node) -> bool:
+    """Whether folding graphsurgeon node ``node`` would write a broadcast much larger than
+    its inputs (its constant inputs give the output size before anything is evaluated)."""
+    if node.op not in _BROADCAST_OPS:
+        return False
+    import onnx_graphsurgeon as gs
+
+    values = [t.values if isinstance(t, gs.Constant) else None for t in node.inputs]
+    if any(v is None for v in values):
+        return False  # not foldable anyway
+    out_elems = _broadcast_elements(node.op, values)
+    itemsize = 8 if node.op == "Range" else _out_itemsize(node, values)
+    in_bytes = sum(int(np.asarray(v).nbytes) for v in values if v is not None)
+    return out_elems * itemsize > max(BROADCAST_FOLD_BYTES, BROADCAST_GROWTH * in_bytes)
+
+
+def _broadcast_elements(op: str, values: list) -> int:
+    if op == "ConstantOfShape":
+        return math.prod(int(d) for d in np.asarray(values[0]).reshape(-1))
+    if op == "Expand":
+        data, shape = np.asarray(values[0]), [int(d) for d in np.asarray(values[1]).reshape(-1)]
+        return math.prod(np.broadcast_shapes(data.shape, tuple(shape)))
+    if op == "Tile":
+        return np.asarray(values[0]).size * math.prod(int(r) for r in np.asarray(values[1]).reshape(-1))
+    start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in values[:3])
+    return max(math.ceil((limit - start) / delta), 0) if delta else 0
+
+
+def _out_itemsize(node, values: list) -> int:
+    if node.op == "ConstantOfShape":
+        value = node.attrs.get("value")
+        return int(np.asarray(value.values).itemsize) if value is not None else 4
+    return int(np.asarray(values[0]).itemsize)
+

@@ -1,0 +1,41 @@
+"""The thin ONNX layer every stage uses: one helper for each chore on ``onnx`` protos.
+
+* walking graphs: :func:`subgraphs` (of an attribute or a node), :func:`iter_graphs` (a graph
+  and everything nested in it, outermost first), :func:`nested_graphs`, :func:`graphs_by_branch`;
+* scopes: :func:`node_inputs` (explicit inputs plus the outer-scope names its subgraphs read),
+  :func:`outer_scope_names`, :func:`unresolved_names` (a soundness check of a whole model);
+* order: :func:`sort_graphs` puts the nodes of every graph in a topological order;
+* models: :func:`copy_model`, :func:`opset_version`, :data:`DEFAULT_DOMAINS`.
+"""
+
+from onnxmlu.ir.graphs import (
+    DEFAULT_DOMAINS,
+    copy_model,
+    graphs_by_branch,
+    is_default_domain,
+    iter_graphs,
+    nested_graphs,
+    node_inputs,
+    node_subgraphs,
+    opset_version,
+    outer_scope_names,
+    sort_graphs,
+    subgraphs,
+    unresolved_names,
+)
+
+__all__ = [
+    "DEFAULT_DOMAINS",
+    "copy_model",
+    "graphs_by_branch",
+    "is_default_domain",
+    "iter_graphs",
+    "nested_graphs",
+    "node_inputs",
+    "node_subgraphs",
+    "opset_version",
+    "outer_scope_names",
+    "sort_graphs",
+    "subgraphs",
+    "unresolved_names",
+]

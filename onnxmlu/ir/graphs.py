@@ -1,0 +1,158 @@
+"""Graph walking, scopes, node order and model copies over ``onnx`` protos (see ``onnxmlu.ir``).
+
+Scopes: a subgraph (an ``If`` branch, a ``Loop``/``Scan`` body) may read any name its
+enclosing graphs define; those names are the node's *implicit* inputs. ONNX graphs are single
+assignment across all scopes, so a name a subgraph reads and does not define itself comes from
+outside, wherever in the file its producer stands.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Iterable, Iterator
+
+import onnx
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+_GRAPH_KINDS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+#: Standard ops with GRAPH attributes; nodes of other domains are scanned (a custom op may have one).
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def is_default_domain(domain: str | None) -> bool:
+    return domain in (None, *DEFAULT_DOMAINS)
+
+
+def subgraphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
+    if attr.type == onnx.AttributeProto.GRAPH:
+        return [attr.g]
+    if attr.type == onnx.AttributeProto.GRAPHS:
+        return list(attr.graphs)
+    return []
+
+
+def node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    if node.op_type not in _SUBGRAPH_OPS and is_default_domain(node.domain):
+        return []  # skips reading every attribute of every plain node
+    return [g for attr in node.attribute if attr.type in _GRAPH_KINDS for g in subgraphs(attr)]
+
+
+def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every graph nested in it, depth first in node and attribute order."""
+    yield graph
+    yield from nested_graphs(graph)
+
+
+def graphs_by_branch(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """Every graph with the key of the main-graph branch it sits in (``"NODE.ATTR"`` of the
+    main-graph node's subgraph attribute, ``""`` for the main graph): a stable name for a
+    branch while nodes inside it change."""
+    yield "", graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in subgraphs(attr):
+                key = f"{node.name or node.output[0]}.{attr.name}"
+                yield from ((key, g) for g in iter_graphs(sub))
+
+
+def nested_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """Every subgraph below ``graph`` (not ``graph`` itself), in :func:`iter_graphs` order."""
+    for node in graph.node:
+        for sub in node_subgraphs(node):
+            yield from iter_graphs(sub)
+
+
+def node_inputs(node: onnx.NodeProto) -> list[str]:
+    """Explicit inputs plus the outer-scope names its subgraphs read, without repeats."""
+    names = [n for n in node.input if n]
+    for sub in node_subgraphs(node):
+        names.extend(n for n in outer_scope_names(sub) if n not in names)
+    return names
+
+
+def outer_scope_names(graph: onnx.GraphProto) -> list[str]:
+    """Names ``graph`` reads (nodes, nested subgraphs, outputs) but does not define itself."""
+    defined = _defined_names(graph)
+    used: dict[str, None] = {}
+    for node in graph.node:
+        used.update((n, None) for n in node_inputs(node) if n not in defined)
+    used.update((o.name, None) for o in graph.output if o.name not in defined)
+    return list(used)
+
+
+def _defined_names(graph: onnx.GraphProto) -> set[str]:
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined.update(t.values.name for t in graph.sparse_initializer)
+    defined.update(o for node in graph.node for o in node.output if o)
+    return defined
+
+
+def unresolved_names(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> list[str]:
+    """Every name read in ``graph`` or its subgraphs that no enclosing scope defines, as
+    ``"graph: name"``; empty for a sound graph (in any node order)."""
+    scope = outer | _defined_names(graph)
+    missing = [f"{graph.name or 'main'}: {n}" for n in _read_names(graph) if n not in scope]
+    for node in graph.node:
+        for sub in node_subgraphs(node):
+            missing.extend(unresolved_names(sub, scope))
+    return missing
+
+
+def _read_names(graph: onnx.GraphProto) -> Iterable[str]:
+    yield from (n for node in graph.node for n in node.input if n)
+    yield from (o.name for o in graph.output)
+
+
+def sort_graphs(graph: onnx.GraphProto) -> bool:
+    """Put the nodes of ``graph`` and of every subgraph in a topological order, in place
+    (exporters write ``If`` branches out of order; onnxruntime accepts that, onnx's shape
+    inference and checker do not). Ties keep the file order. Returns whether any node moved;
+    a graph with a cycle is left as it is (the analysis reports the cycle)."""
+    moved = False
+    for node in graph.node:
+        for sub in node_subgraphs(node):
+            moved |= sort_graphs(sub)
+    order = _kahn_order(graph)
+    if order is None or order == list(range(len(graph.node))):
+        return moved
+    nodes = [graph.node[i] for i in order]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return True
+
+
+def _kahn_order(graph: onnx.GraphProto) -> list[int] | None:
+    producer = {o: i for i, node in enumerate(graph.node) for o in node.output if o}
+    consumers: dict[int, list[int]] = {}
+    indegree = []
+    for i, node in enumerate(graph.node):
+        deps = {producer[n] for n in node_inputs(node) if n in producer} - {i}
+        indegree.append(len(deps))
+        for d in deps:
+            consumers.setdefault(d, []).append(i)
+    ready = [i for i, d in enumerate(indegree) if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for c in consumers.get(i, ()):
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                heapq.heappush(ready, c)
+    return order if len(order) == len(graph.node) else None
+
+
+def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def opset_version(model: onnx.ModelProto, domain: str = "") -> int | None:
+    """The model's opset of ``domain`` (the standard domain by default), None when not imported."""
+    domains = DEFAULT_DOMAINS if domain in DEFAULT_DOMAINS else (domain,)
+    for imp in model.opset_import:
+        if imp.domain in domains:
+            return int(imp.version)
+    return None
