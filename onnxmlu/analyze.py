@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 import onnx
 
+from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.graph import GraphIndex, tensor_nbytes, topological_order
 from onnxmlu.partition.optable import OP_KINDS, support_reason
 from onnxmlu.perf.layers import Layer
@@ -43,6 +44,15 @@ class Analysis:
 
     def node(self, layer: Layer) -> onnx.NodeProto:
         return self.model.graph.node[self.layer_nodes[layer.index]]
+
+    def host_nodes(self) -> list[dict[str, str]]:
+        """Each node left on the host with its reason, in node order."""
+        nodes = self.model.graph.node
+        return [{"node": nodes[i].name or nodes[i].op_type, "op_type": nodes[i].op_type, "reason": reason}
+                for i, reason in sorted(self.host_reasons.items())]
+
+    def host_diagnostics(self) -> list[Diagnostic]:
+        return [Diagnostic("analyze", "host", row["node"], row["reason"]) for row in self.host_nodes()]
 
     @property
     def total_gops(self) -> float:

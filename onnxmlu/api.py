@@ -13,13 +13,14 @@ import contextlib
 import gc
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence, Union
 
 import onnx
 
 from onnxmlu.analyze import Analysis, analyze
+from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.graph import load_model, normalize
 from onnxmlu.large_models import active_store
@@ -47,6 +48,14 @@ class FuseResult:
     hardware: Hardware
     rewrite_report: object | None
     block_latency_us: list[float]
+    #: What normalize could not do (folding, inference, probing), in the order it happened.
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def all_diagnostics(self) -> list[Diagnostic]:
+        """normalize's, every rewrite left undone, every node left on the host."""
+        skipped = getattr(self.rewrite_report, "skipped", None) or []
+        return [*self.diagnostics, *(Diagnostic("rewrite", r, node, why) for r, node, why in skipped),
+                *self.analysis.host_diagnostics()]
 
     @property
     def sim_latency_us(self) -> float:
@@ -75,16 +84,18 @@ def as_model(model: ModelLike) -> onnx.ModelProto:
 
 def prepare(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = True,
             bn_mode: str = "substitute", only: Sequence[str] | None = None, owned: bool = False,
-            normalized: bool = False):
+            normalized: bool = False, diagnostics: list[Diagnostic] | None = None):
     """normalize + rewrite: the model the planner sees, and the rewrite report (or None).
     ``owned``: the caller gives ``model`` away, so it is changed in place instead of copied;
-    ``normalized``: it already went through :func:`normalize` (with its input shapes)."""
+    ``normalized``: it already went through :func:`normalize` (with its input shapes);
+    ``diagnostics`` receives what normalizing could not do."""
     proto = as_model(model)
     if normalized:
         return _rewritten(proto, rewrite, bn_mode, only)
     refuse_fused(proto)
     # A model loaded here belongs to the pipeline: normalize it in place instead of copying
-    return _rewritten(normalize(proto, input_shapes, owned=owned or proto is not model), rewrite, bn_mode, only)
+    normal = normalize(proto, input_shapes, owned=owned or proto is not model, diagnostics=diagnostics)
+    return _rewritten(normal, rewrite, bn_mode, only)
 
 
 def _rewritten(normalized: onnx.ModelProto, rewrite: bool, bn_mode: str, only: Sequence[str] | None):
@@ -154,13 +165,14 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
          hardware: str | Hardware = DEFAULT_PROFILE, input_shapes: dict | None = None,
          rewrite: bool = True, bn_mode: str = "substitute") -> FuseResult:
     """Rewrite, plan and collapse a model; nothing is written to disk."""
+    notes: list[Diagnostic] = []
     with _collector_paused():
         analysis, chosen, latencies, report, hw = _plan_model(
             model, strategy=strategy, plan=plan, mp=mp, hardware=hardware, input_shapes=input_shapes,
-            rewrite=rewrite, bn_mode=bn_mode)
+            rewrite=rewrite, bn_mode=bn_mode, diagnostics=notes)
         figures = _block_figures(analysis, chosen, latencies)
         fused = collapse(analysis, chosen, figures)
-    return FuseResult(fused, analysis, chosen, hw, report, latencies)
+    return FuseResult(fused, analysis, chosen, hw, report, latencies, notes)
 
 
 def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
@@ -185,9 +197,10 @@ def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strateg
 
     say = progress or (lambda stage: None)
     _refuse_output(Path(output), Path(model))
+    notes: list[Diagnostic] = []
     with _collector_paused(), WeightStore().active() as store:
         say(f"loading {Path(model).name}")
-        light = _load_detached(model, input_shapes, store)
+        light = _load_detached(model, input_shapes, store, notes)
         say(f"fusing: rewrite, plan ({'--plan' if plan is not None else _strategy_name(strategy)}), collapse")
         analysis, chosen, latencies, report, hw = _plan_model(
             light, strategy=strategy, plan=plan, mp=mp, hardware=hardware, input_shapes=None,
@@ -198,10 +211,10 @@ def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strateg
         if needs_external_data(analysis.model):  # over 2 GB: one message cannot hold it
             fused = collapse(analysis, chosen, figures)
             save_model(fused, output, input_path=model)
-            return FuseResult(fused, analysis, chosen, hw, report, latencies)
+            return FuseResult(fused, analysis, chosen, hw, report, latencies, notes)
         fused, blocks = fused_without_bodies(analysis, chosen, figures)
         write_pieces_atomic(stream_pieces(analysis, fused, blocks), Path(output))
-    return FuseResult(fused, analysis, chosen, hw, report, latencies)
+    return FuseResult(fused, analysis, chosen, hw, report, latencies, notes)
 
 
 def _block_figures(analysis: Analysis, plan: Plan, latencies: Sequence[float]) -> list[BlockFigures]:
@@ -209,12 +222,13 @@ def _block_figures(analysis: Analysis, plan: Plan, latencies: Sequence[float]) -
     return [BlockFigures(sum(l.gops for l in b.layers(analysis.layers)), t) for b, t in zip(plan.blocks, latencies)]
 
 
-def _load_detached(path: str | os.PathLike, input_shapes: dict | None, store) -> onnx.ModelProto:
+def _load_detached(path: str | os.PathLike, input_shapes: dict | None, store,
+                   diagnostics: list[Diagnostic]) -> onnx.ModelProto:
     """Load, check and normalize the model, then move its large weights into ``store``. The
     parsed model dies with this frame: protobuf frees a tree's memory only as a whole."""
     model = load_model(path)
     refuse_fused(model)
-    return store.detach(normalize(model, input_shapes, owned=True))
+    return store.detach(normalize(model, input_shapes, owned=True, diagnostics=diagnostics))
 
 
 def _strategy_name(strategy: StrategyLike) -> str:
@@ -235,12 +249,12 @@ def _collector_paused():
 
 
 def _plan_model(model: ModelLike, *, strategy, plan, mp, hardware, input_shapes, rewrite, bn_mode, owned=False,
-                normalized=False):
+                normalized=False, diagnostics=None):
     """prepare -> analyze -> plan: the analysis, the plan, its block latencies, the rewrite report."""
     ensure_registered()
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     prepared, report = prepare(model, input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, owned=owned,
-                               normalized=normalized)
+                               normalized=normalized, diagnostics=diagnostics)
     store = active_store()
     if store is not None:
         store.keep_only(prepared)  # the weights a rewrite replaced (e.g. Gemm's untransposed B)

@@ -15,6 +15,7 @@ import functools
 import json
 import sys
 import time
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Callable, Iterator, List, Optional
@@ -45,6 +46,9 @@ StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=(
 HwOpt = Annotated[str, typer.Option("--hw", help="Hardware profile name or JSON file.")]
 MpOpt = Annotated[Optional[int], typer.Option("--mp", help="Force this MP on every block.", show_default=False)]
 PlanOpt = Annotated[Optional[Path], typer.Option("--plan", help="Use a JSON plan file instead of a strategy.", show_default=False)]
+InputsOpt = Annotated[Optional[Path], typer.Option(
+    "--inputs", help="A .npz of arrays by input name, used instead of random values for those inputs.",
+    show_default=False)]
 SeedOpt = Annotated[List[int], typer.Option("--seed", help="Seed(s) for random inputs (repeatable).")]
 AtolOpt = Annotated[float, typer.Option("--atol", help="Absolute tolerance.")]
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance.")]
@@ -163,6 +167,7 @@ def fuse(
     input_shape: InputShapeOpt = None,
     bn: Annotated[str, typer.Option("--bn", help="BatchNormalization rewrite: substitute or fold.")] = "substitute",
     check: Annotated[bool, typer.Option("--check", help="Run original and fused model and compare.")] = False,
+    inputs: InputsOpt = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -192,8 +197,10 @@ def fuse(
         console.print(f"wrote {output} ({len(result.plan.blocks)} blocks, {elapsed:.2f} s)")
     payload = _report("fuse", {
         "output": str(output), "strategy": result.plan.strategy, "hardware": result.hardware.name,
-        "sim_latency_us": result.sim_latency_us, "sim_fps": result.sim_fps, "blocks": result.block_rows()})
-    report = _run_check(original, result.model, [0], 1e-4, 1e-4, quiet, talk) if check else None
+        "sim_latency_us": result.sim_latency_us, "sim_fps": result.sim_fps, "blocks": result.block_rows(),
+        "host_nodes": result.analysis.host_nodes(), "diagnostics": [d.to_dict() for d in result.all_diagnostics()]})
+    fixed = (options["input_shapes"], _arrays(inputs))
+    report = _run_check(original, result.model, [0], 1e-4, 1e-4, quiet, talk, *fixed) if check else None
     if report is not None:
         payload["check"] = _check_payload(report)
     _emit_json(json_out, payload)
@@ -219,14 +226,31 @@ def _print_blocks(result) -> None:
 
 
 def _print_host_nodes(result) -> None:
-    """Say why nodes stay on the host (training-mode BN, unknown domains, ...), one line each."""
+    """What normalize could not do, each rewrite left undone, and why nodes stay on the host:
+    a summary of the reasons, then one line per node (the first HOST_LINES; --json has all)."""
+    for d in result.diagnostics:
+        _plain(f"normalize: {d.node + ': ' if d.node else ''}{d.message}")
     skipped = getattr(result.rewrite_report, "skipped", None) or []
     for rewriter, node, reason in skipped:
-        console.print(f"{rewriter}: left {node!r} alone: {reason}", markup=False, highlight=False, soft_wrap=True)
-    nodes = result.analysis.model.graph.node
-    for i, reason in sorted(result.analysis.host_reasons.items()):
-        console.print(f"host: {nodes[i].name or nodes[i].op_type} ({nodes[i].op_type}): {reason}",
-                      markup=False, highlight=False, soft_wrap=True)
+        _plain(f"{rewriter}: left {node!r} alone: {reason}")
+    host = result.analysis.host_nodes()
+    if not host:
+        return
+    total = len(result.analysis.model.graph.node)
+    reasons = Counter(row["reason"] for row in host).most_common(3)
+    _plain(f"{len(host)} of {total} nodes run on the host; most common: "
+           + "; ".join(f"{reason} (×{n})" for reason, n in reasons))
+    for row in host[:HOST_LINES]:
+        _plain(f"host: {row['node']} ({row['op_type']}): {row['reason']}")
+    if len(host) > HOST_LINES:
+        _plain(f"... and {len(host) - HOST_LINES} more host nodes (all of them in --json's host_nodes)")
+
+
+HOST_LINES = 12
+
+
+def _plain(text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 @command
@@ -236,10 +260,14 @@ def check(
     seed: SeedOpt = [0],  # noqa: B006 - typer reads the default
     atol: AtolOpt = 1e-4,
     rtol: RtolOpt = 1e-4,
+    input_shape: InputShapeOpt = None,
+    inputs: InputsOpt = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Run ORIGINAL (reference: onnxruntime, optimizations off) and FUSED on seeded inputs.
+    """Run ORIGINAL (reference: onnxruntime, optimizations off) and FUSED on seeded inputs of
+    the shapes --input-shape pins (the same pins as `fuse`; other symbolic dims are 1), with
+    the arrays of --inputs for the inputs it names.
 
     Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
     """
@@ -248,7 +276,7 @@ def check(
     with _steps(quiet) as steps:
         steps.say(f"loading {original.name} and {fused.name}")
         models = load_model(original), load_model(fused)
-    report = _run_check(*models, seed, atol, rtol, quiet, _talk(quiet, json_out))
+    report = _run_check(*models, seed, atol, rtol, quiet, _talk(quiet, json_out), _shapes(input_shape), _arrays(inputs))
     _emit_json(json_out, _check_payload(report))
     if not report.ok:
         raise typer.Exit(1)
@@ -259,12 +287,25 @@ def _check_payload(report) -> dict:
     return _report("check", report.to_dict())
 
 
-def _run_check(original, fused, seeds, atol, rtol, quiet: bool, talk: bool):
+def _arrays(path: Path | None) -> dict | None:
+    """The arrays of an .npz file by name (--inputs)."""
+    if path is None:
+        return None
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError) as exc:
+        raise OnnxMluError(f"cannot read --inputs {path} as a .npz of arrays: {exc}") from None
+
+
+def _run_check(original, fused, seeds, atol, rtol, quiet: bool, talk: bool, pins=None, inputs=None):
     """Compare the models (a spinner per stage unless --quiet); print the table if ``talk``."""
     from onnxmlu.verify import check_models
 
     with _steps(quiet) as steps:
-        report = check_models(original, fused, seeds=seeds, atol=atol, rtol=rtol,
+        report = check_models(original, fused, seeds=seeds, atol=atol, rtol=rtol, input_shapes=pins, inputs=inputs,
                               progress=lambda stage: steps.say(f"check: {stage}"))
     if talk:
         table = Table(title=f"check · seeds {list(seeds)} · atol={atol:g} rtol={rtol:g}")

@@ -139,9 +139,9 @@ def _fold(model: onnx.ModelProto, note) -> onnx.ModelProto:
 def _fold_all(model: onnx.ModelProto, frozen: frozenset[str], note) -> onnx.ModelProto:
     """Fold constants and infer, then rounds of: fold ``Shape`` nodes and constant ``If``
     nodes (outside ``frozen`` branches), fold constants, infer; until nothing is left."""
+    model = infer_shapes(model, note)  # the folder bounds what it writes by the inferred sizes
     if needs_folding(model.graph):
-        model = fold_constant_nodes(model, note)
-    model = infer_shapes(model, note)
+        model = infer_shapes(fold_constant_nodes(model, note), note)
     for _ in range(MAX_FOLD_ROUNDS):
         if not fold_shape_ops(model, frozen) + flatten_constant_ifs(model, frozen):
             break

@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import onnx
 
-from onnxmlu.errors import OnnxMluError
+from onnxmlu.errors import OnnxMluError, first_line
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,19 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int]
     return feeds
 
 
+def _run(session, names: Sequence[str], feeds: dict, what: str) -> list:
+    try:
+        return session.run(names, feeds)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
+        raise OnnxMluError(f"{what}: {first_line(exc)} (give valid values with --inputs FILE.npz)") from None
+
+
+def _pinned_shapes(pins: Mapping[str, Sequence[int | str]] | None) -> dict[str, list[int]] | None:
+    if not pins:
+        return None
+    return {name: [d if isinstance(d, int) else 1 for d in dims] for name, dims in pins.items()}
+
+
 def _dim_size(dim: onnx.TensorShapeProto.Dimension, dims: Mapping[str, int]) -> int:
     if dim.HasField("dim_value"):
         return dim.dim_value
@@ -112,8 +125,15 @@ def _diff(name: str, f: np.ndarray, r: np.ndarray, atol: float, rtol: float) -> 
 def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Sequence[int] = (0,),
                  atol: float = 1e-4, rtol: float = 1e-4,
                  dims: Mapping[str, int] | None = None,
+                 input_shapes: Mapping[str, Sequence[int | str]] | None = None,
+                 inputs: Mapping[str, np.ndarray] | None = None,
                  progress: Callable[[str], None] | None = None) -> CheckReport:
     """Run both models on each seed; the report keeps the worst error per output.
+
+    ``input_shapes`` are the pins ``fuse`` was given (``--input-shape``): those inputs get
+    exactly those shapes (a dim left symbolic in a pin is 1), the rest sizes symbolic dims by
+    ``dims`` (1 when absent). ``inputs`` are fixed arrays for some inputs (a sample rate, token
+    ids, real data) used for every seed; the others are random.
 
     ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
     seconds in each)."""
@@ -128,9 +148,10 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     report = CheckReport(atol, rtol, tuple(seeds))
     worst: dict[str, OutputDiff] = {}
     for seed in seeds:
-        feeds = random_inputs(original, seed, dims)
+        feeds = random_inputs(original, seed, dims, _pinned_shapes(input_shapes)) | dict(inputs or {})
         say(f"running both models, seed {seed}")
-        for d in compare_outputs(names, sess.run(names, feeds), ref.run(names, feeds), atol, rtol):
+        reference = _run(ref, names, feeds, f"the original model fails on the inputs of seed {seed}")
+        for d in compare_outputs(names, _run(sess, names, feeds, "the fused model fails"), reference, atol, rtol):
             prev = worst.get(d.name)
             if prev is None or (not d.ok, d.max_abs) > (not prev.ok, prev.max_abs):
                 worst[d.name] = d

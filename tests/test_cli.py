@@ -265,11 +265,31 @@ def training_bn_file(tmp_path):
     return path
 
 
-def test_every_json_report_matches_docs_json_md(chain_file, training_bn_file, tmp_path):
+@pytest.fixture
+def host_node_file(tmp_path):
+    """relu -> Mod (not in the accelerator's op table) -> relu: two blocks around a host node."""
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    from onnxmlu.testing import make_model
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"),
+             helper.make_node("Mod", ["a", "three"], ["b"], name="mod", fmod=1),
+             helper.make_node("Relu", ["b"], ["y"], name="relu1")]
+    three = numpy_helper.from_array(np.full(4, 3.0, np.float32), "three")
+    path = tmp_path / "host.onnx"
+    path.write_bytes(make_model(helper.make_graph(nodes, "host", [x], [y], [three])).SerializeToString())
+    return path
+
+
+def test_every_json_report_matches_docs_json_md(chain_file, training_bn_file, host_node_file, tmp_path):
     fused = tmp_path / "fused.onnx"
     reports = {
         "fuse": [json_of("fuse", chain_file, fused, "-s", "all-fusion", "--check", "--json", "-"),
-                 json_of("fuse", chain_file, tmp_path / "f2.onnx", "--json", "-")],
+                 json_of("fuse", chain_file, tmp_path / "f2.onnx", "--json", "-"),
+                 json_of("fuse", host_node_file, tmp_path / "f3.onnx", "-s", "all-fusion", "--json", "-")],
         "check": [json_of("check", chain_file, fused, "--seed", "0", "--seed", "1", "--json", "-")],
         "inspect": [json_of("inspect", chain_file, "--json", "-")],
         "rewrite": [json_of("rewrite", training_bn_file, tmp_path / "rw.onnx", "--json", "-")],

@@ -10,10 +10,11 @@ Three folders take turns (see :func:`onnxmlu.graph.normalize`):
   it takes (``Identity`` nodes carry the branch outputs to the ``If``'s names), so the
   shapes inside the branch reach the rest of the graph.
 * :func:`fold_constant_nodes` evaluates every node whose inputs are all constants with
-  onnxruntime (onnx-graphsurgeon's folder), in every subgraph. It never materializes a
-  broadcast much larger than its inputs: a ``ConstantOfShape``/``Expand``/``Tile``/``Range``
-  whose result would exceed ``max(BROADCAST_FOLD_BYTES, BROADCAST_GROWTH x its inputs)`` is
-  left to run at inference time (onnxsim and onnxslim bound folding the same way), so a
+  onnxruntime (onnx-graphsurgeon's folder), in every subgraph. It never writes a constant
+  much larger than what it is computed from: a node whose result would exceed
+  ``max(FOLD_FREE_BYTES, FOLD_GROWTH x its constant inputs)`` (a ``ConstantOfShape``,
+  ``Expand``, ``Tile`` or ``Range`` broadcast; a ``Cast`` or ``DequantizeLinear`` of int8
+  weights) is left to run at inference time, as onnxsim and onnxslim bound folding, so a
   fused file stays about the size of the original.
 
 Every result is checked: a folded model in which some node reads a name that no enclosing
@@ -24,6 +25,7 @@ left nested consumers of a flattened output behind, so it is not used). Each out
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from typing import Callable, Iterator
@@ -37,8 +39,9 @@ from onnxmlu.errors import first_line
 from onnxmlu.ir import copy_model, graphs_by_branch, is_default_domain, iter_graphs, node_subgraphs, unresolved_names
 from onnxmlu.large_models import skeleton
 
-BROADCAST_FOLD_BYTES = 1 << 16
-BROADCAST_GROWTH = 16
+#: Folding may write a constant up to this size, or up to FOLD_GROWTH times its inputs.
+FOLD_FREE_BYTES = 1 << 16
+FOLD_GROWTH = 1.5
 _BROADCAST_OPS = frozenset({"ConstantOfShape", "Expand", "Tile", "Range"})
 
 
@@ -197,28 +200,53 @@ def _graphsurgeon_fold(model: onnx.ModelProto) -> onnx.ModelProto:
     if any(node_subgraphs(node) for node in model.graph.node):
         model = copy_model(model)  # the folder writes into the subgraph protos it imported
     graph = gs.import_onnx(model)
-    graph.fold_constants(fold_shapes=False, partitioning="basic", flatten_subgraphs=False,
-                         should_exclude_node=_materializes_broadcast)
+    with _onnxruntime_warnings_off():  # its optimizer's notes about the folded pieces
+        graph.fold_constants(fold_shapes=False, partitioning="basic", flatten_subgraphs=False,
+                             should_exclude_node=_grows_the_model)
     graph.cleanup(remove_unused_graph_inputs=False)
     folded = gs.export_onnx(graph, do_type_check=False)
     copy_model_fields(folded, model)
     return folded
 
 
-def _materializes_broadcast(node) -> bool:
-    """Whether folding graphsurgeon node ``node`` would write a broadcast much larger than
-    its inputs (its constant inputs give the output size before anything is evaluated)."""
-    if node.op not in _BROADCAST_OPS:
-        return False
+@contextlib.contextmanager
+def _onnxruntime_warnings_off():
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(3)
+    try:
+        yield
+    finally:
+        ort.set_default_logger_severity(2)  # onnxruntime's default
+
+
+def _grows_the_model(node) -> bool:
+    """Whether folding graphsurgeon node ``node`` would write a constant much larger than its
+    constant inputs: a broadcast (``ConstantOfShape``, ``Expand``, ``Tile``, ``Range``) or an
+    up-cast of stored weights (``Cast``/``DequantizeLinear`` of int8 weights is 4x)."""
     import onnx_graphsurgeon as gs
 
-    values = [t.values if isinstance(t, gs.Constant) else None for t in node.inputs]
+    values = [t.values if isinstance(t, gs.Constant) else None for t in node.inputs if not t.is_empty()]
     if any(v is None for v in values):
         return False  # not foldable anyway
-    out_elems = _broadcast_elements(node.op, values)
-    itemsize = 8 if node.op == "Range" else _out_itemsize(node, values)
-    in_bytes = sum(int(np.asarray(v).nbytes) for v in values if v is not None)
-    return out_elems * itemsize > max(BROADCAST_FOLD_BYTES, BROADCAST_GROWTH * in_bytes)
+    out_bytes = _output_bytes(node, values)
+    in_bytes = sum(int(np.asarray(v).nbytes) for v in values)
+    return out_bytes is not None and out_bytes > max(FOLD_FREE_BYTES, FOLD_GROWTH * in_bytes)
+
+
+def _output_bytes(node, values: list) -> int | None:
+    """The bytes ``node``'s outputs will take: from the constant inputs for a broadcast, else
+    from the inferred output types (None when they are unknown)."""
+    if node.op in _BROADCAST_OPS:
+        itemsize = 8 if node.op == "Range" else _out_itemsize(node, values)
+        return _broadcast_elements(node.op, values) * itemsize
+    total = 0
+    for out in node.outputs:
+        shape, dtype = out.shape, out.dtype
+        if shape is None or dtype is None or not all(isinstance(d, int) for d in shape):
+            return None
+        total += math.prod(shape) * np.dtype(dtype).itemsize
+    return total
 
 
 def _broadcast_elements(op: str, values: list) -> int:

@@ -183,10 +183,20 @@ class Builder:
     # ---------------------------------------------------------------- structure
 
     def transpose(self, x: Any, perm: Sequence[int], name: str = "transpose") -> gs.Tensor:
-        value = self.value(x)
-        if value is not None:
-            return self.const(np.transpose(value, perm), name, dtype=value.dtype)
+        if self.value(x) is not None:
+            return self.derived(x, ("transpose", tuple(perm)), lambda v: np.transpose(v, perm), name)
         return self.op("Transpose", [x], attrs={"perm": list(perm)}, name=name)
+
+    def derived(self, x: Any, how: tuple, compute, name: str) -> gs.Constant:
+        """The constant ``compute(value of x)``, made once per constant ``x`` and ``how`` in
+        this graph: nodes that share a weight (an unrolled RNN's Gemm at every step) keep
+        sharing the one transposed or scaled copy."""
+        key = ("derived", id(x), how)
+        if key not in self._cache:
+            value = self.value(x)
+            result = np.asarray(compute(value))
+            self._cache[key] = (x, self.const(result, name, dtype=result.dtype))  # x: keeps id(x) taken
+        return self._cache[key][1]
 
     def gather(self, x: Any, index: int, axis: int = 0, name: str = "gather") -> gs.Tensor:
         """``x`` indexed by a scalar along ``axis`` (the axis disappears)."""

@@ -91,6 +91,6 @@ class GemmRewriter:
 
 
 def _scaled(bld, tensor: gs.Tensor, factor: float, name: str) -> gs.Constant:
-    """Constant ``factor * tensor`` computed in float64 and stored in the tensor's own type."""
-    value = constant_value(tensor)
-    return bld.const((value.astype(np.float64) * factor).astype(value.dtype), name, dtype=value.dtype)
+    """Constant ``factor * tensor`` computed in float64 and stored in the tensor's own type
+    (one copy per weight and factor, see :meth:`Builder.derived`)."""
+    return bld.derived(tensor, ("scaled", factor), lambda v: (v.astype(np.float64) * factor).astype(v.dtype), name)

@@ -1,0 +1,275 @@
+"""Export-like models built in code, for graph shapes no bundled model has.
+
+Each builder returns an ``onnx.ModelProto`` (deterministic: fixed seeds) that mimics what an
+exporter emits: model-local functions (``export_modules_as_functions``), weights computed by
+ConstantOfShape/Unsqueeze/Expand chains, shape arithmetic on a symbolic batch, LSTMs inside If
+branches of a main graph stored out of topological order (branch weights from outer-scope
+Constants), and onnxruntime-quantized graphs (QOperator and dynamic quantization, com.microsoft
+contrib ops). :data:`BUILDERS` maps a name to
+its builder; ``corpus.py`` caches the built files next to the downloaded ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+FLOAT = TensorProto.FLOAT
+
+
+def _rand(rng: np.random.Generator, *shape: int, scale: float = 0.1) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _init(name: str, array: np.ndarray) -> TensorProto:
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def _const(name: str, array) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(array)))
+
+
+def _model(graph: onnx.GraphProto, opsets: dict[str, int] | None = None, **kw) -> onnx.ModelProto:
+    imports = [helper.make_opsetid(d, v) for d, v in {"": OPSET, **(opsets or {})}.items()]
+    model = helper.make_model(graph, opset_imports=imports, producer_name="onnxmlu-tests", **kw)
+    model.ir_version = 8
+    return model
+
+
+def local_functions_cnn() -> onnx.ModelProto:
+    """Small CNN whose Conv+Relu and Linear layers sit in model-local functions (dynamo style)."""
+    rng = np.random.default_rng(1)
+    dom = "pkg.onnxmlu.tests"
+    conv_relu = helper.make_function(
+        dom, "ConvRelu", ["x", "w", "b"], ["y"],
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])],
+        [helper.make_opsetid("", OPSET)],
+    )  # fmt: skip
+    linear = helper.make_function(
+        dom, "Linear", ["x", "w", "b"], ["y"],
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)],
+        [helper.make_opsetid("", OPSET)],
+    )  # fmt: skip
+    nodes = [
+        helper.make_node("ConvRelu", ["x", "w1", "b1"], ["h1"], domain=dom, name="conv1"),
+        helper.make_node("MaxPool", ["h1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("ConvRelu", ["p1", "w2", "b2"], ["h2"], domain=dom, name="conv2"),
+        helper.make_node("GlobalAveragePool", ["h2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Linear", ["f", "w3", "b3"], ["y"], domain=dom, name="fc"),
+    ]
+    inits = [_init("w1", _rand(rng, 8, 3, 3, 3)), _init("b1", _rand(rng, 8)),
+             _init("w2", _rand(rng, 16, 8, 3, 3)), _init("b2", _rand(rng, 16)),
+             _init("w3", _rand(rng, 10, 16)), _init("b3", _rand(rng, 10))]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "local_functions_cnn",
+        [helper.make_tensor_value_info("x", FLOAT, ["batch", 3, 32, 32])],
+        [helper.make_tensor_value_info("y", FLOAT, ["batch", 10])], inits,
+    )  # fmt: skip
+    return _model(graph, {dom: 1}, functions=[conv_relu, linear])
+
+
+def conv_bn_relu_gemm() -> onnx.ModelProto:
+    """Conv -> BatchNormalization (non-trivial scale/bias/mean/var) -> Relu -> pool -> Gemm, batch N."""
+    rng = np.random.default_rng(2)
+    c = 16
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"], epsilon=1e-5),
+        helper.make_node("Relu", ["n"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1),
+    ]
+    inits = [
+        _init("w", _rand(rng, c, 3, 3, 3)), _init("b", _rand(rng, c)),
+        _init("s", (1 + _rand(rng, c)).astype(np.float32)), _init("bb", _rand(rng, c)),
+        _init("m", _rand(rng, c)), _init("v", rng.uniform(0.5, 2, c).astype(np.float32)),
+        _init("fw", _rand(rng, 10, c)), _init("fb", _rand(rng, 10)),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "conv_bn_relu_gemm",
+        [helper.make_tensor_value_info("x", FLOAT, ["N", 3, 32, 32])],
+        [helper.make_tensor_value_info("y", FLOAT, ["N", 10])], inits,
+    )  # fmt: skip
+    return _model(graph)
+
+
+def computed_weights() -> onnx.ModelProto:
+    """Conv/Gemm weights computed at run time by ConstantOfShape, Unsqueeze and Expand chains."""
+    fill = lambda v: numpy_helper.from_array(np.array([v], np.float32))  # noqa: E731
+    nodes = [
+        _const("wshape", np.array([8, 3, 3, 3], np.int64)),
+        helper.make_node("ConstantOfShape", ["wshape"], ["w0"], value=fill(0.05)),
+        _const("ramp", np.linspace(-1, 1, 8, dtype=np.float32)),
+        _const("axes123", np.array([1, 2, 3], np.int64)),
+        helper.make_node("Unsqueeze", ["ramp", "axes123"], ["ramp4"]),
+        helper.make_node("Mul", ["w0", "ramp4"], ["w"]),  # per-channel scaled constant weight
+        _const("scalar", np.array(0.1, np.float32)),
+        _const("axes0", np.array([0], np.int64)),
+        helper.make_node("Unsqueeze", ["scalar", "axes0"], ["b1"]),
+        _const("bshape", np.array([8], np.int64)),
+        helper.make_node("Expand", ["b1", "bshape"], ["b"]),
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        _const("gshape", np.array([8, 4], np.int64)),
+        helper.make_node("ConstantOfShape", ["gshape"], ["gw"], value=fill(0.25)),
+        helper.make_node("MatMul", ["f", "gw"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "computed_weights",
+        [helper.make_tensor_value_info("x", FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", FLOAT, [1, 4])],
+    )  # fmt: skip
+    return _model(graph)
+
+
+def shape_arith_expand() -> onnx.ModelProto:
+    """``Expand(c, Concat([1], Shape(x, start=0, end=1), [4]))`` added to a MatMul of x (batch N)."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["n"], start=0, end=1),
+        _const("one", np.array([1], np.int64)),
+        _const("four", np.array([4], np.int64)),
+        helper.make_node("Concat", ["one", "n", "four"], ["shape"], axis=0),
+        helper.make_node("Expand", ["c", "shape"], ["e"]),
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        _const("axes0", np.array([0], np.int64)),
+        helper.make_node("Unsqueeze", ["m", "axes0"], ["m3"]),
+        helper.make_node("Add", ["e", "m3"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "shape_arith_expand",
+        [helper.make_tensor_value_info("x", FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", FLOAT, [1, "N", 4])],
+        [_init("c", _rand(rng, 1, 1, 4, scale=1.0)), _init("w", _rand(rng, 8, 4, scale=1.0))],
+    )  # fmt: skip
+    return _model(graph)
+
+
+def _lstm_branch(rng: np.random.Generator, tag: str, hidden: int) -> tuple[onnx.GraphProto, list]:
+    """A branch: LSTM over the outer ``x``/``h``/``c``, then Sigmoid(last h @ G). Its W/R/B come
+    from outer-scope Constant nodes, returned to be placed in the main graph."""
+    feat = 16
+    weights = [
+        _const(f"W{tag}", _rand(rng, 1, 4 * hidden, feat)),
+        _const(f"R{tag}", _rand(rng, 1, 4 * hidden, hidden)),
+        _const(f"B{tag}", _rand(rng, 1, 8 * hidden)),
+    ]
+    nodes = [
+        helper.make_node("LSTM", ["x", f"W{tag}", f"R{tag}", f"B{tag}", "", "h", "c"],
+                         [f"Y{tag}", f"hn{tag}", f"cn{tag}"], hidden_size=hidden),
+        _const(f"ax{tag}", np.array([0], np.int64)),
+        helper.make_node("Squeeze", [f"hn{tag}", f"ax{tag}"], [f"hs{tag}"]),
+        _const(f"G{tag}", _rand(rng, hidden, 1, scale=1.0)),
+        helper.make_node("MatMul", [f"hs{tag}", f"G{tag}"], [f"lg{tag}"]),
+        helper.make_node("Sigmoid", [f"lg{tag}"], [f"p{tag}"]),
+        helper.make_node("Identity", [f"hn{tag}"], [f"ho{tag}"]),
+        helper.make_node("Identity", [f"cn{tag}"], [f"co{tag}"]),
+    ]  # fmt: skip
+    outs = [helper.make_tensor_value_info(f"{n}{tag}", FLOAT, None) for n in ("p", "ho", "co")]
+    return helper.make_graph(nodes, f"branch_{tag}", [], outs), weights
+
+
+def lstm_in_if_unsorted() -> onnx.ModelProto:
+    """Silero-like: ``If(sr == 16000)`` picks one of two LSTMs. The main graph is stored out of
+    topological order (If first, then the Equal and the outer-scope weight Constants it uses);
+    onnxruntime accepts that, while onnx.checker does not."""
+    rng = np.random.default_rng(4)
+    hidden = 32
+    then_g, then_w = _lstm_branch(rng, "t", hidden)
+    else_g, else_w = _lstm_branch(rng, "e", hidden)
+    nodes = [
+        helper.make_node("If", ["is16k"], ["prob", "hn", "cn"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("Equal", ["sr", "sr16k"], ["is16k"]),
+        _const("sr16k", np.array(16000, np.int64)),
+        *then_w,
+        *else_w,
+    ]
+    graph = helper.make_graph(
+        nodes, "lstm_in_if_unsorted",
+        [helper.make_tensor_value_info("x", FLOAT, ["seq", 1, 16]),
+         helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+         helper.make_tensor_value_info("h", FLOAT, [1, 1, hidden]),
+         helper.make_tensor_value_info("c", FLOAT, [1, 1, hidden])],
+        [helper.make_tensor_value_info("prob", FLOAT, [1, 1]),
+         helper.make_tensor_value_info("hn", FLOAT, [1, 1, hidden]),
+         helper.make_tensor_value_info("cn", FLOAT, [1, 1, hidden])],
+    )  # fmt: skip
+    return _model(graph)
+
+
+def _lstm_matmul() -> onnx.ModelProto:
+    rng = np.random.default_rng(5)
+    hidden, feat = 32, 16
+    nodes = [
+        helper.make_node("LSTM", ["x", "W", "R", "B"], ["Y", "hn"], hidden_size=hidden),
+        helper.make_node("Squeeze", ["hn", "ax0"], ["hs"]),
+        helper.make_node("MatMul", ["hs", "G"], ["y"]),
+    ]
+    inits = [_init("W", _rand(rng, 1, 4 * hidden, feat)), _init("R", _rand(rng, 1, 4 * hidden, hidden)),
+             _init("B", _rand(rng, 1, 8 * hidden)), _init("ax0", np.array([0], np.int64)),
+             _init("G", _rand(rng, hidden, 8, scale=1.0))]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "lstm_matmul", [helper.make_tensor_value_info("x", FLOAT, ["seq", 1, feat])],
+        [helper.make_tensor_value_info("y", FLOAT, [1, 8])], inits,
+    )  # fmt: skip
+    return _model(graph)
+
+
+def _quantize(model: onnx.ModelProto, static: bool) -> onnx.ModelProto:
+    """Run onnxruntime's quantizer on ``model`` (static QOperator with fixed calibration data,
+    or dynamic) and return the result."""
+    from onnxruntime import quantization as q
+
+    logging.getLogger().setLevel(logging.ERROR)  # the quantizer logs pre-processing advice
+    with tempfile.TemporaryDirectory(prefix="onnxmlu-quant-") as tmp:
+        src, dst = Path(tmp) / "float.onnx", Path(tmp) / "quant.onnx"
+        onnx.save(model, src)
+        if static:
+            rng = np.random.default_rng(6)
+            feeds = [{"x": rng.uniform(-1, 1, (1, 3, 32, 32)).astype(np.float32)} for _ in range(4)]
+
+            class Reader(q.CalibrationDataReader):
+                def __init__(self) -> None:
+                    self._it = iter(feeds)
+
+                def get_next(self):
+                    return next(self._it, None)
+
+            q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QOperator,
+                              activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)  # fmt: skip
+        else:
+            q.quantize_dynamic(src, dst, weight_type=q.QuantType.QUInt8)
+        return onnx.load(dst)
+
+
+def ort_static_quant_cnn() -> onnx.ModelProto:
+    """:func:`conv_bn_relu_gemm` (batch 1) statically quantized by onnxruntime: QLinearConv,
+    com.microsoft QLinearGlobalAveragePool/QGemm, (De)QuantizeLinear."""
+    model = conv_bn_relu_gemm()
+    for vi in (*model.graph.input, *model.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_value = 1
+    return _quantize(model, static=True)
+
+
+def ort_dynamic_quant_lstm() -> onnx.ModelProto:
+    """An LSTM + MatMul dynamically quantized by onnxruntime: com.microsoft DynamicQuantizeLSTM,
+    DynamicQuantizeLinear, MatMulInteger."""
+    return _quantize(_lstm_matmul(), static=False)
+
+
+BUILDERS = {
+    f.__name__: f
+    for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
+              lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm)
+}  # fmt: skip

@@ -1,0 +1,197 @@
+"""Survey: fuse every corpus model with the onnxmlu CLI and compare it against the original.
+
+    .venv/bin/python tests/realworld/survey.py [--only ID ...] [--json out.json] [--timeout S]
+
+Each model runs in its own worker process (so a crash or hang costs one row): the worker runs
+``onnxmlu fuse MODEL OUT --input-shape ... --json -`` in a fresh temporary working directory,
+notes any file left there, counts MLUFusionBlock and host nodes (subgraphs included), and runs
+the original (graph optimizations disabled) and the fused model (custom-op library registered)
+in onnxruntime on the same seeded inputs. One line per model; errors show their first line only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import corpus
+import onnxmlu
+
+CLI = Path(sys.executable).with_name("onnxmlu")
+BLOCK = ("com.onnxmlu", "MLUFusionBlock")
+COLUMNS = ("id", "package", "fuse", "blocks", "host", "max_err", "orig", "fused", "secs", "cwd")
+WIDTHS = (24, 22, 4, 6, 5, 8, 7, 7, 6, 5)
+LEFT = {0, 1, 2, 9}  # left-aligned columns
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ORT_LOG = re.compile(r"^\S+ \S+ \[[VIWEF]:onnxruntime:")  # onnxruntime's own log lines
+
+
+def _first_line(text: str) -> str:
+    """The gist of an error output: its first ``error`` line, else a traceback's last line,
+    else its first line (onnxruntime's log lines skipped)."""
+    lines = [ANSI.sub("", ln).strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln and not ORT_LOG.match(ln)] or ["(no output)"]
+    errors = [ln for ln in lines if ln.lower().startswith("error")]
+    if errors:
+        return errors[0]
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+def _count(graph) -> tuple[int, int]:
+    """(MLUFusionBlock nodes, other nodes), descending into subgraphs of host nodes only."""
+    blocks = host = 0
+    for node in graph.node:
+        if (node.domain, node.op_type) == BLOCK:
+            blocks += 1
+            continue
+        host += 1
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                b, h = _count(sub)
+                blocks, host = blocks + b, host + h
+    return blocks, host
+
+
+def _compare(case: corpus.ModelCase, original: Path, fused: Path) -> float:
+    """Max abs difference over all outputs; raises on a shape mismatch."""
+
+    def session(path: Path, custom: bool) -> ort.InferenceSession:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        if custom:
+            so.register_custom_ops_library(onnxmlu.custom_ops_library())
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+    feeds = corpus.feeds(case, onnx.load(original, load_external_data=False))
+    ref_sess, fused_sess = session(original, False), session(fused, True)
+    names = [o.name for o in ref_sess.get_outputs()]
+    ref = ref_sess.run(None, feeds)
+    fused_inputs = {i.name for i in fused_sess.get_inputs()}
+    got = fused_sess.run(names, {k: v for k, v in feeds.items() if k in fused_inputs})
+    err = 0.0
+    for name, a, b in zip(names, ref, got):
+        if a.shape != b.shape:
+            raise ValueError(f"output {name}: shape {list(b.shape)}, expected {list(a.shape)}")
+        if a.size:
+            diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            err = max(err, float(np.nanmax(np.where(np.isnan(a) & np.isnan(b), 0, diff))))
+    return err
+
+
+def work(case_id: str, timeout: float) -> dict:
+    """Fuse and compare one case (runs inside the worker process)."""
+    case = next(c for c in corpus.MODELS if c.id == case_id)
+    row = {"id": case.id, "package": case.package, "classes": list(case.classes)}
+    try:
+        original = corpus.model_path(case)
+    except corpus.FetchError as error:
+        return row | {"error": f"fetch: {error}"}
+    row["orig_bytes"] = original.stat().st_size
+    outdir, cwd = Path(tempfile.mkdtemp(prefix="survey-out-")), Path(tempfile.mkdtemp(prefix="survey-cwd-"))
+    try:
+        fused = outdir / f"{case.id}.fused.onnx"
+        cmd = [str(CLI), "fuse", str(original), str(fused), *case.shape_args(), "--json", "-"]
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc = None
+        row["secs"] = round(time.perf_counter() - start, 2)
+        row["left_in_cwd"] = sorted(p.name for p in cwd.iterdir())
+        if proc is None:
+            return row | {"error": f"fuse timed out after {timeout:g} s"}
+        if proc.returncode != 0 or not fused.is_file():
+            return row | {"error": _first_line(proc.stderr or proc.stdout)}
+        row["fused_bytes"] = sum(p.stat().st_size for p in outdir.iterdir())  # external data too
+        row["blocks"], row["host"] = _count(onnx.load(fused, load_external_data=False).graph)
+        try:
+            row["max_abs_err"] = _compare(case, original, fused)
+        except Exception as error:  # noqa: BLE001 - a diagnostic: report, don't stop
+            message = _first_line(str(error)).replace(str(fused), fused.name)
+            row["error"] = f"compare: {type(error).__name__}: {message}"
+        return row
+    finally:
+        shutil.rmtree(outdir, ignore_errors=True)
+        shutil.rmtree(cwd, ignore_errors=True)
+
+
+def run_one(case: corpus.ModelCase, timeout: float) -> dict:
+    """Run :func:`work` for ``case`` in a fresh worker process and return its row."""
+    cmd = [sys.executable, __file__, "--worker", case.id, "--timeout", str(timeout)]
+    base = {"id": case.id, "package": case.package, "classes": list(case.classes)}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=2 * timeout + 120)
+    except subprocess.TimeoutExpired:
+        return base | {"error": "worker timed out"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+    return base | {"error": f"worker crashed ({why}): {_first_line(proc.stderr)}"}
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    if n < 1024:
+        return f"{n}B"
+    return f"{n / 1024:.1f}K" if n < 1024**2 else f"{n / 1024**2:.1f}M"
+
+
+def format_row(row: dict) -> str:
+    err = row.get("max_abs_err")
+    left = row.get("left_in_cwd")
+    cells = [
+        row["id"], row["package"], "ok" if "error" not in row else "FAIL",
+        str(row.get("blocks", "-")), str(row.get("host", "-")),
+        "-" if err is None else f"{err:.1e}",
+        _size(row.get("orig_bytes")), _size(row.get("fused_bytes")),
+        str(row.get("secs", "-")), "-" if left is None else ("clean" if not left else ",".join(left)),
+    ]  # fmt: skip
+    return _line(cells) + (f"  {row['error']}" if "error" in row else "")
+
+
+def _line(cells) -> str:
+    return " ".join(c.ljust(w) if i in LEFT else c.rjust(w) for i, (c, w) in enumerate(zip(cells, WIDTHS)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", metavar="ID", help="survey only this case (repeatable)")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds allowed for one fuse")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(work(args.worker, args.timeout)))
+        return 0
+    cases = [c for c in corpus.MODELS if not args.only or c.id in args.only]
+    if args.only and (unknown := set(args.only) - {c.id for c in cases}):
+        parser.error(f"unknown id(s): {', '.join(sorted(unknown))}")
+    print(_line(COLUMNS) + "  error")
+    rows = []
+    for case in cases:
+        row = run_one(case, args.timeout)
+        rows.append(row)
+        print(format_row(row), flush=True)
+    ok = sum("error" not in r for r in rows)
+    print(f"{ok} of {len(rows)} fused and compared")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
