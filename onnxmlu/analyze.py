@@ -156,11 +156,29 @@ def _op_count(node, index, kind, in_shape, out_shape, kernel, groups) -> float:
     if node.op_type == "MatMul":
         k = in_shape[-1] if in_shape else 1
         return 2.0 * out_elems * k
+    if node.op_type == "Einsum":
+        return 2.0 * _einsum_points(node, index)
     if kind == "global_pool":
         return float(math.prod(in_shape))
     if kind == "pool":
         return out_elems * kernel[0] * kernel[1]
     return out_elems * _PER_ELEMENT[kind]
+
+
+def _einsum_points(node: onnx.NodeProto, index: GraphIndex) -> float:
+    """The size of an Einsum's index space: the product of the sizes of its distinct letters,
+    and of the broadcast dims an ellipsis stands for (aligned from the right)."""
+    equation = next(a.s.decode() for a in node.attribute if a.name == "equation").replace(" ", "")
+    sizes: dict[str, int] = {}
+    for term, name in zip(equation.split("->")[0].split(","), node.input):
+        dims = index.static_shape(name) or []
+        head, ellipsis, tail = term.partition("...")
+        middle = dims[len(head): len(dims) - len(tail)] if ellipsis else []
+        sizes.update(zip(head, dims))
+        sizes.update(zip(tail, dims[len(dims) - len(tail):]))
+        for k, d in enumerate(reversed(middle)):
+            sizes[f"...{k}"] = max(sizes.get(f"...{k}", 1), d)
+    return float(math.prod(sizes.values()))
 
 
 _PER_ELEMENT = {"eltwise": 1.0, "norm": 2.0, "softmax": 5.0, "data": 0.0}

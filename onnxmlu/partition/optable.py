@@ -4,10 +4,18 @@ One table, data not scattered ifs: ``OP_KINDS`` maps an op type of the standard 
 its layer kind (which the performance model prices). A few ops need more than their type
 to be accepted; ``support_reason`` gives the reason a node stays on the host, or None.
 
-Deliberately absent: Gemm, LSTM/GRU/RNN and weighted BatchNormalization (the rewriters turn
-them into primitives first), control flow (If/Loop/Scan), shape arithmetic on the host
-(Shape, ConstantOfShape, Range, NonZero ...), random ops and anything outside the standard
-domain.
+What stays on the host, and why:
+
+* Gemm, LSTM/GRU/RNN and weighted BatchNormalization: the rewriters turn them into primitives
+  first; what is left of them the rewriter could not rewrite (its reason is reported);
+* control flow (If/Loop/Scan): a block is straight-line code;
+* shape arithmetic (Shape, Size, ConstantOfShape, Range): with pinned inputs it folds away in
+  normalize; what remains computes shapes on the host, where the sizes are known;
+* data-dependent shapes (NonZero, TopK, NonMaxSuppression, Unique, Compress): a block's outputs
+  are allocated from shapes known when the session starts;
+* quantization (QuantizeLinear, DequantizeLinear, QLinear*, *Integer, DynamicQuantize*): the
+  accelerator's blocks are fp32 today;
+* random ops, string ops, sequences and anything outside the standard domain.
 """
 
 from __future__ import annotations
@@ -27,13 +35,19 @@ OP_KINDS: dict[str, str] = {
     "BatchNormalization": "norm",
     "LRN": "norm",
     "InstanceNormalization": "norm",
+    "LayerNormalization": "norm",
+    "GroupNormalization": "norm",
+    "MeanVarianceNormalization": "norm",
+    # a contraction priced like MatMul: 2 ops per point of its whole index space
+    "Einsum": "fc",
     # element-wise arithmetic and activations
     **{op: "eltwise" for op in (
         "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs",
         "Exp", "Log", "Erf", "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid",
         "HardSwish", "Tanh", "Clip", "Elu", "Selu", "Celu", "Gelu", "Softplus", "Softsign",
         "ThresholdedRelu", "Mish", "Identity", "Where", "Cast", "Equal", "Greater", "Less",
-        "Not", "And", "Or",
+        "Not", "And", "Or", "Xor", "GreaterOrEqual", "LessOrEqual", "Sum", "Mean", "Floor", "Ceil",
+        "Round", "Sign", "Sin", "Cos", "Mod", "CastLike", "Dropout",
     )},
     # pooling
     "MaxPool": "pool",
@@ -41,14 +55,18 @@ OP_KINDS: dict[str, str] = {
     "GlobalAveragePool": "global_pool",
     "GlobalMaxPool": "global_pool",
     # reductions (priced like global pooling: one op per input element)
-    **{op: "global_pool" for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum")},
+    **{op: "global_pool" for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd",
+                                     "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp",
+                                     "ArgMax", "ArgMin")},
     # softmax family
     "Softmax": "softmax",
     "LogSoftmax": "softmax",
+    "Hardmax": "softmax",
     # data movement
     **{op: "data" for op in (
         "Concat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Split",
         "Pad", "Gather", "Expand", "Tile", "Resize", "Upsample", "DepthToSpace", "SpaceToDepth",
+        "GatherElements", "ScatterElements", "Trilu",
     )},
 }
 
@@ -135,10 +153,27 @@ def _maxpool_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     return None
 
 
+def _dropout_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+    if len([o for o in node.output if o]) > 1:
+        return "Dropout with a mask output"
+    return None
+
+
+def _einsum_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+    for name in node.input:
+        dims = index.shape(name)
+        if dims is None or not all(isinstance(d, int) and d > 0 for d in dims):
+            return (f"cannot size it: its input {name!r} has dims {dims_text(dims)}; pin the model's "
+                    "symbolic dims with --input-shape NAME:D1,D2,...")
+    return None
+
+
 _SPECIAL_CHECKS = {
     "BatchNormalization": _batchnorm_reason,
     "MaxPool": _maxpool_reason,
     "Conv": _sizing_reason,
     "ConvTranspose": _sizing_reason,
     "MatMul": _sizing_reason,
+    "Einsum": _einsum_reason,
+    "Dropout": _dropout_reason,
 }

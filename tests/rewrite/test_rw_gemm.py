@@ -133,3 +133,22 @@ def test_every_opset(opset):
         full_check(rewritten)
         if opset <= 26:  # the newest opset onnxruntime 1.31 runs
             assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_gemms_sharing_a_weight_share_its_one_transposed_copy(alpha):
+    """An unrolled RNN applies one Linear at every step: 8 Gemms read one B. The rewrite writes
+    one transposed (and scaled) copy, not one per node, and no other weight."""
+    rng = np.random.default_rng(0)
+    b = numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "B")
+    steps = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [2, 4]) for i in range(8)]
+    nodes = [helper.make_node("Gemm", [f"x{i}", "B"], [f"y{i}"], transB=1, alpha=alpha) for i in range(8)]
+    outputs = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [2, 6]) for i in range(8)]
+    model = helper.make_model(helper.make_graph(nodes, "steps", steps, outputs, [b]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    rewritten, report = rewrite_model(model)
+    assert report.applied["gemm"] == 8
+    weights = [t for t in rewritten.graph.initializer if len(t.dims) == 2]
+    assert [list(t.dims) for t in weights] == [[4, 6]]
+    feeds = {f"x{i}": rng.standard_normal((2, 4)).astype(np.float32) for i in range(8)}
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))
