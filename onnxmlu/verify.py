@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.ir import fed_inputs
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,8 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int]
     ``shapes`` gives whole input shapes by input name; ``dims`` sizes symbolic dims by name.
     """
     rng = np.random.default_rng(seed)
-    constants = {t.name for t in model.graph.initializer}
     feeds = {}
-    for value in model.graph.input:
-        if value.name in constants:
-            continue
+    for value in fed_inputs(model.graph):
         tensor_type = value.type.tensor_type
         if shapes and value.name in shapes:
             shape = [int(d) for d in shapes[value.name]]

@@ -24,7 +24,7 @@ import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
-from onnxmlu.ir import copy_model, iter_graphs
+from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
 from onnxmlu.large_models import infer_on_skeleton, tensor_payload_bytes
 
 PROBE_MAX_BYTES = 1 << 29
@@ -149,11 +149,8 @@ def _symbolic_only(vi: onnx.ValueInfoProto | None) -> bool:
 
 def _zero_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray] | None:
     """Zeros for every graph input, or None when one has no concrete shape."""
-    initializers = {t.name for t in model.graph.initializer}
     feeds = {}
-    for vi in model.graph.input:
-        if vi.name in initializers:
-            continue
+    for vi in fed_inputs(model.graph):
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type") or not tt.HasField("shape") or not tt.elem_type:
             return None

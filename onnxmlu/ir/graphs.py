@@ -143,6 +143,13 @@ def _kahn_order(graph: onnx.GraphProto) -> list[int] | None:
     return order if len(order) == len(graph.node) else None
 
 
+def fed_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs a caller feeds: those without an initializer of the same name (an IR < 4
+    model lists its weights as inputs too)."""
+    initializers = {t.name for t in graph.initializer}
+    return [vi for vi in graph.input if vi.name not in initializers]
+
+
 def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
