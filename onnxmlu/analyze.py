@@ -87,10 +87,11 @@ CONSTANT_REASON = ("computes a constant that folding left (a large broadcast, or
 
 def constant_expressions(graph: onnx.GraphProto, index: GraphIndex) -> list[int]:
     """Nodes whose every input (subgraph reads included) is a constant or another such node's
-    output. A block made of them would read nothing from outside."""
+    output. A block made of them would read nothing from outside. The node order is
+    topological (normalize sorts every graph)."""
     constant = set(index.initializers)
     found = []
-    for i in topological_order(graph, prefer=lambda i: True, index=index):
+    for i in range(len(graph.node)):
         if all(name in constant for name in index.inputs[i]):
             constant.update(index.outputs[i])
             found.append(i)

@@ -49,9 +49,10 @@ _BROADCAST_OPS = frozenset({"ConstantOfShape", "Expand", "Tile", "Range"})
 def fold_shape_ops(model: onnx.ModelProto, frozen: frozenset[str] = frozenset()) -> int:
     """Replace statically known ``Shape``/``Size`` nodes by ``Constant`` nodes (outside the
     ``frozen`` main-graph branches, see :func:`invalid_branch`); the count."""
-    dims = _known_dims(model)
+    graphs = [g for g in _thawed_graphs(model, frozen) if any(n.op_type in ("Shape", "Size") for n in g.node)]
+    dims = _known_dims(model) if graphs else {}
     count = 0
-    for graph in _thawed_graphs(model, frozen):
+    for graph in graphs:
         for node in graph.node:
             if node.op_type not in ("Shape", "Size") or not is_default_domain(node.domain):
                 continue
@@ -101,9 +102,10 @@ def flatten_constant_ifs(model: onnx.ModelProto, frozen: frozenset[str] = frozen
     Names are unique across all scopes in ONNX, so the branch's nodes and initializers can
     move into the enclosing graph unchanged; its outer-scope reads resolve there as before.
     """
-    constants = _scalar_constants(model)
+    graphs = [g for g in _thawed_graphs(model, frozen) if any(n.op_type == "If" for n in g.node)]
+    constants = _scalar_constants(model) if graphs else {}
     count = 0
-    for graph in list(_thawed_graphs(model, frozen)):  # branches moved up are visited next round
+    for graph in graphs:  # branches moved up are visited next round
         nodes: list[onnx.NodeProto] = []
         for node in graph.node:
             taken = _taken_branch(node, constants)

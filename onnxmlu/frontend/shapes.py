@@ -106,7 +106,7 @@ def merge_value_infos(targets: Iterable[onnx.GraphProto], sources: Iterable[onnx
             old = mine.get(vi.name) or outputs.get(vi.name)
             if old is None:
                 graph.value_info.append(vi)
-            elif _knowledge(vi) > _knowledge(old):
+            elif old.type != vi.type and _knowledge(vi) > _knowledge(old):  # equal: the usual case
                 old.type.CopyFrom(vi.type)
 
 

@@ -92,17 +92,22 @@ def _special_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
 def _tensor_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     """A block boundary needs the type of every tensor that may cross it, and the rank of
     every tensor a block produces (the library allocates outputs from the declared shape)."""
-    for name in list(node.input) + list(node.output):
-        if name and index.elem_type(name) == _STRING:
-            return f"string tensor {name!r} cannot cross an accelerator block"
     for name in node.input:
-        if name and not index.elem_type(name):
-            return f"input {name!r} has no known type ({_producer_text(index, name)})"
+        if name:
+            elem = index.elem_type(name)
+            if elem == _STRING:
+                return f"string tensor {name!r} cannot cross an accelerator block"
+            if not elem:
+                return f"input {name!r} has no known type ({_producer_text(index, name)})"
     for name in node.output:
-        if name and not index.elem_type(name):
-            return f"output {name!r} has no inferred type (try --input-shape)"
-        if name and index.shape(name) is None:
-            return f"output {name!r} has an unknown rank (try --input-shape)"
+        if name:
+            elem = index.elem_type(name)
+            if elem == _STRING:
+                return f"string tensor {name!r} cannot cross an accelerator block"
+            if not elem:
+                return f"output {name!r} has no inferred type (try --input-shape)"
+            if index.shape(name) is None:
+                return f"output {name!r} has an unknown rank (try --input-shape)"
     return None
 
 
