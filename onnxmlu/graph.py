@@ -274,19 +274,6 @@ def _override_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int | 
     del model.graph.value_info[:]
 
 
-def copy_model_fields(target: onnx.ModelProto, source: onnx.ModelProto) -> None:
-    """Model-level fields (IR, opsets, producer, metadata, local functions) of ``source``."""
-    target.ir_version = source.ir_version
-    del target.opset_import[:]
-    target.opset_import.extend(source.opset_import)
-    for field_name in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
-        setattr(target, field_name, getattr(source, field_name))
-    del target.metadata_props[:]
-    target.metadata_props.extend(source.metadata_props)
-    del target.functions[:]
-    target.functions.extend(source.functions)
-
-
 def _remember_exported_io(model: onnx.ModelProto) -> None:
     if any(p.key == EXPORTED_IO_KEY for p in model.metadata_props):
         return

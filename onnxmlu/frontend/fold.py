@@ -36,7 +36,7 @@ from onnx import helper, numpy_helper
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
-from onnxmlu.ir import copy_model, graphs_by_branch, is_default_domain, iter_graphs, node_subgraphs, unresolved_names
+from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_default_domain, iter_graphs, node_subgraphs, unresolved_names
 from onnxmlu.large_models import skeleton
 
 #: Folding may write a constant up to this size, or up to FOLD_GROWTH times its inputs.
@@ -195,8 +195,6 @@ def problems_text(problems: list[str]) -> str:
 def _graphsurgeon_fold(model: onnx.ModelProto) -> onnx.ModelProto:
     import onnx_graphsurgeon as gs
     from onnx_graphsurgeon.logger import G_LOGGER
-
-    from onnxmlu.graph import copy_model_fields
 
     G_LOGGER.severity = G_LOGGER.ERROR  # nodes it cannot evaluate are expected and harmless
     if any(node_subgraphs(node) for node in model.graph.node):

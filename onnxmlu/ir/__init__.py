@@ -5,12 +5,13 @@
 * scopes: :func:`node_inputs` (explicit inputs plus the outer-scope names its subgraphs read),
   :func:`outer_scope_names`, :func:`unresolved_names` (a soundness check of a whole model);
 * order: :func:`sort_graphs` puts the nodes of every graph in a topological order;
-* models: :func:`copy_model`, :func:`fed_inputs`, :func:`opset_version`, :data:`DEFAULT_DOMAINS`.
+* models: :func:`copy_model`, :func:`copy_model_fields`, :func:`fed_inputs`, :func:`opset_version`, :data:`DEFAULT_DOMAINS`.
 """
 
 from onnxmlu.ir.graphs import (
     DEFAULT_DOMAINS,
     copy_model,
+    copy_model_fields,
     fed_inputs,
     graphs_by_branch,
     is_default_domain,
@@ -28,6 +29,7 @@ from onnxmlu.ir.graphs import (
 __all__ = [
     "DEFAULT_DOMAINS",
     "copy_model",
+    "copy_model_fields",
     "fed_inputs",
     "graphs_by_branch",
     "is_default_domain",

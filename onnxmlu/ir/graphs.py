@@ -156,6 +156,19 @@ def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def copy_model_fields(target: onnx.ModelProto, source: onnx.ModelProto) -> None:
+    """Model-level fields (IR, opsets, producer, metadata, local functions) of ``source``."""
+    target.ir_version = source.ir_version
+    del target.opset_import[:]
+    target.opset_import.extend(source.opset_import)
+    for field_name in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(target, field_name, getattr(source, field_name))
+    del target.metadata_props[:]
+    target.metadata_props.extend(source.metadata_props)
+    del target.functions[:]
+    target.functions.extend(source.functions)
+
+
 def opset_version(model: onnx.ModelProto, domain: str = "") -> int | None:
     """The model's opset of ``domain`` (the standard domain by default), None when not imported."""
     domains = DEFAULT_DOMAINS if domain in DEFAULT_DOMAINS else (domain,)

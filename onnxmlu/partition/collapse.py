@@ -24,8 +24,8 @@ from onnx import helper
 
 from onnxmlu.analyze import Analysis
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.graph import copy_model_fields, restore_exported_io, topological_order
-from onnxmlu.ir import is_default_domain, nested_graphs, node_inputs
+from onnxmlu.graph import restore_exported_io, topological_order
+from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
 from onnxmlu.large_models import active_store, fill_tensor, is_marker
 from onnxmlu.partition.plan import Plan
 from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, fill_body_attribute
