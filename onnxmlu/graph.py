@@ -32,7 +32,7 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import ModelLoadError, OnnxMluError, first_line
 from onnxmlu.frontend.fold import flatten_constant_ifs, fold_constant_nodes, fold_shape_ops, invalid_branch
 from onnxmlu.frontend.shapes import infer_shapes, probe_shapes
-from onnxmlu.ir import (copy_model, node_inputs, node_subgraphs, opset_version, outer_scope_names, sort_graphs,
+from onnxmlu.ir import (branch_attributes, copy_model, node_inputs, node_subgraphs, opset_version, outer_scope_names, sort_graphs,
                          unresolved_names)
 from onnxmlu.large_models import itemsize, tensor_array, tensor_payload_bytes
 
@@ -154,18 +154,11 @@ def _restore_branches(model: onnx.ModelProto, exported: onnx.ModelProto, frozen:
     """Put the ``frozen`` main-graph branches of ``exported`` back into ``model``, typed."""
     if not frozen:
         return model
-    originals = dict(_branch_attributes(exported.graph))
-    for key, attr in _branch_attributes(model.graph):
+    originals = dict(branch_attributes(exported.graph))
+    for key, attr in branch_attributes(model.graph):
         if key in frozen and key in originals:
             attr.CopyFrom(originals[key])
     return infer_shapes(model, note)
-
-
-def _branch_attributes(graph: onnx.GraphProto):
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield f"{node.name or node.output[0]}.{attr.name}", attr
 
 
 #: Branches a model may have frozen before folding gives up.

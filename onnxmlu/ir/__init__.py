@@ -10,6 +10,7 @@
 
 from onnxmlu.ir.graphs import (
     DEFAULT_DOMAINS,
+    branch_attributes,
     copy_model,
     copy_model_fields,
     fed_inputs,
@@ -28,6 +29,7 @@ from onnxmlu.ir.graphs import (
 
 __all__ = [
     "DEFAULT_DOMAINS",
+    "branch_attributes",
     "copy_model",
     "copy_model_fields",
     "fed_inputs",

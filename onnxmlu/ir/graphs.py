@@ -48,11 +48,17 @@ def graphs_by_branch(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.GraphPr
     main-graph node's subgraph attribute, ``""`` for the main graph): a stable name for a
     branch while nodes inside it change."""
     yield "", graph
+    for key, attr in branch_attributes(graph):
+        for sub in subgraphs(attr):
+            yield from ((key, g) for g in iter_graphs(sub))
+
+
+def branch_attributes(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.AttributeProto]]:
+    """The subgraph attributes of ``graph``'s own nodes, keyed ``"NODE.ATTR"``."""
     for node in graph.node:
         for attr in node.attribute:
-            for sub in subgraphs(attr):
-                key = f"{node.name or node.output[0]}.{attr.name}"
-                yield from ((key, g) for g in iter_graphs(sub))
+            if attr.type in _GRAPH_KINDS:
+                yield f"{node.name or node.output[0]}.{attr.name}", attr
 
 
 def nested_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

@@ -249,7 +249,8 @@ class Rewriter(Protocol):
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None: ...
 
 
-def _subgraphs(node: gs.Node) -> list[gs.Graph]:
+def gs_subgraphs(node: gs.Node) -> list[gs.Graph]:
+    """The subgraphs of a graphsurgeon node (``onnxmlu.ir`` walks ``onnx`` protos)."""
     found: list[gs.Graph] = []
     for value in node.attrs.values():
         if isinstance(value, gs.Graph):
@@ -263,7 +264,7 @@ def run_rewriter(rewriter: Rewriter, ctx: RewriteContext, report: RewriteReport)
     """Apply ``rewriter`` to every matching node of ``ctx.graph`` and its subgraphs."""
     count = 0
     for node in list(ctx.graph.nodes):
-        for sub in _subgraphs(node):
+        for sub in gs_subgraphs(node):
             count += run_rewriter(rewriter, ctx.for_graph(sub), report)
         if node.op not in rewriter.op_types or node.domain not in (None, *DEFAULT_DOMAINS):
             continue

@@ -27,7 +27,8 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from onnxmlu.large_models import copy_field, skeleton
-from onnxmlu.ir import iter_graphs, node_subgraphs, opset_version
+from onnxmlu.ir import iter_graphs, node_subgraphs
+from onnxmlu.rewrite.base import gs_subgraphs
 
 _GRAPH_DATA = ("node", "initializer", "sparse_initializer", "value_info", "input", "output")
 
@@ -71,11 +72,8 @@ def _type_map(graph: onnx.GraphProto) -> dict[str, tuple[Any, list | None]]:
 def _gs_graphs(graph: gs.Graph):
     yield graph
     for node in graph.nodes:
-        for value in node.attrs.values():
-            subs = value if isinstance(value, (list, tuple)) else [value]
-            for sub in subs:
-                if isinstance(sub, gs.Graph):
-                    yield from _gs_graphs(sub)
+        for sub in gs_subgraphs(node):
+            yield from _gs_graphs(sub)
 
 
 def import_graph(model: onnx.ModelProto) -> gs.Graph:
