@@ -22,11 +22,12 @@ import onnx
 from onnxmlu.analyze import Analysis, analyze
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.graph import load_model, normalize
-from onnxmlu.large_models import active_store
-from onnxmlu.partition.collapse import BlockFigures, collapse
-from onnxmlu.partition.plan import Plan, split_oversized_blocks
-from onnxmlu.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware
+from onnxmlu.frontend.load import load_model
+from onnxmlu.frontend.normalize import normalize
+from onnxmlu.ir.weights import active_store
+from onnxmlu.collapse.blocks import BlockFigures, collapse
+from onnxmlu.plan.plan import Plan, split_oversized_blocks
+from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware
 from onnxmlu.schema import ensure_registered, is_fusion_block
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto]
@@ -136,7 +137,7 @@ def make_plan(analysis: Analysis, hw: Hardware, *, strategy: StrategyLike = DEFA
 
 
 def _run_strategy(strategy: StrategyLike, analysis: Analysis, hw: Hardware) -> Plan:
-    from onnxmlu.strategies import get_strategy
+    from onnxmlu.plan.strategies import get_strategy
 
     fn = get_strategy(strategy) if isinstance(strategy, str) else strategy
     if not analysis.layers:
@@ -150,13 +151,13 @@ def _run_strategy(strategy: StrategyLike, analysis: Analysis, hw: Hardware) -> P
 def block_latencies(layers, plan: Plan, cost) -> list[float]:
     """Simulated latency (µs) of each block of ``plan`` under ``cost`` (batched by MP when the
     cost function can price many blocks at once: linear in the graph)."""
-    from onnxmlu.perf.model import plan_block_latencies_us
+    from onnxmlu.plan.perf.model import plan_block_latencies_us
 
     return [float(t) for t in plan_block_latencies_us(plan, layers, cost)]
 
 
 def cost_function(hw: Hardware):
-    from onnxmlu.perf.model import make_cost
+    from onnxmlu.plan.perf.model import make_cost
 
     return make_cost(hw)
 
@@ -181,7 +182,7 @@ def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strateg
                  progress: Callable[[str], None] | None = None) -> FuseResult:
     """:func:`fuse` the model file ``model`` and save it at ``output`` (atomically), holding
     the weights about once plus one block in memory: right after normalizing, the large
-    weights move out of the protobuf tree into a :class:`~onnxmlu.large_models.WeightStore`
+    weights move out of the protobuf tree into a :class:`~onnxmlu.ir.weights.WeightStore`
     (the parsed model is dropped), and the file is written as pieces, one body at a time, each
     weight released once the last block that reads it is written (:func:`stream_pieces`).
     The result's ``model`` is the fused graph without bodies (what reports need); the
@@ -191,9 +192,9 @@ def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strateg
     :func:`save_model` instead, which write external data. ``progress`` is told each stage
     ("loading NAME", "fusing ...", "saving NAME") as it starts.
     """
-    from onnxmlu.atomic import needs_external_data, write_pieces_atomic
-    from onnxmlu.large_models import WeightStore
-    from onnxmlu.partition.collapse import fused_without_bodies, stream_pieces
+    from onnxmlu.collapse.atomic import needs_external_data, write_pieces_atomic
+    from onnxmlu.ir.weights import WeightStore
+    from onnxmlu.collapse.blocks import fused_without_bodies, stream_pieces
 
     say = progress or (lambda stage: None)
     _refuse_output(Path(output), Path(model))
@@ -268,7 +269,7 @@ def _plan_model(model: ModelLike, *, strategy, plan, mp, hardware, input_shapes,
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
                external_data: bool | None = None) -> Path:
-    """Write ``model`` atomically (see :mod:`onnxmlu.atomic`): the destination ends up holding
+    """Write ``model`` atomically (see :mod:`onnxmlu.collapse.atomic`): the destination ends up holding
     the previous complete file or the new one, never a truncated file.
 
     ``external_data``: None (default) keeps everything in one file unless the model's tensors
@@ -276,7 +277,7 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: s
     next to ``NAME``; True always does that; False never does (a model over 2 GB then fails).
     Every failure is a one-line :class:`OnnxMluError`.
     """
-    from onnxmlu.atomic import write_model_atomic
+    from onnxmlu.collapse.atomic import write_model_atomic
 
     out = Path(path)
     if input_path is not None:

@@ -111,7 +111,7 @@ def _emit_json(target: Optional[Path], payload: dict) -> None:
     if str(target) == "-":
         sys.stdout.write(text)
     else:
-        from onnxmlu.atomic import write_bytes_atomic
+        from onnxmlu.collapse.atomic import write_bytes_atomic
 
         write_bytes_atomic(text.encode(), target)  # a report is never half-written
 
@@ -150,7 +150,7 @@ def _steps(quiet: bool, total: Optional[int] = None) -> Iterator[Steps]:
 
 
 def _shapes(specs: Optional[List[str]]):
-    from onnxmlu.graph import parse_input_shapes
+    from onnxmlu.frontend.load import parse_input_shapes
 
     return parse_input_shapes(specs or [])
 
@@ -271,7 +271,7 @@ def check(
 
     Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
     """
-    from onnxmlu.graph import load_model
+    from onnxmlu.frontend.load import load_model
 
     with _steps(quiet) as steps:
         steps.say(f"loading {original.name} and {fused.name}")
@@ -302,7 +302,7 @@ def _arrays(path: Path | None) -> dict | None:
 
 def _run_check(original, fused, seeds, atol, rtol, quiet: bool, talk: bool, pins=None, inputs=None):
     """Compare the models (a spinner per stage unless --quiet); print the table if ``talk``."""
-    from onnxmlu.verify import check_models
+    from onnxmlu.tools.verify import check_models
 
     with _steps(quiet) as steps:
         report = check_models(original, fused, seeds=seeds, atol=atol, rtol=rtol, input_shapes=pins, inputs=inputs,
@@ -380,7 +380,7 @@ def zoo(
     Example: onnxmlu zoo resnet18 resnet18.onnx --batch N; onnxmlu zoo all models/
     """
     from onnxmlu import api
-    from onnxmlu.zoo import ZOO_NAMES, build_model
+    from onnxmlu.tools.zoo import ZOO_NAMES, build_model
 
     names = list(ZOO_NAMES) if name == "all" else name.split(",")
     targets = _zoo_targets(names, output)
@@ -399,7 +399,7 @@ def zoo(
 
 def _zoo_targets(names: list[str], output: Path) -> list[tuple[str, Path]]:
     """``(name, path)`` per model: OUTPUT itself for one model, OUTPUT/NAME.onnx for several."""
-    from onnxmlu.zoo import ZOO_NAMES
+    from onnxmlu.tools.zoo import ZOO_NAMES
 
     unknown = [n for n in names if n not in ZOO_NAMES]
     if unknown:
@@ -464,7 +464,7 @@ def plan(
     Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json --plot plan.png
     """
     from onnxmlu import api
-    from onnxmlu.perf.hardware import load_hardware
+    from onnxmlu.plan.perf.hardware import load_hardware
 
     hardware = load_hardware(hw)
     with _steps(quiet) as steps:
@@ -474,7 +474,7 @@ def plan(
         chosen = api.make_plan(analysis, hardware, strategy=strategy, mp=mp)
     text = chosen.to_json(analysis.layers)
     if output is not None:
-        from onnxmlu.atomic import write_bytes_atomic
+        from onnxmlu.collapse.atomic import write_bytes_atomic
 
         write_bytes_atomic(text.encode(), output)
     latencies = api.block_latencies(analysis.layers, chosen, api.cost_function(hardware))
@@ -484,7 +484,7 @@ def plan(
             for b, (block, latency) in enumerate(zip(chosen.blocks, latencies))]
     total = sum(r["sim_latency_us"] for r in rows)
     if plot is not None:
-        from onnxmlu.plots import plan_chart
+        from onnxmlu.tools.plots import plan_chart
 
         plan_chart(rows, plot, title=f"{model.stem}: {chosen.strategy}, {len(rows)} blocks, {total:.0f} µs simulated on {hardware.name}",
                    max_mp=hardware.cores)
@@ -516,8 +516,8 @@ def compare(
     Example: onnxmlu compare --zoo --plot speedup.png
     """
     from onnxmlu import api
-    from onnxmlu.perf.hardware import load_hardware
-    from onnxmlu.strategies import strategy_names
+    from onnxmlu.plan.perf.hardware import load_hardware
+    from onnxmlu.plan.strategies import strategy_names
 
     if (model is None) == (not zoo_all):
         raise OnnxMluError("give either a MODEL or --zoo")
@@ -534,7 +534,7 @@ def compare(
         _print_compare(label, rows, hardware.name)
     _emit_json(json_out, _report("compare", {"hardware": hardware.name, "strategies": names, "networks": report}))
     if plot is not None:
-        from onnxmlu.plots import speedup_chart
+        from onnxmlu.tools.plots import speedup_chart
 
         speedup_chart(report, plot)
 
@@ -544,7 +544,7 @@ def _compare_inputs(model: Optional[Path]) -> list[tuple[str, object]]:
     comes, under the progress bar (building all five takes most of `compare --zoo`'s time)."""
     if model is not None:
         return [(model.stem, model)]
-    from onnxmlu.zoo import CNN_NAMES
+    from onnxmlu.tools.zoo import CNN_NAMES
 
     return [(name, name) for name in CNN_NAMES]
 
@@ -555,7 +555,7 @@ def _compare_one(label: str, source, hardware, names: list[str], shapes, steps: 
 
     steps.say(f"{label}: building and analysing")
     if isinstance(source, str):
-        from onnxmlu.zoo import build_model
+        from onnxmlu.tools.zoo import build_model
 
         source = build_model(source)
     analysis = api.inspect(source, input_shapes=shapes, rewrite=True)
@@ -588,7 +588,7 @@ app.add_typer(hw_app, name="hw")
 @hw_app.command("list")
 def hw_list() -> None:
     """List the built-in hardware profiles. Example: onnxmlu hw list"""
-    from onnxmlu.perf.hardware import load_hardware, profile_names
+    from onnxmlu.plan.perf.hardware import load_hardware, profile_names
 
     for name in profile_names():
         hw = load_hardware(name)
@@ -600,7 +600,7 @@ def hw_show(name: Annotated[str, typer.Argument(help="Profile name or JSON file.
     """Print a hardware profile as JSON. Example: onnxmlu hw show mlu100"""
     import dataclasses
 
-    from onnxmlu.perf.hardware import load_hardware
+    from onnxmlu.plan.perf.hardware import load_hardware
 
     try:
         hw = load_hardware(name)
@@ -627,10 +627,10 @@ def run(
     """
     import numpy as np
 
-    from onnxmlu.graph import load_model
+    from onnxmlu.frontend.load import load_model
     from onnxmlu.runtime import InferenceSession
-    from onnxmlu.timing import time_interleaved
-    from onnxmlu.verify import random_inputs
+    from onnxmlu.tools.timing import time_interleaved
+    from onnxmlu.tools.verify import random_inputs
 
     with _steps(quiet) as steps:
         steps.say(f"loading {model.name}")
@@ -645,7 +645,7 @@ def run(
         summary = [_output_summary(n, o) for n, o in zip(names, outputs)]
         payload = _report("run", {"outputs": summary, "latency_ms": timing.__dict__})
         if profile:
-            from onnxmlu.profiling import profile_nodes
+            from onnxmlu.tools.profiling import profile_nodes
 
             steps.say(f"profiling {max(1, repeat)} runs")
             payload["profile"] = [p.__dict__ for p in profile_nodes(proto, feeds, repeat=max(1, repeat))]
@@ -706,8 +706,8 @@ def view(
     Example: onnxmlu view resnet18.fused.onnx --explode
     """
     from onnxmlu import api
-    from onnxmlu.graph import load_model
-    from onnxmlu.view import explode, serve
+    from onnxmlu.frontend.load import load_model
+    from onnxmlu.tools.view import explode, serve
 
     if not model.is_file():  # Netron would serve an error page instead of failing here
         raise OnnxMluError(f"model file {model} does not exist" if not model.exists() else f"{model} is not a file")

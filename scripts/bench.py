@@ -50,7 +50,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import onnx  # noqa: E402
 
-from onnxmlu.zoo import ZOO_NAMES, build_model  # noqa: E402
+from onnxmlu.tools.zoo import ZOO_NAMES, build_model  # noqa: E402
 
 SECTIONS = ("runtime", "peers", "scaling", "planner", "lstm")
 CNNS = tuple(n for n in ZOO_NAMES if n != "lstm")
@@ -308,8 +308,8 @@ def section_runtime(ctx: Context) -> str:
 def runtime_runs(name: str, batch: int, cfg: Config) -> int:
     """Runs for one (model, batch): the time budget over the original's 1-thread latency x
     the sessions timed each round, clamped; keeps VGG-19 at batch 8 within minutes."""
-    from onnxmlu.timing import plain_session
-    from onnxmlu.verify import random_inputs
+    from onnxmlu.tools.timing import plain_session
+    from onnxmlu.tools.verify import random_inputs
 
     model = build_model(name, batch=batch)
     session, feeds = plain_session(model, 1), random_inputs(model, seed=0)
@@ -438,7 +438,7 @@ def section_scaling(ctx: Context) -> str:
 
 
 def synthetic_model_for(nodes: int, topology: str, **kwargs) -> onnx.ModelProto:
-    from onnxmlu.testing import synthetic_model
+    from onnxmlu.tools.testing import synthetic_model
 
     return synthetic_model(nodes, topology, **kwargs)
 
@@ -531,7 +531,7 @@ def section_planner(ctx: Context) -> str:
     from bench_planner import synthetic_graph_layers
 
     from onnxmlu import api
-    from onnxmlu.strategies import BUILTIN_ORDER
+    from onnxmlu.plan.strategies import BUILTIN_ORDER
 
     models = [(name, api.inspect(build_model(name), rewrite=True).layers) for name in ctx.cfg.planner_models]
     models += [(f"chain {n}", synthetic_graph_layers(n)) for n in ctx.cfg.planner_nodes]
@@ -544,7 +544,7 @@ def section_planner(ctx: Context) -> str:
     met = verdict(optimal < 1.0) if optimal is not None else "n/a (ResNet-50 not in this run)"
     intro = (f"Milliseconds to plan, median (min–max) of {ctx.cfg.planner_runs} (hardware mlu100, a fresh "
              f"cost model each run); layers from the real pipeline (zoo → rewrite → analyze; synthetic "
-             f"chains: `onnxmlu.testing.synthetic_model`). Target (scripts/bench_planner.py): `optimal` "
+             f"chains: `onnxmlu.tools.testing.synthetic_model`). Target (scripts/bench_planner.py): `optimal` "
              f"< 1 s on ResNet-50: {met}" + (f" ({optimal * 1e3:.0f} ms)." if optimal is not None else "."))
     return intro + "\n\n" + table(("model", "layers", *BUILTIN_ORDER), rows)
 

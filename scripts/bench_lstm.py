@@ -14,10 +14,10 @@ import os
 import time
 
 from onnxmlu import api
-from onnxmlu.graph import normalize
-from onnxmlu.timing import plain_session, time_interleaved
-from onnxmlu.verify import random_inputs
-from onnxmlu.zoo import build_model
+from onnxmlu.frontend.normalize import normalize
+from onnxmlu.tools.timing import plain_session, time_interleaved
+from onnxmlu.tools.verify import random_inputs
+from onnxmlu.tools.zoo import build_model
 
 
 def bench(seqs, batches, threads: int, runs: int) -> list[tuple]:

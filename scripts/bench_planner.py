@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "perf")]
 
-from onnxmlu.perf.hardware import load_hardware  # noqa: E402
-from onnxmlu.perf.model import make_cost, plan_latency_us  # noqa: E402
-from onnxmlu.strategies import BUILTIN_ORDER, get_strategy  # noqa: E402
+from onnxmlu.plan.perf.hardware import load_hardware  # noqa: E402
+from onnxmlu.plan.perf.model import make_cost, plan_latency_us  # noqa: E402
+from onnxmlu.plan.strategies import BUILTIN_ORDER, get_strategy  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,11 +79,11 @@ def planner_timings(models, strategies=BUILTIN_ORDER, *, hw="mlu100", runs: int 
 
 
 def synthetic_graph_layers(nodes: int, topology: str = "chain") -> list:
-    """The planner's layers of ``onnxmlu.testing.synthetic_model(nodes, topology)`` (prepare
+    """The planner's layers of ``onnxmlu.tools.testing.synthetic_model(nodes, topology)`` (prepare
     + analyze, as ``fuse`` sees them; not timed)."""
     from onnxmlu.analyze import analyze
     from onnxmlu.api import prepare
-    from onnxmlu.testing import synthetic_model
+    from onnxmlu.tools.testing import synthetic_model
 
     return list(analyze(prepare(synthetic_model(nodes, topology))[0]).layers)
 

@@ -1,12 +1,12 @@
 """Runtime overhead of fused models: fused / original latency in onnxruntime.
 
 For every zoo model x strategy x thread count T, the original model (plain onnxruntime, all
-graph optimizations, ``intra_op_num_threads = T``: ``onnxmlu.timing.plain_session``) and the
+graph optimizations, ``intra_op_num_threads = T``: ``onnxmlu.tools.timing.plain_session``) and the
 fused model are timed in the same process. The fused model gets what a user gets who hands
 ``onnxmlu.InferenceSession`` the same options: ``intra_op_num_threads = T`` becomes each
 block's inner thread count, inner pools spin only while their block runs.
 
-Sessions are timed in turns (``onnxmlu.timing.time_in_turns``), not run-by-run interleaved:
+Sessions are timed in turns (``onnxmlu.tools.timing.time_in_turns``), not run-by-run interleaved:
 the original's spinning pool keeps a core busy for ~30 ms after each run, and with
 run-by-run interleaving at 2 threads on 2 cores the session timed next ran at its 1-thread
 speed (ResNet-18: 16-19 ms against 8.2 ms; the "unstable 2-thread results" of earlier runs).
@@ -26,9 +26,9 @@ import onnxruntime as ort
 
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession
-from onnxmlu.timing import plain_session, time_in_turns
-from onnxmlu.verify import random_inputs
-from onnxmlu.zoo import ZOO_NAMES, build_model
+from onnxmlu.tools.timing import plain_session, time_in_turns
+from onnxmlu.tools.verify import random_inputs
+from onnxmlu.tools.zoo import ZOO_NAMES, build_model
 
 
 class Row(NamedTuple):

@@ -18,11 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "perf")]
 
-from onnxmlu.perf.hardware import load_hardware  # noqa: E402
-from onnxmlu.perf.model import make_cost  # noqa: E402
-from onnxmlu.strategies import BUILTIN_ORDER, get_strategy  # noqa: E402
-from onnxmlu.strategies.basic import best_single_mp  # noqa: E402
-from onnxmlu.partition.plan import Block  # noqa: E402
+from onnxmlu.plan.perf.hardware import load_hardware  # noqa: E402
+from onnxmlu.plan.perf.model import make_cost  # noqa: E402
+from onnxmlu.plan.strategies import BUILTIN_ORDER, get_strategy  # noqa: E402
+from onnxmlu.plan.strategies.basic import best_single_mp  # noqa: E402
+from onnxmlu.plan.plan import Block  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -15,9 +15,9 @@ import onnxruntime as ort
 
 from onnxmlu import InferenceSession
 from onnxmlu.cli import app
-from onnxmlu.graph import load_model
-from onnxmlu.timing import plain_session, time_in_turns
-from onnxmlu.verify import random_inputs
+from onnxmlu.frontend.load import load_model
+from onnxmlu.tools.timing import plain_session, time_in_turns
+from onnxmlu.tools.verify import random_inputs
 
 
 def onnxmlu(*args: str) -> None:

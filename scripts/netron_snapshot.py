@@ -13,7 +13,7 @@ The docs' pictures were taken with:
 import argparse
 from collections import Counter
 
-from onnxmlu.view import snapshot
+from onnxmlu.tools.view import snapshot
 
 
 def main() -> None:

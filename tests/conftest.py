@@ -8,7 +8,7 @@ import pytest
 
 from onnxmlu import runtime
 from onnxmlu.errors import RuntimeLibraryError
-from onnxmlu.testing import conv_chain_model, zoo_model
+from onnxmlu.tools.testing import conv_chain_model, zoo_model
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,7 @@ def fused_file(tmp_path, chain_model):
 def test_netron_shows_fusion_blocks(browser_tools, tmp_path, fused_file):
     import onnx
 
-    from onnxmlu.view import explode, snapshot
+    from onnxmlu.tools.view import explode, snapshot
 
     labels = Counter(snapshot(fused_file, tmp_path / "fused.png", port=18231).labels)
     assert labels["MLUFusionBlock"] == 2 and labels["TopK"] == 1
@@ -48,7 +48,7 @@ def test_netron_shows_fusion_blocks(browser_tools, tmp_path, fused_file):
 
 
 def test_block_sidebar_shows_attributes_and_uint8_body(browser_tools, tmp_path, fused_file):
-    from onnxmlu.view import snapshot
+    from onnxmlu.tools.view import snapshot
 
     items = snapshot(fused_file, tmp_path / "sidebar.png", port=18233, select="block_0").sidebar
     assert items["type"] == "MLUFusionBlock" and items["module"] == "com.onnxmlu"
@@ -62,7 +62,7 @@ def test_block_sidebar_shows_attributes_and_uint8_body(browser_tools, tmp_path, 
 def test_exploded_block_opens_as_a_function(browser_tools, tmp_path, fused_file):
     import onnx
 
-    from onnxmlu.view import explode, snapshot
+    from onnxmlu.tools.view import explode, snapshot
 
     onnx.save(explode(onnx.load(fused_file)), tmp_path / "view.onnx")
     shot = snapshot(tmp_path / "view.onnx", tmp_path / "inside.png", port=18234, select="block_0",

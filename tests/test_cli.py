@@ -66,7 +66,7 @@ def test_check_command_passes_and_fails_on_tolerance(chain_file, tmp_path):
     assert invoke("fuse", chain_file, out, "-s", "none", "-q").exit_code == 0
     assert invoke("check", chain_file, out, "--seed", "0", "--seed", "1").exit_code == 0
     # a different model with the same interface must fail the comparison with exit code 1
-    from onnxmlu.testing import conv_chain_model
+    from onnxmlu.tools.testing import conv_chain_model
 
     other = tmp_path / "other.onnx"
     onnx.save(conv_chain_model(seed=7), other)
@@ -254,7 +254,7 @@ def training_bn_file(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
     import numpy as np
 
-    from onnxmlu.testing import make_model
+    from onnxmlu.tools.testing import make_model
 
     stats = [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b", "m", "v")]
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", training_mode=1)
@@ -271,7 +271,7 @@ def host_node_file(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
     import numpy as np
 
-    from onnxmlu.testing import make_model
+    from onnxmlu.tools.testing import make_model
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])

@@ -15,9 +15,9 @@ import pytest
 from onnxmlu import InferenceSession, api, custom_ops_library
 from onnxmlu.runtime import reference_session
 from onnxmlu.schema import ensure_registered, is_fusion_block
-from onnxmlu.verify import random_inputs
-from onnxmlu.testing import zoo_model
-from onnxmlu.zoo import ZOO_NAMES
+from onnxmlu.tools.verify import random_inputs
+from onnxmlu.tools.testing import zoo_model
+from onnxmlu.tools.zoo import ZOO_NAMES
 
 TOL = dict(atol=1e-4, rtol=1e-4)
 CASES = [({"N": 1}, 0), ({"N": 1}, 1), ({"N": 3}, 2)]

@@ -13,9 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import api
 from onnxmlu.analyze import CONSTANT_REASON, analyze
-from onnxmlu.graph import normalize
+from onnxmlu.frontend.normalize import normalize
 from onnxmlu.ir import iter_graphs, unresolved_names
-from onnxmlu.large_models import tensor_payload_bytes
+from onnxmlu.ir.weights import tensor_payload_bytes
 from onnxmlu.runtime import InferenceSession
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64

@@ -3,10 +3,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxmlu.testing import make_model
+from onnxmlu.tools.testing import make_model
 from onnxmlu.errors import ModelLoadError, OnnxMluError
-from onnxmlu.graph import (GraphIndex, load_model, node_inputs, normalize, parse_input_shapes,
-                           topological_order)
+from onnxmlu.frontend.load import load_model, parse_input_shapes
+from onnxmlu.frontend.normalize import normalize
+from onnxmlu.ir import GraphIndex, node_inputs, topological_order
 
 
 def test_load_model_errors_are_one_line(tmp_path):

@@ -568,8 +568,8 @@ def test_block_layouts_drop_reorders_and_keep_the_numbers(library, name):
     """Blocks exchanging NCHWc (residual Adds folded, boundary reorders dropped) give the same
     numbers as the blocks as written and as the original model."""
     from onnxmlu import api
-    from onnxmlu.verify import random_inputs
-    from onnxmlu.zoo import build_model
+    from onnxmlu.tools.verify import random_inputs
+    from onnxmlu.tools.zoo import build_model
 
     original = build_model(name, batch=2)
     fused = api.fuse(original, strategy="dlfusion").model

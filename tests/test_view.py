@@ -2,7 +2,7 @@ import onnx
 
 from onnxmlu import api
 from onnxmlu.schema import is_fusion_block
-from onnxmlu.view import VIEW_DOMAIN, explode
+from onnxmlu.tools.view import VIEW_DOMAIN, explode
 
 
 def test_explode_turns_blocks_into_checked_functions(chain_model):
@@ -23,13 +23,13 @@ def test_explode_turns_blocks_into_checked_functions(chain_model):
 def test_view_command_writes_the_view_copy_then_serves_it(chain_model, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import onnxmlu.view
+    import onnxmlu.tools.view
     from onnxmlu.cli import app
 
     fused = tmp_path / "fused.onnx"
     onnx.save(api.fuse(chain_model, strategy="all-fusion").model, fused)
     served = []
-    monkeypatch.setattr(onnxmlu.view, "serve", lambda path, port, browse: served.append((path, port, browse)))
+    monkeypatch.setattr(onnxmlu.tools.view, "serve", lambda path, port, browse: served.append((path, port, browse)))
     result = CliRunner().invoke(app, ["view", str(fused), "--explode", "--port", "18555", "--no-browser"])
     assert result.exit_code == 0, result.output
     copy = tmp_path / "fused.view.onnx"

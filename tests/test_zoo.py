@@ -1,4 +1,4 @@
-"""Tests of the model zoo (onnxmlu.zoo): structure, sizes, numerics, determinism.
+"""Tests of the model zoo (onnxmlu.tools.zoo): structure, sizes, numerics, determinism.
 
 Models are built once per session (VGG-19 alone is 575 MB of weights) and onnxruntime
 runs single-threaded to stay light on shared machines.
@@ -16,7 +16,7 @@ import pytest
 from onnx import numpy_helper
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.zoo import CNN_NAMES, ZOO_NAMES, build_model
+from onnxmlu.tools.zoo import CNN_NAMES, ZOO_NAMES, build_model
 
 # torchvision's sum(p.numel() for p in model.parameters()) (BN running stats excluded).
 # lstm: per LSTM layer dirs * (4H(I+H) + 8H) (W, R and ONNX's B = PyTorch's b_ih + b_hh):

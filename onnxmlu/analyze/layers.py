@@ -1,8 +1,8 @@
 """Analysis: the layer table the planner works on.
 
 Every node of the main graph is placed in a topological order (host nodes gathered between
-runs of accelerator nodes, see :func:`onnxmlu.graph.topological_order`). Accelerator nodes
-become :class:`~onnxmlu.perf.layers.Layer` records; consecutive ones share a ``segment``.
+runs of accelerator nodes, see :func:`onnxmlu.ir.topological_order`). Accelerator nodes
+become :class:`~onnxmlu.plan.perf.layers.Layer` records; consecutive ones share a ``segment``.
 
 Operation counts (``ops``; GOPs = ops / 1e9), with N the batch and symbolic dims taken as 1:
 
@@ -26,9 +26,9 @@ import numpy as np
 import onnx
 
 from onnxmlu.diagnostics import Diagnostic
-from onnxmlu.graph import GraphIndex, tensor_nbytes, topological_order
-from onnxmlu.partition.optable import OP_KINDS, support_reason
-from onnxmlu.perf.layers import Layer
+from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
+from onnxmlu.analyze.optable import OP_KINDS, support_reason
+from onnxmlu.plan.perf.layers import Layer
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Analysis:
 
 
 def analyze(model: onnx.ModelProto) -> Analysis:
-    """Layer table of a normalized model (see :func:`onnxmlu.graph.normalize`)."""
+    """Layer table of a normalized model (see :func:`onnxmlu.frontend.normalize.normalize`)."""
     index = GraphIndex.build(model.graph)
     nodes = model.graph.node
     host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index))}

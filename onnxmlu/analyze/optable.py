@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from onnxmlu.graph import GraphIndex
+from onnxmlu.ir import GraphIndex
 from onnxmlu.ir import is_default_domain, subgraphs
 
 OP_KINDS: dict[str, str] = {

@@ -1,2 +1,2 @@
-"""Partitioning: which nodes the accelerator runs (optable), how they are grouped (plan), and
-how each group becomes one MLUFusionBlock node (collapse)."""
+"""Pipeline stages "collapse" and "write": each planned block becomes one MLUFusionBlock node
+(``blocks``), and the fused model reaches the disk whole or never (``atomic``)."""

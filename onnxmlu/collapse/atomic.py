@@ -35,7 +35,7 @@ from typing import Iterable
 import onnx
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.large_models import tensor_payload_bytes
+from onnxmlu.ir.weights import tensor_payload_bytes
 
 #: Models whose tensors hold more than this are saved with external data. protobuf's limit is
 #: 2 GiB for the whole message; the margin covers everything that is not tensor data.

@@ -24,10 +24,11 @@ from onnx import helper
 
 from onnxmlu.analyze import Analysis
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.graph import restore_exported_io, topological_order
+from onnxmlu.frontend.normalize import restore_exported_io
+from onnxmlu.ir import topological_order
 from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
-from onnxmlu.large_models import active_store, fill_tensor, is_marker
-from onnxmlu.partition.plan import Plan
+from onnxmlu.ir.weights import active_store, fill_tensor, is_marker
+from onnxmlu.plan.plan import Plan
 from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, fill_body_attribute
 
 MAX_BODY_BYTES = 2**31 - 1
@@ -290,7 +291,7 @@ def _finish_outer(fused: onnx.ModelProto, analysis: Analysis, interfaces: Sequen
 def _drop_subgraph_value_infos(graph: onnx.GraphProto) -> None:
     """Host subgraphs (If branches, Loop bodies) leave without the shapes inferred under the
     pins: onnxruntime infers them itself, and a pinned shape in a branch the pins never take
-    can make it refuse the model (see :func:`onnxmlu.graph.restore_exported_io`)."""
+    can make it refuse the model (see :func:`onnxmlu.frontend.normalize.restore_exported_io`)."""
     for sub in nested_graphs(graph):
         del sub.value_info[:]
 

@@ -2,5 +2,5 @@
 
 ``fold`` (exact, bounded, checked constant folding) and ``shapes`` (a type and a shape for
 every tensor: onnx inference, onnxruntime's symbolic inference, a probe run). Loading and
-:func:`onnxmlu.graph.normalize` drive them.
+:func:`onnxmlu.frontend.normalize.normalize` drive them.
 """

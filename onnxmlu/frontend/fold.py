@@ -1,6 +1,6 @@
 """Constant folding that is exact, bounded and checked.
 
-Three folders take turns (see :func:`onnxmlu.graph.normalize`):
+Three folders take turns (see :func:`onnxmlu.frontend.normalize.normalize`):
 
 * :func:`fold_shape_ops` replaces ``Shape`` and ``Size`` nodes whose input has a fully known
   shape by ``Constant`` nodes. ``Shape`` honours ``start``/``end`` (opset 15): the result is
@@ -37,7 +37,7 @@ from onnx import helper, numpy_helper
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_default_domain, iter_graphs, node_subgraphs, unresolved_names
-from onnxmlu.large_models import skeleton
+from onnxmlu.ir.weights import skeleton
 
 #: Folding may write a constant up to this size, or up to FOLD_GROWTH times its inputs.
 FOLD_FREE_BYTES = 1 << 16
@@ -134,7 +134,7 @@ def invalid_branch(model: onnx.ModelProto) -> str | None:
     Pinned shapes specialize every branch, also one the pins never take: silero's 8 kHz branch
     fed a 16 kHz chunk folds into an LSTM of rank-5 input, and onnxruntime type-checks every
     branch when it loads the model. Such a branch is kept as exported
-    (:func:`onnxmlu.graph.normalize`). The check loads the weight-free skeleton."""
+    (:func:`onnxmlu.frontend.normalize.normalize`). The check loads the weight-free skeleton."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()

@@ -10,7 +10,7 @@
    types and shapes are read back (onnxsim does the same). Models over
    :data:`PROBE_MAX_BYTES` of weights are not probed (it would hold a second copy).
 
-1 and 2 run on the weight-free skeleton (:func:`onnxmlu.large_models.infer_on_skeleton`), so
+1 and 2 run on the weight-free skeleton (:func:`onnxmlu.ir.weights.infer_on_skeleton`), so
 no weight is serialized. Nothing is written to the working directory: onnxruntime's symbolic
 inference saves a file there when it cannot finish, so its steps are driven here instead.
 """
@@ -25,7 +25,7 @@ import onnx
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
-from onnxmlu.large_models import infer_on_skeleton, tensor_payload_bytes
+from onnxmlu.ir.weights import infer_on_skeleton, tensor_payload_bytes
 
 PROBE_MAX_BYTES = 1 << 29
 Note = Callable[[Diagnostic], None]

@@ -5,6 +5,8 @@
 * scopes: :func:`node_inputs` (explicit inputs plus the outer-scope names its subgraphs read),
   :func:`outer_scope_names`, :func:`unresolved_names` (a soundness check of a whole model);
 * order: :func:`sort_graphs` puts the nodes of every graph in a topological order;
+  :func:`topological_order` orders one graph keeping accelerator nodes in long runs;
+* facts: :class:`GraphIndex` (producers, consumers, constants, types, shapes of one graph);
 * models: :func:`copy_model`, :func:`copy_model_fields`, :func:`fed_inputs`, :func:`opset_version`, :data:`DEFAULT_DOMAINS`.
 """
 
@@ -26,9 +28,11 @@ from onnxmlu.ir.graphs import (
     subgraphs,
     unresolved_names,
 )
+from onnxmlu.ir.index import GraphIndex, topological_order
 
 __all__ = [
     "DEFAULT_DOMAINS",
+    "GraphIndex",
     "branch_attributes",
     "copy_model",
     "copy_model_fields",
@@ -43,5 +47,6 @@ __all__ = [
     "outer_scope_names",
     "sort_graphs",
     "subgraphs",
+    "topological_order",
     "unresolved_names",
 ]

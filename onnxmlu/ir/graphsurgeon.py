@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from onnxmlu.large_models import copy_field, skeleton
+from onnxmlu.ir.weights import copy_field, skeleton
 from onnxmlu.ir import iter_graphs, node_subgraphs
 from onnxmlu.rewrite.base import gs_subgraphs
 

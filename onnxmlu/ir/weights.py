@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxmlu.ir import iter_graphs, nested_graphs
+from onnxmlu.ir.graphs import iter_graphs, nested_graphs
 
 #: Initializers at least this large become graph inputs in the skeleton; smaller ones stay
 #: (shape tensors such as a Reshape's target must keep their values for inference). Every

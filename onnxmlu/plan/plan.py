@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from onnxmlu.errors import PlanError
-from onnxmlu.perf.layers import Layer
+from onnxmlu.plan.perf.layers import Layer
 
 PLAN_FORMAT = "onnxmlu-plan"
 PLAN_VERSION = 1

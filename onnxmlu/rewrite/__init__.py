@@ -26,7 +26,7 @@ from onnxmlu.rewrite.base import (
     run_rewriter,
 )
 from onnxmlu.ir import DEFAULT_DOMAINS, copy_model, iter_graphs, opset_version
-from onnxmlu.rewrite.modelio import export_model, import_graph
+from onnxmlu.ir.graphsurgeon import export_model, import_graph
 
 if TYPE_CHECKING:
     import onnx

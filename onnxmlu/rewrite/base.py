@@ -24,7 +24,7 @@ from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir import DEFAULT_DOMAINS, iter_graphs
-from onnxmlu.large_models import is_marker, tensor_array
+from onnxmlu.ir.weights import is_marker, tensor_array
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -140,7 +140,7 @@ def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
 
 
 def constant_array(tensor: gs.Constant) -> np.ndarray:
-    """A constant's value; a weight held by the active :class:`~onnxmlu.large_models.WeightStore`
+    """A constant's value; a weight held by the active :class:`~onnxmlu.ir.weights.WeightStore`
     is read from there and the constant keeps its marker (exported as is, never copied)."""
     lazy = tensor._values
     if isinstance(lazy, LazyValues) and is_marker(lazy.tensor):

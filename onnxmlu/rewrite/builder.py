@@ -19,7 +19,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from onnxmlu.large_models import active_store
+from onnxmlu.ir.weights import active_store
 from onnxmlu.rewrite.base import NameAllocator, constant_value, tensor_dtype
 
 

@@ -82,7 +82,7 @@ def custom_ops_library() -> str:
         if not path.is_file():
             raise RuntimeLibraryError(f"custom-op library not found at {path} (set by ${LIBRARY_ENV})")
         return str(path)
-    path = Path(__file__).resolve().parent / "_lib" / "libonnxmlu_ops.so"
+    path = Path(__file__).resolve().parents[1] / "_lib" / "libonnxmlu_ops.so"
     if not path.is_file():
         raise RuntimeLibraryError(f"custom-op library not built: run `make install` (expected at {path})")
     return str(path)

@@ -52,7 +52,7 @@ def conv_chain_model(convs: int = 3, channels: int = 8, size: int = 16, seed: in
 
 @functools.lru_cache(maxsize=None)
 def _zoo_bytes(name: str, batch) -> bytes:
-    from onnxmlu.zoo import build_model
+    from onnxmlu.tools.zoo import build_model
 
     return build_model(name, batch=batch, seed=0).SerializeToString()
 

@@ -1,8 +1,8 @@
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxmlu.graph import GraphIndex
-from onnxmlu.partition.optable import OP_KINDS, support_reason
+from onnxmlu.ir import GraphIndex
+from onnxmlu.analyze.optable import OP_KINDS, support_reason
 
 
 def _bn_graph(scale, bias, training=False):

@@ -5,7 +5,7 @@ import onnx
 
 from onnxmlu import api
 from onnxmlu.schema import body_model, ensure_registered, is_fusion_block
-from onnxmlu.testing import synthetic_model
+from onnxmlu.tools.testing import synthetic_model
 
 
 def test_streamed_file_equals_in_memory_model(tmp_path):
@@ -26,8 +26,8 @@ def test_streamed_file_equals_in_memory_model(tmp_path):
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from onnxmlu import large_models  # noqa: E402
-from onnxmlu.testing import zoo_model  # noqa: E402
+from onnxmlu.ir import weights as large_models  # noqa: E402
+from onnxmlu.tools.testing import zoo_model  # noqa: E402
 
 
 def _streamed_and_expected(tmp_path, model, **options):
@@ -116,7 +116,7 @@ def test_marker_without_an_active_store_is_a_clear_error():
 
 def test_over_the_external_data_threshold_weights_come_back_from_the_store(tmp_path, monkeypatch):
     """The > 2 GB branch (collapse in memory, save with external data) fills every marker."""
-    from onnxmlu import atomic
+    from onnxmlu.collapse import atomic
 
     monkeypatch.setattr(atomic, "EXTERNAL_DATA_THRESHOLD", 1 << 20)
     monkeypatch.setattr(large_models, "STORE_MIN_TENSOR_BYTES", 1024)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onnxmlu.partition.plan import plan_from_ranges
-from onnxmlu.perf.hardware import load_hardware, profile_names
-from onnxmlu.perf.layers import Layer
-from onnxmlu.perf.model import (
+from onnxmlu.plan.plan import plan_from_ranges
+from onnxmlu.plan.perf.hardware import load_hardware, profile_names
+from onnxmlu.plan.perf.layers import Layer
+from onnxmlu.plan.perf.model import (
     BlockEstimate,
     spatial_redundancy,
     ModelParams,

@@ -10,11 +10,11 @@ import functools
 
 import pytest
 
-from onnxmlu.partition.plan import Block
-from onnxmlu.perf.hardware import load_hardware
-from onnxmlu.perf.model import make_cost, plan_latency_us
-from onnxmlu.strategies import get_strategy
-from onnxmlu.strategies.basic import best_single_mp
+from onnxmlu.plan.plan import Block
+from onnxmlu.plan.perf.hardware import load_hardware
+from onnxmlu.plan.perf.model import make_cost, plan_latency_us
+from onnxmlu.plan.strategies import get_strategy
+from onnxmlu.plan.strategies.basic import best_single_mp
 
 from .zoo_layers import CNN_NAMES, conv_chain, zoo_layers
 

@@ -1,6 +1,6 @@
 """Layer tables of the zoo CNNs for the performance-model and planner tests.
 
-``zoo_layers(name)`` prefers the real pipeline -- ``onnxmlu.zoo.build_model`` ->
+``zoo_layers(name)`` prefers the real pipeline -- ``onnxmlu.tools.zoo.build_model`` ->
 ``onnxmlu.api.prepare`` (normalize + ``onnxmlu.rewrite.rewrite_model``) ->
 ``onnxmlu.analyze.analyze`` -- whenever it runs (set ``ONNXMLU_SYNTHETIC_ZOO=1`` to skip it), so the findings are checked on exactly what ``onnxmlu compare`` plans.
 While they are being written (or if they fail to import), it falls back to tables built
@@ -23,7 +23,7 @@ import functools
 import os
 from typing import Callable
 
-from onnxmlu.perf.layers import Layer
+from onnxmlu.plan.perf.layers import Layer
 
 CNN_NAMES = ("resnet18", "resnet50", "vgg19", "alexnet", "mobilenetv2")
 _F32 = 4
@@ -47,7 +47,7 @@ def _real_pipeline():
         from onnxmlu.analyze import analyze
         from onnxmlu.api import prepare
         from onnxmlu.rewrite import REGISTRY, REWRITER_NAMES
-        from onnxmlu.zoo import build_model
+        from onnxmlu.tools.zoo import build_model
 
         for name in REWRITER_NAMES:  # all rewriters must exist (Gemm -> MatMul for the FCs)
             REGISTRY.create(name)

@@ -3,8 +3,8 @@ import json
 import pytest
 
 from onnxmlu.errors import PlanError
-from onnxmlu.partition.plan import Block, Plan, plan_from_ranges, segments
-from onnxmlu.perf.layers import Layer
+from onnxmlu.plan.plan import Block, Plan, plan_from_ranges, segments
+from onnxmlu.plan.perf.layers import Layer
 
 
 def _layers(segs):

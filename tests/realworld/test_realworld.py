@@ -27,7 +27,7 @@ import corpus  # noqa: E402
 
 from onnxmlu.cli import app  # noqa: E402
 from onnxmlu.ir import iter_graphs  # noqa: E402
-from onnxmlu.large_models import tensor_payload_bytes  # noqa: E402
+from onnxmlu.ir.weights import tensor_payload_bytes  # noqa: E402
 from onnxmlu.schema import is_fusion_block  # noqa: E402
 
 pytestmark = pytest.mark.realworld

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxmlu.testing import conv_chain_model, make_model
+from onnxmlu.tools.testing import conv_chain_model, make_model
 
 
 def sha256(path: Path) -> str:

@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import api
-from onnxmlu.large_models import all_tensors
+from onnxmlu.ir.weights import all_tensors
 
 
 def build(tag: str, mebibytes: int) -> onnx.ModelProto:

@@ -101,7 +101,7 @@ class Setup:
     def api_kwargs(self, case: Case) -> dict:
         kwargs = dict(case.options)
         if "input_shapes" in kwargs:
-            from onnxmlu.graph import parse_input_shapes
+            from onnxmlu.frontend.load import parse_input_shapes
 
             kwargs["input_shapes"] = parse_input_shapes([kwargs["input_shapes"]])  # the CLI's parser
         if self.plan is not None:
@@ -194,7 +194,7 @@ def test_output_folder_not_writable_by_permissions(tmp_path):
 @pytest.mark.parametrize("where", ["mkstemp", "replace"])
 def test_output_write_fails_at_the_os_level(tmp_path, monkeypatch, where):
     """EACCES/ENOSPC from the OS (what root meets on read-only mounts, or a full disk)."""
-    import onnxmlu.atomic as atomic
+    import onnxmlu.collapse.atomic as atomic
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")

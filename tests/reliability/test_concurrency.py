@@ -3,7 +3,7 @@ each run with its own input, every output checked against a reference computed b
 
 onnxruntime releases the GIL in ``run``, so the threads really overlap inside the outer
 session and inside the blocks' inner sessions (the kernels are immutable after creation).
-The quick test uses the conv chain of onnxmlu.testing (two blocks, a host TopK between them, a
+The quick test uses the conv chain of onnxmlu.tools.testing (two blocks, a host TopK between them, a
 float and an int64 output); the slow one the zoo ResNet-18 at batch 1 fused with all-fusion
 (one block), whose 800 runs plus references take about a minute on two cores.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from onnxmlu import api, runtime
-from onnxmlu.testing import conv_chain_model
+from onnxmlu.tools.testing import conv_chain_model
 
 THREADS, RUNS = 8, 100
 TOL = dict(atol=1e-4, rtol=1e-4)

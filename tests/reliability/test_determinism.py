@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 import rel_models as models
-from onnxmlu.testing import conv_chain_model
+from onnxmlu.tools.testing import conv_chain_model
 
 REPO = Path(__file__).resolve().parents[2]
 

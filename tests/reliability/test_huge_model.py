@@ -23,8 +23,8 @@ import pytest
 
 import rel_models as models
 from onnxmlu import api, runtime
-from onnxmlu.partition.plan import Block, Plan, split_oversized_blocks
-from onnxmlu.perf.layers import Layer
+from onnxmlu.plan.plan import Block, Plan, split_oversized_blocks
+from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.schema import is_fusion_block
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,18 +11,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from onnxmlu.errors import OnnxMluError, PlanError
-from onnxmlu.partition.plan import Block, Plan, plan_from_ranges, segments
-from onnxmlu.perf.hardware import load_hardware
-from onnxmlu.perf.layers import Layer
-from onnxmlu.perf.model import block_latency_us, make_cost, plan_latency_us
-from onnxmlu.strategies import (
+from onnxmlu.plan.plan import Block, Plan, plan_from_ranges, segments
+from onnxmlu.plan.perf.hardware import load_hardware
+from onnxmlu.plan.perf.layers import Layer
+from onnxmlu.plan.perf.model import block_latency_us, make_cost, plan_latency_us
+from onnxmlu.plan.strategies import (
     BUILTIN_ORDER,
     get_strategy,
     register,
     run_strategy,
     strategy_names,
 )
-from onnxmlu.strategies.search import ORACLE_MPS, oracle, optimal
+from onnxmlu.plan.strategies.search import ORACLE_MPS, oracle, optimal
 
 try:  # tests/ as rootdir-relative packages or as a package itself
     from perf.zoo_layers import CNN_NAMES, zoo_layers

@@ -9,10 +9,10 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from onnxmlu.partition.plan import segments
-from onnxmlu.perf.hardware import Hardware, load_hardware
-from onnxmlu.perf.model import block_latency_us, make_cost, plan_latency_us
-from onnxmlu.strategies.search import (
+from onnxmlu.plan.plan import segments
+from onnxmlu.plan.perf.hardware import Hardware, load_hardware
+from onnxmlu.plan.perf.model import block_latency_us, make_cost, plan_latency_us
+from onnxmlu.plan.strategies.search import (
     DEFAULT_MAX_BLOCK_LAYERS,
     max_block_length,
     optimal,

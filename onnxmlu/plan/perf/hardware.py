@@ -1,7 +1,7 @@
 """Hardware profiles of the simulated accelerator, loaded from data files.
 
-A profile is a JSON file in ``onnxmlu/perf/profiles/`` (or any path a user passes). The
-fields under ``"model"`` parametrize :mod:`onnxmlu.perf.model`; the top-level fields are the
+A profile is a JSON file in ``onnxmlu/plan/perf/profiles/`` (or any path a user passes). The
+fields under ``"model"`` parametrize :mod:`onnxmlu.plan.perf.model`; the top-level fields are the
 datasheet (MLU100: 32 cores, 1 TFLOPS FP32 per core, 102.4 GB/s DRAM, 1 GHz).
 """
 
@@ -37,7 +37,7 @@ class Hardware:
 
 def profile_names() -> list[str]:
     """Names of the built-in profiles."""
-    folder = resources.files("onnxmlu.perf") / "profiles"
+    folder = resources.files("onnxmlu.plan.perf") / "profiles"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
 
 
@@ -60,5 +60,5 @@ def _profile_text(name_or_path: str) -> str:
     if name_or_path not in profile_names():
         known = ", ".join(profile_names())
         raise OnnxMluError(f"unknown hardware profile {name_or_path!r} (known: {known})")
-    folder = resources.files("onnxmlu.perf") / "profiles"
+    folder = resources.files("onnxmlu.plan.perf") / "profiles"
     return (folder / f"{name_or_path}.json").read_text()

@@ -1,7 +1,7 @@
 """Analytical performance model of the simulated accelerator: latency of one block at one MP.
 
-Pure arithmetic over frozen dataclasses (:class:`~onnxmlu.perf.layers.Layer`,
-:class:`~onnxmlu.perf.hardware.Hardware`); no onnx import.  One parameter set -- the
+Pure arithmetic over frozen dataclasses (:class:`~onnxmlu.plan.perf.layers.Layer`,
+:class:`~onnxmlu.plan.perf.hardware.Hardware`); no onnx import.  One parameter set -- the
 ``"model"`` dict of the hardware profile -- serves every network; nothing here knows which
 network a layer comes from.
 
@@ -97,8 +97,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.perf.hardware import Hardware
-from onnxmlu.perf.layers import WHOLE_MAP_KINDS, Layer
+from onnxmlu.plan.perf.hardware import Hardware
+from onnxmlu.plan.perf.layers import WHOLE_MAP_KINDS, Layer
 
 CostFn = Callable[[Sequence[Layer], int], float]
 

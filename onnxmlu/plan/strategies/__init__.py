@@ -20,12 +20,12 @@ Built-in strategies (DLFusion Table III, plus the exact optimum):
 ``oracle`` and ``optimal`` search blocks of at most 256 layers plus whole segments (linear in
 the graph; on every zoo model the result equals the unbounded search).  The bound is their
 ``max_block_layers`` keyword (0: none) or the profile's ``"search_max_block_layers"``; see
-:mod:`onnxmlu.strategies.search`.
+:mod:`onnxmlu.plan.strategies.search`.
 
 Writing your own (Paleozoic's "set MP and fusion yourself")::
 
-    from onnxmlu.strategies import register, run_strategy
-    from onnxmlu.partition.plan import plan_from_ranges
+    from onnxmlu.plan.strategies import register, run_strategy
+    from onnxmlu.plan.plan import plan_from_ranges
 
     def pairs(layers, hw, cost):          # fuse layers two by two at 8 cores
         n = len(layers)
@@ -42,9 +42,9 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.partition.plan import Plan
-from onnxmlu.perf.hardware import Hardware
-from onnxmlu.perf.layers import Layer
+from onnxmlu.plan.plan import Plan
+from onnxmlu.plan.perf.hardware import Hardware
+from onnxmlu.plan.perf.layers import Layer
 
 CostFn = Callable[[Sequence[Layer], int], float]
 Strategy = Callable[[Sequence[Layer], Hardware, CostFn], Plan]
@@ -94,7 +94,7 @@ def run_strategy(layers: Sequence[Layer], hw: Hardware, strategy: str | Strategy
     The plan's ``strategy``/``hardware`` fields are filled in when the strategy left them
     empty or default; an invalid plan raises :class:`~onnxmlu.errors.PlanError`.
     """
-    from onnxmlu.perf.model import make_cost
+    from onnxmlu.plan.perf.model import make_cost
 
     name, fn = resolve_strategy(strategy)
     plan = fn(layers, hw, cost if cost is not None else make_cost(hw))
@@ -111,7 +111,7 @@ def _ensure_builtins() -> None:
     global _builtins_loaded
     if _builtins_loaded:
         return
-    from onnxmlu.strategies import basic, dlfusion, search
+    from onnxmlu.plan.strategies import basic, dlfusion, search
 
     builtins = {**basic.BUILTINS, **dlfusion.BUILTINS, **search.BUILTINS}
     for name in BUILTIN_ORDER:

@@ -16,9 +16,9 @@ from typing import Sequence
 
 import numpy as np
 
-from onnxmlu.partition.plan import Block, Plan, segments
-from onnxmlu.perf.hardware import Hardware
-from onnxmlu.perf.layers import Layer
+from onnxmlu.plan.plan import Block, Plan, segments
+from onnxmlu.plan.perf.hardware import Hardware
+from onnxmlu.plan.perf.layers import Layer
 
 
 def no_fusion(layers: Sequence[Layer], hw: Hardware, cost=None) -> Plan:

@@ -42,10 +42,10 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from onnxmlu.partition.plan import Block, Plan, segments
-from onnxmlu.perf.hardware import Hardware
-from onnxmlu.perf.layers import Layer
-from onnxmlu.strategies.basic import best_single_mp
+from onnxmlu.plan.plan import Block, Plan, segments
+from onnxmlu.plan.perf.hardware import Hardware
+from onnxmlu.plan.perf.layers import Layer
+from onnxmlu.plan.strategies.basic import best_single_mp
 
 WEIGHTED_KINDS = frozenset({"conv", "fc"})
 

@@ -23,7 +23,7 @@ Blocks longer than L that are not whole segments are the only ones never conside
 
 * ``optimal``: every contiguous partition within each segment (blocks as above) x every MP
   in 1..cores.  Exact under the model within the bound.  With the model's own cost function
-  (:class:`~onnxmlu.perf.model.ModelCost`) the blocks come from vectorised sweeps in which
+  (:class:`~onnxmlu.plan.perf.model.ModelCost`) the blocks come from vectorised sweeps in which
   repeated windows of layers are priced once; with any other cost function it calls
   ``cost(block, mp)`` for every block and MP (O(n · L · cores) calls).
 * ``oracle`` (Table III, 7): the paper's reduced brute force, solved exactly by the same DP:
@@ -39,9 +39,9 @@ from typing import Sequence
 
 import numpy as np
 
-from onnxmlu.partition.plan import Block, Plan, segments
-from onnxmlu.perf.hardware import Hardware
-from onnxmlu.perf.layers import Layer
+from onnxmlu.plan.plan import Block, Plan, segments
+from onnxmlu.plan.perf.hardware import Hardware
+from onnxmlu.plan.perf.layers import Layer
 
 ORACLE_MPS = (1, 2, 4, 8, 12, 16, 24, 32)
 ORACLE_GRANULE = 4

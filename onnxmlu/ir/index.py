@@ -1,0 +1,150 @@
+"""Graph facts every later stage needs: one pass over a graph answers producer, consumer,
+constant, type and shape questions in O(1) (:class:`GraphIndex`), and one topological sort
+keeps accelerator nodes in long runs (:func:`topological_order`).
+
+Constants held by a :class:`~onnxmlu.ir.weights.WeightStore` (markers) are read through the
+store the index is built with.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import onnx
+
+from onnxmlu.errors import OnnxMluError
+from onnxmlu.ir.graphs import node_inputs
+from onnxmlu.ir.weights import itemsize, tensor_array
+
+
+def _all_value_infos(graph: onnx.GraphProto) -> Iterable[onnx.ValueInfoProto]:
+    yield from graph.input
+    yield from graph.output
+    yield from graph.value_info
+
+
+@dataclass
+class GraphIndex:
+    """Producers, consumers, constants and value infos of one graph, built in one pass."""
+
+    graph: onnx.GraphProto
+    producer: dict[str, int] = field(default_factory=dict)
+    consumers: dict[str, list[int]] = field(default_factory=dict)
+    initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
+    value_infos: dict[str, onnx.ValueInfoProto] = field(default_factory=dict)
+    graph_outputs: set[str] = field(default_factory=set)
+    #: Per node: :func:`node_inputs` and the non-empty outputs, read once (protobuf field
+    #: access and the subgraph scan are slow enough to matter at 20k nodes).
+    inputs: list[list[str]] = field(default_factory=list)
+    outputs: list[list[str]] = field(default_factory=list)
+    _shapes: dict[str, list | None] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, graph: onnx.GraphProto) -> "GraphIndex":
+        idx = cls(graph)
+        idx.initializers = {t.name: t for t in graph.initializer}
+        idx.value_infos = {v.name: v for v in _all_value_infos(graph)}
+        idx.graph_outputs = {o.name for o in graph.output}
+        for i, node in enumerate(graph.node):
+            outputs = [n for n in node.output if n]
+            inputs = node_inputs(node)
+            idx.outputs.append(outputs)
+            idx.inputs.append(inputs)
+            for name in outputs:
+                idx.producer[name] = i
+            for name in inputs:
+                idx.consumers.setdefault(name, []).append(i)
+        return idx
+
+    def is_constant(self, name: str) -> bool:
+        return name in self.initializers
+
+    def constant(self, name: str) -> np.ndarray | None:
+        tensor = self.initializers.get(name)
+        return None if tensor is None else tensor_array(tensor)
+
+    def elem_type(self, name: str) -> int:
+        if name in self.initializers:
+            return self.initializers[name].data_type
+        vi = self.value_infos.get(name)
+        return vi.type.tensor_type.elem_type if vi is not None else 0
+
+    def shape(self, name: str) -> list[int | str | None] | None:
+        """Dims (int, symbolic name, or None for unknown), None when the rank is unknown."""
+        if name not in self._shapes:  # analysis asks for each tensor several times
+            self._shapes[name] = self._read_shape(name)
+        dims = self._shapes[name]
+        return None if dims is None else list(dims)
+
+    def _read_shape(self, name: str) -> list[int | str | None] | None:
+        if name in self.initializers:
+            return list(self.initializers[name].dims)
+        vi = self.value_infos.get(name)
+        if vi is None or not vi.type.tensor_type.HasField("shape"):
+            return None
+        return [_dim(d) for d in vi.type.tensor_type.shape.dim]
+
+    def static_shape(self, name: str, default: int = 1) -> list[int] | None:
+        """Shape with symbolic/unknown dims replaced by ``default`` (analysis assumes batch 1)."""
+        dims = self.shape(name)
+        if dims is None:
+            return None
+        return [d if isinstance(d, int) and d > 0 else default for d in dims]
+
+
+def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
+    if d.HasField("dim_value"):
+        return d.dim_value
+    if d.HasField("dim_param"):
+        return d.dim_param
+    return None
+
+
+def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool],
+                      index: GraphIndex | None = None) -> list[int]:
+    """A topological order of the node indices that keeps ``prefer``-ed nodes in long runs.
+
+    Kahn's algorithm with two ready queues: while the current run is of preferred nodes it
+    keeps taking ready preferred nodes, so host nodes gather between runs instead of
+    splitting them. Ties keep the file's order. Raises OnnxMluError on a cycle or on a
+    node input that nothing produces.
+    """
+    idx = index if index is not None else GraphIndex.build(graph)
+    known = set(idx.initializers) | {i.name for i in graph.input}
+    indegree = [0] * len(graph.node)
+    for i, inputs in enumerate(idx.inputs):
+        for name in set(inputs):
+            if name in idx.producer:
+                indegree[i] += 1
+            elif name not in known:
+                node = graph.node[i]
+                raise OnnxMluError(f"node {node.name or node.op_type!r} reads tensor {name!r}, "
+                                   "which no node, input or initializer provides")
+    ready: tuple[list[int], list[int]] = ([], [])  # (preferred, others)
+    for i, deg in enumerate(indegree):
+        if deg == 0:
+            heapq.heappush(ready[0 if prefer(i) else 1], i)
+    order: list[int] = []
+    in_preferred_run = True
+    while ready[0] or ready[1]:
+        queue = ready[0] if (ready[0] and (in_preferred_run or not ready[1])) else ready[1]
+        i = heapq.heappop(queue)
+        in_preferred_run = queue is ready[0]
+        order.append(i)
+        for name in set(idx.outputs[i]):
+            for c in set(idx.consumers.get(name, ())):
+                indegree[c] -= 1
+                if indegree[c] == 0:
+                    heapq.heappush(ready[0 if prefer(c) else 1], c)
+    if len(order) != len(graph.node):
+        stuck = [graph.node[i].name or graph.node[i].op_type for i, d in enumerate(indegree) if d > 0]
+        raise OnnxMluError(f"graph has a cycle through node(s) {', '.join(stuck[:5])}")
+    return order
+
+
+def tensor_nbytes(elem_type: int, dims: Sequence[int]) -> int:
+    return math.prod(int(d) for d in dims) * (itemsize(elem_type) if elem_type else 4)
