@@ -21,8 +21,10 @@ from __future__ import annotations
 import onnx
 from onnx import defs
 
-DOMAIN = "com.onnxmlu"
-OP_TYPE = "MLUFusionBlock"
+from onnxmlu.ir.graphs import FUSION_DOMAIN as DOMAIN
+from onnxmlu.ir.graphs import FUSION_OP_TYPE as OP_TYPE
+from onnxmlu.ir.graphs import is_fusion_block
+
 VERSION = 1
 
 _ALL_TENSOR_TYPES = sorted(
@@ -96,10 +98,6 @@ def body_model(node: onnx.NodeProto) -> onnx.ModelProto:
         if attr.name == "body":
             return body_model_from_attribute(attr)
     raise ValueError(f"MLUFusionBlock {node.name!r} has no body attribute")
-
-
-def is_fusion_block(node: onnx.NodeProto) -> bool:
-    return node.domain == DOMAIN and node.op_type == OP_TYPE
 
 
 def body_attribute(body: onnx.ModelProto) -> onnx.AttributeProto:

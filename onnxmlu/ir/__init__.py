@@ -7,17 +7,21 @@
 * order: :func:`sort_graphs` puts the nodes of every graph in a topological order;
   :func:`topological_order` orders one graph keeping accelerator nodes in long runs;
 * facts: :class:`GraphIndex` (producers, consumers, constants, types, shapes of one graph);
-* models: :func:`copy_model`, :func:`copy_model_fields`, :func:`fed_inputs`, :func:`opset_version`, :data:`DEFAULT_DOMAINS`.
+* models: :func:`copy_model`, :func:`copy_model_fields`, :func:`fed_inputs`, :func:`opset_version`;
+* domains: :data:`DEFAULT_DOMAINS`, :func:`is_default_domain`, :func:`is_fusion_block`.
 """
 
 from onnxmlu.ir.graphs import (
     DEFAULT_DOMAINS,
+    FUSION_DOMAIN,
+    FUSION_OP_TYPE,
     branch_attributes,
     copy_model,
     copy_model_fields,
     fed_inputs,
     graphs_by_branch,
     is_default_domain,
+    is_fusion_block,
     iter_graphs,
     nested_graphs,
     node_inputs,
@@ -32,6 +36,8 @@ from onnxmlu.ir.index import GraphIndex, topological_order
 
 __all__ = [
     "DEFAULT_DOMAINS",
+    "FUSION_DOMAIN",
+    "FUSION_OP_TYPE",
     "GraphIndex",
     "branch_attributes",
     "copy_model",
@@ -39,6 +45,7 @@ __all__ = [
     "fed_inputs",
     "graphs_by_branch",
     "is_default_domain",
+    "is_fusion_block",
     "iter_graphs",
     "nested_graphs",
     "node_inputs",

@@ -14,6 +14,8 @@ from typing import Iterable, Iterator
 import onnx
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+#: The fused-block operator (the file format is :mod:`onnxmlu.schema`).
+FUSION_DOMAIN, FUSION_OP_TYPE = "com.onnxmlu", "MLUFusionBlock"
 _GRAPH_KINDS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 #: Standard ops with GRAPH attributes; nodes of other domains are scanned (a custom op may have one).
 _SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
@@ -21,6 +23,10 @@ _SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 def is_default_domain(domain: str | None) -> bool:
     return domain in (None, *DEFAULT_DOMAINS)
+
+
+def is_fusion_block(node: onnx.NodeProto) -> bool:
+    return node.domain == FUSION_DOMAIN and node.op_type == FUSION_OP_TYPE
 
 
 def subgraphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:

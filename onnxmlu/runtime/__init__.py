@@ -1,6 +1,7 @@
 """Running fused models: onnxruntime sessions with the custom-op library registered
-(``session``)."""
+(``session``), and the graph pass that lets blocks exchange NCHWc tensors (``layouts``)."""
 
+from onnxmlu.runtime.layouts import optimize_block_layouts
 from onnxmlu.runtime.session import (
     INNER_GLOBAL_POOL_KEY,
     INNER_SPINNING_KEY,
@@ -8,7 +9,6 @@ from onnxmlu.runtime.session import (
     LIBRARY_ENV,
     InferenceSession,
     custom_ops_library,
-    optimize_block_layouts,
     reference_session,
     register_library,
     session_options,
