@@ -12,6 +12,9 @@ fusion yourself" interface)::
      "blocks": [{"start": 0, "stop": 4, "mp": 8, "first": "conv1", "last": "relu2"}, ...]}
 
 ``first``/``last`` (layer names) are optional; when present they must match the model.
+``precision`` (``"fp32"``, ``"fp16"`` or ``"int8"``, see :mod:`onnxmlu.precision`) is optional
+too: a block without it runs at FP32, and FP32 blocks are written without it, so plans from
+before the precision knob read and write as they did.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from onnxmlu.errors import PlanError
+from onnxmlu.errors import OnnxMluError, PlanError
 from onnxmlu.plan.perf.layers import Layer
+from onnxmlu.precision import DEFAULT_PRECISION, check_precision
 
 PLAN_FORMAT = "onnxmlu-plan"
 PLAN_VERSION = 1
@@ -33,6 +37,7 @@ class Block:
     start: int
     stop: int
     mp: int
+    precision: str = DEFAULT_PRECISION
 
     @property
     def size(self) -> int:
@@ -67,6 +72,8 @@ class Plan:
         blocks = []
         for b in self.blocks:
             entry: dict[str, Any] = {"start": b.start, "stop": b.stop, "mp": b.mp}
+            if b.precision != DEFAULT_PRECISION:
+                entry["precision"] = b.precision
             if layers is not None:
                 entry["first"] = layers[b.start].name
                 entry["last"] = layers[b.stop - 1].name
@@ -111,10 +118,21 @@ class Plan:
         return cls.from_json(text, layers)
 
 
-def plan_from_ranges(ranges: Sequence[tuple[int, int, int]], strategy: str = "custom",
+def plan_from_ranges(ranges: Sequence[tuple[int, int, int] | tuple[int, int, int, str]], strategy: str = "custom",
                      hardware: str = "") -> Plan:
-    """Build a plan from ``(start, stop, mp)`` triples, the hand-written form."""
-    return Plan(tuple(Block(s, e, m) for s, e, m in ranges), strategy, hardware)
+    """Build a plan from ``(start, stop, mp)`` triples, the hand-written form, or
+    ``(start, stop, mp, precision)`` quadruples."""
+    return Plan(tuple(Block(*r) for r in ranges), strategy, hardware)
+
+
+def with_precision(plan: Plan, precision: str | Sequence[str]) -> Plan:
+    """``plan`` with every block at ``precision``, or block ``i`` at ``precision[i]``."""
+    chosen = [precision] * len(plan.blocks) if isinstance(precision, str) else list(precision)
+    if len(chosen) != len(plan.blocks):
+        raise PlanError(f"{len(chosen)} precisions for a plan of {len(plan.blocks)} blocks")
+    blocks = tuple(Block(b.start, b.stop, b.mp, _check_block_precision(i, p))
+                   for i, (b, p) in enumerate(zip(plan.blocks, chosen)))
+    return Plan(blocks, plan.strategy, plan.hardware, dict(plan.notes))
 
 
 def segments(layers: Sequence[Layer]) -> list[tuple[int, int]]:
@@ -142,10 +160,10 @@ def split_oversized_blocks(plan: Plan, layers: Sequence[Layer], limit_bytes: int
         for i in range(block.start, block.stop):
             w = layers[i].weight_bytes
             if i > start and w > 0 and weight + w > limit_bytes:  # weightless layers stay with their producer
-                blocks.append(Block(start, i, block.mp))
+                blocks.append(Block(start, i, block.mp, block.precision))
                 start, weight = i, 0
             weight += w
-        blocks.append(Block(start, block.stop, block.mp))
+        blocks.append(Block(start, block.stop, block.mp, block.precision))
     if len(blocks) == len(plan.blocks):
         return plan
     return Plan(tuple(blocks), plan.strategy, plan.hardware, dict(plan.notes))
@@ -161,6 +179,7 @@ def _check_block(i: int, block: Block, expected: int, layers: Sequence[Layer], c
         raise PlanError(f"block {i} ends at layer {block.stop} but the model has {len(layers)} layers")
     if not 1 <= block.mp <= cores:
         raise PlanError(f"block {i} has mp={block.mp}; it must be within 1..{cores}")
+    _check_block_precision(i, block.precision)
     seg = layers[block.start].segment
     for layer in layers[block.start : block.stop]:
         if layer.segment != seg:
@@ -177,6 +196,8 @@ def _block_from_dict(i: int, entry: Any, layers: Sequence[Layer] | None) -> Bloc
         block = Block(int(entry["start"]), int(entry["stop"]), int(entry["mp"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise PlanError(f"block {i} needs integer \"start\", \"stop\" and \"mp\" ({exc})") from None
+    if "precision" in entry:
+        block = Block(block.start, block.stop, block.mp, _check_block_precision(i, entry["precision"]))
     if layers is not None:
         _check_names(i, block, entry, layers)
     return block
@@ -190,3 +211,10 @@ def _check_names(i: int, block: Block, entry: dict, layers: Sequence[Layer]) -> 
         actual = layers[index].name if 0 <= index < len(layers) else None
         if name != actual:
             raise PlanError(f"block {i}: {key} layer is {actual!r} in this model, plan says {name!r}")
+
+
+def _check_block_precision(i: int, precision: object) -> str:
+    try:
+        return check_precision(precision, f"block {i}'s precision")
+    except OnnxMluError as exc:
+        raise PlanError(str(exc)) from None

@@ -1,0 +1,41 @@
+"""Precision, the third knob after fusion and MP: FP32, FP16 and INT8 blocks.
+
+A block runs at one precision. Its *numerics* are emulated in the fused model, which still
+runs in plain onnxruntime with the custom-op library (the body is an ordinary ONNX model):
+
+* ``fp16`` (:mod:`onnxmlu.precision.fp16`): weights stored as FP16 in the body, every layer's
+  output rounded to FP16, accumulation inside a layer in FP32;
+* ``int8`` (:mod:`onnxmlu.precision.int8`): the body in QDQ form made by
+  ``onnxruntime.quantization.quantize_static`` -- weights per-channel symmetric INT8,
+  activations per-tensor symmetric INT8, calibrated on the block's own input tensors
+  (:mod:`onnxmlu.precision.calibration`).
+
+Its *price* comes from the performance model (:mod:`onnxmlu.plan.perf.model`): the profile's
+peak per core at that precision, and feature maps and weights at its element size.
+:mod:`onnxmlu.precision.bodies` gives collapse the per-block body transform. docs/precision.md
+states the numeric and the pricing model.
+
+This module holds only the names and element sizes (no onnx import: the performance model
+uses it); the transforms live in the submodules.
+"""
+
+from __future__ import annotations
+
+from onnxmlu.errors import OnnxMluError
+
+#: The precisions a block can run at, in decreasing accuracy.
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+#: What a block runs at when nothing says otherwise (and what files without the attribute mean).
+DEFAULT_PRECISION = "fp32"
+#: Bytes of one feature-map or weight element at each precision.
+ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "int8": 1}
+
+
+def check_precision(precision: object, what: str = "precision") -> str:
+    """``precision`` when it is one of :data:`PRECISIONS`; an :class:`OnnxMluError` otherwise."""
+    if precision not in PRECISIONS:
+        raise OnnxMluError(f"{what} must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    return str(precision)
+
+
+__all__ = ["DEFAULT_PRECISION", "ELEMENT_BYTES", "PRECISIONS", "check_precision"]
