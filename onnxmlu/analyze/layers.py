@@ -106,6 +106,9 @@ def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segme
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     kernel, stride = _window(node, index, attrs)
     groups = int(attrs.get("group", 1))
+    inputs = [n for n in node.input if n and not index.is_constant(n)]
+    outputs = [n for n in node.output if n]
+    weights = [n for n in node.input if n and index.is_constant(n)]
     return Layer(
         index=position,
         name=node.name or f"{node.op_type}_{position}",
@@ -119,10 +122,12 @@ def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segme
         kernel=kernel,
         stride=stride,
         groups=groups,
-        input_bytes=_bytes(index, [n for n in node.input if n and not index.is_constant(n)]),
-        output_bytes=_bytes(index, [n for n in node.output if n]),
-        weight_bytes=_bytes(index, [n for n in node.input if n and index.is_constant(n)]),
+        input_bytes=_bytes(index, inputs),
+        output_bytes=_bytes(index, outputs),
+        weight_bytes=_bytes(index, weights),
         segment=segment,
+        fixed_bytes=(_bytes(index, inputs, fixed=True), _bytes(index, outputs, fixed=True),
+                     _bytes(index, weights, fixed=True)),
     )
 
 
@@ -194,10 +199,13 @@ def _channels(node: onnx.NodeProto, shape: Sequence[int]) -> int:
     return int(shape[1])
 
 
-def _bytes(index: GraphIndex, names: Sequence[str]) -> int:
+def _bytes(index: GraphIndex, names: Sequence[str], fixed: bool = False) -> int:
+    """Bytes of the tensors ``names`` (an unknown type counts as FP32); with ``fixed``, only
+    of those whose type is known and not FP32, which keep their size at every precision."""
     total = 0
     for name in names:
         shape = index.static_shape(name)
-        if shape is not None:
-            total += tensor_nbytes(index.elem_type(name), shape)
+        elem_type = index.elem_type(name)
+        if shape is not None and not (fixed and elem_type in (0, onnx.TensorProto.FLOAT)):
+            total += tensor_nbytes(elem_type, shape)
     return total

@@ -2,7 +2,8 @@
 
 A profile is a JSON file in ``onnxmlu/plan/perf/profiles/`` (or any path a user passes). The
 fields under ``"model"`` parametrize :mod:`onnxmlu.plan.perf.model`; the top-level fields are the
-datasheet (MLU100: 32 cores, 1 TFLOPS FP32 per core, 102.4 GB/s DRAM, 1 GHz).
+datasheet (MLU100: 32 cores, 1 TFLOPS FP32 / 2 TFLOPS FP16 / 4 TOPS INT8 per core -- DLFusion
+Table I's 64 TFLOPS FP16 and 128 TOPS INT8 over 32 cores --, 102.4 GB/s DRAM, 1 GHz).
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ class Hardware:
     frequency_ghz: float
     description: str = ""
     model: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def peak_per_core(self, precision: str = "fp32") -> float:
+        """Datasheet peak of one core at ``precision``: TFLOPS for fp32/fp16, TOPS for int8."""
+        peaks = {"fp32": self.peak_tflops_fp32_per_core, "fp16": self.peak_tflops_fp16_per_core,
+                 "int8": self.peak_tops_int8_per_core}
+        if precision not in peaks:
+            raise OnnxMluError(f"precision must be one of {', '.join(peaks)}, not {precision!r}")
+        return float(peaks[precision])
 
     def mp_choices(self) -> list[int]:
         """Every legal core count, 1..cores."""

@@ -8,12 +8,20 @@ Operation counts follow DLFusion Eq. 1-2 (two operations per multiply-accumulate
 * Conv:  ``ops = 2 * H_out * W_out * K_h * K_w * (C_in / groups) * C_out * N``
 * FC / MatMul: ``ops = 2 * M * K * N`` (batch dimensions folded into M)
 * other layers: a documented small count per output element (see ``analyze``).
+
+Precision: a layer as analysed describes the model's FP32 computation (``precision`` =
+``"fp32"``). :meth:`Layer.at_precision` gives the same layer run at FP16 or INT8: its
+floating-point feature maps and weights shrink to that precision's element size (the bytes in
+``fixed_bytes`` -- integer indices, masks -- keep theirs), and the performance model runs its
+operations at that precision's peak.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Literal, Sequence
+
+from onnxmlu.precision import DEFAULT_PRECISION, ELEMENT_BYTES, check_precision
 
 LayerKind = Literal["conv", "fc", "eltwise", "pool", "global_pool", "norm", "softmax", "data"]
 
@@ -45,8 +53,35 @@ class Layer:
     output_bytes: int = 0
     weight_bytes: int = 0
     segment: int = 0
+    #: Bytes of (input, output, weight) tensors that are not FP32 (integer indices, masks):
+    #: they keep their size at every precision. All-FP32 layers leave it (0, 0, 0).
+    fixed_bytes: tuple[int, int, int] = (0, 0, 0)
+    #: The precision the layer is priced at (its bytes are already at that element size).
+    precision: str = DEFAULT_PRECISION
 
     @property
     def gops(self) -> float:
         """Operation count in GOPs (10^9 operations)."""
         return self.ops / 1e9
+
+    def at_precision(self, precision: str) -> "Layer":
+        """This layer run at ``precision``: FP32 tensor bytes scaled to its element size.
+        Only an FP32 layer (as analysed) converts; the same precision returns ``self``."""
+        if precision == self.precision:
+            return self
+        check_precision(precision)
+        if self.precision != DEFAULT_PRECISION:
+            raise ValueError(f"layer {self.name!r} is priced at {self.precision}; convert the FP32 layer instead")
+        size = ELEMENT_BYTES[precision]
+        fi, fo, fw = self.fixed_bytes
+
+        def scaled(total: int, fixed: int) -> int:
+            return fixed + (max(total - fixed, 0) * size) // ELEMENT_BYTES[DEFAULT_PRECISION]
+
+        return replace(self, input_bytes=scaled(self.input_bytes, fi), output_bytes=scaled(self.output_bytes, fo),
+                       weight_bytes=scaled(self.weight_bytes, fw), precision=precision)
+
+
+def layers_at_precision(layers: Sequence[Layer], precision: str) -> list[Layer]:
+    """Every layer of ``layers`` at ``precision`` (see :meth:`Layer.at_precision`)."""
+    return [layer.at_precision(precision) for layer in layers]

@@ -66,6 +66,23 @@ factorisation of ``m`` and keeps the fastest, as a compiler would.
    efficiency knee this is why too many cores hurt a small layer (Fig. 4c, 5a).
    The roofline holds: ``t >= ops / (m * P)`` and ``t >= weight bytes / dram_gbps``.
 
+5. **Precision** (docs/precision.md).  Each layer is priced at its own precision
+   (:meth:`~onnxmlu.plan.perf.layers.Layer.at_precision`; a block's layers share one).  Its
+   feature maps and weights are already at that element size -- 4, 2 or 1 bytes -- so every
+   byte term above follows: weights re-read by tiles, external inputs, exchanged maps, the
+   block's output, the on-chip working set.  Its operations run at the profile's peak for that
+   precision ``P_p`` (``peak_tflops_fp16_per_core``, ``peak_tops_int8_per_core``; 2 and 4
+   TOPS for mlu100, DLFusion Table I), matrix and vector layers alike: the speed-up is
+   ``s = P_p / P``.  The knee is a pipeline depth, that is a time, so it does not move: work
+   enters the smooth maximum in FP32-equivalent operations ``w / s``.  A layer far above the
+   knee runs ``s`` times faster; a small one gains less, its time being mostly fill.  Blocks
+   read and write their maps at their own element size (a neighbour at another precision
+   converts on its store, at no cost).  No new parameter: ``s`` comes from the datasheet.
+   FP32 layers have ``s = 1`` and unchanged bytes, so FP32 prices are exactly the calibrated
+   ones.  ``BlockEstimate.onchip_bytes`` is the largest per-core working set of a layer (its
+   channel group's weights, its input and output tiles with their halo); no profile states
+   an on-chip capacity, so it is reported, not charged.
+
 Calibration (``mlu100``) and ``OpCount_critical``
 -------------------------------------------------
 One parameter set, fitted with ``scripts/calibrate_model.py`` against the findings of
@@ -98,7 +115,8 @@ import numpy as np
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.plan.perf.hardware import Hardware
-from onnxmlu.plan.perf.layers import WHOLE_MAP_KINDS, Layer
+from onnxmlu.plan.perf.layers import WHOLE_MAP_KINDS, Layer, layers_at_precision
+from onnxmlu.precision import DEFAULT_PRECISION
 
 CostFn = Callable[[Sequence[Layer], int], float]
 
@@ -142,6 +160,12 @@ class ModelParams:
     core_sync_us: float
     overlap_theta: float
     grouped_conv_as_dense: bool
+    fp16_speedup: float = 2.0     # peak FP16 / peak FP32
+    int8_speedup: float = 4.0     # peak INT8 / peak FP32
+
+    def speed(self, precision: str) -> float:
+        """Peak at ``precision`` over the FP32 peak (1 for fp32)."""
+        return {"fp32": 1.0, "fp16": self.fp16_speedup, "int8": self.int8_speedup}[precision]
 
     @classmethod
     def from_hardware(cls, hw: Hardware) -> "ModelParams":
@@ -164,6 +188,8 @@ class ModelParams:
             core_sync_us=float(p["core_sync_us"]),
             overlap_theta=float(p["overlap_theta"]),
             grouped_conv_as_dense=bool(p["grouped_conv_as_dense"]),
+            fp16_speedup=hw.peak_per_core("fp16") / hw.peak_per_core("fp32"),
+            int8_speedup=hw.peak_per_core("int8") / hw.peak_per_core("fp32"),
         )
 
 
@@ -182,6 +208,8 @@ class BlockEstimate:
     dram_bytes: float        # including re-read weights and exchanged maps
     channel_groups: int
     tiles: tuple[int, int]
+    precision: str = "fp32"  # of the block's layers
+    onchip_bytes: float = 0.0  # the largest per-core working set of a layer (reported, not charged)
 
     @property
     def gops(self) -> float:
@@ -208,13 +236,14 @@ class _Arrays:
     out: np.ndarray
     weights: np.ndarray
     segment: np.ndarray
+    speed: np.ndarray        # peak at the layer's precision over the FP32 peak
 
     def row_ids(self) -> np.ndarray:
         """One integer per layer, equal for layers whose pricing inputs are all equal: a
         block's prices depend only on its layers' ids, so repeated windows are priced once."""
         rows = np.stack([self.ops, self.tensor, self.mixes, self.chan, self.height, self.width,
                          self.halo_h, self.halo_w, self.whole, self.ext_in, self.first_in,
-                         self.out, self.weights], axis=1)
+                         self.out, self.weights, self.speed], axis=1)
         return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
@@ -241,6 +270,7 @@ def _arrays(layers: Sequence[Layer], p: ModelParams) -> _Arrays:
         height=height, width=width, halo_h=hh, halo_w=hw_, whole=whole, ext_in=ext,
         first_in=inp, out=out, weights=f("weight_bytes") * dense,
         segment=np.array([l.segment for l in layers], dtype=np.int64).reshape(n),
+        speed=np.array([p.speed(l.precision) for l in layers], dtype=float).reshape(n),
     )
 
 
@@ -313,11 +343,11 @@ def _terms(a: _Arrays, idx: np.ndarray, mps: tuple[int, ...], p: ModelParams,
     rho = _redundancy(a, idx, ta, tb)
     chan = col(a.chan)
     share = np.maximum(chan / gc, np.minimum(chan, p.channel_granule)) / chan
-    ops, tensor = col(a.ops), col(a.tensor)
+    ops, tensor, speed = col(a.ops), col(a.tensor), col(a.speed)
     per_core = ops * share / (ta * tb) * rho
-    mat = S(per_core * tensor)
-    fill = (_knee(mat, p) - mat) / p.peak_ops_per_us
-    c_l = per_core / p.peak_ops_per_us
+    eff = per_core / speed  # FP32-equivalent work: the knee is a time (x / 1.0 is x for FP32)
+    mat = S(eff * tensor)
+    fill, c_l = (_knee(mat, p) - mat) / p.peak_ops_per_us, eff / p.peak_ops_per_us
     # traffic of each layer: weights (re-read by every tile), what it reads from outside,
     # the maps channel groups exchange; the first layer reads its input, the last writes
     bw = np.minimum(p.dram_bytes_per_us, m * p.core_dram_bytes_per_us)
@@ -335,7 +365,7 @@ def _terms(a: _Arrays, idx: np.ndarray, mps: tuple[int, ...], p: ModelParams,
     overhead = p.launch_us + p.layer_us * n_layers + p.core_sync_us * (m - 1.0)
     total = overhead + fill + S(t_mid) - H(t_mid) + H(t_first)
     compute = fill + S(c_l)
-    plain = ops / m
+    plain = ops / m / speed
     plain_mat = S(plain * tensor)
     plain_compute = (_knee(plain_mat, p) + S(plain * (1.0 - tensor))) / p.peak_ops_per_us
     dram = S(mid_b) - H(mid_b) + H(first_b)
@@ -415,13 +445,29 @@ def block_estimate(layers: Sequence[Layer], mp: int, hw: Hardware) -> BlockEstim
     f = int(np.argmin(t.total[0, 0]))
     first = lambda x: float(x[0, 0, f])  # noqa: E731 - the block starting at the first layer
     ops = float(a.ops.sum())
+    gc, ta, tb = (int(t.fac[k][f]) for k in (2, 3, 4))
+    precisions = {layer.precision for layer in layers}
     return BlockEstimate(
         mp=int(mp), latency_us=first(t.total), compute_us=first(t.compute),
         memory_us=first(t.memory), overhead_us=first(t.overhead),
         halo_us=max(0.0, first(t.compute) - first(t.plain_compute)), ops=ops,
         redundant_ops=max(0.0, first(t.work) * mp - ops), dram_bytes=first(t.dram),
-        channel_groups=int(t.fac[2][f]), tiles=(int(t.fac[3][f]), int(t.fac[4][f])),
+        channel_groups=gc, tiles=(ta, tb),
+        precision=precisions.pop() if len(precisions) == 1 else "mixed",
+        onchip_bytes=_onchip_bytes(a, p, gc, ta, tb),
     )
+
+
+def _onchip_bytes(a: _Arrays, p: ModelParams, gc: int, ta: int, tb: int) -> float:
+    """The largest working set one core holds for a layer of the block split into ``gc``
+    channel groups x ``ta x tb`` tiles: its channel group's weights, its input tile (every
+    channel) and its output tile (its group's channels), tiles grown by their halo."""
+    n = len(a.ops)
+    rho = _redundancy(a, np.arange(n)[None, :], np.array([float(ta)]), np.array([float(tb)]))[0, :, 0]
+    share = np.maximum(a.chan / gc, np.minimum(a.chan, p.channel_granule)) / a.chan
+    tiles = float(ta * tb)
+    working = a.weights * share + a.first_in * rho / tiles + a.out * share * rho / tiles
+    return float(working.max())
 
 
 @dataclass(frozen=True)
@@ -568,23 +614,37 @@ def plan_latency_us(plan, layers: Sequence[Layer], hw: Hardware, cost: CostFn | 
     return float(sum(plan_block_latencies_us(plan, layers, cost)))
 
 
+def _block_precision(block) -> str:
+    return getattr(block, "precision", DEFAULT_PRECISION)
+
+
+def _at_precisions(plan, layers: Sequence[Layer]) -> dict[str, Sequence[Layer]]:
+    """``layers`` at each precision the plan's blocks use (the FP32 list itself for fp32)."""
+    return {p: layers if p == DEFAULT_PRECISION else layers_at_precision(layers, p)
+            for p in {_block_precision(b) for b in plan.blocks}}
+
+
 def plan_block_latencies_us(plan, layers: Sequence[Layer], cost: CostFn) -> list[float]:
-    """Each block's latency (µs) at its own MP, in plan order: equal to
-    ``[cost(b.layers(layers), b.mp) for b in plan.blocks]``, batched by MP when the cost
-    function can (linear in the graph instead of one model evaluation per block)."""
+    """Each block's latency (µs) at its own MP and precision, in plan order: equal to
+    ``[cost(layers_at_precision(b.layers(layers), b.precision), b.mp) for b in plan.blocks]``,
+    batched by MP and precision when the cost function can (linear in the graph instead of one
+    model evaluation per block). ``layers`` are the analysed (FP32) layers."""
     blocks = plan.blocks
+    at = _at_precisions(plan, layers)
     batch = getattr(cost, "block_latencies", None)
     if batch is None:
-        return [cost(b.layers(layers), b.mp) for b in blocks]
+        return [cost(b.layers(at[_block_precision(b)]), b.mp) for b in blocks]
     prices = [0.0] * len(blocks)
-    for mp in sorted({b.mp for b in blocks}):
-        chosen = [k for k, b in enumerate(blocks) if b.mp == mp]
-        column = batch(layers, [(blocks[k].start, blocks[k].stop) for k in chosen], [mp])[:, 0]
+    for precision, mp in sorted({(_block_precision(b), b.mp) for b in blocks}):
+        chosen = [k for k, b in enumerate(blocks) if b.mp == mp and _block_precision(b) == precision]
+        column = batch(at[precision], [(blocks[k].start, blocks[k].stop) for k in chosen], [mp])[:, 0]
         for k, value in zip(chosen, column):
             prices[k] = float(value)
     return prices
 
 
 def plan_estimates(plan, layers: Sequence[Layer], hw: Hardware) -> list[BlockEstimate]:
-    """One :class:`BlockEstimate` per block of ``plan`` (for block tables and fused nodes)."""
-    return [block_estimate(b.layers(layers), b.mp, hw) for b in plan.blocks]
+    """One :class:`BlockEstimate` per block of ``plan``, each at its MP and precision (for
+    block tables and fused nodes); ``layers`` are the analysed (FP32) layers."""
+    at = _at_precisions(plan, layers)
+    return [block_estimate(b.layers(at[_block_precision(b)]), b.mp, hw) for b in plan.blocks]
