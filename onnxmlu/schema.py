@@ -8,6 +8,10 @@ Format (version 1) — one node per fused block:
 * ``body`` (TENSOR, uint8, 1-D): the block as a serialized ModelProto with its weights.
   Its graph inputs/outputs match the node's inputs/outputs by position. A STRING ``body``
   from older files is still read by :func:`body_model` and by the runtime;
+* ``precision`` (STRING, optional): the precision the block runs at, ``fp32``, ``fp16`` or
+  ``int8`` (docs/precision.md). Absent means ``fp32`` -- files from before it read as they
+  did, and FP32 blocks are written without it. The body already holds the numerics: FP16
+  weights and roundings, or the QDQ form of an INT8 block, so the runtime needs nothing else;
 * ``layers``, ``op_types`` (STRINGS), ``gops``, ``sim_latency_us`` (FLOAT): metadata
   for people (Netron) and reports.
 
@@ -51,6 +55,7 @@ def ensure_registered() -> None:
         type_constraints=[("T", _ALL_TENSOR_TYPES, "Any tensor type; mixed types allowed.")],
         attributes=[
             defs.OpSchema.Attribute("mp", defs.OpSchema.AttrType.INT, "Model parallelism (cores).", required=True),
+            defs.OpSchema.Attribute("precision", defs.OpSchema.AttrType.STRING, "fp32 (default), fp16 or int8.", required=False),
             defs.OpSchema.Attribute("body", defs.OpSchema.AttrType.TENSOR, "Serialized ModelProto (uint8).", required=True),
             defs.OpSchema.Attribute("layers", defs.OpSchema.AttrType.STRINGS, "Original node names.", required=False),
             defs.OpSchema.Attribute("op_types", defs.OpSchema.AttrType.STRINGS, "Original op types.", required=False),
@@ -90,6 +95,15 @@ def body_model_from_attribute(attr: onnx.AttributeProto) -> onnx.ModelProto:
     body = onnx.ModelProto()
     body.ParseFromString(data)
     return body
+
+
+def block_precision(node: onnx.NodeProto) -> str:
+    """The precision an MLUFusionBlock node runs at: its ``precision`` attribute, ``fp32``
+    when it has none (files written before the attribute existed)."""
+    for attr in node.attribute:
+        if attr.name == "precision":
+            return attr.s.decode()
+    return "fp32"
 
 
 def body_model(node: onnx.NodeProto) -> onnx.ModelProto:
