@@ -1,0 +1,115 @@
+"""The precision step of collapse: each FP16 or INT8 block's body becomes its emulation.
+
+Collapse builds every block body in FP32, as before, and hands a non-FP32 one to
+:meth:`BlockBodies.transform`. INT8 blocks need samples of *their own* inputs, so
+:meth:`BlockBodies.prepare` first runs the normalized model on the calibration samples with
+every INT8 block's input tensors exposed as outputs (one run per sample for all blocks),
+before collapse releases any weight. Without calibration data the samples are seeded random
+ones: :attr:`BlockBodies.diagnostics` then holds a ``random-calibration`` record, the bodies'
+metadata and the fused nodes' descriptions say so.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+import onnx
+
+from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.errors import OnnxMluError
+from onnxmlu.ir.weights import fill_tensor, is_marker
+from onnxmlu.precision import check_precision
+from onnxmlu.precision.calibration import (
+    DEFAULT_RANDOM_SAMPLES,
+    DEFAULT_SEED,
+    CalibrationSet,
+    Sample,
+    capture_tensors,
+    load_calibration,
+    random_calibration,
+)
+from onnxmlu.precision.fp16 import to_fp16
+from onnxmlu.precision.int8 import Int8Options, float_nodes, to_int8
+
+CalibrationLike = CalibrationSet | str | os.PathLike | None
+
+
+class BlockBodies:
+    """Turns FP32 block bodies into FP16 or INT8 ones for one analysed model.
+
+    ``calibration``: a :class:`CalibrationSet`, a folder of samples
+    (:func:`~onnxmlu.precision.calibration.load_calibration`), or None for the seeded random
+    fallback (``random_samples`` samples from ``seed``).
+    """
+
+    def __init__(self, analysis, calibration: CalibrationLike = None, options: Int8Options | None = None, *,
+                 random_samples: int = DEFAULT_RANDOM_SAMPLES, seed: int = DEFAULT_SEED) -> None:
+        self.analysis = analysis
+        self.options = options or Int8Options()
+        self._given = calibration
+        self._random = (random_samples, seed)
+        self.calibration: CalibrationSet | None = calibration if isinstance(calibration, CalibrationSet) else None
+        self.block_samples: dict[int, list[Sample]] = {}
+        self.diagnostics: list[Diagnostic] = []
+
+    def prepare(self, blocks: Mapping[int, tuple[str, Sequence[str]]]) -> None:
+        """Capture the inputs of the INT8 blocks among ``blocks`` (block -> (precision, input
+        names)) on the calibration samples; blocks already captured are skipped."""
+        wanted = {b: list(names) for b, (precision, names) in blocks.items()
+                  if check_precision(precision) == "int8" and b not in self.block_samples}
+        if not wanted:
+            return
+        model = runnable_model(self.analysis)
+        calibration = self._calibration_for(model)
+        captured = capture_tensors(model, [n for names in wanted.values() for n in names], calibration.samples)
+        for b, names in wanted.items():
+            self.block_samples[b] = [{n: sample[n] for n in names} for sample in captured]
+
+    def transform(self, b: int, precision: str, body: onnx.ModelProto) -> onnx.ModelProto:
+        """Block ``b``'s FP32 ``body`` at ``precision`` (FP16 in place; INT8 a new model)."""
+        if check_precision(precision) == "fp32":
+            return body
+        if precision == "fp16":
+            return to_fp16(body)
+        if b not in self.block_samples:
+            raise OnnxMluError(f"INT8 block {b} has no calibration samples: prepare() was not told of it")
+        quantized = to_int8(body, self.block_samples[b], self.options, self.calibration.describe())
+        self.diagnostics.extend(
+            Diagnostic("precision", "int8-float-op", node.name or node.op_type,
+                       f"{node.op_type} computes in FP32 inside INT8 block {b}: onnxruntime's quantizer "
+                       "has no QDQ form for it")
+            for node in float_nodes(quantized))
+        return quantized
+
+    def note(self, precision: str) -> str:
+        """What a fused node's description adds for a block at ``precision``."""
+        if precision != "int8" or self.calibration is None:
+            return ""
+        return f"calibrated on {self.calibration.describe()}"
+
+    def _calibration_for(self, model: onnx.ModelProto) -> CalibrationSet:
+        if self.calibration is None:
+            if self._given is not None:
+                self.calibration = load_calibration(self._given, model)
+            else:
+                self.calibration = random_calibration(model, *self._random)
+                self.diagnostics.append(Diagnostic(
+                    "precision", "random-calibration", "",
+                    f"INT8 blocks calibrated on {self.calibration.describe()}: their activation scales fit "
+                    "noise, not the model's data; give a calibration folder"))
+        return self.calibration
+
+
+def runnable_model(analysis) -> onnx.ModelProto:
+    """The analysed model with every weight in it: itself, or -- when a weight store holds the
+    large weights (``fuse_to_file``) -- a copy with their data filled in."""
+    model = analysis.model
+    if not any(is_marker(t) for t in model.graph.initializer):
+        return model
+    filled = onnx.ModelProto()
+    filled.CopyFrom(model)  # markers are small: this copies the graph, not the stored weights
+    for k, tensor in enumerate(model.graph.initializer):
+        if is_marker(tensor):
+            fill_tensor(filled.graph.initializer[k], tensor)
+    return filled

@@ -1,0 +1,176 @@
+"""INT8 blocks: a block body in QDQ form, made by onnxruntime's own static quantizer.
+
+:func:`to_int8` hands the FP32 body and samples of its inputs to
+``onnxruntime.quantization.quantize_static`` with the accelerator's scheme:
+
+* weights: INT8, per output channel, symmetric (zero point 0) -- ``per_channel=True``,
+  ``weight_type=QInt8``, ``WeightSymmetric``; biases INT32 at ``input scale x weight scale``
+  (the quantizer's default);
+* activations: one scale per tensor, calibrated on the samples with onnxruntime's MinMax,
+  Entropy or Percentile calibrator. By default signed INT8, symmetric (zero point 0):
+  the MLU's INT8 units multiply signed 8-bit operands scaled without an offset, so that is
+  what runs on the part. It costs a ReLU output its sign bit (7 bits of magnitude);
+  ``activations="uint8"`` gives the asymmetric UINT8 alternative for comparison.
+
+In the fused model the body's ``QuantizeLinear``/``DequantizeLinear`` pairs are the numerics:
+onnxruntime runs the body as any other model (at its usual optimization level it fuses
+``DQ -> Conv -> Q`` into integer kernels, as a quantized model run by itself would be).
+Operators the quantizer has no QDQ form for stay FP32 between a DQ and a Q
+(:func:`float_nodes` lists them). The body's inputs and outputs keep their names and FP32
+types, so the fused graph around the block does not change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.precision.calibration import SampleReader
+from onnxmlu.precision.fp16 import PRECISION_KEY
+
+#: Calibration methods by the name users give.
+CALIBRATION_METHODS: dict[str, CalibrationMethod] = {
+    "minmax": CalibrationMethod.MinMax,
+    "entropy": CalibrationMethod.Entropy,
+    "percentile": CalibrationMethod.Percentile,
+}
+#: Activation encodings: (onnxruntime type, symmetric).
+ACTIVATION_TYPES: dict[str, tuple[QuantType, bool]] = {
+    "int8": (QuantType.QInt8, True),
+    "uint8": (QuantType.QUInt8, False),
+}
+#: The channel axis of the weights whose default axis in onnxruntime's quantizer is not their
+#: output channels: a normalization's 1-D scale (default 1: out of range), a MatMul's B of any
+#: rank (default 1: right for 2-D only).
+PER_CHANNEL_AXES: dict[str, int] = {"BatchNormalization": 0, "InstanceNormalization": 0,
+                                    "LayerNormalization": -1, "MatMul": -1}
+#: Per-channel QDQ (DequantizeLinear's ``axis``) needs opset 13.
+MIN_OPSET = 13
+CALIBRATION_KEY = "onnxmlu.calibration"
+_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+@dataclass(frozen=True)
+class Int8Options:
+    """How an INT8 block is quantized (see the module docstring)."""
+
+    method: str = "minmax"       # "minmax" | "entropy" | "percentile"
+    activations: str = "int8"    # "int8" (symmetric, the accelerator's) | "uint8" (asymmetric)
+    percentile: float = 99.999   # the percentile calibrator's cut
+
+    def __post_init__(self) -> None:
+        if self.method not in CALIBRATION_METHODS:
+            raise OnnxMluError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}, "
+                               f"not {self.method!r}")
+        if self.activations not in ACTIVATION_TYPES:
+            raise OnnxMluError(f"INT8 activations must be one of {', '.join(ACTIVATION_TYPES)}, "
+                               f"not {self.activations!r}")
+
+    def quantize_arguments(self) -> dict:
+        """The keyword arguments of ``quantize_static`` for this scheme."""
+        activation_type, symmetric = ACTIVATION_TYPES[self.activations]
+        extra = {"WeightSymmetric": True, "ActivationSymmetric": symmetric,
+                 "QDQOpTypePerChannelSupportToAxis": dict(PER_CHANNEL_AXES)}
+        if self.method == "percentile":
+            extra["CalibPercentile"] = self.percentile
+        return {"quant_format": QuantFormat.QDQ, "per_channel": True, "weight_type": QuantType.QInt8,
+                "activation_type": activation_type, "calibrate_method": CALIBRATION_METHODS[self.method],
+                "extra_options": extra}
+
+    def describe(self) -> str:
+        kind = "symmetric INT8" if self.activations == "int8" else "asymmetric UINT8"
+        return f"{self.method} calibration, per-channel INT8 weights, {kind} activations"
+
+
+def to_int8(body: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]],
+            options: Int8Options | None = None, note: str = "") -> onnx.ModelProto:
+    """The QDQ form of ``body`` (a block body, left unchanged), calibrated on ``samples`` of
+    its inputs with ``options`` (default :class:`Int8Options`); ``note`` (where the samples
+    came from) is recorded in the body's metadata."""
+    options = options or Int8Options()
+    if not samples:
+        raise OnnxMluError(f"INT8 block {body.graph.name!r} has no calibration samples")
+    feeds = [{v.name: np.asarray(s[v.name]) for v in body.graph.input} for s in samples]
+    source = _at_least_opset(body, MIN_OPSET)
+    with tempfile.TemporaryDirectory(prefix="onnxmlu-int8-") as folder, _quiet_quantizer():
+        path = Path(folder) / "body.int8.onnx"
+        try:
+            quantize_static(source, path, SampleReader(feeds), **options.quantize_arguments())
+        except Exception as exc:  # noqa: BLE001 - the quantizer raises many kinds; one line for the user
+            raise OnnxMluError(f"onnxruntime's quantizer failed on block {body.graph.name!r}: "
+                               f"{first_line(exc)}") from None
+        quantized = onnx.load(path.as_posix())
+    _check_interface(body, quantized)
+    _mark(quantized, options, note)
+    return quantized
+
+
+def float_nodes(quantized: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Nodes of a QDQ body that compute in FP32: a floating-point input that no
+    ``DequantizeLinear`` produces (the quantizer had no QDQ form for them)."""
+    graph = quantized.graph
+    dequantized = {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    floats = {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+    floats |= {v.name for v in (*graph.input, *graph.value_info, *graph.output)
+               if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+    floats |= {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    return [n for n in graph.node if n.op_type not in _QDQ
+            and any(i in floats and i not in dequantized for i in n.input if i)]
+
+
+def _at_least_opset(body: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    current = next((o.version for o in body.opset_import if o.domain in ("", "ai.onnx")), opset)
+    if current >= opset:
+        return body
+    try:
+        return onnx.version_converter.convert_version(body, opset)
+    except Exception as exc:  # noqa: BLE001 - onnx's converter raises several kinds
+        raise OnnxMluError(f"INT8 block {body.graph.name!r} is opset {current}; per-channel QDQ needs "
+                           f"{opset} and onnx cannot convert it: {first_line(exc)}") from None
+
+
+def _check_interface(body: onnx.ModelProto, quantized: onnx.ModelProto) -> None:
+    """The QDQ body must read and write what the FP32 body did (names and element types)."""
+    def signature(values):
+        return [(v.name, v.type.tensor_type.elem_type) for v in values]
+
+    for what in ("input", "output"):
+        before, after = signature(getattr(body.graph, what)), signature(getattr(quantized.graph, what))
+        if before != after:
+            raise OnnxMluError(f"onnxruntime's quantizer changed the {what}s of block {body.graph.name!r}: "
+                               f"{before} became {after}")
+
+
+def _mark(quantized: onnx.ModelProto, options: Int8Options, note: str) -> None:
+    for key, value in ((PRECISION_KEY, "int8"), (CALIBRATION_KEY, "; ".join(filter(None, [options.describe(), note])))):
+        entry = quantized.metadata_props.add()
+        entry.key, entry.value = key, value
+    quantized.producer_name = "onnxmlu"
+    quantized.doc_string = f"{quantized.doc_string} (int8)".strip()
+
+
+class _PreprocessAdvice(logging.Filter):
+    """Drops the quantizer's advice to pre-process the model (blocks come from a normalized
+    model with every shape inferred), nothing else."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-process" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_quantizer() -> Iterator[None]:
+    root, advice = logging.getLogger(), _PreprocessAdvice()
+    root.addFilter(advice)
+    try:
+        yield
+    finally:
+        root.removeFilter(advice)
