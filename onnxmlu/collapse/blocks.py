@@ -11,13 +11,18 @@ Because every block is a contiguous range of a topological order, a path leaving
 never re-enter it: the collapsed graph is acyclic by construction, and ``collapse`` asserts it
 anyway. The body keeps the original value infos, so symbolic dimensions survive and the fused
 model accepts every input shape the original accepted.
+
+A block planned at FP16 or INT8 (``Block.precision``) gets the ``precision`` attribute and a
+body rewritten by :class:`onnxmlu.precision.bodies.BlockBodies` (built on the FP32 body; INT8
+blocks are calibrated first, before any weight is released). FP32 blocks are written exactly
+as before, without the attribute.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import onnx
 from onnx import helper
@@ -29,7 +34,11 @@ from onnxmlu.ir import topological_order
 from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
 from onnxmlu.ir.weights import active_store, fill_tensor, is_marker
 from onnxmlu.plan.plan import Plan
+from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, fill_body_attribute
+
+if TYPE_CHECKING:
+    from onnxmlu.precision.bodies import BlockBodies
 
 MAX_BODY_BYTES = 2**31 - 1
 
@@ -48,30 +57,52 @@ class BlockInterface:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     constants: tuple[str, ...]
+    precision: str = DEFAULT_PRECISION
 
 
-def collapse(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None = None) -> onnx.ModelProto:
+def collapse(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None = None,
+             bodies: "BlockBodies | None" = None) -> onnx.ModelProto:
     """The fused model: host nodes as they were, one MLUFusionBlock node per plan block.
 
     The model is built field by field in place (no ``make_graph``/``make_model``, which copy
     every node and then the whole graph again): each body is serialized once and its bytes
-    are copied once, into the node that carries them.
+    are copied once, into the node that carries them. ``bodies`` turns FP16/INT8 blocks'
+    bodies into their precision (default: :class:`~onnxmlu.precision.bodies.BlockBodies`
+    with random calibration, made only when the plan has such blocks).
     """
     fused, blocks = fused_without_bodies(analysis, plan, figures)
+    bodies = prepare_bodies(analysis, blocks, bodies)
     for position, (b, iface) in blocks.items():
-        _add_body(fused.graph.node[position], analysis, b, iface)
+        _add_body(fused.graph.node[position], analysis, b, iface, bodies=bodies)
     return fused
 
 
-def collapse_pieces(analysis: Analysis, plan: Plan,
-                    figures: Sequence[BlockFigures] | None = None) -> Iterator[bytes]:
+def collapse_pieces(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None = None,
+                    bodies: "BlockBodies | None" = None) -> Iterator[bytes]:
     """The fused model of :func:`collapse` as serialized pieces whose concatenation is the
     model file (see :func:`stream_pieces`)."""
-    yield from stream_pieces(analysis, *fused_without_bodies(analysis, plan, figures))
+    yield from stream_pieces(analysis, *fused_without_bodies(analysis, plan, figures), bodies=bodies)
+
+
+def prepare_bodies(analysis: Analysis, blocks: dict[int, tuple[int, BlockInterface]],
+                   bodies: "BlockBodies | None") -> "BlockBodies | None":
+    """``bodies`` (or a default one) ready for the FP16/INT8 blocks among ``blocks``: INT8
+    blocks' inputs captured on the calibration samples. None when every block is FP32."""
+    wanted = {b: (iface.precision, iface.inputs) for b, iface in blocks.values()
+              if iface.precision != DEFAULT_PRECISION}
+    if not wanted:
+        return bodies
+    if bodies is None:
+        from onnxmlu.precision.bodies import BlockBodies
+
+        bodies = BlockBodies(analysis)
+    bodies.prepare(wanted)
+    return bodies
 
 
 def stream_pieces(analysis: Analysis, fused: onnx.ModelProto,
-                  blocks: dict[int, tuple[int, BlockInterface]]) -> Iterator[bytes]:
+                  blocks: dict[int, tuple[int, BlockInterface]],
+                  bodies: "BlockBodies | None" = None) -> Iterator[bytes]:
     """``fused`` (from :func:`fused_without_bodies`) as serialized pieces: protobuf merges
     concatenated messages and appends repeated fields in order, so the first piece is the model
     without nodes and each further piece a model holding one node. Only one body exists at a
@@ -79,6 +110,7 @@ def stream_pieces(analysis: Analysis, fused: onnx.ModelProto,
     serialized whole), and a weight held by the active weight store is released once the last
     block that reads it is written."""
     uses = Counter(name for _, iface in blocks.values() for name in iface.constants)
+    bodies = prepare_bodies(analysis, blocks, bodies)  # INT8 calibration runs the model: before any release
     _release_unused(analysis, uses)  # host-node weights are already copied into ``fused``
     head = onnx.ModelProto()
     head.CopyFrom(fused)
@@ -92,7 +124,7 @@ def stream_pieces(analysis: Analysis, fused: onnx.ModelProto,
         target = piece.graph.node.add()
         target.CopyFrom(node)
         if position in blocks:
-            _add_body(target, analysis, *blocks[position], uses=uses)
+            _add_body(target, analysis, *blocks[position], uses=uses, bodies=bodies)
         data = piece.SerializeToString()
         del piece, target  # the body's bytes: once in ``data`` while it is written, not twice
         yield data
@@ -124,7 +156,7 @@ def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[Block
             fused.graph.node.append(graph.node[i])
         elif b not in emitted:
             emitted.add(b)
-            blocks[len(fused.graph.node)] = (b, interfaces[b])
+            blocks[len(fused.graph.node)] = (b, replace(interfaces[b], precision=plan.blocks[b].precision))
             fig = figures[b] if figures else None
             _fill_fusion_node(fused.graph.node.add(), analysis, plan, b, interfaces[b], fig)
     _finish_outer(fused, analysis, interfaces)
@@ -189,33 +221,42 @@ def _fill_fusion_node(node: onnx.NodeProto, analysis: Analysis, plan: Plan, b: i
                            helper.make_attribute("layers", [l.name for l in layers]),
                            helper.make_attribute("mp", block.mp),
                            helper.make_attribute("op_types", [l.op_type for l in layers])])
+    if block.precision != DEFAULT_PRECISION:  # absent means FP32: FP32 blocks stay byte-identical
+        node.attribute.append(helper.make_attribute("precision", block.precision))
     if fig is not None and fig.sim_latency_us is not None:
         node.attribute.append(helper.make_attribute("sim_latency_us", float(fig.sim_latency_us)))
-    node.doc_string = _summary(layers, block.mp, fig)
+    node.doc_string = _summary(layers, block.mp, fig, block.precision)
 
 
 def _add_body(node: onnx.NodeProto, analysis: Analysis, b: int, iface: BlockInterface,
-              uses: Counter | None = None) -> None:
+              uses: Counter | None = None, bodies: "BlockBodies | None" = None) -> None:
     """Serialize block ``b`` and attach it to its node (bodies are added last, one at a time).
-    ``uses`` counts the blocks still to be written per constant (see :func:`_add_constants`)."""
-    data = _body_bytes(analysis, b, iface, uses)
+    ``uses`` counts the blocks still to be written per constant (see :func:`_add_constants`);
+    ``bodies`` (from :func:`prepare_bodies`) transforms an FP16/INT8 block's body."""
+    data = _body_bytes(analysis, b, iface, uses, bodies)
+    note = bodies.note(iface.precision) if bodies is not None else ""
+    if note:
+        node.doc_string += f" ({note})"
     if len(data) > MAX_BODY_BYTES:
         raise OnnxMluError(f"block {b} serializes to {len(data)} bytes, over the 2 GB "
                            "protobuf limit of one body; split it with a plan of smaller blocks")
     fill_body_attribute(node.attribute.add(), data)
 
 
-def _summary(layers, mp: int, fig: BlockFigures | None) -> str:
+def _summary(layers, mp: int, fig: BlockFigures | None, precision: str = DEFAULT_PRECISION) -> str:
     counts = Counter(l.op_type for l in layers)
     ops = ", ".join(f"{op}×{n}" if n > 1 else op for op, n in counts.most_common())
     text = f"{len(layers)} layers ({ops}); {sum(l.gops for l in layers):.3f} GOPs; mp={mp}"
+    if precision != DEFAULT_PRECISION:
+        text += f"; {precision}"
     if fig is not None and fig.sim_latency_us is not None:
         text += f"; {fig.sim_latency_us:.1f} µs simulated"
     return text
 
 
-def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter | None = None) -> bytes:
-    """The block as a serialized ModelProto; the proto itself is freed on return."""
+def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter | None = None,
+                bodies: "BlockBodies | None" = None) -> bytes:
+    """The block as a serialized ModelProto, at its precision; the proto itself is freed on return."""
     model, index = analysis.model, analysis.index
     nodes = [model.graph.node[i] for i in iface.nodes]
     internal = {o for i in iface.nodes for o in index.outputs[i]} - set(iface.outputs)
@@ -228,6 +269,10 @@ def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter
     graph.output.extend(_value_info(analysis, n) for n in iface.outputs)
     _add_constants(graph, analysis, iface.constants, uses)
     graph.value_info.extend(index.value_infos[n] for n in sorted(internal) if n in index.value_infos)
+    if iface.precision != DEFAULT_PRECISION:
+        if bodies is None:
+            raise AssertionError(f"block {b} is {iface.precision} but collapse prepared no bodies for it")
+        body = bodies.transform(b, iface.precision, body)
     return body.SerializeToString()
 
 
