@@ -12,7 +12,7 @@ Folder layout (one or both kinds, read in sorted name order):
 * ``NAME/`` -- one sample per sub-folder, holding one serialized ONNX ``TensorProto`` per input
   (``*.pb``), keyed by the tensor's ``name`` field, or by the file's stem when the field is
   empty. This is the layout of the ONNX model zoo's ``test_data_set_N/input_K.pb`` folders,
-  so such a folder can be used as it is.
+  so such a folder can be used as it is (its expected outputs, ``output_K.pb``, are skipped).
 
 A block's calibration inputs are not the model's: they are the tensors that enter the block.
 :func:`capture_tensors` runs the (normalized) model once per sample with those tensors
@@ -69,7 +69,7 @@ def load_calibration(folder: str | os.PathLike, model: onnx.ModelProto | None = 
     for entry in sorted(root.iterdir()):
         if entry.is_file() and entry.suffix == ".npz":
             samples.append(_npz_sample(entry))
-        elif entry.is_dir() and any(entry.glob("*.pb")):
+        elif entry.is_dir() and _input_files(entry):
             samples.append(_pb_sample(entry))
     if not samples:
         raise OnnxMluError(f"calibration folder {root} holds no sample: expected NAME.npz files or "
@@ -108,9 +108,14 @@ def _npz_sample(path: Path) -> Sample:
         raise OnnxMluError(f"cannot read calibration sample {path}: {first_line(exc)}") from None
 
 
+def _input_files(folder: Path) -> list[Path]:
+    """The ``*.pb`` files of a sample folder, less the zoo layout's expected outputs."""
+    return sorted(p for p in folder.glob("*.pb") if not p.name.startswith("output_"))
+
+
 def _pb_sample(folder: Path) -> Sample:
     sample: Sample = {}
-    for path in sorted(folder.glob("*.pb")):
+    for path in _input_files(folder):
         tensor = onnx.TensorProto()
         try:
             tensor.ParseFromString(path.read_bytes())

@@ -45,6 +45,8 @@ def test_tensorproto_subfolders_are_samples_keyed_by_tensor_name(tmp_path):
         (tmp_path / f"test_data_set_{k}").mkdir()
         (tmp_path / f"test_data_set_{k}" / "input_0.pb").write_bytes(
             numpy_helper.from_array(x, "x").SerializeToString())
+        (tmp_path / f"test_data_set_{k}" / "output_0.pb").write_bytes(  # expected outputs: skipped
+            numpy_helper.from_array(np.zeros((1, 10), np.float32), "y").SerializeToString())
     (tmp_path / "unnamed").mkdir()  # a tensor without a name is keyed by its file's stem
     (tmp_path / "unnamed" / "x.pb").write_bytes(numpy_helper.from_array(arrays[0]).SerializeToString())
     cal = load_calibration(tmp_path, residual_model())
