@@ -7,14 +7,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from onnxmlu import api
 from onnxmlu.plan.plan import with_precision
 from onnxmlu.precision.fp16 import PRECISION_KEY, VALUE_PRESERVING_OPS, to_fp16
 from onnxmlu.runtime import InferenceSession, reference_session
 from onnxmlu.schema import block_precision, body_model, is_fusion_block
-from onnxmlu.tools.testing import conv_chain_model
+from onnxmlu.tools.testing import conv_chain_model, make_model
 from onnxmlu.tools.verify import random_inputs
 from precision_models import fp16_reference, fuse, residual_model, round16, two_block_plan
 
@@ -107,3 +107,16 @@ def test_fp16_bodies_stay_fp16_through_the_block_layout_pass(library):
     np.testing.assert_allclose(pooled, reference_session(model).run(["pooled"], feeds)[0], rtol=2e-2, atol=2e-3)
     assert all("fp16" in n.doc_string for n in _blocks(fused))
     assert {e.key: e.value for e in body_model(_blocks(fused)[0]).metadata_props}[PRECISION_KEY] == "fp16"
+
+
+def test_rounding_matches_numpy_at_ties_subnormals_and_overflow():
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "one"], ["y"])], "mul",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])],
+                              [onnx.numpy_helper.from_array(np.ones(1, np.float32), "one")])
+    body = to_fp16(make_model(graph))
+    x = np.array([1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11), 1e-7, 3e-8, 2.0**-26, 65519.0, 70000.0], np.float32)
+    y = reference_session(body).run(None, {"x": x})[0]
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(y, x.astype(np.float16).astype(np.float32))
+    assert y[0] == 1.0 and y[1] == 1 + 2**-9 and y[5] == 0.0 and y[6] == 65504.0 and np.isinf(y[7])
