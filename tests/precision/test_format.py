@@ -14,6 +14,7 @@ from onnxmlu.precision.bodies import BlockBodies
 from onnxmlu.precision.calibration import random_calibration
 from onnxmlu.schema import block_precision, ensure_registered, is_fusion_block
 from onnxmlu.tools.testing import conv_chain_model
+from onnxmlu.tools.view import explode
 from precision_models import residual_model, two_block_plan
 
 
@@ -91,3 +92,11 @@ def test_fuse_to_file_writes_what_fuse_builds(tmp_path, zoo, precision):
     api.fuse_to_file(tmp_path / "m.onnx", tmp_path / "f.onnx", plan=plan)
     written = onnx.load(tmp_path / "f.onnx")
     assert written.SerializeToString() == api.fuse(model, plan=plan).model.SerializeToString()
+
+
+def test_the_netron_view_copy_keeps_the_attribute():
+    fused = api.fuse(residual_model(), plan=two_block_plan(("fp16", "int8"))).model
+    view = explode(fused)
+    calls = [n for n in view.graph.node if n.domain == "com.onnxmlu.view"]
+    assert [next(a.s for a in n.attribute if a.name == "precision") for n in calls] == [b"fp16", b"int8"]
+    assert {f.name for f in view.functions} == {n.op_type for n in calls}
