@@ -159,16 +159,18 @@ with open(result, "w") as f:
 
 # What `onnxmlu fuse` runs: api.fuse_to_file (streamed) where the checkout has it, else (older
 # checkouts, e.g. onnxmlu@before) api.as_model + api.fuse + api.save_model, as their CLI did.
+# Phases from its progress lines: "load" ends when rewriting starts (older checkouts: "fusing"),
+# "optimize" when collapsing starts (older checkouts: "saving", said before their collapse).
 _ONNXMLU = """
 import onnxmlu
 from onnxmlu import api
 mark("import")
 if hasattr(api, "fuse_to_file"):
     def say(stage):
-        if stage.startswith("fusing"):
-            mark("load")
-        elif stage.startswith("saving"):
-            mark("optimize")
+        phase = ("load" if stage.startswith(("fusing", "rewriting"))
+                 else "optimize" if stage.startswith(("saving", "collapsing")) else None)
+        if phase is not None and phase not in [name for name, _ in marks]:
+            mark(phase)
     api.fuse_to_file(src, dst, strategy=strategy, progress=say)
 else:
     model = api.as_model(src)

@@ -40,10 +40,17 @@ def check_opset(model: onnx.ModelProto) -> None:
 
 
 def normalize(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | None = None,
-              fold_constants: bool = True, *, owned: bool = False,
-              diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
-    """Make an exported model regular for the rest of the pipeline; returns a new model, or
-    ``model`` itself changed in place when the caller ``owned`` it (no copy of every weight).
+              fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
+    """Make an exported model regular for the rest of the pipeline; returns a new model
+    (``model`` is not changed). See :func:`normalize_owned`."""
+    own = model if model.functions else copy_model(model)  # inlining makes a new model anyway
+    return normalize_owned(own, input_shapes, fold_constants, diagnostics=diagnostics)
+
+
+def normalize_owned(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | None = None,
+                    fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
+    """:func:`normalize` for a caller that gives ``model`` away: it is changed in place (no copy
+    of every weight) and returned, or a new model when inlining or folding made one.
 
     Model-local functions are inlined, the input-shape overrides applied, every graph's nodes
     sorted, constants folded (exactly, see :mod:`onnxmlu.frontend.fold`) and every tensor typed
@@ -54,8 +61,6 @@ def normalize(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] |
     check_opset(model)
     if model.functions:
         model = _inline_functions(model)
-    elif not owned:
-        model = copy_model(model)
     check_nodes(model)
     if input_shapes:
         _override_input_shapes(model, input_shapes)

@@ -18,7 +18,7 @@ import onnx
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir.graphs import node_inputs
-from onnxmlu.ir.weights import itemsize, tensor_array
+from onnxmlu.ir.weights import WeightStore, itemsize, tensor_array
 
 
 def _all_value_infos(graph: onnx.GraphProto) -> Iterable[onnx.ValueInfoProto]:
@@ -41,11 +41,13 @@ class GraphIndex:
     #: access and the subgraph scan are slow enough to matter at 20k nodes).
     inputs: list[list[str]] = field(default_factory=list)
     outputs: list[list[str]] = field(default_factory=list)
+    #: Holds the data of the graph's marker initializers (see :mod:`onnxmlu.ir.weights`).
+    weights: WeightStore | None = None
     _shapes: dict[str, list | None] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, graph: onnx.GraphProto) -> "GraphIndex":
-        idx = cls(graph)
+    def build(cls, graph: onnx.GraphProto, weights: WeightStore | None = None) -> "GraphIndex":
+        idx = cls(graph, weights=weights)
         idx.initializers = {t.name: t for t in graph.initializer}
         idx.value_infos = {v.name: v for v in _all_value_infos(graph)}
         idx.graph_outputs = {o.name for o in graph.output}
@@ -65,7 +67,7 @@ class GraphIndex:
 
     def constant(self, name: str) -> np.ndarray | None:
         tensor = self.initializers.get(name)
-        return None if tensor is None else tensor_array(tensor)
+        return None if tensor is None else tensor_array(tensor, self.weights)
 
     def elem_type(self, name: str) -> int:
         if name in self.initializers:

@@ -37,16 +37,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.rewrite.base import (
-    DEFAULT_DOMAINS,
-    FLOAT_DTYPES,
-    RewriteContext,
-    constant_value,
-    detach,
-    node_input,
-    tensor_dtype,
-    tensor_shape,
-)
+from onnxmlu.ir import is_default_domain
+from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, constant_value, detach, node_input
+from onnxmlu.rewrite.base import tensor_dtype, tensor_shape
 
 MODES = ("substitute", "fold")
 PARAM_NAMES = ("scale", "B", "mean", "var")
@@ -137,7 +130,7 @@ class BatchNormRewriter:
             return False
         producer = x.inputs[0]
         in_graph = any(n is producer for n in ctx.graph.nodes)  # not an outer-scope producer
-        if producer.domain not in (None, *DEFAULT_DOMAINS) or not in_graph:
+        if not is_default_domain(producer.domain) or not in_graph:
             return False
         if producer.outputs[0] is not x:
             return False

@@ -8,7 +8,7 @@ datasheet (MLU100: 32 cores, 1 TFLOPS FP32 per core, 102.4 GB/s DRAM, 1 GHz).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,10 @@ class Hardware:
     def mp_choices(self) -> list[int]:
         """Every legal core count, 1..cores."""
         return list(range(1, self.cores + 1))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The profile in the JSON format :func:`load_hardware` reads back."""
+        return asdict(self)
 
 
 def profile_names() -> list[str]:
