@@ -1,6 +1,7 @@
 # onnxmlu — one-command set-up, tests, demo and benchmarks.
 #   make install   venv + package (editable) + ORT headers + custom-op library (idempotent)
 #   make test      the CI test suite (real-world corpus included)
+#   make lint      ruff over the package, tests and scripts (rules in pyproject.toml); CI runs it first
 #   make demo      zoo ResNet-18 -> fuse -> check -> latency
 #   make bench       full benchmark -> BENCHMARKS.md (runtime overhead, fuse speed vs onnxslim/
 #                    onnxsim/onnxoptimizer, scaling, planner, LSTM unrolling; ~20-30 min on 2 cores)
@@ -18,7 +19,7 @@ LIB    := onnxmlu/_lib/libonnxmlu_ops.so
 OUT    ?= out
 PYTEST_ARGS ?=
 
-.PHONY: install lib sanitize test test-slow test-realworld demo bench bench-quick clean
+.PHONY: install lib sanitize lint test test-slow test-realworld demo bench bench-quick clean
 
 install: $(VENV)/.installed $(LIB)
 
@@ -39,6 +40,9 @@ sanitize: install
 	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(readlink -f $$(g++ -print-file-name=libstdc++.so))" \
 	ASAN_OPTIONS=detect_leaks=0 \
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py $(PYTEST_ARGS)
+
+lint: install
+	$(PY) -m ruff check onnxmlu tests scripts
 
 test: install
 	$(PY) -m pytest -q -n 2 -m "not slow and not browser and not heavy" $(PYTEST_ARGS)

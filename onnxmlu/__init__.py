@@ -11,13 +11,13 @@ __version__ = "0.1.0"
 
 def custom_ops_library() -> str:
     """Path of the built custom-op library (``libonnxmlu_ops.so``)."""
-    from onnxmlu.runtime import custom_ops_library as _path
+    from onnxmlu import runtime
 
-    return _path()
+    return runtime.custom_ops_library()
 
 
 def InferenceSession(model, *args, **kwargs):  # noqa: N802 - mirrors onnxruntime's name
     """An onnxruntime session with the custom-op library registered (see onnxmlu.runtime)."""
-    from onnxmlu.runtime import InferenceSession as _session
+    from onnxmlu import runtime
 
-    return _session(model, *args, **kwargs)
+    return runtime.InferenceSession(model, *args, **kwargs)

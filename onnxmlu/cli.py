@@ -35,23 +35,27 @@ err_console = Console(stderr=True)
 _state = {"debug": False}
 
 # ---- shared options, declared once ------------------------------------------------------
+def _option(*flags: str, help: str):
+    """An option whose default is not worth showing (None, or an empty list)."""
+    return typer.Option(*flags, help=help, show_default=False)
+
+
 ModelArg = Annotated[Path, typer.Argument(help="ONNX model file.", show_default=False)]
-InputShapeOpt = Annotated[List[str], typer.Option(
-    "--input-shape", help="Pin an input's shape, NAME:D1,D2,... (repeatable).", show_default=False)]
+InputShapeOpt = Annotated[List[str], _option(
+    "--input-shape", help="Pin an input's shape, NAME:D1,D2,... (repeatable).")]
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=(
     "Fusion/MP strategy: none, fixed-mp, dynamic-mp, all-fusion, fusion-fixed-mp, dlfusion, oracle, "
     "optimal, or one registered in Python. oracle/optimal search blocks of at most 256 layers plus whole "
     "segments (profile key search_max_block_layers; 0 = no bound)."))]
 HwOpt = Annotated[str, typer.Option("--hw", help="Hardware profile name or JSON file.")]
-MpOpt = Annotated[Optional[int], typer.Option("--mp", help="Force this MP on every block.", show_default=False)]
-PlanOpt = Annotated[Optional[Path], typer.Option("--plan", help="Use a JSON plan file instead of a strategy.", show_default=False)]
-InputsOpt = Annotated[Optional[Path], typer.Option(
-    "--inputs", help="A .npz of arrays by input name, used instead of random values for those inputs.",
-    show_default=False)]
+MpOpt = Annotated[Optional[int], _option("--mp", help="Force this MP on every block.")]
+PlanOpt = Annotated[Optional[Path], _option("--plan", help="Use a JSON plan file instead of a strategy.")]
+InputsOpt = Annotated[Optional[Path], _option(
+    "--inputs", help="A .npz of arrays by input name, used instead of random values for those inputs.")]
 SeedOpt = Annotated[List[int], typer.Option("--seed", help="Seed(s) for random inputs (repeatable).")]
 AtolOpt = Annotated[float, typer.Option("--atol", help="Absolute tolerance.")]
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance.")]
-JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON ('-' for stdout).", show_default=False)]
+JsonOpt = Annotated[Optional[Path], _option("--json", help="Also write the report as JSON ('-' for stdout).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
 
 
@@ -176,7 +180,7 @@ def _plain(text: str) -> None:
 
 OutputArg = Annotated[Path, typer.Argument(help="Where to write the result.", show_default=False)]
 BnOpt = Annotated[str, typer.Option("--bn", help="BatchNormalization rewrite: substitute (norm + Mul + Add) or fold.")]
-PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write a chart (PNG).", show_default=False)]
+PlotOpt = Annotated[Optional[Path], _option("--plot", help="Write a chart (PNG).")]
 
 
 # ---- commands -----------------------------------------------------------------------------
@@ -213,7 +217,8 @@ def fuse(
 def _show_fuse(result) -> None:
     _show_blocks(result)
     _show_diagnostics(result.diagnostics, result.analysis)
-    console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks, {sum(result.pass_seconds.values()):.2f} s)")
+    seconds = sum(result.pass_seconds.values())
+    console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks, {seconds:.2f} s)")
     if result.check is not None:
         _show_check(result.check)
 
@@ -335,7 +340,8 @@ def _show_layers(analysis) -> None:
 def zoo(
     name: Annotated[str, typer.Argument(help="resnet18, resnet50, vgg19, alexnet, mobilenetv2, lstm; "
                                              "several comma-separated, or 'all'.")],
-    output: Annotated[Path, typer.Argument(help="Where to write the model (a folder for several).", show_default=False)],
+    output: Annotated[Path, typer.Argument(help="Where to write the model (a folder for several).",
+                                           show_default=False)],
     batch: Annotated[str, typer.Option("--batch", help="Batch size, or a name for a symbolic batch.")] = "1",
     seed: Annotated[int, typer.Option("--seed", help="Weight seed.")] = 0,
     json_out: JsonOpt = None,
@@ -364,7 +370,7 @@ def rewrite(
     model: ModelArg,
     output: OutputArg,
     bn: BnOpt = "substitute",
-    only: Annotated[Optional[str], typer.Option("--only", help="Comma-separated subset of bn,gemm,rnn.", show_default=False)] = None,
+    only: Annotated[Optional[str], _option("--only", help="Comma-separated subset of bn,gemm,rnn.")] = None,
     input_shape: InputShapeOpt = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
@@ -391,7 +397,7 @@ def _show_rewrite(report, output: Path) -> None:
 @command
 def plan(
     model: ModelArg,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the plan as JSON.", show_default=False)] = None,
+    output: Annotated[Optional[Path], _option("-o", "--output", help="Write the plan as JSON.")] = None,
     strategy: StrategyOpt = "dlfusion",
     mp: MpOpt = None,
     hw: HwOpt = "mlu100",
@@ -427,7 +433,7 @@ def _show_plan(report) -> None:
 def compare(
     model: Annotated[Optional[Path], typer.Argument(help="ONNX model (omit with --zoo).", show_default=False)] = None,
     zoo_all: Annotated[bool, typer.Option("--zoo", help="Compare on every zoo CNN.")] = False,
-    strategies: Annotated[Optional[str], typer.Option("--strategies", help="Comma-separated strategies (default: all).", show_default=False)] = None,
+    strategies: Annotated[Optional[str], _option("--strategies", help="Comma-separated (default: all).")] = None,
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
     json_out: JsonOpt = None,
@@ -485,12 +491,12 @@ def hw_show(name: Annotated[str, typer.Argument(help="Profile name or JSON file.
 @command
 def run(
     model: ModelArg,
-    inputs: Annotated[Optional[Path], typer.Option("--inputs", help="Feeds as .npz (default: seeded random).", show_default=False)] = None,
+    inputs: Annotated[Optional[Path], _option("--inputs", help="Feeds as .npz (default: seeded random).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for random inputs.")] = 0,
     input_shape: InputShapeOpt = None,
     repeat: Annotated[int, typer.Option("--repeat", help="Timed runs (median reported).")] = 10,
     profile: Annotated[bool, typer.Option("--profile", help="Per-block measured CPU time vs simulated time.")] = False,
-    save: Annotated[Optional[Path], typer.Option("--save", help="Save outputs as .npz.", show_default=False)] = None,
+    save: Annotated[Optional[Path], _option("--save", help="Save outputs as .npz.")] = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:

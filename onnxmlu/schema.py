@@ -23,7 +23,7 @@ from onnx import defs
 
 from onnxmlu.ir.graphs import FUSION_DOMAIN as DOMAIN
 from onnxmlu.ir.graphs import FUSION_OP_TYPE as OP_TYPE
-from onnxmlu.ir.graphs import is_fusion_block
+from onnxmlu.ir.graphs import is_fusion_block  # noqa: F401 - the format's predicate, read here too
 
 VERSION = 1
 

@@ -511,7 +511,7 @@ def test_user_thread_budget_goes_to_the_inner_sessions(library, monkeypatch):
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1  # outer: no pool, so every new thread is the block's
         options.add_session_config_entry(runtime.INNER_THREADS_KEY, str(threads))
-        added, session = threads_added_by(lambda: runtime.InferenceSession(model, options))
+        added, session = threads_added_by(lambda: runtime.InferenceSession(model, options))  # noqa: B023 - called now
         assert added == threads - 1
         np.testing.assert_allclose(session.run(None, {"x": x})[0], want, **TOL)
     options = ort.SessionOptions()

@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
 import onnx
 
 from onnxmlu.diagnostics import Diagnostic

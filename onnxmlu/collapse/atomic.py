@@ -103,7 +103,7 @@ def write_model_atomic(model: onnx.ModelProto, out: Path, *, external_data: bool
 def _serialize(model: onnx.ModelProto, out: Path) -> bytes:
     try:
         return model.SerializeToString()
-    except Exception as exc:  # protobuf's EncodeError above 2 GB
+    except Exception as exc:  # noqa: BLE001 - protobuf's EncodeError above 2 GB
         raise OnnxMluError(f"cannot serialize the model for {out} ({exc}); save it with external data") from None
 
 

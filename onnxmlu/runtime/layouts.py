@@ -108,7 +108,8 @@ def _body_attribute(node: onnx.NodeProto):
     return None, None
 
 
-def _ort_optimized(body: bytes, per_session_threads: bool, block: str, notes: list[Diagnostic]) -> onnx.ModelProto | None:
+def _ort_optimized(body: bytes, per_session_threads: bool, block: str,
+                   notes: list[Diagnostic]) -> onnx.ModelProto | None:
     """The body after onnxruntime's graph optimizations (ALL: NCHWc), or None if it fails."""
     with tempfile.TemporaryDirectory(prefix="onnxmlu-") as folder:
         options = ort.SessionOptions()

@@ -124,7 +124,7 @@ def _open(page, address, timeout_ms: float) -> list[str]:
     accept = page.get_by_text("Accept", exact=True)
     try:  # Netron asks for cookie consent before it draws the graph
         accept.click(timeout=10_000)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no consent page to accept
         pass
     page.wait_for_selector("#canvas g.node", timeout=timeout_ms)
     return _box_labels(page)  # op types: read before "Show Names" swaps them for node names

@@ -61,7 +61,7 @@ def _subgraph_model() -> onnx.ModelProto:
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    F = TensorProto.FLOAT
+    F = TensorProto.FLOAT  # noqa: N806 - reads like the ONNX type name
 
     def branch(tag, alpha):
         node = helper.make_node("Gemm", ["h", "gw"], [f"{tag}_y"], alpha=alpha, transB=1)

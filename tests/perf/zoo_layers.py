@@ -124,8 +124,6 @@ class _Builder:
             self.act(name + "." + act.lower(), act)
 
     def batchnorm(self, name):
-        c, h, w = self.shape
-        n = c * h * w
         _bn_part(self, name, None)
         _bn_part(self, name + ".scale", "Mul")
         _bn_part(self, name + ".shift", "Add")

@@ -77,7 +77,7 @@ def test_backend_node(family, name, bn_mode, onnx_backend_case):
 def test_batchwise_runs_only_after_rewrite(name, onnx_backend_case):
     """onnxruntime's LSTM/GRU/RNN kernels reject layout=1; the unrolled model runs and matches."""
     case = onnx_backend_case(name)
-    (ins, outs), feeds = case.datasets[0], dict(zip(case.input_names, case.datasets[0][0]))
+    (_, outs), feeds = case.datasets[0], dict(zip(case.input_names, case.datasets[0][0]))
     with pytest.raises(Exception, match="layout"):
         run_ort(case.model, feeds)
     rewritten, report = rewrite_model(case.model)
