@@ -433,11 +433,11 @@ def _show_plan(report) -> None:
 def compare(
     model: Annotated[Optional[Path], typer.Argument(help="ONNX model (omit with --zoo).", show_default=False)] = None,
     zoo_all: Annotated[bool, typer.Option("--zoo", help="Compare on every zoo CNN.")] = False,
-    strategies: Annotated[Optional[str], _option("--strategies", help="Comma-separated (default: all).")] = None,
     hw: HwOpt = "mlu100",
+    strategies: Annotated[Optional[str], _option("--strategies", help="Comma-separated (default: all).")] = None,
     input_shape: InputShapeOpt = None,
-    json_out: JsonOpt = None,
     plot: PlotOpt = None,
+    json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Simulated latency, FPS and speedup over `none` per strategy (DLFusion Fig. 10).
