@@ -16,6 +16,7 @@ import onnx
 from onnx import helper
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.ir import copy_model
 from onnxmlu.schema import body_model, is_fusion_block
 
 VIEW_DOMAIN = "com.onnxmlu.view"
@@ -23,8 +24,7 @@ VIEW_DOMAIN = "com.onnxmlu.view"
 
 def explode(model: onnx.ModelProto) -> onnx.ModelProto:
     """A view copy of a fused model with each block as a model-local function call."""
-    view = onnx.ModelProto()
-    view.CopyFrom(model)
+    view = copy_model(model)
     functions = []
     for i, node in enumerate(view.graph.node):
         if not is_fusion_block(node):
