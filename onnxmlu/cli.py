@@ -180,7 +180,6 @@ def _plain(text: str) -> None:
 
 OutputArg = Annotated[Path, typer.Argument(help="Where to write the result.", show_default=False)]
 BnOpt = Annotated[str, typer.Option("--bn", help="BatchNormalization rewrite: substitute (norm + Mul + Add) or fold.")]
-PlotOpt = Annotated[Optional[Path], _option("--plot", help="Write a chart (PNG).")]
 
 
 # ---- commands -----------------------------------------------------------------------------
@@ -402,12 +401,13 @@ def plan(
     mp: MpOpt = None,
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
-    plot: PlotOpt = None,
+    plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Plan blocks and MP without collapsing (--plot: a timeline of the blocks); edit the JSON
-    and pass it to `fuse --plan`. With -q and neither -o nor --json, the plan goes to stdout.
+    """Plan blocks and MP without collapsing; edit the JSON and pass it to `fuse --plan`.
+
+    With -q and neither -o nor --json, the plan file's JSON goes to stdout.
 
     Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json --plot plan.png
     """
@@ -436,7 +436,7 @@ def compare(
     hw: HwOpt = "mlu100",
     strategies: Annotated[Optional[str], _option("--strategies", help="Comma-separated (default: all).")] = None,
     input_shape: InputShapeOpt = None,
-    plot: PlotOpt = None,
+    plot: Annotated[Optional[Path], _option("--plot", help="Grouped bar chart of speedups (PNG).")] = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
