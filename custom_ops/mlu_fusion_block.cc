@@ -333,8 +333,7 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
     throw BlockError(ORT_INVALID_GRAPH, prefix + "body is not a valid ONNX model: " + message);
   }
   session_.reset(session);
-  body.clear();
-  body.shrink_to_fit();
+  std::string().swap(body);  // the inner session holds what it needs: free the copy now
 
   size_t node_inputs = 0, node_outputs = 0, body_inputs = 0, body_outputs = 0;
   Check(Api().KernelInfo_GetInputCount(info, &node_inputs), prefix);
