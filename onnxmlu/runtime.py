@@ -55,6 +55,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxmlu.errors import RuntimeLibraryError
+from onnxmlu.schema import BodyDigestError, set_body_digest, verify_body
 
 #: Environment variable that points at another build of the library (e.g. the ASan one).
 LIBRARY_ENV = "ONNXMLU_CUSTOM_OPS_LIBRARY"
@@ -293,6 +294,8 @@ def optimize_block_layouts(model: onnx.ModelProto, *, per_session_threads: bool 
         if node.domain != _BLOCK_DOMAIN or node.op_type != _BLOCK_OP:
             continue
         attribute, body = _body_attribute(node)
+        if body is not None and not _digest_matches(node, body):
+            continue  # a damaged body is never rewritten (that would give it a valid digest)
         optimized = _ort_optimized(body, per_session_threads) if body is not None else None
         if optimized is None or not _same_interface(node, optimized):
             continue
@@ -304,10 +307,21 @@ def optimize_block_layouts(model: onnx.ModelProto, *, per_session_threads: bool 
     removed += _pass_nchwc_between_blocks(model.graph, {i: b for i, (_, b) in bodies.items()})
     for _, optimized in bodies.values():
         removed += _drop_dead_reorders(optimized.graph)
-    for attribute, optimized in bodies.values():
+    for i, (attribute, optimized) in bodies.items():
         data = optimized.SerializeToString()
         attribute.t.raw_data, attribute.t.dims[:] = data, [len(data)]
+        set_body_digest(model.graph.node[i], data)
     return model, removed
+
+
+def _digest_matches(node: onnx.NodeProto, body: bytes) -> bool:
+    """False when the node's body does not match its body_crc32 (the library then refuses it,
+    naming the block); True when it matches or the node has no digest."""
+    try:
+        verify_body(node, body)
+        return True
+    except BodyDigestError:
+        return False
 
 
 def _same_interface(node: onnx.NodeProto, body: onnx.ModelProto) -> bool:
