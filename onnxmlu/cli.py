@@ -5,8 +5,9 @@ one line; ``--debug`` (before the command) shows the traceback instead.
 
 Streams: tables go to stdout, progress (rich, transient) and errors to stderr. ``--json -``
 owns stdout: the report is then the only thing printed there, so it can be piped. Every JSON
-report carries ``"schema": "onnxmlu.<command>/1"``; docs/json.md documents each key, and
-tests/test_cli.py checks the outputs against that document.
+report carries ``"schema": "onnxmlu.<command>/1"``; its JSON Schema is
+``onnxmlu/schemas/<command>.json`` (docs/json.md for people), and tests/test_schemas.py
+validates the outputs against it.
 """
 
 from __future__ import annotations
