@@ -53,8 +53,20 @@ JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from onnxmlu import __version__
+
+        console.print(f"onnxmlu {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
     _state["debug"] = debug
 
 

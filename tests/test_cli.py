@@ -222,3 +222,13 @@ def test_zoo_several_models_need_a_folder(tmp_path):
     assert result.exit_code == 2 and "need a folder" in result.output
     result = invoke("zoo", "lstm,nosuch", tmp_path / "models")
     assert result.exit_code == 2 and "unknown zoo model 'nosuch'" in result.output
+
+
+def test_version_flag_and_attribute():
+    import onnxmlu
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.output.strip() == f"onnxmlu {onnxmlu.__version__}"
+    from importlib.metadata import version
+
+    assert onnxmlu.__version__ == version("onnxmlu")
