@@ -81,7 +81,7 @@ def _infer_outputs(ctx) -> None:
     attr = ctx.get_attribute("body")
     digest = ctx.get_attribute(DIGEST)  # an AttributeProto, or None
     if digest is not None and attr is not None and not (attr.type == onnx.AttributeProto.TENSOR and attr.t.external_data):
-        problem = _digest_problem(_body_bytes(attr), digest.i if digest.type == onnx.AttributeProto.INT else None)
+        problem = _digest_problem(_body_bytes(attr), _digest_value(digest))
         if problem:
             raise onnx.shape_inference.InferenceError(f"MLUFusionBlock {problem}")
     body = body_model_from_attribute(attr)
@@ -140,15 +140,25 @@ def verify_body(node: onnx.NodeProto, data: bytes | None = None) -> bool:
     if body is None or digest is None or (body.type == onnx.AttributeProto.TENSOR and body.t.external_data):
         return False
     data = _body_bytes(body) if data is None else data
-    problem = _digest_problem(data, digest.i if digest.type == onnx.AttributeProto.INT else None)
+    problem = _digest_problem(data, _digest_value(digest))
     if problem:
         raise BodyDigestError(f"MLUFusionBlock {node.name or '<unnamed>'!r}: {problem}")
     return True
 
 
+def _digest_value(attr: onnx.AttributeProto):
+    """The digest attribute's value (an int when it is well-formed, else what it holds)."""
+    if attr.type == onnx.AttributeProto.INT:
+        return attr.i
+    try:
+        return onnx.helper.get_attribute_value(attr)
+    except Exception:  # noqa: BLE001 - an attribute without a type: show that
+        return None
+
+
 def _digest_problem(data: bytes, expected) -> str | None:
     """Why ``data`` does not match the digest ``expected`` (None: it matches)."""
-    if not isinstance(expected, int) or not 0 <= expected <= 0xFFFFFFFF:
+    if not isinstance(expected, int) or isinstance(expected, bool) or not 0 <= expected <= 0xFFFFFFFF:
         return f"attribute {DIGEST!r} must be an int from 0 to 4294967295 (a CRC-32), got {expected!r}"
     actual = body_digest(data)
     if actual != expected:
