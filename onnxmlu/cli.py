@@ -5,8 +5,9 @@ one line; ``--debug`` (before the command) shows the traceback instead.
 
 Streams: tables go to stdout, progress (rich, transient) and errors to stderr. ``--json -``
 owns stdout: the report is then the only thing printed there, so it can be piped. Every JSON
-report carries ``"schema": "onnxmlu.<command>/1"``; docs/json.md documents each key, and
-tests/test_cli.py checks the outputs against that document.
+report carries ``"schema": "onnxmlu.<command>/1"``; its JSON Schema is
+``onnxmlu/schemas/<command>.json`` (docs/json.md for people), and tests/test_schemas.py
+validates the outputs against it.
 """
 
 from __future__ import annotations
@@ -56,8 +57,20 @@ JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from onnxmlu import __version__
+
+        console.print(f"onnxmlu {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
     _state["debug"] = debug
 
 
@@ -168,6 +181,9 @@ def fuse(
     bn: Annotated[str, typer.Option("--bn", help="BatchNormalization rewrite: substitute or fold.")] = "substitute",
     check: Annotated[bool, typer.Option("--check", help="Run original and fused model and compare.")] = False,
     inputs: InputsOpt = None,
+    portable: Annotated[bool, typer.Option("--portable", help=(
+        "Write each block as a model-local ONNX function instead of an MLUFusionBlock node: "
+        "runs in plain onnxruntime without the custom-op library."))] = False,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -180,13 +196,14 @@ def fuse(
     started = time.perf_counter()
     options = dict(strategy=strategy, plan=plan, mp=mp, hardware=hw, input_shapes=_shapes(input_shape), bn_mode=bn)
     with _steps(quiet) as steps:
-        if check:  # the comparison needs the original and the fused model in memory
+        if check or portable:  # the comparison (or exploding) needs the models in memory
             steps.say(f"loading {model.name}")
             original = api.as_model(model)
             steps.say(f"fusing: rewrite, plan ({'--plan' if plan else strategy}), collapse")
             result = api.fuse(original, **options)
+            written = _portable(result.model) if portable else result.model
             steps.say(f"saving {output.name}")
-            api.save_model(result.model, output, input_path=model)
+            api.save_model(written, output, input_path=model)
         else:  # streamed: the model once plus one block body in memory (DESIGN §2, issue 6)
             result = api.fuse_to_file(model, output, progress=steps.say, **options)
     elapsed = time.perf_counter() - started
@@ -194,18 +211,29 @@ def fuse(
     if talk:
         _print_blocks(result)
         _print_host_nodes(result)
-        console.print(f"wrote {output} ({len(result.plan.blocks)} blocks, {elapsed:.2f} s)")
+        console.print(f"wrote {output} ({len(result.plan.blocks)} blocks{_PORTABLE_NOTE if portable else ''}, "
+                      f"{elapsed:.2f} s)")
     payload = _report("fuse", {
         "output": str(output), "strategy": result.plan.strategy, "hardware": result.hardware.name,
         "sim_latency_us": result.sim_latency_us, "sim_fps": result.sim_fps, "blocks": result.block_rows(),
         "host_nodes": result.analysis.host_nodes(), "diagnostics": [d.to_dict() for d in result.all_diagnostics()]})
     fixed = (options["input_shapes"], _arrays(inputs))
-    report = _run_check(original, result.model, [0], 1e-4, 1e-4, quiet, talk, *fixed) if check else None
+    report = _run_check(original, written, [0], 1e-4, 1e-4, quiet, talk, *fixed) if check else None
     if report is not None:
         payload["check"] = _check_payload(report)
     _emit_json(json_out, payload)
     if report is not None and not report.ok:
         raise typer.Exit(1)
+
+
+_PORTABLE_NOTE = " as ONNX functions, no custom-op library needed"
+
+
+def _portable(fused):
+    """``fuse --portable``: the fused model with each block as a model-local ONNX function."""
+    from onnxmlu.view import explode
+
+    return explode(fused)
 
 
 def _op_summary(counts: dict, keep: int = 3) -> str:
@@ -705,18 +733,17 @@ def view(
 
     Example: onnxmlu view resnet18.fused.onnx --explode
     """
-    from onnxmlu import api
     from onnxmlu.graph import load_model
     from onnxmlu.view import explode, serve
 
     if not model.is_file():  # Netron would serve an error page instead of failing here
         raise OnnxMluError(f"model file {model} does not exist" if not model.exists() else f"{model} is not a file")
-    path = model
-    if explode_blocks:
-        path = model.with_name(model.stem + ".view.onnx")
-        api.save_model(explode(load_model(model)), path, input_path=model)
-        console.print(f"wrote view copy {path} (for viewing only)")
-    serve(path, port=port, browse=not no_browser)
+    if explode_blocks:  # served from memory: nothing is written beside the user's model
+        data = explode(load_model(model)).SerializeToString()
+        console.print(f"exploded view of {model} (blocks as ONNX functions), served from memory")
+        serve(model.with_name(model.stem + ".exploded.onnx"), port=port, browse=not no_browser, data=data)
+    else:
+        serve(model, port=port, browse=not no_browser)
 
 
 def main() -> None:
