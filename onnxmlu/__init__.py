@@ -5,8 +5,12 @@ hold one ``com.onnxmlu::MLUFusionBlock`` node per block and run in onnxruntime o
 custom-op library (:func:`custom_ops_library`) is registered.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version as _version
 
+try:
+    __version__ = _version("onnxmlu")  # one source: pyproject.toml's version, as installed
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 
 def custom_ops_library() -> str:

@@ -23,7 +23,7 @@ from onnxmlu.analyze import Analysis
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused  # noqa: F401 - part of the API
 from onnxmlu.ir.weights import WeightStore
-from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, Context, ModelLike, Options, PassManager, as_progress
+from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, Options, PassManager, as_progress
 from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan  # noqa: F401
 from onnxmlu.reports import CompareReport, FuseResult, PlanReport, RunReport, StrategyResult, ZooReport
@@ -73,7 +73,7 @@ class CheckOptions:
 def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
                  plan=None, mp: int | None = None, hardware: HardwareLike = DEFAULT_PROFILE,
                  input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
-                 check: CheckOptions | None = None, progress=None) -> FuseResult:
+                 check: CheckOptions | None = None, portable: bool = False, progress=None) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     A model file is fused holding the weights about once plus one block in memory: right after
@@ -83,15 +83,18 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     it is written. The result's ``model`` is then the fused graph without bodies (what reports
     need). A ``ModelProto`` (or ``check``, which needs both models in memory) is fused in memory
     and saved whole; a model over protobuf's 2 GB limit is saved with external data.
+    ``portable`` writes each block as a model-local ONNX function (the ``PORTABLE`` passes: no
+    custom-op library needed to run it; ``check`` then compares that model).
     ``progress`` is told each pass as it starts (``say``; a plain callable works too).
     """
     out = Path(output)
     in_memory = isinstance(model, onnx.ModelProto)
     if not in_memory:
         _refuse_output(out, Path(model))
+    streamed = not (in_memory or check is not None or portable)
     ctx = Context(model, _hardware(hardware), Options(strategy, plan, mp, input_shapes, rewrite, bn_mode),
-                  None if in_memory or check is not None else WeightStore(), progress=as_progress(progress), output=out)
-    result = _result(PassManager(FUSE_TO_FILE).run(ctx))
+                  WeightStore() if streamed else None, progress=as_progress(progress), output=out)
+    result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
     if check is not None:
         original = model if in_memory else load_model(model)
         result.check = _check_models(original, result.model, check, input_shapes, ctx.progress)
@@ -292,23 +295,21 @@ def build_zoo(names: Sequence[str], output: str | os.PathLike, *, batch: int | s
 
 
 def view(model: str | os.PathLike, *, explode: bool = False, port: int = 8080, browse: bool = True,
-         announce: Callable[[Path], None] | None = None) -> Path:
-    """Serve ``model`` in Netron on 127.0.0.1; with ``explode`` a view copy (each block's body
-    as a function, ``NAME.view.onnx``) is written, handed to ``announce`` and served instead.
-    Returns the path served."""
+         announce: Callable[[], None] | None = None) -> None:
+    """Serve ``model`` in Netron on 127.0.0.1 until interrupted; with ``explode`` its exploded
+    view (each block as an ONNX function), from memory: nothing is written beside the model
+    (``announce`` is called before serving it)."""
     from onnxmlu.tools import view as netron
 
     path = Path(model)
     if not path.is_file():  # Netron would serve an error page instead of failing here
         raise OnnxMluError(f"model file {path} does not exist" if not path.exists() else f"{path} is not a file")
-    if explode:
-        copy = path.with_name(path.stem + ".view.onnx")
-        save_model(netron.explode(load_model(path)), copy, input_path=path)
-        path = copy
-        if announce is not None:
-            announce(path)
-    netron.serve(path, port=port, browse=browse)
-    return path
+    if not explode:
+        return netron.serve(path, port=port, browse=browse)
+    data = netron.explode(load_model(path)).SerializeToString()
+    if announce is not None:
+        announce()
+    netron.serve(path.with_name(path.stem + ".exploded.onnx"), port=port, browse=browse, data=data)
 
 
 def hardware_profiles() -> list[Hardware]:

@@ -5,8 +5,9 @@ one line; ``--debug`` (before the command) shows the traceback instead.
 
 Streams: tables go to stdout, progress (rich, transient) and errors to stderr. ``--json -``
 owns stdout: the report is then the only thing printed there, so it can be piped. Every JSON
-report carries ``"schema": "onnxmlu.<command>/1"``; docs/json.md documents each key, and
-tests/test_cli.py checks the outputs against that document.
+report carries ``"schema": "onnxmlu.<command>/1"``; its JSON Schema is
+``onnxmlu/schemas/<command>.json`` (docs/json.md for people), and tests/test_schemas.py
+validates the outputs against it.
 """
 
 from __future__ import annotations
@@ -59,8 +60,20 @@ JsonOpt = Annotated[Optional[Path], _option("--json", help="Also write the repor
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from onnxmlu import __version__
+
+        console.print(f"onnxmlu {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
     _state["debug"] = debug
 
 
@@ -195,6 +208,9 @@ def fuse(
     bn: BnOpt = "substitute",
     check: Annotated[bool, typer.Option("--check", help="Run original and fused model and compare.")] = False,
     inputs: InputsOpt = None,
+    portable: Annotated[bool, typer.Option("--portable", help=(
+        "Write each block as a model-local ONNX function instead of an MLUFusionBlock node: "
+        "runs in plain onnxruntime without the custom-op library."))] = False,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -207,17 +223,18 @@ def fuse(
     checked = api.CheckOptions(inputs=_arrays(inputs)) if check else None
     with _steps(quiet) as steps:
         result = api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
-                                  input_shapes=_shapes(input_shape), check=checked, progress=steps)
-    _deliver("fuse", result, json_out, quiet, _show_fuse)
+                                  input_shapes=_shapes(input_shape), check=checked, portable=portable, progress=steps)
+    _deliver("fuse", result, json_out, quiet, lambda r: _show_fuse(r, portable))
     if result.check is not None and not result.check.ok:
         raise typer.Exit(1)
 
 
-def _show_fuse(result) -> None:
+def _show_fuse(result, portable: bool) -> None:
     _show_blocks(result)
     _show_diagnostics(result.diagnostics, result.analysis)
-    seconds = sum(result.pass_seconds.values())
-    console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks, {seconds:.2f} s)")
+    note = " as ONNX functions, no custom-op library needed" if portable else ""
+    console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{note}, "
+                  f"{sum(result.pass_seconds.values()):.2f} s)")
     if result.check is not None:
         _show_check(result.check)
 
@@ -545,7 +562,7 @@ def view(
     from onnxmlu import api
 
     api.view(model, explode=explode_blocks, port=port, browse=not no_browser,
-             announce=lambda copy: console.print(f"wrote view copy {copy} (for viewing only)"))
+             announce=lambda: console.print(f"exploded view of {model} (blocks as ONNX functions), served from memory"))
 
 
 def main() -> None:

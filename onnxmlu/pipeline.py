@@ -2,6 +2,7 @@
 
     FUSE         = load → normalize → rewrite → analyze → plan → collapse → embed
     FUSE_TO_FILE = load → normalize → rewrite → analyze → plan → collapse → write
+    PORTABLE     = load → normalize → rewrite → analyze → plan → collapse → embed → portable → write
 
 Every pass has a ``name``, a ``label(ctx)`` (the progress line shown while it runs) and
 ``run(ctx) -> None``: it reads what the passes before it left in the :class:`Context` and
@@ -11,7 +12,8 @@ onnxscript's ``PassManager`` do): the progress line of each pass, the time each 
 (``Context.pass_seconds``), and Python's cyclic garbage collector paused for the run. The two
 lists differ only in their last pass: ``embed`` puts each block's body into its node in memory
 (:func:`onnxmlu.api.fuse`), ``write`` streams the fused model to a file one body at a time
-(:func:`onnxmlu.api.fuse_to_file`). docs/architecture.md describes each stage.
+(:func:`onnxmlu.api.fuse_to_file`); ``fuse --portable`` turns the embedded blocks into ONNX
+functions before writing. docs/architecture.md describes each stage.
 
 Everything a stage decided not to do is one :class:`~onnxmlu.diagnostics.Diagnostic` in
 ``Context.diagnostics``, in pass order. A model loaded from a file belongs to the pipeline;
@@ -220,6 +222,22 @@ class Embed:
 
     def run(self, ctx: Context) -> None:
         add_bodies(ctx.fused, ctx.analysis, ctx.blocks)
+        ctx.blocks = {}  # every body is in its node now
+
+
+class Portable:
+    """``fuse --portable``: each block (body embedded) becomes a call of a model-local ONNX
+    function holding its body, so the file runs without the custom-op library."""
+
+    name = "portable"
+
+    def label(self, ctx: Context) -> str:
+        return "blocks as ONNX functions"
+
+    def run(self, ctx: Context) -> None:
+        from onnxmlu.tools.view import explode
+
+        ctx.fused = explode(ctx.fused)
 
 
 class Write:
@@ -234,7 +252,7 @@ class Write:
 
     def run(self, ctx: Context) -> None:
         if ctx.weights is None or needs_external_data(ctx.analysis.model):
-            add_bodies(ctx.fused, ctx.analysis, ctx.blocks)
+            add_bodies(ctx.fused, ctx.analysis, ctx.blocks)  # those not embedded yet
             write_model_atomic(ctx.fused, ctx.output)
         else:
             write_pieces_atomic(stream_pieces(ctx.analysis, ctx.fused, ctx.blocks), ctx.output)
@@ -244,6 +262,7 @@ class Write:
 PLAN = (Load(), Normalize(), Rewrite(), Analyze(), PlanPass())
 FUSE = (*PLAN, Collapse(), Embed())
 FUSE_TO_FILE = (*PLAN, Collapse(), Write())
+PORTABLE = (*PLAN, Collapse(), Embed(), Portable(), Write())
 
 
 # ------------------------------------------------------------------------------ instruments

@@ -29,7 +29,7 @@ from onnxmlu.ir import topological_order
 from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
 from onnxmlu.ir.weights import fill_tensor, is_marker
 from onnxmlu.plan.plan import Plan
-from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, fill_body_attribute
+from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, add_body
 
 MAX_BODY_BYTES = 2**31 - 1
 
@@ -207,7 +207,7 @@ def _add_body(node: onnx.NodeProto, analysis: Analysis, b: int, iface: BlockInte
     if len(data) > MAX_BODY_BYTES:
         raise OnnxMluError(f"block {b} serializes to {len(data)} bytes, over the 2 GB "
                            "protobuf limit of one body; split it with a plan of smaller blocks")
-    fill_body_attribute(node.attribute.add(), data)
+    add_body(node, data)  # the body and its digest (body_crc32)
 
 
 def _summary(layers, mp: int, fig: BlockFigures | None) -> str:
