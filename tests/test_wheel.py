@@ -58,7 +58,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     assert wheel.name.endswith("_x86_64.whl") or wheel.name.endswith("_aarch64.whl"), wheel.name
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    assert {"onnxmlu/_lib/libonnxmlu_ops.so", "onnxmlu/schemas/fuse.json", "onnxmlu/perf/profiles/mlu100.json"} <= names
+    assert {"onnxmlu/_lib/libonnxmlu_ops.so", "onnxmlu/schemas/fuse.json", "onnxmlu/plan/perf/profiles/mlu100.json"} <= names
     with tarfile.open(sdist) as archive:
         members = {m.split("/", 1)[1] for m in archive.getnames() if "/" in m}
     assert {"custom_ops/CMakeLists.txt", "custom_ops/mlu_fusion_block.cc", "scripts/fetch_ort_headers.sh",
