@@ -195,7 +195,10 @@ def _peer(module: str, optimize: str) -> dict:
 
 TOOLS = {
     "onnxmlu": dict(code=_ONNXMLU, module="onnxmlu"),
-    "onnxmlu@before": dict(code=_ONNXMLU, module="onnxmlu"),
+    # the checkout on PYTHONPATH must win over this tree's editable install, whose import hook
+    # (setuptools' or scikit-build-core's) sits in front of sys.path
+    "onnxmlu@before": dict(code="sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__module__]\n"
+                                + _ONNXMLU, module="onnxmlu"),
     "onnxslim": _peer("onnxslim", "onnxslim.slim(model)"),
     "onnxsim": _peer("onnxsim", "onnxsim.simplify(model)[0]"),
     "onnxoptimizer": _peer("onnxoptimizer", "onnxoptimizer.optimize(model)"),
