@@ -1,6 +1,11 @@
 # onnxmlu — one-command set-up, tests, demo and benchmarks.
-#   make install   venv + package (editable) + ORT headers + custom-op library (idempotent)
+#   make install   venv + package (editable) + ORT headers + custom-op library (idempotent); the
+#                  library is built by the same backend as `pip install .` (scikit-build-core +
+#                  CMake, custom_ops/CMakeLists.txt) and re-built when its sources change
+#   make wheel     dist/: the sdist and a manylinux wheel (python -m build + auditwheel repair)
+#   make sanitize  the ASan + UBSan build of the library, then tests/test_runtime.py under it
 #   make test      the CI test suite (real-world corpus included)
+#   make lint      ruff over the package, tests and scripts (rules in pyproject.toml); CI runs it first
 #   make demo      zoo ResNet-18 -> fuse -> check -> latency
 #   make bench       full benchmark -> BENCHMARKS.md (runtime overhead, fuse speed vs onnxslim/
 #                    onnxsim/onnxoptimizer, scaling, planner, LSTM unrolling; ~20-30 min on 2 cores)
@@ -14,35 +19,51 @@ PY     := $(VENV)/bin/python
 BENCH_VENV ?= .venv-bench
 BENCH_PY   := $(BENCH_VENV)/bin/python
 BENCH_ARGS ?=
-LIB    := onnxmlu/_lib/libonnxmlu_ops.so
 OUT    ?= out
+DIST   ?= dist
+CMAKE  ?= cmake
 PYTEST_ARGS ?=
+# What the custom-op library is built from: a change re-runs the editable install (incremental).
+LIB_SOURCES := pyproject.toml custom_ops/CMakeLists.txt custom_ops/exports.map $(wildcard custom_ops/*.cc custom_ops/*.h) \
+               scripts/fetch_ort_headers.sh
+ASAN_LIB := build/sanitize/libonnxmlu_ops_asan.so
 
-.PHONY: install lib sanitize test test-slow test-realworld demo bench bench-quick clean
+.PHONY: install lib wheel sanitize lint test test-slow test-realworld demo bench bench-quick clean
 
-install: $(VENV)/.installed $(LIB)
+install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# Editable install through the package's build backend: CMake builds custom_ops/ in
+# build/<wheel tag>/ and installs libonnxmlu_ops.so into the venv's onnxmlu/_lib/, where
+# onnxmlu.custom_ops_library() finds it. The headers are looked up (or fetched) first, so
+# the fetch is visible here rather than inside pip's quiet build.
+$(VENV)/.installed: $(LIB_SOURCES)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,plot]'
+	ORT_INCLUDE_DIR="$$(bash scripts/fetch_ort_headers.sh)" \
+	    $(PY) -m pip install -q --disable-pip-version-check -e '.[test,plot]'
 	touch $@
 
-lib: $(LIB)
+lib: install
 
-$(LIB): custom_ops/*.cc custom_ops/*.h custom_ops/exports.map custom_ops/Makefile scripts/fetch_ort_headers.sh
-	$(MAKE) -C custom_ops ORT_INCLUDE_DIR="$$(bash scripts/fetch_ort_headers.sh)"
+wheel:
+	bash scripts/build_wheel.sh $(DIST)
 
 sanitize: install
-	$(MAKE) -C custom_ops sanitize ORT_INCLUDE_DIR="$$(bash scripts/fetch_ort_headers.sh)"
-	ONNXMLU_CUSTOM_OPS_LIBRARY=$(CURDIR)/onnxmlu/_lib/libonnxmlu_ops_asan.so \
+	$(CMAKE) -S custom_ops -B build/sanitize -DONNXMLU_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
+	    -DORT_INCLUDE_DIR="$$(bash scripts/fetch_ort_headers.sh)"
+	$(CMAKE) --build build/sanitize
+	ONNXMLU_CUSTOM_OPS_LIBRARY=$(CURDIR)/$(ASAN_LIB) \
 	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(readlink -f $$(g++ -print-file-name=libstdc++.so))" \
 	ASAN_OPTIONS=detect_leaks=0 \
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py $(PYTEST_ARGS)
 
+lint: install
+	$(PY) -m ruff check onnxmlu tests scripts
+
+# The wheel test (build, repair, install into a fresh venv, run) goes with the heavy ones: serial.
 test: install
-	$(PY) -m pytest -q -n 2 -m "not slow and not browser and not heavy" $(PYTEST_ARGS)
-	$(PY) -m pytest -q -m "heavy and not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not slow and not browser and not heavy and not wheel" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "(heavy or wheel) and not slow" $(PYTEST_ARGS)
 
 test-slow: install
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
@@ -58,7 +79,7 @@ demo: install
 
 # Constraints: the versions of onnx, onnxruntime, onnx-graphsurgeon and numpy in .venv (when
 # it exists), so benchmarks measure what the tests test; read with `pip freeze`, never installed.
-$(BENCH_VENV)/.installed: pyproject.toml
+$(BENCH_VENV)/.installed: $(LIB_SOURCES)
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	if [ -x $(PY) ]; then $(PY) -m pip freeze --disable-pip-version-check \
@@ -67,11 +88,11 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	$(BENCH_PY) -m pip install -q --disable-pip-version-check -c $(BENCH_VENV)/constraints.txt -e '.[bench]'
 	touch $@
 
-bench: $(BENCH_VENV)/.installed $(LIB)
+bench: $(BENCH_VENV)/.installed
 	$(BENCH_PY) scripts/bench.py $(BENCH_ARGS)
 
-bench-quick: $(BENCH_VENV)/.installed $(LIB)
+bench-quick: $(BENCH_VENV)/.installed
 	$(BENCH_PY) scripts/bench.py --quick $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) onnxmlu/_lib build $(OUT) .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) .venv-build onnxmlu/_lib build $(DIST) $(OUT) .pytest_cache

@@ -10,6 +10,10 @@
 // on the simulated accelerator) sets the inner session's intra-op thread count. Node inputs and
 // outputs map to the body's graph inputs and outputs by position.
 //
+// `body_crc32` (INT, optional: files written before it existed have none) is the CRC-32 of the
+// body's bytes; a body whose bytes do not match it is refused before it is parsed, so a bit flip
+// in a weight fails session creation instead of running with the wrong weight.
+//
 // Everything that can go wrong with a node (bad `mp`, missing or corrupt body, body/node
 // mismatch, nested blocks, string tensors at the boundary) is reported as an OrtStatus from
 // CreateKernelV2, so onnxruntime fails session creation with a readable message instead of the
@@ -32,6 +36,8 @@ inline constexpr const char* kDomain = "com.onnxmlu";
 inline constexpr const char* kOpName = "MLUFusionBlock";
 // Headers are onnxruntime 1.21's (API 21); newer runtimes still serve this version.
 inline constexpr uint32_t kOrtApiVersion = 21;
+// The optional digest attribute: CRC-32 (ISO-HDLC, zlib's crc32) of the body's bytes, 0..2^32-1.
+inline constexpr const char* kDigestAttribute = "body_crc32";
 // More cores than any plausible accelerator profile: almost certainly a corrupt attribute.
 inline constexpr int64_t kMaxMp = 1024;
 // Session config entry RegisterCustomOps sets in the options it registers into ("1").
@@ -82,6 +88,10 @@ using OrtPtr = std::unique_ptr<T, OrtDeleter>;
 // The kernel of one MLUFusionBlock node: an inner session built from the body. Immutable after
 // construction, so concurrent ComputeV2 calls (one outer session shared by many threads) only
 // share the inner session, whose Run is thread-safe.
+// CRC-32 (ISO-HDLC: the checksum of zlib, gzip and PNG; reflected polynomial 0xEDB88320) of
+// `size` bytes, continuing from `crc` (0 to start); equals Python's zlib.crc32(data, crc).
+uint32_t Crc32(const void* data, size_t size, uint32_t crc = 0) noexcept;
+
 class FusionBlockKernel {
  public:
   // Throws BlockError (message already prefixed with the node name) when the node is unusable.

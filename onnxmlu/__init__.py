@@ -5,19 +5,23 @@ hold one ``com.onnxmlu::MLUFusionBlock`` node per block and run in onnxruntime o
 custom-op library (:func:`custom_ops_library`) is registered.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version as _version
 
+try:
+    __version__ = _version("onnxmlu")  # one source: pyproject.toml's version, as installed
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 
 def custom_ops_library() -> str:
     """Path of the built custom-op library (``libonnxmlu_ops.so``)."""
-    from onnxmlu.runtime import custom_ops_library as _path
+    from onnxmlu import runtime
 
-    return _path()
+    return runtime.custom_ops_library()
 
 
 def InferenceSession(model, *args, **kwargs):  # noqa: N802 - mirrors onnxruntime's name
     """An onnxruntime session with the custom-op library registered (see onnxmlu.runtime)."""
-    from onnxmlu.runtime import InferenceSession as _session
+    from onnxmlu import runtime
 
-    return _session(model, *args, **kwargs)
+    return runtime.InferenceSession(model, *args, **kwargs)

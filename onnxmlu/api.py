@@ -1,276 +1,117 @@
-"""The Python API; the CLI is a thin layer over these functions.
+"""The Python API: the verbs of the CLI, one function per command, each returning a report
+with ``to_dict()`` (the command's JSON, see :mod:`onnxmlu.reports` and docs/json.md).
 
     result = onnxmlu.api.fuse("resnet18.onnx", strategy="dlfusion")
     onnxmlu.api.save_model(result.model, "resnet18.fused.onnx")
 
-Stages (DESIGN §2), each a function of the previous stage's output:
-load -> normalize -> rewrite -> analyze -> plan -> collapse -> save.
+:func:`fuse` and :func:`fuse_to_file` run the pass pipeline of :mod:`onnxmlu.pipeline`
+(load → normalize → rewrite → analyze → plan → collapse → embed | write); :func:`prepare`,
+:func:`inspect` and :func:`plan` run its first passes. docs/architecture.md describes the stages.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-from collections import Counter
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, Union
+from typing import Callable, Sequence
 
 import onnx
 
-from onnxmlu.analyze import Analysis, analyze
-from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.analyze import Analysis
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.frontend.load import load_model
-from onnxmlu.frontend.normalize import normalize
-from onnxmlu.ir.weights import active_store
-from onnxmlu.collapse.blocks import BlockFigures, collapse
-from onnxmlu.plan.plan import Plan, split_oversized_blocks
-from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware
-from onnxmlu.schema import ensure_registered, is_fusion_block
+from onnxmlu.frontend.load import load_model, refuse_fused  # noqa: F401 - part of the API
+from onnxmlu.ir.weights import WeightStore
+from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, Options, PassManager, as_progress
+from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
+from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan  # noqa: F401
+from onnxmlu.reports import CompareReport, FuseResult, PlanReport, RunReport, StrategyResult, ZooReport
 
-ModelLike = Union[str, os.PathLike, onnx.ModelProto]
-StrategyLike = Union[str, Callable]
-
-DEFAULT_STRATEGY = "dlfusion"
-#: A block's body is one protobuf message (at most 2 GB serialized, weights inside): ``fuse``
-#: splits planned blocks whose layers' weights exceed this into consecutive sub-blocks.
-BODY_WEIGHT_LIMIT_BYTES = 1_900_000_000
-
-
-@dataclass
-class FuseResult:
-    """The fused model and everything that explains it."""
-
-    model: onnx.ModelProto
-    analysis: Analysis
-    plan: Plan
-    hardware: Hardware
-    rewrite_report: object | None
-    block_latency_us: list[float]
-    #: What normalize could not do (folding, inference, probing), in the order it happened.
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-
-    def all_diagnostics(self) -> list[Diagnostic]:
-        """normalize's, every rewrite left undone, every node left on the host."""
-        skipped = getattr(self.rewrite_report, "skipped", None) or []
-        return [*self.diagnostics, *(Diagnostic("rewrite", r, node, why) for r, node, why in skipped),
-                *self.analysis.host_diagnostics()]
-
-    @property
-    def sim_latency_us(self) -> float:
-        return float(sum(self.block_latency_us))
-
-    @property
-    def sim_fps(self) -> float:
-        return 1e6 / self.sim_latency_us if self.sim_latency_us > 0 else float("inf")
-
-    def block_rows(self) -> list[dict]:
-        rows = []
-        for b, (block, latency) in enumerate(zip(self.plan.blocks, self.block_latency_us)):
-            layers = self.analysis.layers[block.start : block.stop]
-            rows.append({
-                "block": b, "mp": block.mp, "layers": len(layers),
-                "first": layers[0].name, "last": layers[-1].name,
-                "op_types": dict(Counter(l.op_type for l in layers).most_common()),
-                "gops": sum(l.gops for l in layers), "sim_latency_us": latency,
-            })
-        return rows
+HardwareLike = str | Hardware
+Progress = Callable[[str], None]
 
 
 def as_model(model: ModelLike) -> onnx.ModelProto:
     return model if isinstance(model, onnx.ModelProto) else load_model(model)
 
 
-def prepare(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = True,
-            bn_mode: str = "substitute", only: Sequence[str] | None = None, owned: bool = False,
-            normalized: bool = False, diagnostics: list[Diagnostic] | None = None):
-    """normalize + rewrite: the model the planner sees, and the rewrite report (or None).
-    ``owned``: the caller gives ``model`` away, so it is changed in place instead of copied;
-    ``normalized``: it already went through :func:`normalize` (with its input shapes);
-    ``diagnostics`` receives what normalizing could not do."""
-    proto = as_model(model)
-    if normalized:
-        return _rewritten(proto, rewrite, bn_mode, only)
-    refuse_fused(proto)
-    # A model loaded here belongs to the pipeline: normalize it in place instead of copying
-    normal = normalize(proto, input_shapes, owned=owned or proto is not model, diagnostics=diagnostics)
-    return _rewritten(normal, rewrite, bn_mode, only)
+def _hardware(hardware: HardwareLike | None) -> Hardware | None:
+    return hardware if hardware is None or isinstance(hardware, Hardware) else load_hardware(hardware)
 
 
-def _rewritten(normalized: onnx.ModelProto, rewrite: bool, bn_mode: str, only: Sequence[str] | None):
-    if not rewrite:
-        return normalized, None
-    from onnxmlu.rewrite import rewrite_model
-
-    # rewrite_model exports value_info for every tensor it creates: no second inference pass;
-    # the normalized model is ours, so an unchanged one is passed on without a copy
-    return rewrite_model(normalized, bn_mode=bn_mode, only=only, copy=False)
+def _run(passes, model: ModelLike, *, hardware: HardwareLike | None = None, progress=None, **options) -> Context:
+    """A fresh context for ``model`` through ``passes``."""
+    ctx = Context(model, _hardware(hardware), Options(**options), progress=as_progress(progress))
+    return PassManager(passes).run(ctx)
 
 
-def refuse_fused(model: onnx.ModelProto) -> None:
-    blocks = sum(1 for n in model.graph.node if is_fusion_block(n))
-    if blocks:
-        raise OnnxMluError(f"model is already fused ({blocks} MLUFusionBlock nodes); "
-                           "fuse the original model instead")
+def _result(ctx: Context) -> FuseResult:
+    return FuseResult(ctx.fused, ctx.analysis, ctx.plan, ctx.hardware, ctx.rewrite_report, ctx.block_latency_us,
+                      ctx.diagnostics, ctx.pass_seconds, ctx.output)
 
 
-def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = False) -> Analysis:
-    prepared, _ = prepare(model, input_shapes=input_shapes, rewrite=rewrite)
-    return analyze(prepared)
+# ---------------------------------------------------------------------------------- fuse
+def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
+         hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
+         bn_mode: str = "substitute", progress: Progress | None = None) -> FuseResult:
+    """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk."""
+    return _result(_run(FUSE, model, hardware=hardware, progress=progress, strategy=strategy, plan=plan, mp=mp,
+                        input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode))
 
 
-def make_plan(analysis: Analysis, hw: Hardware, *, strategy: StrategyLike = DEFAULT_STRATEGY,
-              plan: Plan | str | os.PathLike | None = None, mp: int | None = None) -> Plan:
-    """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere."""
-    if plan is not None:
-        chosen = plan if isinstance(plan, Plan) else Plan.load(plan, analysis.layers)
-    else:
-        chosen = _run_strategy(strategy, analysis, hw)
-    if mp is not None:
-        if not 1 <= mp <= hw.cores:
-            raise OnnxMluError(f"--mp {mp} is outside 1..{hw.cores} (cores of {hw.name})")
-        chosen = Plan(tuple(type(b)(b.start, b.stop, mp) for b in chosen.blocks), chosen.strategy, hw.name)
-    chosen.validate(analysis.layers, hw.cores)
-    return chosen
+@dataclass(frozen=True)
+class CheckOptions:
+    """``fuse --check``: compare the fused model with the original on these seeds."""
+
+    seeds: Sequence[int] = (0,)
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    inputs: dict | None = None  # fixed arrays by input name (--inputs)
 
 
-def _run_strategy(strategy: StrategyLike, analysis: Analysis, hw: Hardware) -> Plan:
-    from onnxmlu.plan.strategies import get_strategy
+def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
+                 plan=None, mp: int | None = None, hardware: HardwareLike = DEFAULT_PROFILE,
+                 input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
+                 check: CheckOptions | None = None, portable: bool = False, progress=None) -> FuseResult:
+    """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
-    fn = get_strategy(strategy) if isinstance(strategy, str) else strategy
-    if not analysis.layers:
-        return Plan((), getattr(fn, "__name__", str(strategy)), hw.name)
-    result = fn(analysis.layers, hw, cost_function(hw))
-    if not isinstance(result, Plan):
-        raise OnnxMluError(f"strategy {strategy!r} returned {type(result).__name__}, not a Plan")
+    A model file is fused holding the weights about once plus one block in memory: right after
+    normalizing, the large weights move out of the protobuf tree into a
+    :class:`~onnxmlu.ir.weights.WeightStore` (the parsed model is dropped), and the file is
+    written as pieces, one body at a time, each weight released once the last block that reads
+    it is written. The result's ``model`` is then the fused graph without bodies (what reports
+    need). A ``ModelProto`` (or ``check``, which needs both models in memory) is fused in memory
+    and saved whole; a model over protobuf's 2 GB limit is saved with external data.
+    ``portable`` writes each block as a model-local ONNX function (the ``PORTABLE`` passes: no
+    custom-op library needed to run it; ``check`` then compares that model).
+    ``progress`` is told each pass as it starts (``say``; a plain callable works too).
+    """
+    out = Path(output)
+    in_memory = isinstance(model, onnx.ModelProto)
+    if not in_memory:
+        _refuse_output(out, Path(model))
+    streamed = not (in_memory or check is not None or portable)
+    ctx = Context(model, _hardware(hardware), Options(strategy, plan, mp, input_shapes, rewrite, bn_mode),
+                  WeightStore() if streamed else None, progress=as_progress(progress), output=out)
+    result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
+    if check is not None:
+        original = model if in_memory else load_model(model)
+        result.check = _check_models(original, result.model, check, input_shapes, ctx.progress)
     return result
 
 
-def block_latencies(layers, plan: Plan, cost) -> list[float]:
-    """Simulated latency (µs) of each block of ``plan`` under ``cost`` (batched by MP when the
-    cost function can price many blocks at once: linear in the graph)."""
-    from onnxmlu.plan.perf.model import plan_block_latencies_us
+def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: CheckOptions, input_shapes, progress):
+    from onnxmlu.tools.verify import check_models
 
-    return [float(t) for t in plan_block_latencies_us(plan, layers, cost)]
-
-
-def cost_function(hw: Hardware):
-    from onnxmlu.plan.perf.model import make_cost
-
-    return make_cost(hw)
-
-
-def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
-         hardware: str | Hardware = DEFAULT_PROFILE, input_shapes: dict | None = None,
-         rewrite: bool = True, bn_mode: str = "substitute") -> FuseResult:
-    """Rewrite, plan and collapse a model; nothing is written to disk."""
-    notes: list[Diagnostic] = []
-    with _collector_paused():
-        analysis, chosen, latencies, report, hw = _plan_model(
-            model, strategy=strategy, plan=plan, mp=mp, hardware=hardware, input_shapes=input_shapes,
-            rewrite=rewrite, bn_mode=bn_mode, diagnostics=notes)
-        figures = _block_figures(analysis, chosen, latencies)
-        fused = collapse(analysis, chosen, figures)
-    return FuseResult(fused, analysis, chosen, hw, report, latencies, notes)
-
-
-def fuse_to_file(model: str | os.PathLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
-                 plan=None, mp: int | None = None, hardware: str | Hardware = DEFAULT_PROFILE,
-                 input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
-                 progress: Callable[[str], None] | None = None) -> FuseResult:
-    """:func:`fuse` the model file ``model`` and save it at ``output`` (atomically), holding
-    the weights about once plus one block in memory: right after normalizing, the large
-    weights move out of the protobuf tree into a :class:`~onnxmlu.ir.weights.WeightStore`
-    (the parsed model is dropped), and the file is written as pieces, one body at a time, each
-    weight released once the last block that reads it is written (:func:`stream_pieces`).
-    The result's ``model`` is the fused graph without bodies (what reports need); the
-    analysis' model no longer holds the large weights.
-
-    A model whose tensors exceed protobuf's 2 GB limit goes through :func:`collapse` and
-    :func:`save_model` instead, which write external data. ``progress`` is told each stage
-    ("loading NAME", "fusing ...", "saving NAME") as it starts.
-    """
-    from onnxmlu.collapse.atomic import needs_external_data, write_pieces_atomic
-    from onnxmlu.ir.weights import WeightStore
-    from onnxmlu.collapse.blocks import fused_without_bodies, stream_pieces
-
-    say = progress or (lambda stage: None)
-    _refuse_output(Path(output), Path(model))
-    notes: list[Diagnostic] = []
-    with _collector_paused(), WeightStore().active() as store:
-        say(f"loading {Path(model).name}")
-        light = _load_detached(model, input_shapes, store, notes)
-        say(f"fusing: rewrite, plan ({'--plan' if plan is not None else _strategy_name(strategy)}), collapse")
-        analysis, chosen, latencies, report, hw = _plan_model(
-            light, strategy=strategy, plan=plan, mp=mp, hardware=hardware, input_shapes=None,
-            rewrite=rewrite, bn_mode=bn_mode, owned=True, normalized=True)
-        del light
-        figures = _block_figures(analysis, chosen, latencies)
-        say(f"saving {Path(output).name}")
-        if needs_external_data(analysis.model):  # over 2 GB: one message cannot hold it
-            fused = collapse(analysis, chosen, figures)
-            save_model(fused, output, input_path=model)
-            return FuseResult(fused, analysis, chosen, hw, report, latencies, notes)
-        fused, blocks = fused_without_bodies(analysis, chosen, figures)
-        write_pieces_atomic(stream_pieces(analysis, fused, blocks), Path(output))
-    return FuseResult(fused, analysis, chosen, hw, report, latencies, notes)
-
-
-def _block_figures(analysis: Analysis, plan: Plan, latencies: Sequence[float]) -> list[BlockFigures]:
-    """Each block's GOPs and simulated latency, as its node records them."""
-    return [BlockFigures(sum(l.gops for l in b.layers(analysis.layers)), t) for b, t in zip(plan.blocks, latencies)]
-
-
-def _load_detached(path: str | os.PathLike, input_shapes: dict | None, store,
-                   diagnostics: list[Diagnostic]) -> onnx.ModelProto:
-    """Load, check and normalize the model, then move its large weights into ``store``. The
-    parsed model dies with this frame: protobuf frees a tree's memory only as a whole."""
-    model = load_model(path)
-    refuse_fused(model)
-    return store.detach(normalize(model, input_shapes, owned=True, diagnostics=diagnostics))
-
-
-def _strategy_name(strategy: StrategyLike) -> str:
-    return strategy if isinstance(strategy, str) else getattr(strategy, "__name__", str(strategy))
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    """Python's cyclic garbage collector off while the pipeline allocates: its full passes over
-    graphsurgeon's object graph were a quarter of the CPU time of a 20k-node fuse."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _plan_model(model: ModelLike, *, strategy, plan, mp, hardware, input_shapes, rewrite, bn_mode, owned=False,
-                normalized=False, diagnostics=None):
-    """prepare -> analyze -> plan: the analysis, the plan, its block latencies, the rewrite report."""
-    ensure_registered()
-    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-    prepared, report = prepare(model, input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, owned=owned,
-                               normalized=normalized, diagnostics=diagnostics)
-    store = active_store()
-    if store is not None:
-        store.keep_only(prepared)  # the weights a rewrite replaced (e.g. Gemm's untransposed B)
-    gc.collect()  # the rewrite's graphsurgeon graph is cyclic garbage holding the pre-rewrite weights
-    analysis = analyze(prepared)
-    chosen = make_plan(analysis, hw, strategy=strategy, plan=plan, mp=mp)
-    chosen = split_oversized_blocks(chosen, analysis.layers, BODY_WEIGHT_LIMIT_BYTES)
-    latencies = block_latencies(analysis.layers, chosen, cost_function(hw))
-    return analysis, chosen, latencies, report, hw
+    return check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol, input_shapes=input_shapes,
+                        inputs=check.inputs, progress=lambda stage: progress.say(f"check: {stage}"))
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
                external_data: bool | None = None) -> Path:
-    """Write ``model`` atomically (see :mod:`onnxmlu.collapse.atomic`): the destination ends up holding
-    the previous complete file or the new one, never a truncated file.
+    """Write ``model`` atomically (see :mod:`onnxmlu.collapse.atomic`): the destination ends up
+    holding the previous complete file or the new one, never a truncated file.
 
     ``external_data``: None (default) keeps everything in one file unless the model's tensors
     exceed protobuf's 2 GB limit, then writes them (block bodies included) to ``NAME.data``
@@ -300,34 +141,177 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+# ---------------------------------------------------------------------------------- the first passes
+def prepare(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = True,
+            bn_mode: str = "substitute", only: Sequence[str] | None = None):
+    """load + normalize + rewrite: the model the planner sees, and the rewrite report (None
+    without ``rewrite``)."""
+    ctx = _run(PLAN[:3], model, input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, only=only)
+    return ctx.model, ctx.rewrite_report
+
+
 def rewrite(model: ModelLike, *, bn_mode: str = "substitute", only: Sequence[str] | None = None,
             input_shapes: dict | None = None):
     """Run the rewriters alone: the rewritten model and the report."""
     return prepare(model, input_shapes=input_shapes, rewrite=True, bn_mode=bn_mode, only=only)
 
 
-@dataclass(frozen=True)
-class StrategyResult:
-    strategy: str
-    plan: Plan
-    sim_latency_us: float
-    plan_seconds: float
-
-    @property
-    def fps(self) -> float:
-        return 1e6 / self.sim_latency_us if self.sim_latency_us > 0 else float("inf")
+def rewrite_to_file(model: str | os.PathLike, output: str | os.PathLike, *, bn_mode: str = "substitute",
+                    only: Sequence[str] | None = None, input_shapes: dict | None = None, progress=None):
+    """:func:`rewrite` ``model`` and save the result at ``output``; the rewrite report."""
+    ctx = _run(PLAN[:3], model, input_shapes=input_shapes, bn_mode=bn_mode, only=only, progress=progress)
+    ctx.progress.say(f"saving {Path(output).name}")
+    save_model(ctx.model, output, input_path=model)
+    return ctx.rewrite_report
 
 
-def compare(analysis: Analysis, hw: Hardware, strategies: Sequence[str]) -> list[StrategyResult]:
+def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = False, progress=None) -> Analysis:
+    """The layer table (load → normalize → rewrite if asked → analyze); its ``to_dict()`` is
+    the ``inspect`` report."""
+    return _run(PLAN[:4], model, input_shapes=input_shapes, rewrite=rewrite, progress=progress).analysis
+
+
+def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int | None = None,
+         hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None,
+         output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None, progress=None) -> PlanReport:
+    """Plan ``model`` (the passes up to ``plan``) without collapsing it; write the editable plan
+    file to ``output`` and a timeline of the blocks to ``plot`` when given."""
+    ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes)
+    report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us)
+    if output is not None:
+        from onnxmlu.collapse.atomic import write_bytes_atomic
+
+        write_bytes_atomic(report.plan_json().encode(), Path(output))
+    if plot is not None:
+        from onnxmlu.tools.plots import plan_chart
+
+        title = (f"{Path(str(model)).stem}: {report.plan.strategy}, {len(report.plan.blocks)} blocks, "
+                 f"{report.sim_latency_us:.0f} µs simulated on {report.hardware.name}")
+        plan_chart(report.rows(), plot, title=title, max_mp=report.hardware.cores)
+    return report
+
+
+# ---------------------------------------------------------------------------------- compare
+def compare_strategies(analysis: Analysis, hw: Hardware, strategies: Sequence[str]) -> list[StrategyResult]:
     """Plan with every strategy and price each plan with the performance model."""
-    import time
+    from onnxmlu.plan.perf.model import make_cost
 
-    cost = cost_function(hw)
+    cost = make_cost(hw)
     results = []
     for name in strategies:
         start = time.perf_counter()
-        plan = make_plan(analysis, hw, strategy=name)
+        chosen = make_plan(analysis.layers, hw, strategy=name)
         elapsed = time.perf_counter() - start
-        latency = sum(block_latencies(analysis.layers, plan, cost))
-        results.append(StrategyResult(name, plan, latency, elapsed))
+        latency = sum(block_latencies(analysis.layers, chosen, cost))
+        results.append(StrategyResult(name, chosen, latency, elapsed))
     return results
+
+
+def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Sequence[str] | None = None,
+            hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None,
+            plot: str | os.PathLike | None = None, progress=None) -> CompareReport:
+    """Simulated latency of every strategy (``none`` first, the baseline) on ``model`` or, with
+    ``zoo``, on every zoo CNN (DLFusion Fig. 10); a grouped bar chart at ``plot``."""
+    from onnxmlu.plan.strategies import strategy_names
+
+    if (model is None) == (not zoo):
+        raise OnnxMluError("give either a MODEL or --zoo")
+    names = list(strategies) if strategies else strategy_names()
+    report = CompareReport(_hardware(hardware), names if "none" in names else ["none", *names])
+    networks = _compare_inputs(model)
+    steps = as_progress(progress)
+    steps.total(len(networks) * (len(report.strategies) + 1))
+    for label, source in networks:
+        report.networks[label] = _compare_one(label, source, report, input_shapes, steps)
+    if plot is not None:
+        from onnxmlu.tools.plots import speedup_chart
+
+        speedup_chart(report.to_dict()["networks"], plot)
+    return report
+
+
+def _compare_inputs(model: ModelLike | None) -> list[tuple[str, object]]:
+    """``(label, model path or zoo name)`` per network; zoo models are built when their turn
+    comes, under the progress bar (building all five takes most of `compare --zoo`'s time)."""
+    if model is not None:
+        return [(Path(str(model)).stem, model)]
+    from onnxmlu.tools.zoo import CNN_NAMES
+
+    return [(name, name) for name in CNN_NAMES]
+
+
+def _compare_one(label: str, source, report: CompareReport, input_shapes, steps) -> list[StrategyResult]:
+    steps.say(f"{label}: building and analysing")
+    if isinstance(source, str):
+        from onnxmlu.tools.zoo import build_model
+
+        source = build_model(source)
+    analysis = inspect(source, input_shapes=input_shapes, rewrite=True)
+    steps.advance()
+    results = []
+    for name in report.strategies:
+        steps.say(f"{label}: {name}")
+        results.extend(compare_strategies(analysis, report.hardware, [name]))
+        steps.advance()
+    return results
+
+
+# ---------------------------------------------------------------------------------- tools
+def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Sequence[int] = (0,), atol: float = 1e-4,
+          rtol: float = 1e-4, input_shapes: dict | None = None, inputs: dict | None = None, progress=None):
+    """Run the original (reference: onnxruntime, optimizations off) and the fused model on
+    seeded inputs; the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`)."""
+    steps = as_progress(progress)
+    steps.say(f"loading {Path(original).name} and {Path(fused).name}")
+    models = load_model(original), load_model(fused)
+    return _check_models(*models, CheckOptions(tuple(seeds), atol, rtol, inputs), input_shapes, steps)
+
+
+def run(model: str | os.PathLike, *, inputs: dict | None = None, seed: int = 0, input_shapes: dict | None = None,
+        repeat: int = 10, profile: bool = False, save: str | os.PathLike | None = None, progress=None) -> RunReport:
+    """Run any model (fused or not) in onnxruntime with the custom-op library: its outputs
+    (saved as .npz at ``save``), the median latency of ``repeat`` runs and, with ``profile``,
+    each node's measured CPU time next to its simulated time."""
+    from onnxmlu.tools.run import run_model
+
+    return run_model(model, inputs=inputs, seed=seed, input_shapes=input_shapes, repeat=max(1, repeat),
+                     profile=profile, save=save, progress=as_progress(progress))
+
+
+def build_zoo(names: Sequence[str], output: str | os.PathLike, *, batch: int | str = 1, seed: int = 0,
+              progress=None) -> ZooReport:
+    """Write zoo models: ``output`` itself for one model, ``output/NAME.onnx`` for several."""
+    from onnxmlu.tools.zoo import build_model, zoo_targets
+
+    steps, report, targets = as_progress(progress), ZooReport(), zoo_targets(list(names), Path(output))
+    steps.total(len(targets))
+    for net, path in targets:
+        steps.say(f"building {net}")
+        save_model(build_model(net, batch=batch, seed=seed), path)
+        report.models.append({"name": net, "path": str(path), "batch": batch, "seed": seed,
+                              "bytes": path.stat().st_size})
+        steps.advance()
+    return report
+
+
+def view(model: str | os.PathLike, *, explode: bool = False, port: int = 8080, browse: bool = True,
+         announce: Callable[[], None] | None = None) -> None:
+    """Serve ``model`` in Netron on 127.0.0.1 until interrupted; with ``explode`` its exploded
+    view (each block as an ONNX function), from memory: nothing is written beside the model
+    (``announce`` is called before serving it)."""
+    from onnxmlu.tools import view as netron
+
+    path = Path(model)
+    if not path.is_file():  # Netron would serve an error page instead of failing here
+        raise OnnxMluError(f"model file {path} does not exist" if not path.exists() else f"{path} is not a file")
+    if not explode:
+        return netron.serve(path, port=port, browse=browse)
+    data = netron.explode(load_model(path)).SerializeToString()
+    if announce is not None:
+        announce()
+    netron.serve(path.with_name(path.stem + ".exploded.onnx"), port=port, browse=browse, data=data)
+
+
+def hardware_profiles() -> list[Hardware]:
+    """The built-in hardware profiles."""
+    return [load_hardware(name) for name in profile_names()]

@@ -5,8 +5,9 @@ one line; ``--debug`` (before the command) shows the traceback instead.
 
 Streams: tables go to stdout, progress (rich, transient) and errors to stderr. ``--json -``
 owns stdout: the report is then the only thing printed there, so it can be piped. Every JSON
-report carries ``"schema": "onnxmlu.<command>/1"``; docs/json.md documents each key, and
-tests/test_cli.py checks the outputs against that document.
+report carries ``"schema": "onnxmlu.<command>/1"``; its JSON Schema is
+``onnxmlu/schemas/<command>.json`` (docs/json.md for people), and tests/test_schemas.py
+validates the outputs against it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import sys
-import time
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,28 +36,44 @@ err_console = Console(stderr=True)
 _state = {"debug": False}
 
 # ---- shared options, declared once ------------------------------------------------------
+def _option(*flags: str, help: str):
+    """An option whose default is not worth showing (None, or an empty list)."""
+    return typer.Option(*flags, help=help, show_default=False)
+
+
 ModelArg = Annotated[Path, typer.Argument(help="ONNX model file.", show_default=False)]
-InputShapeOpt = Annotated[List[str], typer.Option(
-    "--input-shape", help="Pin an input's shape, NAME:D1,D2,... (repeatable).", show_default=False)]
+InputShapeOpt = Annotated[List[str], _option(
+    "--input-shape", help="Pin an input's shape, NAME:D1,D2,... (repeatable).")]
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=(
     "Fusion/MP strategy: none, fixed-mp, dynamic-mp, all-fusion, fusion-fixed-mp, dlfusion, oracle, "
     "optimal, or one registered in Python. oracle/optimal search blocks of at most 256 layers plus whole "
     "segments (profile key search_max_block_layers; 0 = no bound)."))]
 HwOpt = Annotated[str, typer.Option("--hw", help="Hardware profile name or JSON file.")]
-MpOpt = Annotated[Optional[int], typer.Option("--mp", help="Force this MP on every block.", show_default=False)]
-PlanOpt = Annotated[Optional[Path], typer.Option("--plan", help="Use a JSON plan file instead of a strategy.", show_default=False)]
-InputsOpt = Annotated[Optional[Path], typer.Option(
-    "--inputs", help="A .npz of arrays by input name, used instead of random values for those inputs.",
-    show_default=False)]
+MpOpt = Annotated[Optional[int], _option("--mp", help="Force this MP on every block.")]
+PlanOpt = Annotated[Optional[Path], _option("--plan", help="Use a JSON plan file instead of a strategy.")]
+InputsOpt = Annotated[Optional[Path], _option(
+    "--inputs", help="A .npz of arrays by input name, used instead of random values for those inputs.")]
 SeedOpt = Annotated[List[int], typer.Option("--seed", help="Seed(s) for random inputs (repeatable).")]
 AtolOpt = Annotated[float, typer.Option("--atol", help="Absolute tolerance.")]
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance.")]
-JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON ('-' for stdout).", show_default=False)]
+JsonOpt = Annotated[Optional[Path], _option("--json", help="Also write the report as JSON ('-' for stdout).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from onnxmlu import __version__
+
+        console.print(f"onnxmlu {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
     _state["debug"] = debug
 
 
@@ -90,18 +106,22 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-#: Version of every JSON report's layout; bump it when a key changes meaning or goes away.
-SCHEMA_VERSION = 1
-
-
-def _report(command: str, payload: dict) -> dict:
-    """``payload`` with its ``schema`` tag first, e.g. ``"onnxmlu.fuse/1"`` (docs/json.md)."""
-    return {"schema": f"onnxmlu.{command}/{SCHEMA_VERSION}", **payload}
-
-
 def _talk(quiet: bool, json_out: Optional[Path]) -> bool:
     """Whether to print human-readable output: not with --quiet, nor when --json - owns stdout."""
     return not quiet and str(json_out) != "-"
+
+
+def _deliver(command: str, report, json_out: Optional[Path], quiet: bool, show: Callable | None = None) -> None:
+    """Print ``report`` with ``show`` (unless quiet or ``--json -``), then write its JSON."""
+    if show is not None and _talk(quiet, json_out):
+        show(report)
+    _emit_json(json_out, report.to_dict() if command is None else _tagged(command, report.to_dict()))
+
+
+def _tagged(command: str, payload: dict) -> dict:
+    from onnxmlu.reports import tagged
+
+    return tagged(command, payload)
 
 
 def _emit_json(target: Optional[Path], payload: dict) -> None:
@@ -117,15 +137,20 @@ def _emit_json(target: Optional[Path], payload: dict) -> None:
 
 
 class Steps:
-    """Handle on a progress display: ``say`` names the step now running, ``advance`` counts
-    one done. Without a display (``--quiet``) both do nothing."""
+    """A progress display (:class:`onnxmlu.pipeline.Progress`): ``say`` names the step now
+    running, ``total`` and ``advance`` drive the bar. Without a display (``--quiet``) they do
+    nothing."""
 
     def __init__(self, progress=None, task=None) -> None:
         self._progress, self._task = progress, task
 
     def say(self, text: str) -> None:
         if self._progress is not None:
-            self._progress.update(self._task, description=escape(text))
+            self._progress.update(self._task, description=escape(text), refresh=True)  # every step shows
+
+    def total(self, units: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, total=units)
 
     def advance(self) -> None:
         if self._progress is not None:
@@ -133,8 +158,8 @@ class Steps:
 
 
 @contextmanager
-def _steps(quiet: bool, total: Optional[int] = None) -> Iterator[Steps]:
-    """A spinner, the current step and the elapsed time on stderr; with ``total`` also a bar.
+def _steps(quiet: bool, bar: bool = False) -> Iterator[Steps]:
+    """A spinner, the current step and the elapsed time on stderr; with ``bar`` also a bar.
 
     Transient (gone when done), hidden by --quiet, and drawn only on an interactive terminal
     (on a file or pipe rich would draw nothing but still end with a blank line)."""
@@ -143,10 +168,10 @@ def _steps(quiet: bool, total: Optional[int] = None) -> Iterator[Steps]:
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    bar = [BarColumn(), MofNCompleteColumn()] if total else []
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), *bar, TimeElapsedColumn(),
+    columns = [BarColumn(), MofNCompleteColumn()] if bar else []
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), *columns, TimeElapsedColumn(),
                   console=err_console, transient=True, redirect_stdout=False, redirect_stderr=False) as progress:
-        yield Steps(progress, progress.add_task("", total=total))
+        yield Steps(progress, progress.add_task("", total=None))
 
 
 def _shapes(specs: Optional[List[str]]):
@@ -155,19 +180,37 @@ def _shapes(specs: Optional[List[str]]):
     return parse_input_shapes(specs or [])
 
 
+def _arrays(path: Path | None) -> dict | None:
+    """The arrays of an .npz file by name (--inputs)."""
+    from onnxmlu.tools.run import load_feeds
+
+    return None if path is None else load_feeds(path)
+
+
+def _plain(text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+OutputArg = Annotated[Path, typer.Argument(help="Where to write the result.", show_default=False)]
+BnOpt = Annotated[str, typer.Option("--bn", help="BatchNormalization rewrite: substitute (norm + Mul + Add) or fold.")]
+
+
 # ---- commands -----------------------------------------------------------------------------
 @command
 def fuse(
     model: ModelArg,
-    output: Annotated[Path, typer.Argument(help="Where to write the fused model.", show_default=False)],
+    output: OutputArg,
     strategy: StrategyOpt = "dlfusion",
     mp: MpOpt = None,
     plan: PlanOpt = None,
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
-    bn: Annotated[str, typer.Option("--bn", help="BatchNormalization rewrite: substitute or fold.")] = "substitute",
+    bn: BnOpt = "substitute",
     check: Annotated[bool, typer.Option("--check", help="Run original and fused model and compare.")] = False,
     inputs: InputsOpt = None,
+    portable: Annotated[bool, typer.Option("--portable", help=(
+        "Write each block as a model-local ONNX function instead of an MLUFusionBlock node: "
+        "runs in plain onnxruntime without the custom-op library."))] = False,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -177,35 +220,23 @@ def fuse(
     """
     from onnxmlu import api
 
-    started = time.perf_counter()
-    options = dict(strategy=strategy, plan=plan, mp=mp, hardware=hw, input_shapes=_shapes(input_shape), bn_mode=bn)
+    checked = api.CheckOptions(inputs=_arrays(inputs)) if check else None
     with _steps(quiet) as steps:
-        if check:  # the comparison needs the original and the fused model in memory
-            steps.say(f"loading {model.name}")
-            original = api.as_model(model)
-            steps.say(f"fusing: rewrite, plan ({'--plan' if plan else strategy}), collapse")
-            result = api.fuse(original, **options)
-            steps.say(f"saving {output.name}")
-            api.save_model(result.model, output, input_path=model)
-        else:  # streamed: the model once plus one block body in memory (DESIGN §2, issue 6)
-            result = api.fuse_to_file(model, output, progress=steps.say, **options)
-    elapsed = time.perf_counter() - started
-    talk = _talk(quiet, json_out)
-    if talk:
-        _print_blocks(result)
-        _print_host_nodes(result)
-        console.print(f"wrote {output} ({len(result.plan.blocks)} blocks, {elapsed:.2f} s)")
-    payload = _report("fuse", {
-        "output": str(output), "strategy": result.plan.strategy, "hardware": result.hardware.name,
-        "sim_latency_us": result.sim_latency_us, "sim_fps": result.sim_fps, "blocks": result.block_rows(),
-        "host_nodes": result.analysis.host_nodes(), "diagnostics": [d.to_dict() for d in result.all_diagnostics()]})
-    fixed = (options["input_shapes"], _arrays(inputs))
-    report = _run_check(original, result.model, [0], 1e-4, 1e-4, quiet, talk, *fixed) if check else None
-    if report is not None:
-        payload["check"] = _check_payload(report)
-    _emit_json(json_out, payload)
-    if report is not None and not report.ok:
+        result = api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
+                                  input_shapes=_shapes(input_shape), check=checked, portable=portable, progress=steps)
+    _deliver("fuse", result, json_out, quiet, lambda r: _show_fuse(r, portable))
+    if result.check is not None and not result.check.ok:
         raise typer.Exit(1)
+
+
+def _show_fuse(result, portable: bool) -> None:
+    _show_blocks(result)
+    _show_diagnostics(result.diagnostics, result.analysis)
+    note = " as ONNX functions, no custom-op library needed" if portable else ""
+    console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{note}, "
+                  f"{sum(result.pass_seconds.values()):.2f} s)")
+    if result.check is not None:
+        _show_check(result.check)
 
 
 def _op_summary(counts: dict, keep: int = 3) -> str:
@@ -214,7 +245,7 @@ def _op_summary(counts: dict, keep: int = 3) -> str:
     return " ".join(items) + (f" +{len(counts) - keep}" if len(counts) > keep else "")
 
 
-def _print_blocks(result) -> None:
+def _show_blocks(result) -> None:
     table = Table(title=f"{len(result.plan.blocks)} blocks · strategy {result.plan.strategy} · {result.hardware.name}")
     for col in ("block", "mp", "layers", "first → last", "op types", "GOPs", "sim µs"):
         table.add_column(col, justify="right" if col in ("block", "mp", "layers", "GOPs", "sim µs") else "left")
@@ -225,20 +256,20 @@ def _print_blocks(result) -> None:
     console.print(f"simulated latency {result.sim_latency_us:.1f} µs · {result.sim_fps:.1f} FPS")
 
 
-def _print_host_nodes(result) -> None:
-    """What normalize could not do, each rewrite left undone, and why nodes stay on the host:
-    a summary of the reasons, then one line per node (the first HOST_LINES; --json has all)."""
-    for d in result.diagnostics:
-        _plain(f"normalize: {d.node + ': ' if d.node else ''}{d.message}")
-    skipped = getattr(result.rewrite_report, "skipped", None) or []
-    for rewriter, node, reason in skipped:
-        _plain(f"{rewriter}: left {node!r} alone: {reason}")
-    host = result.analysis.host_nodes()
+def _show_diagnostics(diagnostics, analysis=None) -> None:
+    """What the pipeline did not do: a line per diagnostic of normalize (and any other stage),
+    per rewrite left undone, then for the nodes left on the host a summary of the reasons and
+    one line per node (the first HOST_LINES; --json has all)."""
+    for d in diagnostics:
+        if d.stage == "rewrite":
+            _plain(f"{d.rule}: left {d.node!r} alone: {d.message}")
+        elif d.stage != "analyze":
+            _plain(f"{d.stage}: {d.node + ': ' if d.node else ''}{d.message}")
+    host = analysis.host_nodes() if analysis is not None else []
     if not host:
         return
-    total = len(result.analysis.model.graph.node)
     reasons = Counter(row["reason"] for row in host).most_common(3)
-    _plain(f"{len(host)} of {total} nodes run on the host; most common: "
+    _plain(f"{len(host)} of {len(analysis.model.graph.node)} nodes run on the host; most common: "
            + "; ".join(f"{reason} (×{n})" for reason, n in reasons))
     for row in host[:HOST_LINES]:
         _plain(f"host: {row['node']} ({row['op_type']}): {row['reason']}")
@@ -247,10 +278,6 @@ def _print_host_nodes(result) -> None:
 
 
 HOST_LINES = 12
-
-
-def _plain(text: str) -> None:
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 @command
@@ -271,52 +298,25 @@ def check(
 
     Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
     """
-    from onnxmlu.frontend.load import load_model
+    from onnxmlu import api
 
     with _steps(quiet) as steps:
-        steps.say(f"loading {original.name} and {fused.name}")
-        models = load_model(original), load_model(fused)
-    report = _run_check(*models, seed, atol, rtol, quiet, _talk(quiet, json_out), _shapes(input_shape), _arrays(inputs))
-    _emit_json(json_out, _check_payload(report))
+        report = api.check(original, fused, seeds=seed, atol=atol, rtol=rtol, input_shapes=_shapes(input_shape),
+                           inputs=_arrays(inputs), progress=steps)
+    _deliver("check", report, json_out, quiet, _show_check)
     if not report.ok:
         raise typer.Exit(1)
 
 
-def _check_payload(report) -> dict:
-    """The ``check`` report: on its own from `check`, and under ``"check"`` in `fuse --check`."""
-    return _report("check", report.to_dict())
-
-
-def _arrays(path: Path | None) -> dict | None:
-    """The arrays of an .npz file by name (--inputs)."""
-    if path is None:
-        return None
-    import numpy as np
-
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
-    except (OSError, ValueError) as exc:
-        raise OnnxMluError(f"cannot read --inputs {path} as a .npz of arrays: {exc}") from None
-
-
-def _run_check(original, fused, seeds, atol, rtol, quiet: bool, talk: bool, pins=None, inputs=None):
-    """Compare the models (a spinner per stage unless --quiet); print the table if ``talk``."""
-    from onnxmlu.tools.verify import check_models
-
-    with _steps(quiet) as steps:
-        report = check_models(original, fused, seeds=seeds, atol=atol, rtol=rtol, input_shapes=pins, inputs=inputs,
-                              progress=lambda stage: steps.say(f"check: {stage}"))
-    if talk:
-        table = Table(title=f"check · seeds {list(seeds)} · atol={atol:g} rtol={rtol:g}")
-        for col in ("output", "shape", "max abs err", "max rel err", "ok"):
-            table.add_column(col)
-        for d in report.diffs:
-            table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}",
-                          "[green]yes[/]" if d.ok else "[red]NO[/]")
-        console.print(table)
-        console.print("[green]check passed[/]" if report.ok else "[red]check FAILED[/]")
-    return report
+def _show_check(report) -> None:
+    table = Table(title=f"check · seeds {list(report.seeds)} · atol={report.atol:g} rtol={report.rtol:g}")
+    for col in ("output", "shape", "max abs err", "max rel err", "ok"):
+        table.add_column(col)
+    for d in report.diffs:
+        table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}",
+                      "[green]yes[/]" if d.ok else "[red]NO[/]")
+    console.print(table)
+    console.print("[green]check passed[/]" if report.ok else "[red]check FAILED[/]")
 
 
 @command
@@ -334,34 +334,21 @@ def inspect(
     from onnxmlu import api
 
     with _steps(quiet) as steps:
-        steps.say(f"analysing {model.name}" + (" (rewritten)" if rewrite else ""))
-        analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=rewrite)
-    rows = [layer_row(l) for l in analysis.layers]
-    host = [{"node": analysis.model.graph.node[i].name or analysis.model.graph.node[i].op_type,
-             "op_type": analysis.model.graph.node[i].op_type, "reason": r}
-            for i, r in sorted(analysis.host_reasons.items())]
-    if _talk(quiet, json_out):
-        _print_layers(rows, host, analysis.total_gops)
-    _emit_json(json_out, _report("inspect", {"layers": rows, "host_nodes": host, "total_gops": analysis.total_gops}))
+        analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=rewrite, progress=steps)
+    _deliver("inspect", analysis, json_out, quiet, _show_layers)
 
 
-def layer_row(layer) -> dict:
-    return {"index": layer.index, "name": layer.name, "op_type": layer.op_type, "kind": layer.kind,
-            "gops": layer.gops, "in_channels": layer.in_channels, "out_channels": layer.out_channels,
-            "out_hw": [layer.out_height, layer.out_width], "input_bytes": layer.input_bytes,
-            "output_bytes": layer.output_bytes, "weight_bytes": layer.weight_bytes, "segment": layer.segment}
-
-
-def _print_layers(rows, host, total_gops) -> None:
-    table = Table(title=f"{len(rows)} accelerator layers · {total_gops:.3f} GOPs")
+def _show_layers(analysis) -> None:
+    report = analysis.to_dict()
+    table = Table(title=f"{len(report['layers'])} accelerator layers · {report['total_gops']:.3f} GOPs")
     for col in ("#", "name", "op", "GOPs", "C in", "C out", "H×W", "in KB", "out KB", "weights KB", "seg"):
         table.add_column(col, justify="left" if col in ("name", "op") else "right")
-    for r in rows:
+    for r in report["layers"]:
         table.add_row(str(r["index"]), r["name"], r["op_type"], f"{r['gops']:.4f}", str(r["in_channels"]),
                       str(r["out_channels"]), "×".join(map(str, r["out_hw"])), f"{r['input_bytes'] / 1024:.0f}",
                       f"{r['output_bytes'] / 1024:.0f}", f"{r['weight_bytes'] / 1024:.0f}", str(r["segment"]))
     console.print(table)
-    for h in host:
+    for h in report["host_nodes"]:
         console.print(f"host: {h['node']} ({h['op_type']}): {h['reason']}")
 
 
@@ -369,7 +356,8 @@ def _print_layers(rows, host, total_gops) -> None:
 def zoo(
     name: Annotated[str, typer.Argument(help="resnet18, resnet50, vgg19, alexnet, mobilenetv2, lstm; "
                                              "several comma-separated, or 'all'.")],
-    output: Annotated[Path, typer.Argument(help="Where to write the model (a folder for several).", show_default=False)],
+    output: Annotated[Path, typer.Argument(help="Where to write the model (a folder for several).",
+                                           show_default=False)],
     batch: Annotated[str, typer.Option("--batch", help="Batch size, or a name for a symbolic batch.")] = "1",
     seed: Annotated[int, typer.Option("--seed", help="Weight seed.")] = 0,
     json_out: JsonOpt = None,
@@ -380,46 +368,25 @@ def zoo(
     Example: onnxmlu zoo resnet18 resnet18.onnx --batch N; onnxmlu zoo all models/
     """
     from onnxmlu import api
-    from onnxmlu.tools.zoo import ZOO_NAMES, build_model
+    from onnxmlu.tools.zoo import zoo_names
 
-    names = list(ZOO_NAMES) if name == "all" else name.split(",")
-    targets = _zoo_targets(names, output)
-    size = int(batch) if batch.isdigit() else batch
-    written = []
-    with _steps(quiet or len(names) == 1, total=len(names)) as steps:
-        for net, path in targets:
-            steps.say(f"building {net}")
-            api.save_model(build_model(net, batch=size, seed=seed), path)
-            written.append({"name": net, "path": str(path), "batch": size, "seed": seed, "bytes": path.stat().st_size})
-            steps.advance()
-    for w in written if _talk(quiet, json_out) else []:
-        console.print(f"wrote {w['path']} ({w['name']}, batch {batch}, {w['bytes'] / 2**20:.1f} MiB)")
-    _emit_json(json_out, _report("zoo", {"models": written}))
+    names = zoo_names(name)
+    with _steps(quiet or len(names) == 1, bar=True) as steps:
+        report = api.build_zoo(names, output, batch=int(batch) if batch.isdigit() else batch, seed=seed, progress=steps)
+    _deliver("zoo", report, json_out, quiet, _show_zoo)
 
 
-def _zoo_targets(names: list[str], output: Path) -> list[tuple[str, Path]]:
-    """``(name, path)`` per model: OUTPUT itself for one model, OUTPUT/NAME.onnx for several."""
-    from onnxmlu.tools.zoo import ZOO_NAMES
-
-    unknown = [n for n in names if n not in ZOO_NAMES]
-    if unknown:
-        raise OnnxMluError(f"unknown zoo model {unknown[0]!r} (known: {', '.join(ZOO_NAMES)}, or all)")
-    if len(names) == 1:
-        return [(names[0], output)]
-    if output.suffix == ".onnx" or (output.exists() and not output.is_dir()):
-        raise OnnxMluError(f"{len(names)} models need a folder as OUTPUT, not {output}")
-    if not output.parent.is_dir():
-        raise OnnxMluError(f"folder {output.parent} does not exist")
-    output.mkdir(exist_ok=True)
-    return [(n, output / f"{n}.onnx") for n in names]
+def _show_zoo(report) -> None:
+    for w in report.models:
+        console.print(f"wrote {w['path']} ({w['name']}, batch {w['batch']}, {w['bytes'] / 2**20:.1f} MiB)")
 
 
 @command
 def rewrite(
     model: ModelArg,
-    output: Annotated[Path, typer.Argument(help="Where to write the rewritten model.", show_default=False)],
-    bn: Annotated[str, typer.Option("--bn", help="BatchNormalization: substitute (norm + Mul + Add) or fold.")] = "substitute",
-    only: Annotated[Optional[str], typer.Option("--only", help="Comma-separated subset of bn,gemm,rnn.", show_default=False)] = None,
+    output: OutputArg,
+    bn: BnOpt = "substitute",
+    only: Annotated[Optional[str], _option("--only", help="Comma-separated subset of bn,gemm,rnn.")] = None,
     input_shape: InputShapeOpt = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
@@ -431,29 +398,27 @@ def rewrite(
     from onnxmlu import api
 
     with _steps(quiet) as steps:
-        steps.say(f"rewriting {model.name}")
-        rewritten, report = api.rewrite(model, bn_mode=bn, only=only.split(",") if only else None,
-                                        input_shapes=_shapes(input_shape))
-        steps.say(f"saving {output.name}")
-        api.save_model(rewritten, output, input_path=model)
-    if _talk(quiet, json_out):
-        for name, count in report.applied.items():
-            console.print(f"{name}: rewrote {count} node(s)")
-        for rewriter, node, reason in report.skipped:
-            console.print(f"{rewriter}: left {node!r} alone: {reason}")
-        console.print(f"wrote {output}")
-    _emit_json(json_out, _report("rewrite", report.to_dict()))
+        report = api.rewrite_to_file(model, output, bn_mode=bn, only=only.split(",") if only else None,
+                                     input_shapes=_shapes(input_shape), progress=steps)
+    _deliver("rewrite", report, json_out, quiet, lambda r: _show_rewrite(r, output))
+
+
+def _show_rewrite(report, output: Path) -> None:
+    for name, count in report.applied.items():
+        console.print(f"{name}: rewrote {count} node(s)")
+    _show_diagnostics(report.skipped)
+    console.print(f"wrote {output}")
 
 
 @command
 def plan(
     model: ModelArg,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the plan as JSON.", show_default=False)] = None,
+    output: Annotated[Optional[Path], _option("-o", "--output", help="Write the plan as JSON.")] = None,
     strategy: StrategyOpt = "dlfusion",
     mp: MpOpt = None,
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Timeline of blocks with MP and simulated time (PNG).", show_default=False)] = None,
+    plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -464,51 +429,32 @@ def plan(
     Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json --plot plan.png
     """
     from onnxmlu import api
-    from onnxmlu.plan.perf.hardware import load_hardware
 
-    hardware = load_hardware(hw)
     with _steps(quiet) as steps:
-        steps.say(f"analysing {model.name}")
-        analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=True)
-        steps.say(f"planning: {strategy} search" if strategy in ("oracle", "optimal") else f"planning: {strategy}")
-        chosen = api.make_plan(analysis, hardware, strategy=strategy, mp=mp)
-    text = chosen.to_json(analysis.layers)
-    if output is not None:
-        from onnxmlu.collapse.atomic import write_bytes_atomic
+        report = api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
+                          output=output, plot=plot, progress=steps)
+    if quiet and output is None and json_out is None:
+        sys.stdout.write(report.plan_json())
+    _deliver("plan", report, json_out, quiet, _show_plan)
 
-        write_bytes_atomic(text.encode(), output)
-    latencies = api.block_latencies(analysis.layers, chosen, api.cost_function(hardware))
-    rows = [{"block": b, "mp": block.mp, "sim_latency_us": latency,
-             "first": analysis.layers[block.start].name, "last": analysis.layers[block.stop - 1].name,
-             "start": block.start, "stop": block.stop}
-            for b, (block, latency) in enumerate(zip(chosen.blocks, latencies))]
-    total = sum(r["sim_latency_us"] for r in rows)
-    if plot is not None:
-        from onnxmlu.tools.plots import plan_chart
 
-        plan_chart(rows, plot, title=f"{model.stem}: {chosen.strategy}, {len(rows)} blocks, {total:.0f} µs simulated on {hardware.name}",
-                   max_mp=hardware.cores)
-    if _talk(quiet, json_out):
-        for r in rows:
-            console.print(f"block {r['block']:3d}  mp={r['mp']:2d}  layers {r['start']}..{r['stop'] - 1} "
-                          f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
-        console.print(f"{len(rows)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
-    elif output is None and json_out is None:
-        sys.stdout.write(text)
-    _emit_json(json_out, _report("plan", {
-        "strategy": chosen.strategy, "hardware": hardware.name, "layers": len(analysis.layers),
-        "sim_latency_us": total, "sim_fps": 1e6 / total if total > 0 else None, "blocks": rows}))
+def _show_plan(report) -> None:
+    for r in report.rows():
+        console.print(f"block {r['block']:3d}  mp={r['mp']:2d}  layers {r['start']}..{r['stop'] - 1} "
+                      f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
+    total = report.sim_latency_us
+    console.print(f"{len(report.plan.blocks)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
 
 
 @command
 def compare(
     model: Annotated[Optional[Path], typer.Argument(help="ONNX model (omit with --zoo).", show_default=False)] = None,
     zoo_all: Annotated[bool, typer.Option("--zoo", help="Compare on every zoo CNN.")] = False,
-    strategies: Annotated[Optional[str], typer.Option("--strategies", help="Comma-separated strategies (default: all).", show_default=False)] = None,
     hw: HwOpt = "mlu100",
+    strategies: Annotated[Optional[str], _option("--strategies", help="Comma-separated (default: all).")] = None,
     input_shape: InputShapeOpt = None,
+    plot: Annotated[Optional[Path], _option("--plot", help="Grouped bar chart of speedups (PNG).")] = None,
     json_out: JsonOpt = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Grouped bar chart of speedups (PNG).", show_default=False)] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Simulated latency, FPS and speedup over `none` per strategy (DLFusion Fig. 10).
@@ -516,69 +462,22 @@ def compare(
     Example: onnxmlu compare --zoo --plot speedup.png
     """
     from onnxmlu import api
-    from onnxmlu.plan.perf.hardware import load_hardware
-    from onnxmlu.plan.strategies import strategy_names
 
-    if (model is None) == (not zoo_all):
-        raise OnnxMluError("give either a MODEL or --zoo")
-    hardware = load_hardware(hw)
-    names = strategies.split(",") if strategies else strategy_names()
-    if "none" not in names:
-        names = ["none", *names]
-    networks = _compare_inputs(model)
-    report = {}
-    with _steps(quiet, total=len(networks) * (len(names) + 1)) as steps:
-        for label, source in networks:
-            report[label] = _compare_one(label, source, hardware, names, _shapes(input_shape), steps)
-    for label, rows in report.items() if _talk(quiet, json_out) else ():
-        _print_compare(label, rows, hardware.name)
-    _emit_json(json_out, _report("compare", {"hardware": hardware.name, "strategies": names, "networks": report}))
-    if plot is not None:
-        from onnxmlu.tools.plots import speedup_chart
-
-        speedup_chart(report, plot)
+    with _steps(quiet, bar=True) as steps:
+        report = api.compare(model, zoo=zoo_all, strategies=strategies.split(",") if strategies else None, hardware=hw,
+                             input_shapes=_shapes(input_shape), plot=plot, progress=steps)
+    _deliver("compare", report, json_out, quiet, _show_compare)
 
 
-def _compare_inputs(model: Optional[Path]) -> list[tuple[str, object]]:
-    """``(label, model path or zoo name)`` per network; zoo models are built when their turn
-    comes, under the progress bar (building all five takes most of `compare --zoo`'s time)."""
-    if model is not None:
-        return [(model.stem, model)]
-    from onnxmlu.tools.zoo import CNN_NAMES
-
-    return [(name, name) for name in CNN_NAMES]
-
-
-def _compare_one(label: str, source, hardware, names: list[str], shapes, steps: Steps) -> list[dict]:
-    """One network's rows: each strategy's plan priced by the model, speedup over the first."""
-    from onnxmlu import api
-
-    steps.say(f"{label}: building and analysing")
-    if isinstance(source, str):
-        from onnxmlu.tools.zoo import build_model
-
-        source = build_model(source)
-    analysis = api.inspect(source, input_shapes=shapes, rewrite=True)
-    steps.advance()
-    results = []
-    for name in names:
-        steps.say(f"{label}: {name}")
-        results.extend(api.compare(analysis, hardware, [name]))
-        steps.advance()
-    base = results[0].sim_latency_us
-    return [{"strategy": r.strategy, "sim_latency_us": r.sim_latency_us, "fps": r.fps,
-             "speedup": base / r.sim_latency_us, "blocks": len(r.plan.blocks),
-             "plan_seconds": r.plan_seconds} for r in results]
-
-
-def _print_compare(label: str, rows: list[dict], hw_name: str) -> None:
-    table = Table(title=f"{label} on {hw_name}")
-    for col in ("strategy", "sim latency µs", "FPS", "speedup", "blocks", "plan s"):
-        table.add_column(col, justify="left" if col == "strategy" else "right")
-    for r in rows:
-        table.add_row(r["strategy"], f"{r['sim_latency_us']:.1f}", f"{r['fps']:.1f}", f"{r['speedup']:.2f}×",
-                      str(r["blocks"]), f"{r['plan_seconds']:.3f}")
-    console.print(table)
+def _show_compare(report) -> None:
+    for label in report.networks:
+        table = Table(title=f"{label} on {report.hardware.name}")
+        for col in ("strategy", "sim latency µs", "FPS", "speedup", "blocks", "plan s"):
+            table.add_column(col, justify="left" if col == "strategy" else "right")
+        for r in report.rows(label):
+            table.add_row(r["strategy"], f"{r['sim_latency_us']:.1f}", f"{r['fps']:.1f}", f"{r['speedup']:.2f}×",
+                          str(r["blocks"]), f"{r['plan_seconds']:.3f}")
+        console.print(table)
 
 
 hw_app = typer.Typer(help="Hardware profiles of the simulated accelerator.", no_args_is_help=True)
@@ -588,36 +487,33 @@ app.add_typer(hw_app, name="hw")
 @hw_app.command("list")
 def hw_list() -> None:
     """List the built-in hardware profiles. Example: onnxmlu hw list"""
-    from onnxmlu.plan.perf.hardware import load_hardware, profile_names
+    from onnxmlu import api
 
-    for name in profile_names():
-        hw = load_hardware(name)
-        console.print(f"{name:10s} {hw.cores:3d} cores  {hw.description}")
+    for hw in api.hardware_profiles():
+        console.print(f"{hw.name:10s} {hw.cores:3d} cores  {hw.description}")
 
 
 @hw_app.command("show")
 def hw_show(name: Annotated[str, typer.Argument(help="Profile name or JSON file.")] = "mlu100") -> None:
     """Print a hardware profile as JSON. Example: onnxmlu hw show mlu100"""
-    import dataclasses
-
     from onnxmlu.plan.perf.hardware import load_hardware
 
     try:
         hw = load_hardware(name)
     except OnnxMluError as exc:
         _fail(str(exc))
-    sys.stdout.write(json.dumps(dataclasses.asdict(hw), indent=2) + "\n")
+    sys.stdout.write(json.dumps(hw.to_dict(), indent=2) + "\n")
 
 
 @command
 def run(
     model: ModelArg,
-    inputs: Annotated[Optional[Path], typer.Option("--inputs", help="Feeds as .npz (default: seeded random).", show_default=False)] = None,
+    inputs: Annotated[Optional[Path], _option("--inputs", help="Feeds as .npz (default: seeded random).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for random inputs.")] = 0,
     input_shape: InputShapeOpt = None,
     repeat: Annotated[int, typer.Option("--repeat", help="Timed runs (median reported).")] = 10,
     profile: Annotated[bool, typer.Option("--profile", help="Per-block measured CPU time vs simulated time.")] = False,
-    save: Annotated[Optional[Path], typer.Option("--save", help="Save outputs as .npz.", show_default=False)] = None,
+    save: Annotated[Optional[Path], _option("--save", help="Save outputs as .npz.")] = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -625,72 +521,30 @@ def run(
 
     Example: onnxmlu run resnet18.fused.onnx --repeat 20 --profile
     """
-    import numpy as np
-
-    from onnxmlu.frontend.load import load_model
-    from onnxmlu.runtime import InferenceSession
-    from onnxmlu.tools.timing import time_interleaved
-    from onnxmlu.tools.verify import random_inputs
+    from onnxmlu import api
 
     with _steps(quiet) as steps:
-        steps.say(f"loading {model.name}")
-        proto = load_model(model)
-        feeds = _load_feeds(inputs) if inputs else random_inputs(proto, seed, shapes=_shapes(input_shape))
-        steps.say("creating the session")
-        session = InferenceSession(proto)
-        names = [o.name for o in session.get_outputs()]
-        outputs = session.run(names, feeds)
-        steps.say(f"timing {max(1, repeat)} runs")
-        timing = time_interleaved({"model": session}, feeds, runs=max(1, repeat), warmup=1)["model"]
-        summary = [_output_summary(n, o) for n, o in zip(names, outputs)]
-        payload = _report("run", {"outputs": summary, "latency_ms": timing.__dict__})
-        if profile:
-            from onnxmlu.tools.profiling import profile_nodes
-
-            steps.say(f"profiling {max(1, repeat)} runs")
-            payload["profile"] = [p.__dict__ for p in profile_nodes(proto, feeds, repeat=max(1, repeat))]
-    if _talk(quiet, json_out):
-        _print_run(summary, timing, payload.get("profile"))
-    if save is not None:
-        np.savez(save, **dict(zip(names, outputs)))
-    _emit_json(json_out, payload)
+        report = api.run(model, inputs=_arrays(inputs), seed=seed, input_shapes=_shapes(input_shape), repeat=repeat,
+                         profile=profile, save=save, progress=steps)
+    _deliver("run", report, json_out, quiet, _show_run)
 
 
-def _load_feeds(path: Path) -> dict:
-    import numpy as np
-
-    try:
-        with np.load(path) as data:
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise OnnxMluError(f"cannot read inputs from {path}: {exc}") from None
-
-
-def _output_summary(name: str, value) -> dict:
-    import numpy as np
-
-    arr = np.asarray(value)
-    numeric = arr.dtype.kind in "biuf" and arr.size
-    stats = {k: float(getattr(arr.astype(np.float64), k)()) for k in ("mean", "std", "min", "max")} if numeric else {}
-    return {"name": name, "shape": list(arr.shape), "dtype": str(arr.dtype), **stats}
-
-
-def _print_run(summary, timing, profile) -> None:
-    for s in summary:
+def _show_run(report) -> None:
+    for s in report.outputs:
         stats = "  ".join(f"{k}={s[k]:.4g}" for k in ("mean", "std", "min", "max") if k in s)
         console.print(f"{s['name']}: {s['dtype']}{s['shape']}  {stats}")
-    console.print(f"latency: median {timing.median_ms:.2f} ms (min {timing.min_ms:.2f}, max {timing.max_ms:.2f}, "
-                  f"{timing.runs} runs)")
-    if not profile:
+    t = report.latency_ms
+    console.print(f"latency: median {t.median_ms:.2f} ms (min {t.min_ms:.2f}, max {t.max_ms:.2f}, {t.runs} runs)")
+    if report.profile is None:
         return
     table = Table(title="per-node CPU time (onnxruntime profiler) vs simulated accelerator")
     for col in ("node", "op", "mp", "CPU µs", "sim µs"):
         table.add_column(col, justify="left" if col in ("node", "op") else "right")
-    for p in profile:
-        table.add_row(p["name"], p["op_type"], str(p["mp"] or ""), f"{p['measured_us']:.1f}",
-                      "" if p["sim_latency_us"] is None else f"{p['sim_latency_us']:.1f}")
-    table.add_row("total", "", "", f"{sum(p['measured_us'] for p in profile):.1f}",
-                  f"{sum(p['sim_latency_us'] or 0 for p in profile):.1f}")
+    for p in report.profile:
+        table.add_row(p.name, p.op_type, str(p.mp or ""), f"{p.measured_us:.1f}",
+                      "" if p.sim_latency_us is None else f"{p.sim_latency_us:.1f}")
+    table.add_row("total", "", "", f"{sum(p.measured_us for p in report.profile):.1f}",
+                  f"{sum(p.sim_latency_us or 0 for p in report.profile):.1f}")
     console.print(table)
 
 
@@ -706,17 +560,9 @@ def view(
     Example: onnxmlu view resnet18.fused.onnx --explode
     """
     from onnxmlu import api
-    from onnxmlu.frontend.load import load_model
-    from onnxmlu.tools.view import explode, serve
 
-    if not model.is_file():  # Netron would serve an error page instead of failing here
-        raise OnnxMluError(f"model file {model} does not exist" if not model.exists() else f"{model} is not a file")
-    path = model
-    if explode_blocks:
-        path = model.with_name(model.stem + ".view.onnx")
-        api.save_model(explode(load_model(model)), path, input_path=model)
-        console.print(f"wrote view copy {path} (for viewing only)")
-    serve(path, port=port, browse=not no_browser)
+    api.view(model, explode=explode_blocks, port=port, browse=not no_browser,
+             announce=lambda: console.print(f"exploded view of {model} (blocks as ONNX functions), served from memory"))
 
 
 def main() -> None:

@@ -25,3 +25,7 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first line of an exception's message (its type name when it has none)."""
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:limit]
+
+
+class DuplicateNameError(OnnxMluError, ValueError):
+    """A rewriter or strategy is registered under a name that is already taken."""

@@ -8,6 +8,9 @@ Format (version 1) — one node per fused block:
 * ``body`` (TENSOR, uint8, 1-D): the block as a serialized ModelProto with its weights.
   Its graph inputs/outputs match the node's inputs/outputs by position. A STRING ``body``
   from older files is still read by :func:`body_model` and by the runtime;
+* ``body_crc32`` (INT, optional): the CRC-32 (zlib's ``crc32``) of the body's bytes. The
+  runtime library and :func:`body_model` refuse a body that does not match it, naming the
+  block; nodes from files written before it existed have none and load as before;
 * ``precision`` (STRING, optional): the precision the block runs at, ``fp32``, ``fp16`` or
   ``int8`` (docs/precision.md). Absent means ``fp32`` -- files from before it read as they
   did, and FP32 blocks are written without it. The body already holds the numerics: FP16
@@ -22,14 +25,19 @@ from the body.
 
 from __future__ import annotations
 
+import zlib
+
 import onnx
 from onnx import defs
 
+from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir.graphs import FUSION_DOMAIN as DOMAIN
 from onnxmlu.ir.graphs import FUSION_OP_TYPE as OP_TYPE
-from onnxmlu.ir.graphs import is_fusion_block
+from onnxmlu.ir.graphs import is_fusion_block  # noqa: F401 - the format's predicate, read here too
 
 VERSION = 1
+#: The digest attribute: CRC-32 of the body's serialized bytes (custom_ops: kDigestAttribute).
+DIGEST = "body_crc32"
 
 _ALL_TENSOR_TYPES = sorted(
     f"tensor({name})" for name in (
@@ -57,6 +65,7 @@ def ensure_registered() -> None:
             defs.OpSchema.Attribute("mp", defs.OpSchema.AttrType.INT, "Model parallelism (cores).", required=True),
             defs.OpSchema.Attribute("precision", defs.OpSchema.AttrType.STRING, "fp32 (default), fp16 or int8.", required=False),
             defs.OpSchema.Attribute("body", defs.OpSchema.AttrType.TENSOR, "Serialized ModelProto (uint8).", required=True),
+            defs.OpSchema.Attribute(DIGEST, defs.OpSchema.AttrType.INT, "CRC-32 of the body's bytes.", required=False),
             defs.OpSchema.Attribute("layers", defs.OpSchema.AttrType.STRINGS, "Original node names.", required=False),
             defs.OpSchema.Attribute("op_types", defs.OpSchema.AttrType.STRINGS, "Original op types.", required=False),
             defs.OpSchema.Attribute("gops", defs.OpSchema.AttrType.FLOAT, "Operation count, GOPs.", required=False),
@@ -75,7 +84,13 @@ def _variadic(name: str, doc: str) -> defs.OpSchema.FormalParameter:
 
 
 def _infer_outputs(ctx) -> None:
-    body = body_model_from_attribute(ctx.get_attribute("body"))
+    attr = ctx.get_attribute("body")
+    digest = ctx.get_attribute(DIGEST)  # an AttributeProto, or None
+    if digest is not None and attr is not None and not (attr.type == onnx.AttributeProto.TENSOR and attr.t.external_data):
+        problem = _digest_problem(_body_bytes(attr), _digest_value(digest))
+        if problem:
+            raise onnx.shape_inference.InferenceError(f"MLUFusionBlock {problem}")
+    body = body_model_from_attribute(attr)
     outputs = body.graph.output
     if len(outputs) != ctx.get_num_outputs():
         raise onnx.shape_inference.InferenceError(
@@ -84,16 +99,20 @@ def _infer_outputs(ctx) -> None:
         ctx.set_output_type(i, value.type)
 
 
-def body_model_from_attribute(attr: onnx.AttributeProto) -> onnx.ModelProto:
-    """Parse a ``body`` attribute (uint8 TENSOR, or STRING for compatibility)."""
+def _body_bytes(attr: onnx.AttributeProto) -> bytes:
+    """The serialized body a ``body`` attribute holds (uint8 TENSOR, or STRING for compatibility)."""
     if attr.type == onnx.AttributeProto.TENSOR:
-        data = attr.t.raw_data or bytes(attr.t.int32_data)
-    elif attr.type == onnx.AttributeProto.STRING:
-        data = attr.s
-    else:
-        raise ValueError(f"MLUFusionBlock body must be a uint8 tensor, got attribute type {attr.type}")
+        return attr.t.raw_data or bytes(attr.t.int32_data)
+    if attr.type == onnx.AttributeProto.STRING:
+        return attr.s
+    raise ValueError(f"MLUFusionBlock body must be a uint8 tensor, got attribute type {attr.type}")
+
+
+def body_model_from_attribute(attr: onnx.AttributeProto) -> onnx.ModelProto:
+    """Parse a ``body`` attribute (uint8 TENSOR, or STRING for compatibility); the digest is
+    checked by :func:`body_model`, which sees the whole node."""
     body = onnx.ModelProto()
-    body.ParseFromString(data)
+    body.ParseFromString(_body_bytes(attr))
     return body
 
 
@@ -107,17 +126,75 @@ def block_precision(node: onnx.NodeProto) -> str:
 
 
 def body_model(node: onnx.NodeProto) -> onnx.ModelProto:
-    """The block model held by an MLUFusionBlock node."""
+    """The block model held by an MLUFusionBlock node; raises :class:`BodyDigestError` when
+    the body's bytes do not match the node's ``body_crc32``."""
+    attrs = {a.name: a for a in node.attribute}
+    if "body" not in attrs:
+        raise ValueError(f"MLUFusionBlock {node.name!r} has no body attribute")
+    verify_body(node)
+    return body_model_from_attribute(attrs["body"])
+
+
+class BodyDigestError(OnnxMluError):
+    """A block's body does not match its ``body_crc32``: the file is damaged."""
+
+
+def body_digest(data: bytes) -> int:
+    """The ``body_crc32`` of serialized body bytes (CRC-32, as zlib computes it)."""
+    return zlib.crc32(data)
+
+
+def verify_body(node: onnx.NodeProto, data: bytes | None = None) -> bool:
+    """Check an MLUFusionBlock node's body against its ``body_crc32``. True when it matches,
+    False when the node has no digest (older files) or no inline body (external data: the
+    library checks it when it loads); raises :class:`BodyDigestError` when it does not match.
+    ``data``: the body's bytes when the caller has them already (protobuf copies them on
+    every read)."""
+    attrs = {a.name: a for a in node.attribute}
+    body, digest = attrs.get("body"), attrs.get(DIGEST)
+    if body is None or digest is None or (body.type == onnx.AttributeProto.TENSOR and body.t.external_data):
+        return False
+    data = _body_bytes(body) if data is None else data
+    problem = _digest_problem(data, _digest_value(digest))
+    if problem:
+        raise BodyDigestError(f"MLUFusionBlock {node.name or '<unnamed>'!r}: {problem}")
+    return True
+
+
+def _digest_value(attr: onnx.AttributeProto):
+    """The digest attribute's value (an int when it is well-formed, else what it holds)."""
+    if attr.type == onnx.AttributeProto.INT:
+        return attr.i
+    try:
+        return onnx.helper.get_attribute_value(attr)
+    except Exception:  # noqa: BLE001 - an attribute without a type: show that
+        return None
+
+
+def _digest_problem(data: bytes, expected) -> str | None:
+    """Why ``data`` does not match the digest ``expected`` (None: it matches)."""
+    if not isinstance(expected, int) or isinstance(expected, bool) or not 0 <= expected <= 0xFFFFFFFF:
+        return f"attribute {DIGEST!r} must be an int from 0 to 4294967295 (a CRC-32), got {expected!r}"
+    actual = body_digest(data)
+    if actual != expected:
+        return (f"body is corrupt: its {len(data)} bytes have CRC-32 0x{actual:08x} but attribute {DIGEST!r} "
+                f"says 0x{expected:08x} (the model file was damaged or the body edited)")
+    return None
+
+
+def add_body(node: onnx.NodeProto, data: bytes) -> None:
+    """Attach ``data`` (a serialized ModelProto) to ``node`` as its ``body`` and ``body_crc32``."""
+    fill_body_attribute(node.attribute.add(), data)
+    set_body_digest(node, data)
+
+
+def set_body_digest(node: onnx.NodeProto, data: bytes) -> None:
+    """Set (or add) the node's ``body_crc32`` for the body bytes ``data``."""
     for attr in node.attribute:
-        if attr.name == "body":
-            return body_model_from_attribute(attr)
-    raise ValueError(f"MLUFusionBlock {node.name!r} has no body attribute")
-
-
-def body_attribute(body: onnx.ModelProto) -> onnx.AttributeProto:
-    attr = onnx.AttributeProto()
-    fill_body_attribute(attr, body.SerializeToString())
-    return attr
+        if attr.name == DIGEST:
+            attr.type, attr.i = onnx.AttributeProto.INT, body_digest(data)
+            return
+    node.attribute.append(onnx.helper.make_attribute(DIGEST, body_digest(data)))
 
 
 def fill_body_attribute(attr: onnx.AttributeProto, data: bytes) -> None:

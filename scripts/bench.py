@@ -1,5 +1,6 @@
 """onnxmlu benchmarks -> BENCHMARKS.md: runtime overhead, fuse speed vs peer tools, scaling,
-planner time and LSTM unrolling, one markdown table per section with the issue's targets.
+planner time, LSTM unrolling and the cost of the block digest check, one markdown table per
+section with the issue's targets.
 
     make bench          # full run in .venv-bench, writes BENCHMARKS.md
     make bench-quick    # fewer models, runs and sizes, writes BENCHMARKS.quick.md (< 3 min)
@@ -52,7 +53,7 @@ import onnx  # noqa: E402
 
 from onnxmlu.tools.zoo import ZOO_NAMES, build_model  # noqa: E402
 
-SECTIONS = ("runtime", "peers", "scaling", "planner", "lstm")
+SECTIONS = ("runtime", "peers", "scaling", "planner", "lstm", "integrity")
 CNNS = tuple(n for n in ZOO_NAMES if n != "lstm")
 PEER_TOOLS = ("onnxslim", "onnxsim", "onnxoptimizer")
 FUSED_STRATEGIES = ("all-fusion", "dlfusion", "optimal")  # the ones with the <= 1.05 target
@@ -87,6 +88,8 @@ class Config:
     lstm_seqs: tuple[int, ...] = (16, 64)
     lstm_batches: tuple[int, ...] = (1, 8)
     lstm_runs: int = 30
+    integrity_models: tuple[str, ...] = ("vgg19", "resnet50")
+    integrity_runs: int = 7
     before_src: str | None = None          # a checkout whose onnxmlu runs as tool "onnxmlu@before"
 
 
@@ -95,7 +98,8 @@ QUICK = Config(
     "quick", models=("resnet18", "mobilenetv2"), batches=(1,), runtime_budget_s=2.0, runtime_runs=(5, 10),
     peer_models=("resnet18",), sizes=(1000, 5000), topologies=("chain",), scaling_timeout_s=30.0,
     scaling_runs=1, big_models=("resnet50",), big_synthetic_mb=0, planner_models=("resnet18", "mobilenetv2"),
-    planner_runs=1, planner_nodes=(), lstm_seqs=(16,), lstm_batches=(1,), lstm_runs=5)
+    planner_runs=1, planner_nodes=(), lstm_seqs=(16,), lstm_batches=(1,), lstm_runs=5,
+    integrity_models=("resnet50",), integrity_runs=3)
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -159,16 +163,18 @@ with open(result, "w") as f:
 
 # What `onnxmlu fuse` runs: api.fuse_to_file (streamed) where the checkout has it, else (older
 # checkouts, e.g. onnxmlu@before) api.as_model + api.fuse + api.save_model, as their CLI did.
+# Phases from its progress lines: "load" ends when rewriting starts (older checkouts: "fusing"),
+# "optimize" when collapsing starts (older checkouts: "saving", said before their collapse).
 _ONNXMLU = """
 import onnxmlu
 from onnxmlu import api
 mark("import")
 if hasattr(api, "fuse_to_file"):
     def say(stage):
-        if stage.startswith("fusing"):
-            mark("load")
-        elif stage.startswith("saving"):
-            mark("optimize")
+        phase = ("load" if stage.startswith(("fusing", "rewriting"))
+                 else "optimize" if stage.startswith(("saving", "collapsing")) else None)
+        if phase is not None and phase not in [name for name, _ in marks]:
+            mark(phase)
     api.fuse_to_file(src, dst, strategy=strategy, progress=say)
 else:
     model = api.as_model(src)
@@ -189,7 +195,10 @@ def _peer(module: str, optimize: str) -> dict:
 
 TOOLS = {
     "onnxmlu": dict(code=_ONNXMLU, module="onnxmlu"),
-    "onnxmlu@before": dict(code=_ONNXMLU, module="onnxmlu"),
+    # the checkout on PYTHONPATH must win over this tree's editable install, whose import hook
+    # (setuptools' or scikit-build-core's) sits in front of sys.path
+    "onnxmlu@before": dict(code="sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__module__]\n"
+                                + _ONNXMLU, module="onnxmlu"),
     "onnxslim": _peer("onnxslim", "onnxslim.slim(model)"),
     "onnxsim": _peer("onnxsim", "onnxsim.simplify(model)[0]"),
     "onnxoptimizer": _peer("onnxoptimizer", "onnxoptimizer.optimize(model)"),
@@ -577,12 +586,82 @@ def section_lstm(ctx: Context) -> str:
     return intro + "\n\n" + table(("seq", "batch", "original ms", "rewritten ms", "ratio", "rewritten nodes"), rows)
 
 
+INTEGRITY_CHILD = """
+import sys, time
+import onnxmlu
+start, cpu = time.perf_counter(), time.thread_time()
+session = onnxmlu.InferenceSession(sys.argv[1])
+print(time.perf_counter() - start, time.thread_time() - cpu)
+"""
+
+
+def section_integrity(ctx: Context) -> str:
+    """What checking each block's body_crc32 costs at session creation: the same fused model
+    with and without the digests (the library checks only bodies that have one), each session
+    created in a fresh process, the two files in turns; the cost is the median of the paired
+    differences. (Sessions created one after another in one process share the env's CPU arena,
+    which only grows: their times drift by seconds.)"""
+    import zlib
+
+    from onnxmlu import api
+    from onnxmlu.schema import DIGEST, is_fusion_block
+
+    cfg, rows = ctx.cfg, []
+    for name in cfg.integrity_models:
+        fused = ctx.workdir / f"{name}.fused.onnx"
+        api.fuse_to_file(ctx.zoo_file(name), fused)
+        model = onnx.load(fused)
+        bodies = [a.t.raw_data for n in model.graph.node if is_fusion_block(n) for a in n.attribute if a.name == "body"]
+        crc_s = []
+        for _ in range(3):
+            start = time.perf_counter()
+            for body in bodies:
+                zlib.crc32(body)
+            crc_s.append(time.perf_counter() - start)
+        for node in (n for n in model.graph.node if is_fusion_block(n)):
+            kept = [a for a in node.attribute if a.name != DIGEST]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+        plain = save(model, ctx.workdir / f"{name}.fused-no-digest.onnx")
+        del model
+        wall: dict[Path, list[float]] = {fused: [], plain: []}
+        cpu: dict[Path, list[float]] = {fused: [], plain: []}
+        for run in range(cfg.integrity_runs):
+            for path in ((fused, plain) if run % 2 == 0 else (plain, fused)):
+                child = subprocess.run([sys.executable, "-c", INTEGRITY_CHILD, str(path)], capture_output=True,
+                                       text=True, check=True, cwd=ROOT, timeout=600)
+                seconds, cpu_seconds = map(float, child.stdout.split()[-2:])
+                wall[path].append(seconds)
+                cpu[path].append(cpu_seconds)
+        size = sum(map(len, bodies))
+        wall_diffs = [a - b for a, b in zip(wall[fused], wall[plain])]
+        cpu_diffs = [a - b for a, b in zip(cpu[fused], cpu[plain])]
+        rows.append((name, len(bodies), f"{mib(size):.0f}", spread(wall[plain]), spread(wall[fused]),
+                     spread(wall_diffs, "{:+.2f}"), spread(cpu[plain]), spread(cpu[fused]),
+                     spread(cpu_diffs, "{:+.2f}"),
+                     f"{100 * statistics.median(cpu_diffs) / statistics.median(cpu[plain]):+.1f} %",
+                     f"{1e3 * statistics.median(crc_s):.0f} ({size / statistics.median(crc_s) / 1e9:.1f} GB/s)"))
+    intro = (f"Session creation (`onnxmlu.InferenceSession(path)` in a fresh process, default set-up, dlfusion "
+             f"plan) of the same fused model with and without `body_crc32` on its blocks, {cfg.integrity_runs} "
+             "runs each in turns. Wall time, and the CPU time of the creating thread (where the library checks "
+             "the digests; it is far less disturbed by other load on a shared machine); costs are medians of "
+             "the paired differences (min–max), the last but one relative to the CPU time without digests. "
+             "With a digest the library computes the CRC-32 of each body before it parses it (slicing by 16, "
+             "portable C++); models up to 256 MB also go through the block-layouts pass, which checks and "
+             "re-stamps each body in Python. The last column is the CRC-32 of all bodies alone in Python "
+             "(`zlib.crc32`), for scale.")
+    header = ("model", "blocks", "bodies MiB", "wall without s", "wall with s", "wall cost s", "CPU without s",
+              "CPU with s", "CPU cost s", "CPU cost", "zlib.crc32 of the bodies ms")
+    return intro + "\n\n" + table(header, rows)
+
+
 SECTION_TITLES = {
     "runtime": ("Runtime overhead", section_runtime),
     "peers": ("Fuse speed vs peers", section_peers),
     "scaling": ("Scaling", section_scaling),
     "planner": ("Planner", section_planner),
     "lstm": ("LSTM unrolling", section_lstm),
+    "integrity": ("Block integrity (body_crc32)", section_integrity),
 }
 
 
@@ -707,10 +786,11 @@ def configure(args: argparse.Namespace) -> tuple[Config, bool]:
     cfg, over = QUICK if args.quick else FULL, {}
     if args.models:
         over |= dict(models=tuple(args.models), peer_models=tuple(args.models), planner_models=tuple(args.models),
-                     big_models=tuple(m for m in args.models if m in FULL.big_models))
+                     big_models=tuple(m for m in args.models if m in FULL.big_models),
+                     integrity_models=tuple(args.models))
     if args.runs:
         over |= dict(runtime_runs=(args.runs, args.runs), peer_runs=args.runs, scaling_runs=args.runs,
-                     planner_runs=args.runs, lstm_runs=args.runs)
+                     planner_runs=args.runs, lstm_runs=args.runs, integrity_runs=args.runs)
     if args.tools:
         over["tools"] = tuple(args.tools)
     if args.before_src:

@@ -31,7 +31,11 @@ VARIANTS = {
     "mobilenetv2": (["-s", "oracle"], ["-s", "fusion-fixed-mp"], ["--bn", "fold"]),
     "lstm": (["-s", "dynamic-mp"],),
 }
-IN_MEMORY = ("import sys; from onnxmlu import api; "
+#: First in every child: the checkout on PYTHONPATH wins over an editable install's import hook
+#: (setuptools' and scikit-build-core's finders sit in front of sys.path).
+PRELUDE = "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__module__]; "
+CLI = PRELUDE + "import runpy; runpy.run_module('onnxmlu', run_name='__main__', alter_sys=True)"
+IN_MEMORY = (PRELUDE + "from onnxmlu import api; "
              "r = api.fuse(sys.argv[1], strategy=sys.argv[3]); api.save_model(r.model, sys.argv[2])")
 
 
@@ -40,10 +44,10 @@ def cases(zoo: Path) -> list[tuple[str, list[str]]]:
     found = []
     for name in ZOO:
         src = str(zoo / f"{name}.onnx")
-        found.append((f"zoo/{name}", ["-m", "onnxmlu", "fuse", src, "{out}", "-q"]))
+        found.append((f"zoo/{name}", ["-c", CLI, "fuse", src, "{out}", "-q"]))
         found.append((f"zoo/{name}/in-memory", ["-c", IN_MEMORY, src, "{out}", "dlfusion"]))
         for options in VARIANTS.get(name, ()):
-            found.append((f"zoo/{name}/{' '.join(options)}", ["-m", "onnxmlu", "fuse", src, "{out}", "-q", *options]))
+            found.append((f"zoo/{name}/{' '.join(options)}", ["-c", CLI, "fuse", src, "{out}", "-q", *options]))
     return found + corpus_cases()
 
 
@@ -57,7 +61,7 @@ def corpus_cases() -> list[tuple[str, list[str]]]:
             src = corpus.model_path(case)
         except corpus.FetchError:
             continue
-        found.append((f"realworld/{case.id}", ["-m", "onnxmlu", "fuse", str(src), "{out}", "-q", *case.shape_args()]))
+        found.append((f"realworld/{case.id}", ["-c", CLI, "fuse", str(src), "{out}", "-q", *case.shape_args()]))
     return found
 
 
@@ -68,6 +72,8 @@ def fused_hash(src: Path, label: str, command: list[str], scratch: Path, keep: P
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=scratch)
     if proc.returncode != 0:
         return f"failed:{proc.returncode}:{(proc.stderr.strip().splitlines() or [''])[-1][:120]}"
+    if not out.exists():
+        return "failed:no output"
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     if keep is None:
         out.unlink()
@@ -87,6 +93,7 @@ def main() -> int:
         args.zoo.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "onnxmlu", "zoo", "all", str(args.zoo), "-q"], check=True,
                        env=dict(os.environ, PYTHONPATH=str(args.src)))
+    _check_source(args.src)
     todo = cases(args.zoo)
     with tempfile.TemporaryDirectory(prefix="onnxmlu-hashes-") as scratch, ThreadPoolExecutor(args.jobs) as pool:
         digests = list(pool.map(lambda c: fused_hash(args.src, c[0], c[1], Path(scratch), args.keep), todo))
@@ -96,6 +103,15 @@ def main() -> int:
         args.out.write_text(text)
     sys.stdout.write(text)
     return compare(lines, args.compare) if args.compare else 0
+
+
+def _check_source(src: Path) -> None:
+    """The children must import the package of ``src``, not an installed one."""
+    code = PRELUDE + "import onnxmlu; print(onnxmlu.__file__)"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONPATH=str(src)), cwd=tempfile.gettempdir()).stdout.strip()
+    if not Path(found).resolve().is_relative_to(src.resolve()):
+        raise SystemExit(f"the children import {found}, not the package of {src}")
 
 
 def compare(lines: list[str], before_file: Path) -> int:

@@ -6,7 +6,8 @@ The docs' pictures were taken with:
 
     scripts/netron_snapshot.py out/resnet18.fused.onnx docs/netron-fused.png \\
         --width 1000 --height 640 --scale 2 --select block_0
-    scripts/netron_snapshot.py out/resnet18.fused.view.onnx docs/netron-exploded.png \\
+    onnxmlu fuse out/resnet18.onnx out/resnet18.portable.onnx --portable   # the exploded model
+    scripts/netron_snapshot.py out/resnet18.portable.onnx docs/netron-exploded.png \\
         --width 1000 --height 640 --scale 2 --select block_0 --function
 """
 
@@ -26,7 +27,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="device pixel ratio (2 = sharper text)")
     parser.add_argument("--select", metavar="NAME", help="open the properties of the node named NAME…")
     parser.add_argument("--function", action="store_true",
-                        help="…and show its function definition (exploded view copies)")
+                        help="…and show its function definition (exploded models: fuse --portable)")
     args = parser.parse_args()
     shot = snapshot(args.model, args.png, port=args.port, size=(args.width, args.height), scale=args.scale,
                       select=args.select, open_function=args.function)

@@ -3,7 +3,6 @@ custom-op library (tests that need it are skipped when it is not built)."""
 
 from __future__ import annotations
 
-import onnx
 import pytest
 
 from onnxmlu import runtime

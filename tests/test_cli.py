@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import onnx
 import pytest
@@ -180,147 +179,6 @@ def test_run_command_profiles_blocks(chain_file, tmp_path):
     assert set(np.load(tmp_path / "out.npz").files) == {"pooled", "idx1"}
 
 
-# ---- JSON reports against docs/json.md -----------------------------------------------------
-DOC = Path(__file__).resolve().parents[1] / "docs" / "json.md"
-JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null",
-              list: "array", dict: "object"}
-
-
-def documented() -> dict[str, dict[str, tuple[set, str]]]:
-    """docs/json.md as {command: {key path: (allowed types, present)}}, one table per '## '."""
-    tables, current = {}, None
-    for line in DOC.read_text().splitlines():
-        if line.startswith("## "):
-            current = tables.setdefault(line[3:].strip(), {})
-        elif current is not None and line.startswith("| `"):
-            key, types, present = (cell.strip() for cell in line.strip("|").split("|")[:3])
-            allowed = set(types.split(" or "))
-            current[key.strip("`")] = (allowed | {"integer"} if "number" in allowed else allowed, present)
-    return tables
-
-
-def key_paths(value, doc: dict, prefix: str = "") -> dict[str, set]:
-    """Every key path of a JSON value with the JSON types seen there (docs/json.md notation)."""
-    found: dict[str, set] = {}
-
-    def walk(v, path):
-        if isinstance(v, dict):
-            for k, x in v.items():
-                sub = f"{path}.*" if f"{path}.*" in doc else (f"{path}.{k}" if path else k)
-                found.setdefault(sub, set()).add(JSON_TYPES[type(x)])
-                walk(x, sub)
-        elif isinstance(v, list):
-            for x in v:
-                found.setdefault(path + "[]", set()).add(JSON_TYPES[type(x)])
-                walk(x, path + "[]")
-
-    walk(value, prefix)
-    return found
-
-
-def parent(path: str) -> str:
-    return path[:-2] if path.endswith("[]") else path.rpartition(".")[0]
-
-
-def doc_mismatches(command: str, reports: list[dict]) -> list[str]:
-    """What differs between ``reports`` (outputs of one command) and its docs/json.md table:
-    undocumented keys, wrong types, 'always' keys missing, documented keys never seen."""
-    doc = documented()[command]
-    problems, seen = [], set()
-    for report in reports:
-        paths = key_paths(report, doc)
-        seen |= set(paths)
-        for path, types in paths.items():
-            if path not in doc:
-                problems.append(f"{command}: {path} is not documented")
-            elif not types <= doc[path][0]:
-                problems.append(f"{command}: {path} is {types}, documented {doc[path][0]}")
-        for path, (_, present) in doc.items():
-            if present == "always" and (parent(path) == "" or parent(path) in paths) and path not in paths:
-                problems.append(f"{command}: {path} is documented as always present but missing")
-    problems += [f"{command}: {path} is documented but never produced" for path in set(doc) - seen]
-    return problems
-
-
-def json_of(*args) -> dict:
-    result = invoke(*args)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)  # --json - owns stdout: nothing else may be there
-
-
-@pytest.fixture
-def training_bn_file(tmp_path):
-    """A training-mode BatchNormalization: the bn rewriter must skip it (a 'skipped' row)."""
-    from onnx import TensorProto, helper, numpy_helper
-    import numpy as np
-
-    from onnxmlu.tools.testing import make_model
-
-    stats = [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b", "m", "v")]
-    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", training_mode=1)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3, 3])], stats)
-    path = tmp_path / "train_bn.onnx"
-    onnx.save(make_model(graph, opset=15), path)
-    return path
-
-
-@pytest.fixture
-def host_node_file(tmp_path):
-    """relu -> Mod (not in the accelerator's op table) -> relu: two blocks around a host node."""
-    from onnx import TensorProto, helper, numpy_helper
-    import numpy as np
-
-    from onnxmlu.tools.testing import make_model
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"),
-             helper.make_node("Mod", ["a", "three"], ["b"], name="mod", fmod=1),
-             helper.make_node("Relu", ["b"], ["y"], name="relu1")]
-    three = numpy_helper.from_array(np.full(4, 3.0, np.float32), "three")
-    path = tmp_path / "host.onnx"
-    path.write_bytes(make_model(helper.make_graph(nodes, "host", [x], [y], [three])).SerializeToString())
-    return path
-
-
-def test_every_json_report_matches_docs_json_md(chain_file, training_bn_file, host_node_file, tmp_path):
-    fused = tmp_path / "fused.onnx"
-    reports = {
-        "fuse": [json_of("fuse", chain_file, fused, "-s", "all-fusion", "--check", "--json", "-"),
-                 json_of("fuse", chain_file, tmp_path / "f2.onnx", "--json", "-"),
-                 json_of("fuse", host_node_file, tmp_path / "f3.onnx", "-s", "all-fusion", "--json", "-")],
-        "check": [json_of("check", chain_file, fused, "--seed", "0", "--seed", "1", "--json", "-")],
-        "inspect": [json_of("inspect", chain_file, "--json", "-")],
-        "rewrite": [json_of("rewrite", training_bn_file, tmp_path / "rw.onnx", "--json", "-")],
-        "plan": [json_of("plan", chain_file, "-s", "optimal", "--json", "-")],
-        "compare": [json_of("compare", chain_file, "--strategies", "dlfusion,oracle", "--json", "-")],
-        "run": [json_of("run", fused, "--repeat", "2", "--profile", "--json", "-"),
-                json_of("run", fused, "--repeat", "1", "--json", "-")],
-        "zoo": [json_of("zoo", "lstm", tmp_path / "lstm.onnx", "--batch", "N", "--json", "-")],
-        "hw show": [json_of("hw", "show", "mlu100"), json_of("hw", "show", "edge4")],
-    }
-    assert set(reports) == set(documented())  # every documented command is exercised here
-    problems = [p for command, outputs in reports.items() for p in doc_mismatches(command, outputs)]
-    assert not problems, "\n".join(problems)
-    for command, outputs in reports.items():
-        if command != "hw show":
-            assert all(r["schema"] == f"onnxmlu.{command}/1" for r in outputs)
-
-
-def test_doc_check_catches_drift():
-    """The comparison above must fail on an undocumented key, a wrong type and a missing key."""
-    good = {"schema": "onnxmlu.zoo/1",
-            "models": [{"name": "lstm", "path": "l.onnx", "batch": 1, "seed": 0, "bytes": 10}]}
-    assert doc_mismatches("zoo", [good]) == []
-    extra = {**good, "elapsed": 1.0}
-    assert doc_mismatches("zoo", [extra]) == ["zoo: elapsed is not documented"]
-    wrong = {**good, "models": [{**good["models"][0], "bytes": "10"}]}
-    assert "models[].bytes is {'string'}" in doc_mismatches("zoo", [wrong])[0]
-    missing = {**good, "models": [{k: v for k, v in good["models"][0].items() if k != "seed"}]}
-    assert any("models[].seed is documented as always present" in p for p in doc_mismatches("zoo", [missing]))
-
-
 # ---- progress on stderr ---------------------------------------------------------------------
 @pytest.fixture
 def terminal_stderr(monkeypatch):
@@ -364,3 +222,13 @@ def test_zoo_several_models_need_a_folder(tmp_path):
     assert result.exit_code == 2 and "need a folder" in result.output
     result = invoke("zoo", "lstm,nosuch", tmp_path / "models")
     assert result.exit_code == 2 and "unknown zoo model 'nosuch'" in result.output
+
+
+def test_version_flag_and_attribute():
+    import onnxmlu
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.output.strip() == f"onnxmlu {onnxmlu.__version__}"
+    from importlib.metadata import version
+
+    assert onnxmlu.__version__ == version("onnxmlu")

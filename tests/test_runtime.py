@@ -485,6 +485,21 @@ def test_default_library_path(library, monkeypatch):
     assert path.endswith(os.path.join("onnxmlu", "_lib", "libonnxmlu_ops.so"))
 
 
+def test_missing_library_message_says_what_to_do_for_each_kind_of_install(tmp_path):
+    """A source checkout is told to run `make install`; a pip install to reinstall the wheel
+    (advice a pip user can follow), never the other way round."""
+    checkout = tmp_path / "checkout"
+    (checkout / "custom_ops").mkdir(parents=True)
+    (checkout / "custom_ops" / "CMakeLists.txt").write_text("")
+    (checkout / "Makefile").write_text("")
+    text = runtime.session._missing_library_message(checkout / "onnxmlu" / "_lib" / "libonnxmlu_ops.so")
+    assert "make install" in text and "pip install --force-reinstall" not in text
+    site = tmp_path / "venv" / "lib" / "site-packages" / "onnxmlu" / "_lib" / "libonnxmlu_ops.so"
+    text = runtime.session._missing_library_message(site)
+    assert "pip install --force-reinstall onnxmlu" in text and "make install" not in text
+    assert runtime.LIBRARY_ENV in text and "\n" not in text
+
+
 # --- inner thread set-up ---------------------------------------------------------------------
 
 
@@ -511,7 +526,7 @@ def test_user_thread_budget_goes_to_the_inner_sessions(library, monkeypatch):
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1  # outer: no pool, so every new thread is the block's
         options.add_session_config_entry(runtime.INNER_THREADS_KEY, str(threads))
-        added, session = threads_added_by(lambda: runtime.InferenceSession(model, options))
+        added, session = threads_added_by(lambda: runtime.InferenceSession(model, options))  # noqa: B023 - called now
         assert added == threads - 1
         np.testing.assert_allclose(session.run(None, {"x": x})[0], want, **TOL)
     options = ort.SessionOptions()

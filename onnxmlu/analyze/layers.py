@@ -22,11 +22,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
 import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
+from onnxmlu.ir.weights import WeightStore
 from onnxmlu.analyze.optable import OP_KINDS, support_reason
 from onnxmlu.plan.perf.layers import Layer
 
@@ -58,10 +58,23 @@ class Analysis:
     def total_gops(self) -> float:
         return sum(layer.gops for layer in self.layers)
 
+    def to_dict(self) -> dict:
+        """The ``inspect`` report (docs/json.md): the layer table and the host nodes."""
+        return {"layers": [layer_row(layer) for layer in self.layers], "host_nodes": self.host_nodes(),
+                "total_gops": self.total_gops}
 
-def analyze(model: onnx.ModelProto) -> Analysis:
-    """Layer table of a normalized model (see :func:`onnxmlu.frontend.normalize.normalize`)."""
-    index = GraphIndex.build(model.graph)
+
+def layer_row(layer: Layer) -> dict:
+    return {"index": layer.index, "name": layer.name, "op_type": layer.op_type, "kind": layer.kind,
+            "gops": layer.gops, "in_channels": layer.in_channels, "out_channels": layer.out_channels,
+            "out_hw": [layer.out_height, layer.out_width], "input_bytes": layer.input_bytes,
+            "output_bytes": layer.output_bytes, "weight_bytes": layer.weight_bytes, "segment": layer.segment}
+
+
+def analyze(model: onnx.ModelProto, weights: WeightStore | None = None) -> Analysis:
+    """Layer table of a normalized model (see :func:`onnxmlu.frontend.normalize.normalize`);
+    ``weights`` holds the data of its marker initializers."""
+    index = GraphIndex.build(model.graph, weights)
     nodes = model.graph.node
     host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index))}
     for i in constant_expressions(model.graph, index):

@@ -92,22 +92,24 @@ def _special_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
 def _tensor_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     """A block boundary needs the type of every tensor that may cross it, and the rank of
     every tensor a block produces (the library allocates outputs from the declared shape)."""
-    for name in node.input:
-        if name:
-            elem = index.elem_type(name)
-            if elem == _STRING:
-                return f"string tensor {name!r} cannot cross an accelerator block"
-            if not elem:
-                return f"input {name!r} has no known type ({_producer_text(index, name)})"
-    for name in node.output:
-        if name:
-            elem = index.elem_type(name)
-            if elem == _STRING:
-                return f"string tensor {name!r} cannot cross an accelerator block"
-            if not elem:
-                return f"output {name!r} has no inferred type (try --input-shape)"
-            if index.shape(name) is None:
-                return f"output {name!r} has an unknown rank (try --input-shape)"
+    for role, names in (("input", node.input), ("output", node.output)):
+        for name in names:
+            reason = _boundary_reason(role, name, index) if name else None
+            if reason is not None:
+                return reason
+    return None
+
+
+def _boundary_reason(role: str, name: str, index: GraphIndex) -> str | None:
+    elem = index.elem_type(name)
+    if elem == _STRING:
+        return f"string tensor {name!r} cannot cross an accelerator block"
+    if not elem and role == "input":
+        return f"input {name!r} has no known type ({_producer_text(index, name)})"
+    if not elem:
+        return f"output {name!r} has no inferred type (try --input-shape)"
+    if role == "output" and index.shape(name) is None:
+        return f"output {name!r} has an unknown rank (try --input-shape)"
     return None
 
 

@@ -35,6 +35,7 @@ from typing import Iterable
 import onnx
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.ir import copy_model
 from onnxmlu.ir.weights import tensor_payload_bytes
 
 #: Models whose tensors hold more than this are saved with external data. protobuf's limit is
@@ -103,7 +104,7 @@ def write_model_atomic(model: onnx.ModelProto, out: Path, *, external_data: bool
 def _serialize(model: onnx.ModelProto, out: Path) -> bytes:
     try:
         return model.SerializeToString()
-    except Exception as exc:  # protobuf's EncodeError above 2 GB
+    except Exception as exc:  # noqa: BLE001 - protobuf's EncodeError above 2 GB
         raise OnnxMluError(f"cannot serialize the model for {out} ({exc}); save it with external data") from None
 
 
@@ -114,8 +115,7 @@ def _write_with_external_data(model: onnx.ModelProto, out: Path) -> None:
     try:
         staged_model, staged_data = staging / out.name, staging / data_name
         # onnx.save strips the weights from the proto it writes: write a copy, keep the caller's.
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
+        copy = copy_model(model)
         onnx.save(copy, staged_model, save_as_external_data=True, all_tensors_to_one_file=True,
                   location=data_name, size_threshold=1024, convert_attribute=True)
         del copy

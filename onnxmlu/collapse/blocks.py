@@ -32,10 +32,10 @@ from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.normalize import restore_exported_io
 from onnxmlu.ir import topological_order
 from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
-from onnxmlu.ir.weights import active_store, fill_tensor, is_marker
+from onnxmlu.ir.weights import fill_tensor, is_marker
 from onnxmlu.plan.plan import Plan
 from onnxmlu.precision import DEFAULT_PRECISION
-from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, fill_body_attribute
+from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, add_body
 
 if TYPE_CHECKING:
     from onnxmlu.precision.bodies import BlockBodies
@@ -71,10 +71,17 @@ def collapse(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | N
     with random calibration, made only when the plan has such blocks).
     """
     fused, blocks = fused_without_bodies(analysis, plan, figures)
+    add_bodies(fused, analysis, blocks, bodies)
+    return fused
+
+
+def add_bodies(fused: onnx.ModelProto, analysis: Analysis, blocks: dict[int, tuple[int, BlockInterface]],
+               bodies: "BlockBodies | None" = None) -> None:
+    """Attach each block's body to its node of ``fused`` (from :func:`fused_without_bodies`),
+    FP16/INT8 blocks' bodies at their precision (``bodies``, see :func:`prepare_bodies`)."""
     bodies = prepare_bodies(analysis, blocks, bodies)
     for position, (b, iface) in blocks.items():
         _add_body(fused.graph.node[position], analysis, b, iface, bodies=bodies)
-    return fused
 
 
 def collapse_pieces(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None = None,
@@ -107,8 +114,8 @@ def stream_pieces(analysis: Analysis, fused: onnx.ModelProto,
     concatenated messages and appends repeated fields in order, so the first piece is the model
     without nodes and each further piece a model holding one node. Only one body exists at a
     time (a 548 MB model peaked at 4x its size when the fused model was built and then
-    serialized whole), and a weight held by the active weight store is released once the last
-    block that reads it is written."""
+    serialized whole), and a weight held by the analysis' weight store is released once the
+    last block that reads it is written."""
     uses = Counter(name for _, iface in blocks.values() for name in iface.constants)
     bodies = prepare_bodies(analysis, blocks, bodies)  # INT8 calibration runs the model: before any release
     _release_unused(analysis, uses)  # host-node weights are already copied into ``fused``
@@ -132,7 +139,7 @@ def stream_pieces(analysis: Analysis, fused: onnx.ModelProto,
 
 
 def _release_unused(analysis: Analysis, uses: Counter) -> None:
-    store = active_store()
+    store = analysis.index.weights
     if store is None:
         return
     for t in analysis.model.graph.initializer:
@@ -240,7 +247,7 @@ def _add_body(node: onnx.NodeProto, analysis: Analysis, b: int, iface: BlockInte
     if len(data) > MAX_BODY_BYTES:
         raise OnnxMluError(f"block {b} serializes to {len(data)} bytes, over the 2 GB "
                            "protobuf limit of one body; split it with a plan of smaller blocks")
-    fill_body_attribute(node.attribute.add(), data)
+    add_body(node, data)  # the body and its digest (body_crc32)
 
 
 def _summary(layers, mp: int, fig: BlockFigures | None, precision: str = DEFAULT_PRECISION) -> str:
@@ -288,7 +295,7 @@ def _add_constants(graph: onnx.GraphProto, analysis: Analysis, names: Sequence[s
         if uses is not None:
             uses[name] -= 1
             last = uses[name] == 0
-        fill_tensor(graph.initializer.add(), tensor, release=last)
+        fill_tensor(graph.initializer.add(), tensor, analysis.index.weights, release=last)
 
 
 def _value_info(analysis: Analysis, name: str) -> onnx.ValueInfoProto:
@@ -328,7 +335,7 @@ def _finish_outer(fused: onnx.ModelProto, analysis: Analysis, interfaces: Sequen
     restore_exported_io(fused)
     for t in src.graph.initializer:
         if t.name in used:
-            fill_tensor(graph.initializer.add(), t)
+            fill_tensor(graph.initializer.add(), t, analysis.index.weights)
     graph.value_info.extend(_outer_value_infos(analysis, alive, block_outputs))
     _drop_subgraph_value_infos(graph)
 

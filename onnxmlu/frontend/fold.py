@@ -36,7 +36,8 @@ from onnx import helper, numpy_helper
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
-from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_default_domain, iter_graphs, node_subgraphs, unresolved_names
+from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_default_domain, iter_graphs, node_subgraphs
+from onnxmlu.ir import unresolved_names
 from onnxmlu.ir.weights import skeleton
 
 #: Folding may write a constant up to this size, or up to FOLD_GROWTH times its inputs.

@@ -33,17 +33,22 @@ def check_opset(model: onnx.ModelProto) -> None:
     if version is None:
         raise OnnxMluError("model imports no version of the standard ONNX domain")
     latest = onnx.defs.onnx_opset_version()
-    if version < MIN_OPSET:
-        raise OnnxMluError(f"model uses opset {version}; onnxmlu supports opsets {MIN_OPSET}..{latest}")
     if version > latest:
         raise OnnxMluError(f"model uses opset {version}, newer than this onnx knows ({latest})")
 
 
 def normalize(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | None = None,
-              fold_constants: bool = True, *, owned: bool = False,
-              diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
-    """Make an exported model regular for the rest of the pipeline; returns a new model, or
-    ``model`` itself changed in place when the caller ``owned`` it (no copy of every weight).
+              fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
+    """Make an exported model regular for the rest of the pipeline; returns a new model
+    (``model`` is not changed). See :func:`normalize_owned`."""
+    own = model if model.functions else copy_model(model)  # inlining makes a new model anyway
+    return normalize_owned(own, input_shapes, fold_constants, diagnostics=diagnostics)
+
+
+def normalize_owned(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | None = None,
+                    fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
+    """:func:`normalize` for a caller that gives ``model`` away: it is changed in place (no copy
+    of every weight) and returned, or a new model when inlining or folding made one.
 
     Model-local functions are inlined, the input-shape overrides applied, every graph's nodes
     sorted, constants folded (exactly, see :mod:`onnxmlu.frontend.fold`) and every tensor typed
@@ -52,10 +57,10 @@ def normalize(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] |
     ``diagnostics``."""
     note = _unique_appender(diagnostics)
     check_opset(model)
-    if model.functions:
+    if opset_version(model) < MIN_OPSET:
+        model = _upgrade_opset(model, note)
+    elif model.functions:
         model = _inline_functions(model)
-    elif not owned:
-        model = copy_model(model)
     check_nodes(model)
     if input_shapes:
         _override_input_shapes(model, input_shapes)
@@ -132,6 +137,44 @@ def _unique_appender(diagnostics: list[Diagnostic] | None):
 #: Rounds of (fold Shape nodes and constant Ifs, fold constants, infer): each round can only
 #: shrink the graph, and shape chains in exported models are a few ops deep.
 MAX_FOLD_ROUNDS = 12
+
+
+def _upgrade_opset(model: onnx.ModelProto, note) -> onnx.ModelProto:
+    """A model older than opset MIN_OPSET (PyTorch's early exporters wrote opset 6) brought to
+    it by onnx's version converter; the rewriters start at opset 7."""
+    from onnx import version_converter
+
+    version = opset_version(model)
+    try:
+        upgraded = version_converter.convert_version(_inline_functions(model) if model.functions else model, MIN_OPSET)
+    except Exception as exc:  # noqa: BLE001 - the converter raises RuntimeError and its own errors
+        raise OnnxMluError(f"model uses opset {version}; onnx's version converter could not bring it to "
+                           f"opset {MIN_OPSET}, the oldest onnxmlu supports: {first_line(exc)}") from None
+    _channel_slopes(upgraded)
+    note(Diagnostic("normalize", "opset-upgraded", "", f"opset {version} converted to {MIN_OPSET} "
+                    "with onnx's version converter"))
+    return upgraded
+
+
+def _channel_slopes(model: onnx.ModelProto) -> None:
+    """PRelu before opset 7 applied a 1-D slope along the channel axis; from opset 7 it
+    broadcasts numpy-style, from the last axis. onnx's converter leaves the slope as it is, so
+    a constant slope of C values becomes [C, 1, ..., 1] here."""
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in model.graph.input}
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    ranks.update((vi.name, len(vi.type.tensor_type.shape.dim)) for vi in inferred.graph.value_info
+                 if vi.type.tensor_type.HasField("shape"))
+    slopes = {t.name: t for t in model.graph.initializer}
+    declared = {vi.name: vi for vi in model.graph.input}
+    for node in model.graph.node:
+        if node.op_type != "PRelu" or node.input[1] not in slopes:
+            continue
+        slope, rank = slopes[node.input[1]], ranks.get(node.input[0], 0)
+        if len(slope.dims) == 1 and slope.dims[0] > 1 and rank > 2:
+            slope.dims.extend([1] * (rank - 2))
+            if slope.name in declared:  # IR < 4: the weight is a graph input too
+                declared[slope.name].CopyFrom(onnx.helper.make_tensor_value_info(
+                    slope.name, slope.data_type, list(slope.dims)))
 
 
 def _inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:

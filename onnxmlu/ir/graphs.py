@@ -9,7 +9,7 @@ outside, wherever in the file its producer stands.
 from __future__ import annotations
 
 import heapq
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import onnx
 
@@ -135,24 +135,40 @@ def sort_graphs(graph: onnx.GraphProto) -> bool:
 
 def _kahn_order(graph: onnx.GraphProto) -> list[int] | None:
     producer = {o: i for i, node in enumerate(graph.node) for o in node.output if o}
-    consumers: dict[int, list[int]] = {}
-    indegree = []
-    for i, node in enumerate(graph.node):
-        deps = {producer[n] for n in node_inputs(node) if n in producer} - {i}
-        indegree.append(len(deps))
-        for d in deps:
-            consumers.setdefault(d, []).append(i)
-    ready = [i for i, d in enumerate(indegree) if d == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
+    deps = [{producer[n] for n in node_inputs(node) if n in producer} - {i} for i, node in enumerate(graph.node)]
+    order = kahn_order(deps)
+    return order if len(order) == len(graph.node) else None
+
+
+def kahn_order(deps: Sequence[Iterable[int]], prefer: Callable[[int], bool] | None = None) -> list[int]:
+    """Kahn's algorithm over node indices: node ``i`` waits for every index in ``deps[i]`` (one
+    listed twice is waited for twice). Ties keep the index order. With ``prefer``, two ready
+    queues: while the current run is of preferred nodes it keeps taking ready preferred ones,
+    so the others gather between runs instead of splitting them. Nodes on a cycle are left out
+    of the order."""
+    wanted = prefer if prefer is not None else (lambda i: True)
+    indegree = [0] * len(deps)
+    consumers: list[list[int]] = [[] for _ in deps]
+    for i, waits in enumerate(deps):
+        for d in waits:
+            indegree[i] += 1
+            consumers[d].append(i)
+    ready: tuple[list[int], list[int]] = ([], [])  # (preferred, others), heaps of indices
+    for i, deg in enumerate(indegree):
+        if deg == 0:
+            heapq.heappush(ready[0 if wanted(i) else 1], i)
+    order: list[int] = []
+    in_preferred_run = True
+    while ready[0] or ready[1]:
+        queue = ready[0] if (ready[0] and (in_preferred_run or not ready[1])) else ready[1]
+        i = heapq.heappop(queue)
+        in_preferred_run = queue is ready[0]
         order.append(i)
-        for c in consumers.get(i, ()):
+        for c in consumers[i]:
             indegree[c] -= 1
             if indegree[c] == 0:
-                heapq.heappush(ready, c)
-    return order if len(order) == len(graph.node) else None
+                heapq.heappush(ready[0 if wanted(c) else 1], c)
+    return order
 
 
 def fed_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:

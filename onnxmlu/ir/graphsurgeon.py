@@ -1,4 +1,6 @@
-"""Model <-> graphsurgeon plumbing for the rewriters: shape inference, import, export.
+"""Model <-> graphsurgeon plumbing for the rewriters: shape inference, import, export; the one
+module that touches onnx-graphsurgeon's internals (``_values``, ``LazyValues``,
+``SparseValues``, ``OnnxExporter``), so a new graphsurgeon version is checked here.
 
 Shape inference runs on a *skeleton* of the model: large main-graph initializers (weights) are
 declared as typed graph inputs instead of carrying their data, so a 500 MB model does not get
@@ -16,6 +18,11 @@ weights. Three graphsurgeon round-trip artefacts are undone:
 * IR < 4 requires every initializer to be a graph input: new main-graph initializers are
   listed as inputs, new subgraph initializers move to the main graph (a Loop/Scan body's inputs
   are fixed by its parent op).
+
+Weights held by a :class:`~onnxmlu.ir.weights.WeightStore` stay markers in the graphsurgeon
+graph too: :func:`import_graph` binds each marker constant to the store
+(:class:`StoredValues`), and :func:`stored_constant` makes a new one, so a rewrite reads them
+with :func:`constant_array` and the export writes the markers back untouched.
 """
 
 from __future__ import annotations
@@ -25,10 +32,10 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from onnxmlu.ir.weights import copy_field, skeleton
-from onnxmlu.ir import iter_graphs, node_subgraphs
-from onnxmlu.rewrite.base import gs_subgraphs
+from onnxmlu.ir.graphs import iter_graphs, node_subgraphs
+from onnxmlu.ir.weights import WeightStore, copy_field, is_marker, skeleton
 
 _GRAPH_DATA = ("node", "initializer", "sparse_initializer", "value_info", "input", "output")
 
@@ -69,23 +76,81 @@ def _type_map(graph: onnx.GraphProto) -> dict[str, tuple[Any, list | None]]:
     return found
 
 
-def _gs_graphs(graph: gs.Graph):
+# -------------------------------------------------------------------------------- walking
+
+
+def gs_subgraphs(node: gs.Node) -> list[gs.Graph]:
+    """The subgraphs of a graphsurgeon node (``onnxmlu.ir`` walks ``onnx`` protos)."""
+    found: list[gs.Graph] = []
+    for value in node.attrs.values():
+        if isinstance(value, gs.Graph):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, gs.Graph))
+    return found
+
+
+def gs_graphs(graph: gs.Graph):
+    """``graph`` and every graphsurgeon graph nested in it."""
     yield graph
     for node in graph.nodes:
         for sub in gs_subgraphs(node):
-            yield from _gs_graphs(sub)
+            yield from gs_graphs(sub)
 
 
-def import_graph(model: onnx.ModelProto) -> gs.Graph:
-    """graphsurgeon graph of ``model`` with inferred dtypes/shapes on its tensors."""
+# -------------------------------------------------------------------------------- stored weights
+
+
+class StoredValues(LazyValues):
+    """The values of a marker constant: read from its store, never from the (empty) tensor."""
+
+    def __init__(self, marker: onnx.TensorProto, store: WeightStore) -> None:
+        super().__init__(marker)
+        self.store = store
+
+    def load(self) -> np.ndarray:
+        return self.store.array(self.tensor)
+
+
+def stored_constant(name: str, array: np.ndarray, store: WeightStore) -> gs.Constant:
+    """A constant whose value ``store`` holds: exported as a marker, never copied."""
+    return gs.Constant(name, StoredValues(store.put(name, array), store))
+
+
+def constant_array(tensor: gs.Constant) -> np.ndarray:
+    """A constant's value; a stored weight is read from its store and the constant keeps its
+    marker (exported as is, never copied)."""
+    values = tensor._values
+    if isinstance(values, StoredValues):
+        return values.load()
+    return np.asarray(tensor.values)
+
+
+def _bind_stored(graph: gs.Graph, store: WeightStore) -> None:
+    """Every marker constant of ``graph`` (subgraphs included) reads from ``store``."""
+    for g in gs_graphs(graph):
+        for tensor in g.tensors().values():
+            values = getattr(tensor, "_values", None)
+            if type(values) is LazyValues and is_marker(values.tensor):
+                tensor._values = StoredValues(values.tensor, store)
+
+
+# -------------------------------------------------------------------------------- import
+
+
+def import_graph(model: onnx.ModelProto, weights: WeightStore | None = None) -> gs.Graph:
+    """graphsurgeon graph of ``model`` with inferred dtypes/shapes on its tensors; the markers
+    of ``weights`` read from it."""
     graph = gs.import_onnx(model)
+    if weights is not None:
+        _bind_stored(graph, weights)
     inferred = None if _fully_typed(model) else inferred_graphs(model)
     if inferred is None:
         return graph
     types: dict[str, tuple] = {}
     for g in inferred:
         types.update(_type_map(g))
-    for g in _gs_graphs(graph):
+    for g in gs_graphs(graph):
         for tensor in g.tensors().values():
             if isinstance(tensor, gs.Variable) and tensor.name in types:
                 dtype, shape = types[tensor.name]

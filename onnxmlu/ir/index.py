@@ -8,7 +8,6 @@ store the index is built with.
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
@@ -17,8 +16,8 @@ import numpy as np
 import onnx
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.ir.graphs import node_inputs
-from onnxmlu.ir.weights import itemsize, tensor_array
+from onnxmlu.ir.graphs import kahn_order, node_inputs
+from onnxmlu.ir.weights import WeightStore, itemsize, tensor_array
 
 
 def _all_value_infos(graph: onnx.GraphProto) -> Iterable[onnx.ValueInfoProto]:
@@ -41,11 +40,13 @@ class GraphIndex:
     #: access and the subgraph scan are slow enough to matter at 20k nodes).
     inputs: list[list[str]] = field(default_factory=list)
     outputs: list[list[str]] = field(default_factory=list)
+    #: Holds the data of the graph's marker initializers (see :mod:`onnxmlu.ir.weights`).
+    weights: WeightStore | None = None
     _shapes: dict[str, list | None] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, graph: onnx.GraphProto) -> "GraphIndex":
-        idx = cls(graph)
+    def build(cls, graph: onnx.GraphProto, weights: WeightStore | None = None) -> "GraphIndex":
+        idx = cls(graph, weights=weights)
         idx.initializers = {t.name: t for t in graph.initializer}
         idx.value_infos = {v.name: v for v in _all_value_infos(graph)}
         idx.graph_outputs = {o.name for o in graph.output}
@@ -65,7 +66,7 @@ class GraphIndex:
 
     def constant(self, name: str) -> np.ndarray | None:
         tensor = self.initializers.get(name)
-        return None if tensor is None else tensor_array(tensor)
+        return None if tensor is None else tensor_array(tensor, self.weights)
 
     def elem_type(self, name: str) -> int:
         if name in self.initializers:
@@ -108,40 +109,25 @@ def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool],
                       index: GraphIndex | None = None) -> list[int]:
     """A topological order of the node indices that keeps ``prefer``-ed nodes in long runs.
 
-    Kahn's algorithm with two ready queues: while the current run is of preferred nodes it
-    keeps taking ready preferred nodes, so host nodes gather between runs instead of
-    splitting them. Ties keep the file's order. Raises OnnxMluError on a cycle or on a
-    node input that nothing produces.
+    :func:`~onnxmlu.ir.graphs.kahn_order` (the one topological sort, also behind
+    :func:`~onnxmlu.ir.sort_graphs`): host nodes gather between runs of accelerator nodes
+    instead of splitting them; ties keep the file's order. Raises OnnxMluError on a cycle or
+    on a node input that nothing produces.
     """
     idx = index if index is not None else GraphIndex.build(graph)
     known = set(idx.initializers) | {i.name for i in graph.input}
-    indegree = [0] * len(graph.node)
+    deps: list[list[int]] = []
     for i, inputs in enumerate(idx.inputs):
-        for name in set(inputs):
-            if name in idx.producer:
-                indegree[i] += 1
-            elif name not in known:
-                node = graph.node[i]
-                raise OnnxMluError(f"node {node.name or node.op_type!r} reads tensor {name!r}, "
-                                   "which no node, input or initializer provides")
-    ready: tuple[list[int], list[int]] = ([], [])  # (preferred, others)
-    for i, deg in enumerate(indegree):
-        if deg == 0:
-            heapq.heappush(ready[0 if prefer(i) else 1], i)
-    order: list[int] = []
-    in_preferred_run = True
-    while ready[0] or ready[1]:
-        queue = ready[0] if (ready[0] and (in_preferred_run or not ready[1])) else ready[1]
-        i = heapq.heappop(queue)
-        in_preferred_run = queue is ready[0]
-        order.append(i)
-        for name in set(idx.outputs[i]):
-            for c in set(idx.consumers.get(name, ())):
-                indegree[c] -= 1
-                if indegree[c] == 0:
-                    heapq.heappush(ready[0 if prefer(c) else 1], c)
+        deps.append([idx.producer[name] for name in set(inputs) if name in idx.producer])
+        unknown = next((name for name in inputs if name not in idx.producer and name not in known), None)
+        if unknown is not None:
+            node = graph.node[i]
+            raise OnnxMluError(f"node {node.name or node.op_type!r} reads tensor {unknown!r}, "
+                               "which no node, input or initializer provides")
+    order = kahn_order(deps, prefer)
     if len(order) != len(graph.node):
-        stuck = [graph.node[i].name or graph.node[i].op_type for i, d in enumerate(indegree) if d > 0]
+        placed = set(order)
+        stuck = [graph.node[i].name or graph.node[i].op_type for i in range(len(graph.node)) if i not in placed]
         raise OnnxMluError(f"graph has a cycle through node(s) {', '.join(stuck[:5])}")
     return order
 

@@ -14,19 +14,19 @@ the protobuf tree. python-protobuf (upb) frees a message tree's memory only when
 is freed, so a weight copied into a block body would otherwise stay in memory twice until the
 end. ``fuse_to_file`` moves every large main-graph initializer into the store once, right after
 normalizing (the full tree is then dropped), and the graph keeps a *marker* in its place: the
-same name, type and dims, data "external" at :data:`STORE_LOCATION`. Rewriters read and create
-large constants through the store (a transposed weight is a numpy view until it is written),
-and collapse writes each weight into the body of its block, releasing it after its last block.
+same name, type and dims, data "external" at :data:`STORE_LOCATION`. The store is passed
+explicitly to whatever reads a marker (:class:`~onnxmlu.ir.GraphIndex`, the rewriters'
+graphsurgeon import, collapse): rewriters read and create large constants through it (a
+transposed weight is a numpy view until it is written), and collapse writes each weight into
+the body of its block, releasing it after its last block.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import itertools
 import math
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 import numpy as np
 import onnx
@@ -124,7 +124,7 @@ def _copy_types(graph: onnx.GraphProto, inferred: onnx.GraphProto) -> None:
 # --------------------------------------------------------------------------------------
 # Weights held outside the protobuf tree
 # --------------------------------------------------------------------------------------
-#: The "external data location" of a marker: the data is in the active :class:`WeightStore`.
+#: The "external data location" of a marker: the data is in a :class:`WeightStore`.
 STORE_LOCATION = "onnxmlu:weight-store"
 #: Main-graph initializers at least this large move to the store (shape tensors keep their
 #: values in the graph). Skeletons always declare a marker as an input, so shape inference
@@ -138,7 +138,6 @@ _STORABLE = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.Ten
                        onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
                        onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL})
 _KEY = "onnxmlu_key"
-_ACTIVE: contextvars.ContextVar["WeightStore | None"] = contextvars.ContextVar("onnxmlu_weights", default=None)
 
 
 def is_marker(t: onnx.TensorProto) -> bool:
@@ -146,29 +145,25 @@ def is_marker(t: onnx.TensorProto) -> bool:
         e.key == "location" and e.value == STORE_LOCATION for e in t.external_data)
 
 
-def active_store() -> "WeightStore | None":
-    return _ACTIVE.get()
-
-
-def tensor_array(t: onnx.TensorProto) -> np.ndarray:
-    """The value of ``t``, read from the active store when ``t`` is a marker."""
+def tensor_array(t: onnx.TensorProto, store: "WeightStore | None" = None) -> np.ndarray:
+    """The value of ``t``, read from ``store`` when ``t`` is a marker."""
     if is_marker(t):
-        return _require_store(t).array(t)
+        return _require_store(t, store).array(t)
     return numpy_helper.to_array(t)
 
 
-def fill_tensor(target: onnx.TensorProto, t: onnx.TensorProto, release: bool = False) -> None:
+def fill_tensor(target: onnx.TensorProto, t: onnx.TensorProto, store: "WeightStore | None" = None,
+                release: bool = False) -> None:
     """``target`` becomes a copy of ``t``, with the data of a marker (see :meth:`WeightStore.fill`)."""
     if is_marker(t):
-        _require_store(t).fill(target, t, release=release)
+        _require_store(t, store).fill(target, t, release=release)
     else:
         target.CopyFrom(t)
 
 
-def _require_store(t: onnx.TensorProto) -> "WeightStore":
-    store = _ACTIVE.get()
+def _require_store(t: onnx.TensorProto, store: "WeightStore | None") -> "WeightStore":
     if store is None:
-        raise RuntimeError(f"tensor {t.name!r} is held by a weight store, but none is active")
+        raise RuntimeError(f"tensor {t.name!r} is held by a weight store, but none was given to read it")
     return store
 
 
@@ -184,15 +179,6 @@ class WeightStore:
     def holds(self, array: np.ndarray) -> bool:
         """Whether a constant with this value belongs in the store rather than in the graph."""
         return array.nbytes >= self.min_bytes and array.dtype.kind in "biuf"
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator["WeightStore"]:
-        """Make this the store that markers refer to (rewriters and collapse look it up)."""
-        token = _ACTIVE.set(self)
-        try:
-            yield self
-        finally:
-            _ACTIVE.reset(token)
 
     @property
     def nbytes(self) -> int:

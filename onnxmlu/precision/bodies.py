@@ -111,5 +111,5 @@ def runnable_model(analysis) -> onnx.ModelProto:
     filled.CopyFrom(model)  # markers are small: this copies the graph, not the stored weights
     for k, tensor in enumerate(model.graph.initializer):
         if is_marker(tensor):
-            fill_tensor(filled.graph.initializer[k], tensor)
+            fill_tensor(filled.graph.initializer[k], tensor, analysis.index.weights)
     return filled

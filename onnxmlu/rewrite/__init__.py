@@ -1,50 +1,46 @@
 """Rewrite what the accelerator cannot run into its primitives (pipeline stage "rewrite").
 
-``rewrite_model`` runs the rewriters in :data:`REWRITER_NAMES` order over the model and all its
-subgraphs and returns a new model plus a :class:`RewriteReport`:
+``rewrite_model`` runs the rewriters of :data:`REWRITERS`, in that order, over the model and
+all its subgraphs and returns a new model plus a :class:`RewriteReport`:
 
 * ``bn``   weighted BatchNormalization -> BN-norm + Mul + Add (or folded, ``bn_mode="fold"``);
 * ``gemm`` Gemm -> (Transpose) MatMul (+ Mul) (+ Add), constants pre-transposed and pre-scaled;
 * ``rnn``  LSTM / GRU / RNN -> unrolled per-step cells of MatMul/Add/Mul/activations.
 
 Each family lives in its own module whose docstring states the maths; ``base`` holds the
-rewriter protocol, the registry and the driver. Nodes a rewriter refuses stay on the host and
-are listed in ``RewriteReport.skipped`` with the reason.
+rewriter protocol and the driver. Nodes a rewriter refuses stay on the host; each is a
+:class:`~onnxmlu.diagnostics.Diagnostic` in ``RewriteReport.skipped`` with the reason.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Collection
+from typing import Collection
+
+import onnx
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.rewrite.base import (
-    NameAllocator,
-    RewriteContext,
-    RewriteReport,
-    RewriterRegistry,
-    constant_value,
-    run_rewriter,
-)
-from onnxmlu.ir import DEFAULT_DOMAINS, copy_model, iter_graphs, opset_version
+from onnxmlu.ir import copy_model, is_default_domain, iter_graphs, opset_version
 from onnxmlu.ir.graphsurgeon import export_model, import_graph
-
-if TYPE_CHECKING:
-    import onnx
+from onnxmlu.ir.weights import WeightStore
+from onnxmlu.registry import Registry
+from onnxmlu.rewrite.base import NameAllocator, RewriteContext, RewriteReport, constant_value, run_rewriter
+from onnxmlu.rewrite.batchnorm import BatchNormRewriter
+from onnxmlu.rewrite.gemm import GemmRewriter
+from onnxmlu.rewrite.rnn import RecurrentRewriter
 
 __all__ = [
+    "REWRITERS",
     "REWRITER_NAMES",
-    "REGISTRY",
     "RewriteReport",
     "constant_value",
     "rewrite_model",
+    "rewrite_owned",
 ]
 
-REWRITER_NAMES = ("bn", "gemm", "rnn")
-
-REGISTRY = RewriterRegistry()
-REGISTRY.register("bn", "onnxmlu.rewrite.batchnorm:BatchNormRewriter")
-REGISTRY.register("gemm", "onnxmlu.rewrite.gemm:GemmRewriter")
-REGISTRY.register("rnn", "onnxmlu.rewrite.rnn:RecurrentRewriter")
+#: name -> rewriter class (called with the rewrite options); they run in this order.
+REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("gemm", GemmRewriter),
+                                                  ("rnn", RecurrentRewriter)])
+REWRITER_NAMES = REWRITERS.names()
 
 BN_MODES = ("substitute", "fold")
 
@@ -62,41 +58,43 @@ def _selected(only: Collection[str] | None) -> tuple[str, ...]:
     return tuple(n for n in REWRITER_NAMES if n in set(only))
 
 
-def rewrite_model(
-    model: onnx.ModelProto,
-    *,
-    bn_mode: str = "substitute",
-    only: Collection[str] | None = None,
-    copy: bool = True,
-) -> tuple[onnx.ModelProto, RewriteReport]:
-    """Rewrite BN / Gemm / LSTM-GRU-RNN nodes into accelerator primitives.
+def rewrite_model(model: onnx.ModelProto, *, bn_mode: str = "substitute",
+                  only: Collection[str] | None = None) -> tuple[onnx.ModelProto, RewriteReport]:
+    """Rewrite BN / Gemm / LSTM-GRU-RNN nodes into accelerator primitives; ``model`` is not
+    modified (when nothing applies the returned model is an unchanged copy).
 
-    The input model is not modified. ``only`` restricts the rewriters (names from
-    :data:`REWRITER_NAMES`); ``bn_mode`` is ``"substitute"`` (BN-norm + scale layer) or
-    ``"fold"`` (into the producing Conv/ConvTranspose/Gemm/MatMul, else affine Mul + Add).
-    When nothing applies the returned model is an unchanged copy (``model`` itself when
-    ``copy`` is False: the pipeline owns its model and skips copying every weight).
+    ``only`` restricts the rewriters (names from :data:`REWRITER_NAMES`); ``bn_mode`` is
+    ``"substitute"`` (BN-norm + scale layer) or ``"fold"`` (into the producing
+    Conv/ConvTranspose/Gemm/MatMul, else affine Mul + Add).
     """
+    rewritten, report = rewrite_owned(model, bn_mode=bn_mode, only=only)
+    return (copy_model(model) if rewritten is model else rewritten), report
+
+
+def rewrite_owned(model: onnx.ModelProto, *, bn_mode: str = "substitute", only: Collection[str] | None = None,
+                  weights: WeightStore | None = None) -> tuple[onnx.ModelProto, RewriteReport]:
+    """:func:`rewrite_model` for a caller that gives ``model`` away: it comes back itself when
+    nothing applies (no copy of every weight). ``weights`` holds the model's marker weights
+    and receives the large constants the rewriters make."""
     if bn_mode not in BN_MODES:
         raise OnnxMluError(f"bn_mode must be one of {', '.join(BN_MODES)}, got {bn_mode!r}")
     names = _selected(only)
     report = RewriteReport(applied={n: 0 for n in names})
-    unchanged = copy_model(model) if copy else model
     opset = opset_version(model)
-    rewriters = {name: REGISTRY.create(name, bn_mode=bn_mode) for name in names}
+    rewriters = {name: REWRITERS.get(name)(bn_mode=bn_mode) for name in names}
     if opset is None or not _has_candidates(model, rewriters.values()):
-        return unchanged, report  # the graphsurgeon round trip would copy every weight for nothing
-    graph = import_graph(model)
-    ctx = RewriteContext(graph, opset, NameAllocator.from_model(model), {"bn_mode": bn_mode})
+        return model, report  # the graphsurgeon round trip would copy every weight for nothing
+    graph = import_graph(model, weights)
+    ctx = RewriteContext(graph, opset, NameAllocator.from_model(model), {"bn_mode": bn_mode}, weights=weights)
     for name, rewriter in rewriters.items():
         report.applied[name] = run_rewriter(rewriter, ctx, report)
     if report.total == 0:
-        return unchanged, report
+        return model, report
     return export_model(graph, model), report
 
 
 def _has_candidates(model: onnx.ModelProto, rewriters) -> bool:
     """Whether any graph holds a default-domain node one of ``rewriters`` looks at."""
     ops = {op for r in rewriters for op in r.op_types}
-    return any(node.op_type in ops and node.domain in DEFAULT_DOMAINS
+    return any(node.op_type in ops and is_default_domain(node.domain)
                for graph in iter_graphs(model.graph) for node in graph.node)

@@ -4,27 +4,28 @@ A rewriter turns one ONNX node that the accelerator cannot run into accelerator 
 It has a ``name`` (the key users pass to ``only=``), the ``op_types`` it looks at, a
 ``check(node, ctx)`` that returns the reason it does *not* apply (``None`` when it does) and an
 ``apply(node, ctx)`` that replaces exactly that node. :func:`run_rewriter` walks a graph and
-its subgraphs (``If`` branches, ``Loop``/``Scan`` bodies), records refusals and returns the count.
+its subgraphs (``If`` branches, ``Loop``/``Scan`` bodies), records each refusal as a
+:class:`~onnxmlu.diagnostics.Diagnostic` and returns the count.
 
-Graph edits go through onnx-graphsurgeon (import, inference and export live in ``modelio``).
+Graph edits go through onnx-graphsurgeon (import, inference and export live in
+:mod:`onnxmlu.ir.graphsurgeon`).
 New names are drawn from one allocator
 that knows every node and tensor name of the model (subgraphs included), so they never collide.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from onnxmlu.errors import OnnxMluError
-from onnxmlu.ir import DEFAULT_DOMAINS, iter_graphs
-from onnxmlu.ir.weights import is_marker, tensor_array
+from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.ir import is_default_domain, iter_graphs
+from onnxmlu.ir.graphsurgeon import constant_array, gs_subgraphs
+from onnxmlu.ir.weights import WeightStore
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -35,10 +36,11 @@ FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
 @dataclass
 class RewriteReport:
-    """What the rewriters did: counts per rewriter and (rewriter, node, reason) refusals."""
+    """What the rewriters did: counts per rewriter, and a :class:`Diagnostic` per node a
+    rewriter refused (stage ``rewrite``, rule = the rewriter's name, message = the reason)."""
 
     applied: dict[str, int] = field(default_factory=dict)
-    skipped: list[tuple[str, str, str]] = field(default_factory=list)
+    skipped: list[Diagnostic] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -47,7 +49,7 @@ class RewriteReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "applied": dict(self.applied),
-            "skipped": [{"rewriter": r, "node": n, "reason": why} for r, n, why in self.skipped],
+            "skipped": [{"rewriter": d.rule, "node": d.node, "reason": d.message} for d in self.skipped],
             "total": self.total,
         }
 
@@ -129,7 +131,7 @@ def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
         if len(tensor.inputs) != 1:
             return None
         producer = tensor.inputs[0]
-        if producer.domain not in (None, *DEFAULT_DOMAINS):
+        if not is_default_domain(producer.domain):
             return None
         if producer.op == "Constant":
             return _constant_node_value(producer)
@@ -137,15 +139,6 @@ def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
             return None
         tensor = producer.inputs[0]
     return None
-
-
-def constant_array(tensor: gs.Constant) -> np.ndarray:
-    """A constant's value; a weight held by the active :class:`~onnxmlu.ir.weights.WeightStore`
-    is read from there and the constant keeps its marker (exported as is, never copied)."""
-    lazy = tensor._values
-    if isinstance(lazy, LazyValues) and is_marker(lazy.tensor):
-        return tensor_array(lazy.tensor)
-    return np.asarray(tensor.values)
 
 
 def is_absent(tensor: gs.Tensor | None) -> bool:
@@ -195,16 +188,18 @@ def static_dim(dim: Any) -> int | None:
 
 @dataclass
 class RewriteContext:
-    """Where a rewriter works: the (sub)graph of the node, the model opset, the name allocator."""
+    """Where a rewriter works: the (sub)graph of the node, the model opset, the name allocator,
+    and the store that holds the model's large weights (None: they are in the graph)."""
 
     graph: gs.Graph
     opset: int
     names: NameAllocator
     options: Mapping[str, Any] = field(default_factory=dict)
     caches: dict[int, dict] = field(default_factory=dict)
+    weights: WeightStore | None = None
 
     def for_graph(self, graph: gs.Graph) -> RewriteContext:
-        return RewriteContext(graph, self.opset, self.names, self.options, self.caches)
+        return RewriteContext(graph, self.opset, self.names, self.options, self.caches, self.weights)
 
     def is_used(self, tensor: gs.Tensor | None) -> bool:
         """Consumed by a node (subgraph nodes included) or a graph output of this graph."""
@@ -215,7 +210,7 @@ class RewriteContext:
 
         prefix = node.name or self.names.node(node.op.lower() if node.op else "node")
         cache = self.caches.setdefault(id(self.graph), {})
-        return Builder(self.graph, self.opset, self.names, prefix, np.dtype(dtype), cache)
+        return Builder(self.graph, self.opset, self.names, prefix, np.dtype(dtype), cache, self.weights)
 
 
 def detach(node: gs.Node, graph: gs.Graph) -> list[gs.Tensor]:
@@ -249,24 +244,13 @@ class Rewriter(Protocol):
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None: ...
 
 
-def gs_subgraphs(node: gs.Node) -> list[gs.Graph]:
-    """The subgraphs of a graphsurgeon node (``onnxmlu.ir`` walks ``onnx`` protos)."""
-    found: list[gs.Graph] = []
-    for value in node.attrs.values():
-        if isinstance(value, gs.Graph):
-            found.append(value)
-        elif isinstance(value, (list, tuple)):
-            found.extend(v for v in value if isinstance(v, gs.Graph))
-    return found
-
-
 def run_rewriter(rewriter: Rewriter, ctx: RewriteContext, report: RewriteReport) -> int:
     """Apply ``rewriter`` to every matching node of ``ctx.graph`` and its subgraphs."""
     count = 0
     for node in list(ctx.graph.nodes):
         for sub in gs_subgraphs(node):
             count += run_rewriter(rewriter, ctx.for_graph(sub), report)
-        if node.op not in rewriter.op_types or node.domain not in (None, *DEFAULT_DOMAINS):
+        if node.op not in rewriter.op_types or not is_default_domain(node.domain):
             continue
         if not node.outputs:  # already replaced as part of another rewrite
             continue
@@ -275,40 +259,6 @@ def run_rewriter(rewriter: Rewriter, ctx: RewriteContext, report: RewriteReport)
             rewriter.apply(node, ctx)
             count += 1
         else:
-            report.skipped.append((rewriter.name, node_label(node), reason))
+            report.skipped.append(Diagnostic("rewrite", rewriter.name, node_label(node), reason))
     drop_detached(ctx.graph)
     return count
-
-
-# --------------------------------------------------------------------------------------------
-# Registry
-
-
-class RewriterRegistry:
-    """Explicit name -> factory table; duplicates are an error; factories resolve lazily.
-
-    A factory is either a callable or a ``"module:attribute"`` string that is imported only
-    when the rewriter is first created, so importing :mod:`onnxmlu.rewrite` does no work.
-    """
-
-    def __init__(self) -> None:
-        self._factories: dict[str, Callable[..., Rewriter] | str] = {}
-
-    def register(self, name: str, factory: Callable[..., Rewriter] | str) -> None:
-        if name in self._factories:
-            raise OnnxMluError(f"rewriter {name!r} is already registered")
-        self._factories[name] = factory
-
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._factories)
-
-    def create(self, name: str, **options: Any) -> Rewriter:
-        try:
-            factory = self._factories[name]
-        except KeyError:
-            known = ", ".join(self._factories)
-            raise OnnxMluError(f"unknown rewriter {name!r} (known: {known})") from None
-        if isinstance(factory, str):
-            module, _, attr = factory.partition(":")
-            factory = getattr(importlib.import_module(module), attr)
-        return factory(**options)

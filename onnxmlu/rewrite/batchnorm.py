@@ -37,16 +37,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.rewrite.base import (
-    DEFAULT_DOMAINS,
-    FLOAT_DTYPES,
-    RewriteContext,
-    constant_value,
-    detach,
-    node_input,
-    tensor_dtype,
-    tensor_shape,
-)
+from onnxmlu.ir import is_default_domain
+from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, constant_value, detach, node_input
+from onnxmlu.rewrite.base import tensor_dtype, tensor_shape
 
 MODES = ("substitute", "fold")
 PARAM_NAMES = ("scale", "B", "mean", "var")
@@ -137,7 +130,7 @@ class BatchNormRewriter:
             return False
         producer = x.inputs[0]
         in_graph = any(n is producer for n in ctx.graph.nodes)  # not an outer-scope producer
-        if producer.domain not in (None, *DEFAULT_DOMAINS) or not in_graph:
+        if not is_default_domain(producer.domain) or not in_graph:
             return False
         if producer.outputs[0] is not x:
             return False
@@ -170,15 +163,7 @@ class BatchNormRewriter:
             factor = a.reshape([group, 1, per_group] + [1] * (w.ndim - 2))
             new_w = (grouped * factor).reshape(w.shape)
         new_bias = bias.astype(np.float64) * a + shift
-        y = detach(node, ctx.graph)[0]
-        conv.inputs[1] = b.const(new_w.astype(w.dtype), "weight")
-        bias_const = b.const(new_bias.astype(w.dtype), "bias")
-        if len(conv.inputs) > 2:
-            conv.inputs[2] = bias_const
-        else:
-            conv.inputs.append(bias_const)
-        _move_output(conv, y)
-        return True
+        return _take_folded(node, conv, ctx, b, new_w.astype(w.dtype), new_bias.astype(w.dtype))
 
     @staticmethod
     def _fold_gemm(node, gemm, ctx, b, a, shift) -> bool:
@@ -194,16 +179,8 @@ class BatchNormRewriter:
         new_w = w * (a[:, None] if trans_b else a[None, :])
         beta = float(gemm.attrs.get("beta", 1.0))
         new_c = beta * c.astype(np.float64) * a + shift
-        y = detach(node, ctx.graph)[0]
-        gemm.inputs[1] = b.const(new_w.astype(w.dtype), "weight")
-        c_const = b.const(new_c.astype(w.dtype), "bias")
-        if len(gemm.inputs) > 2:
-            gemm.inputs[2] = c_const
-        else:
-            gemm.inputs.append(c_const)
         gemm.attrs["beta"] = 1.0
-        _move_output(gemm, y)
-        return True
+        return _take_folded(node, gemm, ctx, b, new_w.astype(w.dtype), new_c.astype(w.dtype))
 
     @staticmethod
     def _fold_matmul(node, matmul, ctx, b, a, shift) -> bool:
@@ -217,9 +194,19 @@ class BatchNormRewriter:
         return True
 
 
-def _move_output(producer: gs.Node, y: gs.Variable) -> None:
-    """``producer`` now computes the BN output directly: give it the BN's output tensor."""
+def _take_folded(node: gs.Node, producer: gs.Node, ctx: RewriteContext, b, weight: np.ndarray,
+                 bias: np.ndarray) -> bool:
+    """``producer`` (a Conv, ConvTranspose or Gemm) takes the folded weight and bias (its input
+    1 and 2) and the BN's output tensor: it computes the BN output directly."""
+    y = detach(node, ctx.graph)[0]
+    producer.inputs[1] = b.const(weight, "weight")
+    bias_const = b.const(bias, "bias")
+    if len(producer.inputs) > 2:
+        producer.inputs[2] = bias_const
+    else:
+        producer.inputs.append(bias_const)
     producer.outputs[0] = y
+    return True
 
 
 def _is_trivial(params) -> bool:

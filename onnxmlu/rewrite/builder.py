@@ -17,9 +17,9 @@ from typing import Any, Sequence
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from onnxmlu.ir.weights import active_store
+from onnxmlu.ir.graphsurgeon import stored_constant
+from onnxmlu.ir.weights import WeightStore
 from onnxmlu.rewrite.base import NameAllocator, constant_value, tensor_dtype
 
 
@@ -34,6 +34,7 @@ class Builder:
         prefix: str,
         dtype: np.dtype,
         cache: dict,
+        weights: WeightStore | None = None,
     ) -> None:
         self.graph = graph
         self.opset = opset
@@ -41,10 +42,11 @@ class Builder:
         self.prefix = prefix
         self.dtype = np.dtype(dtype)
         self._cache = cache  # scalar constants shared by all builders of this graph
+        self.weights = weights  # where large new constants go (None: into the graph)
 
     def child(self, scope: str) -> Builder:
         return Builder(
-            self.graph, self.opset, self.names, f"{self.prefix}/{scope}", self.dtype, self._cache
+            self.graph, self.opset, self.names, f"{self.prefix}/{scope}", self.dtype, self._cache, self.weights
         )
 
     # ---------------------------------------------------------------- tensors
@@ -52,11 +54,10 @@ class Builder:
     def const(self, value: Any, name: str = "const", dtype: Any = None) -> gs.Constant:
         array = np.asarray(value, dtype=dtype if dtype is not None else self.dtype)
         full_name = self.names.tensor(f"{self.prefix}/{name}")
-        store = active_store()
-        if store is not None and store.holds(array):
+        if self.weights is not None and self.weights.holds(array):
             # streamed fuse: the weight stays a numpy array (a transpose stays a view) until the
             # block that uses it is written
-            return gs.Constant(full_name, LazyValues(store.put(full_name, array)))
+            return stored_constant(full_name, array, self.weights)
         return gs.Constant(full_name, np.ascontiguousarray(array))
 
     def scalar(self, value: float, dtype: Any = None) -> gs.Constant:

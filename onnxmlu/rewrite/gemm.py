@@ -26,15 +26,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from onnxmlu.rewrite.base import (
-    FLOAT_DTYPES,
-    RewriteContext,
-    constant_value,
-    detach,
-    node_input,
-    tensor_dtype,
-    tensor_shape,
-)
+from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, constant_value, detach, node_input, tensor_dtype
+from onnxmlu.rewrite.base import tensor_shape
 
 
 class GemmRewriter:

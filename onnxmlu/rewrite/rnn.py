@@ -86,7 +86,7 @@ from onnxmlu.rewrite.base import (
 from onnxmlu.rewrite.builder import Builder
 
 
-class Refusal(Exception):
+class Refusal(Exception):  # noqa: N818 - a reason to leave the node, not an error
     """Raised while planning: the node stays, the message is the reason."""
 
 

@@ -37,6 +37,7 @@ import onnxruntime as ort
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.ir import copy_model, is_fusion_block, sort_graphs
+from onnxmlu.schema import BodyDigestError, set_body_digest, verify_body
 
 _NCHWC = "com.microsoft.nchwc"
 _NCHWC_CHANNEL_MULTIPLE = 16  # largest MLAS NCHWc block size: shapes stay equal below it
@@ -69,9 +70,10 @@ def optimize_layouts_in_place(model: onnx.ModelProto, *, per_session_threads: bo
     removed += _pass_nchwc_between_blocks(model.graph, {i: b for i, (_, b) in bodies.items()})
     for _, optimized in bodies.values():
         removed += _drop_dead_reorders(optimized.graph)
-    for attribute, optimized in bodies.values():
+    for i, (attribute, optimized) in bodies.items():
         data = optimized.SerializeToString()
         attribute.t.raw_data, attribute.t.dims[:] = data, [len(data)]
+        set_body_digest(model.graph.node[i], data)
     return removed
 
 
@@ -79,7 +81,7 @@ def _optimized_block(node: onnx.NodeProto, per_session_threads: bool, notes: lis
     """(body attribute, optimized body, nodes removed by residual folding) for one block, or
     None when the block is left as it is (the reason goes to ``notes``)."""
     attribute, body = _body_attribute(node)
-    if body is None:
+    if body is None or not _digest_matches(node, body, notes):
         return None
     optimized = _ort_optimized(body, per_session_threads, node.name, notes)
     if optimized is None or not _same_interface(node, optimized):
@@ -90,6 +92,18 @@ def _optimized_block(node: onnx.NodeProto, per_session_threads: bool, notes: lis
         notes.append(Diagnostic("layout", "body-untyped", node.name, f"onnx cannot type the body: {first_line(exc)}"))
         return None  # e.g. a missing opset import: the library decides
     return attribute, optimized, removed
+
+
+def _digest_matches(node: onnx.NodeProto, body: bytes, notes: list[Diagnostic]) -> bool:
+    """False when the node's body does not match its body_crc32 (the library then refuses it,
+    naming the block; rewriting it would give a damaged body a valid digest); True when it
+    matches or the node has no digest."""
+    try:
+        verify_body(node, body)
+        return True
+    except BodyDigestError as exc:
+        notes.append(Diagnostic("layout", "body-digest", node.name, str(exc)))
+        return False
 
 
 def _same_interface(node: onnx.NodeProto, body: onnx.ModelProto) -> bool:
@@ -108,7 +122,8 @@ def _body_attribute(node: onnx.NodeProto):
     return None, None
 
 
-def _ort_optimized(body: bytes, per_session_threads: bool, block: str, notes: list[Diagnostic]) -> onnx.ModelProto | None:
+def _ort_optimized(body: bytes, per_session_threads: bool, block: str,
+                   notes: list[Diagnostic]) -> onnx.ModelProto | None:
     """The body after onnxruntime's graph optimizations (ALL: NCHWc), or None if it fails."""
     with tempfile.TemporaryDirectory(prefix="onnxmlu-") as folder:
         options = ort.SessionOptions()

@@ -1,7 +1,7 @@
 """Run fused onnxmlu models in onnxruntime with the custom-op library registered.
 
 A fused model is an ordinary ONNX model whose blocks are ``com.onnxmlu::MLUFusionBlock``
-nodes. ``libonnxmlu_ops.so`` (built from ``custom_ops/`` by ``make install``) implements that
+nodes. ``libonnxmlu_ops.so`` (built from ``custom_ops/`` by the package build) implements that
 op: each node's kernel builds an *inner* onnxruntime session from the block's ``body`` and runs
 it, so a fused model runs in plain onnxruntime once the library is registered.
 
@@ -73,17 +73,45 @@ ModelArg = Union[str, os.PathLike, bytes, Any]  # Any: an onnx.ModelProto
 
 
 def custom_ops_library() -> str:
-    """Absolute path of the custom-op library; raises RuntimeLibraryError when it is missing."""
+    """Absolute path of the custom-op library; raises RuntimeLibraryError when it is missing.
+
+    It lives in the package as ``onnxmlu/_lib/libonnxmlu_ops.so``: put there by the wheel, by
+    ``pip install .`` and by ``make install`` (an editable install, whose built files sit in the
+    venv beside the source tree: ``importlib.resources`` sees both)."""
     override = os.environ.get(LIBRARY_ENV)
     if override:
         path = Path(override).expanduser().resolve()
         if not path.is_file():
             raise RuntimeLibraryError(f"custom-op library not found at {path} (set by ${LIBRARY_ENV})")
         return str(path)
-    path = Path(__file__).resolve().parents[1] / "_lib" / "libonnxmlu_ops.so"
-    if not path.is_file():
-        raise RuntimeLibraryError(f"custom-op library not built: run `make install` (expected at {path})")
-    return str(path)
+    candidates = [Path(__file__).resolve().parents[1] / "_lib" / _LIBRARY_NAME]
+    try:
+        from importlib import resources
+
+        packaged = resources.files("onnxmlu") / "_lib" / _LIBRARY_NAME
+        if isinstance(packaged, Path) or hasattr(packaged, "__fspath__"):
+            candidates.insert(0, Path(os.fspath(packaged)).resolve())
+    except (ImportError, OSError, TypeError):  # an unusual loader: the folder beside this file
+        pass
+    for path in candidates:
+        if path.is_file():
+            return str(path)
+    raise RuntimeLibraryError(_missing_library_message(candidates[-1]))
+
+
+_LIBRARY_NAME = "libonnxmlu_ops.so"
+
+
+def _missing_library_message(expected: Path) -> str:
+    """What to do, for the kind of install this is: a source checkout, or a pip install."""
+    checkout = expected.parents[2]
+    if (checkout / "custom_ops" / "CMakeLists.txt").is_file() and (checkout / "Makefile").is_file():
+        return (f"custom-op library not built (expected at {expected}): in this source checkout run "
+                f"`make install` (or `pip install -e .`), or set ${LIBRARY_ENV} to a built library")
+    return (f"custom-op library missing from this onnxmlu install (expected at {expected}): reinstall "
+            "with `pip install --force-reinstall onnxmlu` (a platform wheel carries the library; building "
+            "from source needs g++ and onnxruntime's headers, see the README's Install section), or set "
+            f"${LIBRARY_ENV} to a built library")
 
 
 def register_library(options: ort.SessionOptions) -> ort.SessionOptions:

@@ -1,10 +1,11 @@
-"""Viewing fused models in Netron.
+"""Exploding fused models (each block as an ONNX function) and viewing them in Netron.
 
-``explode`` writes a *view copy* in which every MLUFusionBlock node becomes a call of a
-model-local ONNX function (domain ``com.onnxmlu.view``) whose definition is the block's
-body, with its weights turned into ``Constant`` nodes (functions hold no initializers). Netron
-then opens a block with "Show Function Definition". The copy is for viewing only: its
-metadata says so, and it is not meant to be run.
+``explode`` turns every MLUFusionBlock node into a call of a model-local ONNX function
+(domain ``com.onnxmlu.view``) whose definition is the block's body, its weights turned into
+``Constant`` nodes (functions hold no initializers). The result is a valid, self-contained ONNX
+model: plain onnxruntime runs it without the custom-op library and gives the fused model's
+outputs, so ``onnxmlu fuse --portable`` writes it; and Netron opens a block with "Show Function
+Definition", so ``onnxmlu view --explode`` serves it (from memory: no file is written).
 """
 
 from __future__ import annotations
@@ -16,28 +17,47 @@ import onnx
 from onnx import helper
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.schema import body_model, is_fusion_block
+from onnxmlu.ir import copy_model
+from onnxmlu.schema import DIGEST, DOMAIN, body_model, is_fusion_block
 
 VIEW_DOMAIN = "com.onnxmlu.view"
+#: Model-local functions need IR version 8 (onnx 1.10).
+_FUNCTIONS_IR_VERSION = 8
+EXPLODED_NOTE = ("blocks are model-local ONNX functions (domain com.onnxmlu.view); runs in plain onnxruntime "
+                 "without the onnxmlu custom-op library")
 
 
 def explode(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A view copy of a fused model with each block as a model-local function call."""
-    view = onnx.ModelProto()
-    view.CopyFrom(model)
-    functions = []
+    """A copy of a fused model with each block as a call of a model-local function holding its
+    body; runnable without the custom-op library. Each body's digest is checked first."""
+    view = copy_model(model)
+    functions: list[onnx.FunctionProto] = []
+    defined: set[tuple[str, str]] = set()
+    imports = {o.domain or "": o.version for o in view.opset_import}
     for i, node in enumerate(view.graph.node):
         if not is_fusion_block(node):
             continue
         name = f"block_{i}"
-        functions.append(_function_of(name, body_model(node)))
+        body = body_model(node)
+        functions.append(_function_of(name, body))
+        for f in body.functions:  # functions the body's own nodes call
+            if (f.domain, f.name) not in defined:
+                defined.add((f.domain, f.name))
+                functions.append(f)
+        for o in body.opset_import:  # e.g. com.microsoft ops inside a block
+            imports.setdefault(o.domain or "", o.version)
         _as_function_call(node, name)
     if not functions:
         raise OnnxMluError("model has no MLUFusionBlock nodes to explode")
     view.functions.extend(functions)
-    view.opset_import.append(helper.make_opsetid(VIEW_DOMAIN, 1))
-    helper.set_model_props(view, {**{p.key: p.value for p in view.metadata_props},
-                                  "onnxmlu.view_only": "true: blocks are functions for Netron; do not run"})
+    imports.pop(DOMAIN, None)  # no MLUFusionBlock is left
+    imports[VIEW_DOMAIN] = 1
+    del view.opset_import[:]
+    view.opset_import.extend(helper.make_opsetid(d, v) for d, v in imports.items())
+    view.ir_version = max(view.ir_version, _FUNCTIONS_IR_VERSION)
+    props = {p.key: p.value for p in view.metadata_props}
+    props["onnxmlu.exploded"] = EXPLODED_NOTE
+    helper.set_model_props(view, props)
     return view
 
 
@@ -52,19 +72,24 @@ def _function_of(name: str, body: onnx.ModelProto) -> onnx.FunctionProto:
 
 
 def _as_function_call(node: onnx.NodeProto, function_name: str) -> None:
-    keep = [a for a in node.attribute if a.name != "body"]
+    keep = [a for a in node.attribute if a.name not in ("body", DIGEST)]
     del node.attribute[:]
     node.attribute.extend(keep)
     node.op_type, node.domain = function_name, VIEW_DOMAIN
 
 
-def serve(path: str | Path, port: int = 8080, browse: bool = True) -> None:
-    """Serve a model with Netron on 127.0.0.1 until interrupted."""
+def serve(path: str | Path, port: int = 8080, browse: bool = True, data: bytes | None = None) -> None:
+    """Serve a model with Netron on 127.0.0.1 until interrupted: the file at ``path``, or
+    ``data`` (a serialized model held in memory, shown under ``path``'s name; nothing is
+    written)."""
     try:
         import netron
     except ImportError:
         raise OnnxMluError("viewing needs netron: pip install 'onnxmlu[view]'") from None
-    netron.start(str(path), address=("127.0.0.1", port), browse=browse)
+    # a bytearray is served as the bytes of the file `path` names (netron treats other objects
+    # as experimental in-memory models of its own)
+    netron.serve(str(path), bytearray(data) if data is not None else None, address=("127.0.0.1", port),
+                 browse=browse)
     netron.wait()
 
 
@@ -124,7 +149,7 @@ def _open(page, address, timeout_ms: float) -> list[str]:
     accept = page.get_by_text("Accept", exact=True)
     try:  # Netron asks for cookie consent before it draws the graph
         accept.click(timeout=10_000)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no consent page to accept
         pass
     page.wait_for_selector("#canvas g.node", timeout=timeout_ms)
     return _box_labels(page)  # op types: read before "Show Names" swaps them for node names

@@ -59,6 +59,7 @@ graph input and output, and every node is written so that the model runs at any 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -386,3 +387,23 @@ def build_model(name: str, *, batch: int | str = 1, seed: int = 0,
     graph.output.append(
         helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes]))
     return model
+
+
+def zoo_names(spec: str) -> list[str]:
+    """``"all"`` or comma-separated zoo names (the CLI's NAME argument)."""
+    return list(ZOO_NAMES) if spec == "all" else spec.split(",")
+
+
+def zoo_targets(names: list[str], output: Path) -> list[tuple[str, Path]]:
+    """``(name, path)`` per model: OUTPUT itself for one model, OUTPUT/NAME.onnx for several."""
+    unknown = [n for n in names if n not in ZOO_NAMES]
+    if unknown:
+        raise OnnxMluError(f"unknown zoo model {unknown[0]!r} (known: {', '.join(ZOO_NAMES)}, or all)")
+    if len(names) == 1:
+        return [(names[0], output)]
+    if output.suffix == ".onnx" or (output.exists() and not output.is_dir()):
+        raise OnnxMluError(f"{len(names)} models need a folder as OUTPUT, not {output}")
+    if not output.parent.is_dir():
+        raise OnnxMluError(f"folder {output.parent} does not exist")
+    output.mkdir(exist_ok=True)
+    return [(n, output / f"{n}.onnx") for n in names]

@@ -61,7 +61,7 @@ def _subgraph_model() -> onnx.ModelProto:
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    F = TensorProto.FLOAT
+    F = TensorProto.FLOAT  # noqa: N806 - reads like the ONNX type name
 
     def branch(tag, alpha):
         node = helper.make_node("Gemm", ["h", "gw"], [f"{tag}_y"], alpha=alpha, transB=1)
@@ -105,13 +105,12 @@ def test_weights_leave_the_store_after_their_last_block(tmp_path):
     assert not any(large_models.is_marker(t) for t in large_models.all_tensors(result.model.graph))
 
 
-def test_marker_without_an_active_store_is_a_clear_error():
+def test_marker_without_its_store_is_a_clear_error():
     store = large_models.WeightStore()
     marker = store.put("w", np.ones((4, 4), np.float32))
     with pytest.raises(RuntimeError, match="weight store"):
         large_models.tensor_array(marker)
-    with store.active():
-        np.testing.assert_array_equal(large_models.tensor_array(marker), np.ones((4, 4), np.float32))
+    np.testing.assert_array_equal(large_models.tensor_array(marker, store), np.ones((4, 4), np.float32))
 
 
 def test_over_the_external_data_threshold_weights_come_back_from_the_store(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The performance model's mechanisms, one at a time (DESIGN §7), on the default profile."""
+"""The performance model's mechanisms, one at a time (docs/architecture.md §4), on the default profile."""
 
 from __future__ import annotations
 

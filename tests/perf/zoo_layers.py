@@ -46,11 +46,11 @@ def _real_pipeline():
     try:  # the real zoo, rewriters and analysis (api.prepare = normalize + rewrite)
         from onnxmlu.analyze import analyze
         from onnxmlu.api import prepare
-        from onnxmlu.rewrite import REGISTRY, REWRITER_NAMES
+        from onnxmlu.rewrite import REWRITER_NAMES, REWRITERS
         from onnxmlu.tools.zoo import build_model
 
         for name in REWRITER_NAMES:  # all rewriters must exist (Gemm -> MatMul for the FCs)
-            REGISTRY.create(name)
+            REWRITERS.get(name)()
     except Exception:  # noqa: BLE001 - anything missing: use the tables below
         return None
     return analyze, prepare, build_model
@@ -124,8 +124,6 @@ class _Builder:
             self.act(name + "." + act.lower(), act)
 
     def batchnorm(self, name):
-        c, h, w = self.shape
-        n = c * h * w
         _bn_part(self, name, None)
         _bn_part(self, name + ".scale", "Mul")
         _bn_part(self, name + ".shift", "Add")

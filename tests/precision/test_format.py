@@ -3,6 +3,8 @@ schema; FP32 plans write exactly what they wrote before; the streamed file equal
 
 from __future__ import annotations
 
+import zlib
+
 import onnx
 import pytest
 from onnx import helper
@@ -12,7 +14,7 @@ from onnxmlu.collapse.blocks import collapse, collapse_pieces
 from onnxmlu.plan.plan import with_precision
 from onnxmlu.precision.bodies import BlockBodies
 from onnxmlu.precision.calibration import random_calibration
-from onnxmlu.schema import block_precision, ensure_registered, is_fusion_block
+from onnxmlu.schema import DIGEST, block_precision, body_model, ensure_registered, is_fusion_block
 from onnxmlu.tools.testing import conv_chain_model
 from onnxmlu.tools.view import explode
 from precision_models import residual_model, two_block_plan
@@ -100,3 +102,24 @@ def test_the_netron_view_copy_keeps_the_attribute():
     calls = [n for n in view.graph.node if n.domain == "com.onnxmlu.view"]
     assert [next(a.s for a in n.attribute if a.name == "precision") for n in calls] == [b"fp16", b"int8"]
     assert {f.name for f in view.functions} == {n.op_type for n in calls}
+
+
+def test_fp16_and_int8_bodies_carry_the_digest_of_their_final_bytes():
+    """body_crc32 is taken after the body is turned into its precision: FP16 weights and the
+    QDQ form are what the digest covers, so the library and body_model accept them."""
+    fused = api.fuse(residual_model(), plan=two_block_plan(("fp16", "int8"))).model
+    for node in _blocks(fused):
+        attrs = {a.name: a for a in node.attribute}
+        assert attrs[DIGEST].i == zlib.crc32(attrs["body"].t.raw_data)
+    bodies = [body_model(n) for n in _blocks(fused)]  # verifies each digest
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in bodies[0].graph.initializer)
+    assert any(n.op_type == "QuantizeLinear" for n in bodies[1].graph.node)
+
+
+def test_a_forced_mp_keeps_each_blocks_precision():
+    from onnxmlu.plan.perf.hardware import load_hardware
+    from onnxmlu.plan.planner import make_plan
+
+    analysis = api.inspect(residual_model(), rewrite=True)
+    forced = make_plan(analysis.layers, load_hardware(), plan=two_block_plan(("fp16", "int8")), mp=2)
+    assert [(b.mp, b.precision) for b in forced.blocks] == [(2, "fp16"), (2, "int8")]

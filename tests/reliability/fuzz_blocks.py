@@ -12,7 +12,8 @@ symbolic batch, a body with an If subgraph) and applies one to three mutations:
   initializers, an unknown op, zero nodes, nested MLUFusionBlock (directly and inside an If);
 * attributes: ``mp`` 0 / negative / huge / of the wrong type / missing, ``body`` missing, as a
   STRING, as a float or 2-D tensor, typed data instead of raw bytes, dims that lie about its
-  size, external data that does not exist;
+  size, external data that does not exist; ``body_crc32`` right (so later byte mutations meet
+  the digest check), wrong, out of range, of the wrong type or missing;
 * the outer graph: wrong value_info dtypes, missing value_info, extra or missing node inputs
   and outputs.
 
@@ -32,6 +33,7 @@ import os
 import random
 import resource
 import sys
+import zlib
 
 import numpy as np
 import onnx
@@ -186,7 +188,7 @@ def get_body(node) -> onnx.ModelProto | None:
     body = onnx.ModelProto()
     try:
         body.ParseFromString(body_bytes(node))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a mutated body may fail any way
         return None
     return body
 
@@ -406,6 +408,22 @@ def a_body_kind(rng, model, node):
         set_attr(node, "body", [data, data])  # STRINGS attribute
 
 
+def a_digest(rng, model, node):
+    """body_crc32: the body's real CRC-32 (later byte mutations then hit the digest check), a
+    wrong one, out of range, of the wrong type, or none."""
+    choice = rng.randrange(6)
+    if choice <= 1:
+        set_attr(node, "body_crc32", zlib.crc32(body_bytes(node)))
+    elif choice == 2:
+        set_attr(node, "body_crc32", rng.randrange(2**32))
+    elif choice == 3:
+        set_attr(node, "body_crc32", rng.choice([-1, 2**32, -(2**63), 2**63 - 1]))
+    elif choice == 4:
+        set_attr(node, "body_crc32", rng.choice([1.5, "deadbeef", b"\xff", [1, 2]]))
+    else:
+        set_attr(node, "body_crc32", None)
+
+
 def o_value_info(rng, model, node):
     g = model.graph
     if rng.random() < 0.5 and g.value_info:
@@ -433,7 +451,7 @@ def o_node_io(rng, model, node):
 
 MUTATIONS = [m_bitflip, m_truncate, m_splice_random, m_splice_other, m_delete, m_duplicate, m_empty,
              b_io_dtype, b_io_count, b_io_name, b_io_shape, b_versions, b_drop_initializer, b_unknown_op,
-             b_no_nodes, b_initializer_lies, m_nested, a_mp, a_body_kind, o_value_info, o_node_io]
+             b_no_nodes, b_initializer_lies, m_nested, a_mp, a_body_kind, a_digest, o_value_info, o_node_io]
 BYTE_MUTATIONS = {m_bitflip, m_truncate, m_splice_random, m_splice_other, m_delete, m_duplicate, m_empty}
 
 
@@ -477,7 +495,7 @@ def run_case(seed: int, index: int, stats: dict) -> None:
     data = model.SerializeToString()
     try:
         session = runtime.InferenceSession(data)
-    except Exception as exc:  # onnxruntime's Fail / InvalidGraph / ... and our own errors
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's Fail / InvalidGraph / ... and our own errors
         text = str(exc)
         stats["creation_errors"] += 1
         if OP not in text:
@@ -490,7 +508,7 @@ def run_case(seed: int, index: int, stats: dict) -> None:
     try:
         session.run(None, feeds)
         stats["ran"] += 1
-    except Exception:
+    except Exception:  # noqa: BLE001 - counted, not raised
         stats["run_errors"] += 1
 
 

@@ -22,7 +22,7 @@ from onnxmlu import runtime
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("fuzz_blocks.py")
-ASAN_LIBRARY = REPO / "onnxmlu" / "_lib" / "libonnxmlu_ops_asan.so"
+ASAN_LIBRARY = REPO / "build" / "sanitize" / "libonnxmlu_ops_asan.so"  # `make sanitize`
 
 
 pytestmark = pytest.mark.usefixtures("library")

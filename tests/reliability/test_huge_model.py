@@ -23,6 +23,7 @@ import pytest
 
 import rel_models as models
 from onnxmlu import api, runtime
+from onnxmlu.plan import planner
 from onnxmlu.plan.plan import Block, Plan, split_oversized_blocks
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.schema import is_fusion_block
@@ -64,7 +65,7 @@ def test_fuse_splits_blocks_over_the_body_limit(monkeypatch, library):
     original = models.mlp(widths=(64, 128, 128, 128, 32))
     whole = api.fuse(original, strategy="all-fusion", mp=4)
     assert len(whole.plan.blocks) == 1
-    monkeypatch.setattr(api, "BODY_WEIGHT_LIMIT_BYTES", 70_000)  # one 128x128 float weight is 65,536 bytes
+    monkeypatch.setattr(planner, "BODY_WEIGHT_LIMIT_BYTES", 70_000)  # one 128x128 float weight is 65,536 bytes
     split = api.fuse(original, strategy="all-fusion", mp=4)
     assert len(split.plan.blocks) > 1 and {b.mp for b in split.plan.blocks} == {4}
     for block in split.plan.blocks:

@@ -10,7 +10,8 @@ from rw_util import assert_close, full_check, op_types, run_ort
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.rewrite import REWRITER_NAMES, RewriteReport, constant_value, rewrite_model
-from onnxmlu.rewrite.base import RewriterRegistry
+from onnxmlu.registry import Registry
+from onnxmlu.rewrite.gemm import GemmRewriter
 
 F = TensorProto.FLOAT
 
@@ -71,7 +72,7 @@ def test_idempotent():
     assert report.total == 0 and twice.SerializeToString() == once.SerializeToString()
 
 
-def test_skipped_entries_are_triples():
+def test_skipped_entries_are_diagnostics():
     node = helper.make_node("Gemm", ["a", "b"], ["y"], name="int_gemm")
     graph = helper.make_graph(
         [node], "g",
@@ -80,18 +81,18 @@ def test_skipped_entries_are_triples():
     )  # fmt: skip
     _, report = rewrite_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
     (entry,) = report.skipped
-    assert entry[0] == "gemm" and entry[1] == "int_gemm" and isinstance(entry[2], str)
-    assert report.to_dict()["skipped"] == [{"rewriter": "gemm", "node": "int_gemm", "reason": entry[2]}]
+    assert (entry.stage, entry.rule, entry.node) == ("rewrite", "gemm", "int_gemm") and isinstance(entry.message, str)
+    assert report.to_dict()["skipped"] == [{"rewriter": "gemm", "node": "int_gemm", "reason": entry.message}]
 
 
 def test_registry_rejects_duplicates_and_unknown():
-    reg = RewriterRegistry()
-    reg.register("x", "onnxmlu.rewrite.gemm:GemmRewriter")
+    reg = Registry("rewriter")
+    reg.register("x", GemmRewriter)
     with pytest.raises(OnnxMluError):
-        reg.register("x", "onnxmlu.rewrite.gemm:GemmRewriter")
+        reg.register("x", GemmRewriter)
     with pytest.raises(OnnxMluError):
-        reg.create("y")
-    assert reg.create("x").name == "gemm"
+        reg.get("y")
+    assert reg.get("x")().name == "gemm"
     assert isinstance(RewriteReport().total, int)
 
 

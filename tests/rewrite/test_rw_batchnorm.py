@@ -223,7 +223,7 @@ def test_refusals(case, reason):
     model = _model([node], inputs, [helper.make_tensor_value_info(o, F, None) for o in outputs], params, opset)
     rewritten, report = rewrite_model(model)
     assert report.total == 0
-    assert report.skipped[0][:2] == ("bn", "bn1") and reason in report.skipped[0][2], report.skipped
+    assert (report.skipped[0].rule, report.skipped[0].node) == ("bn", "bn1") and reason in report.skipped[0].message, report.skipped
     assert op_types(rewritten) == ["BatchNormalization"]
 
 

@@ -302,7 +302,7 @@ def test_one_activation_list_for_two_directions_is_refused():
     cfg = Cfg("LSTM", direction="bidirectional", acts=["HardSigmoid", "Softsign", "Elu"],
               alphas=[0.3, 0.7], betas=[0.4])  # fmt: skip
     rewritten, report = rewrite_model(build(cfg, _arrays(cfg), 0), only=["rnn"])
-    assert report.total == 0 and "need 6" in report.skipped[0][2]
+    assert report.total == 0 and "need 6" in report.skipped[0].message
     assert op_types(rewritten) == ["LSTM"]
 
 
@@ -340,7 +340,7 @@ def test_activation_defaults_follow_onnx_operators(act, alpha, beta):
 def test_scaled_tanh_without_values_is_refused():
     cfg = Cfg("RNN", acts=["ScaledTanh"])
     _, report = rewrite_model(build(cfg, _arrays(cfg), 0), only=["rnn"])
-    assert report.total == 0 and "ScaledTanh" in report.skipped[0][2]
+    assert report.total == 0 and "ScaledTanh" in report.skipped[0].message
 
 
 def test_dynamic_sequence_length_is_refused_with_reason():
@@ -349,7 +349,7 @@ def test_dynamic_sequence_length_is_refused_with_reason():
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
     rewritten, report = rewrite_model(model)
     assert report.applied["rnn"] == 0
-    assert "sequence length is not static" in report.skipped[0][2]
+    assert "sequence length is not static" in report.skipped[0].message
     assert op_types(rewritten) == ["LSTM"]
 
 

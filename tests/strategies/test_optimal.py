@@ -76,7 +76,7 @@ def _layer(i, kind, c, size, segment, draw) -> Layer:
 def _fix_channels(layers):
     """Make each layer's channels/sizes consistent with its predecessor (for realism only)."""
     out = []
-    for i, layer in enumerate(layers):
+    for layer in layers:
         if out and layer.kind in ("eltwise", "pool"):
             prev = out[-1]
             c, h = prev.out_channels, prev.out_height

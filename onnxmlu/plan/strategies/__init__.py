@@ -2,7 +2,9 @@
 
 ``cost(block_layers, mp)`` is the performance model's latency (µs) of one block run at ``mp``
 cores; strategies never import the model directly, so users can pass any cost function.
-The registry is explicit: :func:`register` rejects duplicate names, nothing runs at import.
+The registry is explicit (:data:`STRATEGIES`, an :class:`~onnxmlu.registry.Registry`):
+:func:`register` rejects duplicate names, and :func:`run_strategy` is the one way a strategy
+runs (the pipeline's plan stage uses it too).
 
 Built-in strategies (DLFusion Table III, plus the exact optimum):
 
@@ -42,42 +44,35 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer
+from onnxmlu.plan.plan import Plan
+from onnxmlu.plan.strategies import basic, dlfusion, search
+from onnxmlu.registry import Registry
 
 CostFn = Callable[[Sequence[Layer], int], float]
 Strategy = Callable[[Sequence[Layer], Hardware, CostFn], Plan]
 
-#: Table III order, then ours.
-BUILTIN_ORDER = ("none", "fixed-mp", "dynamic-mp", "all-fusion", "fusion-fixed-mp",
-                 "dlfusion", "oracle", "optimal")
-
-_REGISTRY: dict[str, Strategy] = {}
-_builtins_loaded = False
+#: name -> strategy: Table III order, then ours, then what users register.
+STRATEGIES: Registry[Strategy] = Registry("strategy", [
+    ("none", basic.no_fusion), ("fixed-mp", basic.fixed_mp), ("dynamic-mp", basic.dynamic_mp),
+    ("all-fusion", basic.all_fusion), ("fusion-fixed-mp", dlfusion.fusion_fixed_mp),
+    ("dlfusion", dlfusion.dlfusion), ("oracle", search.oracle), ("optimal", search.optimal)])
+BUILTIN_ORDER = STRATEGIES.names()
 
 
 def register(name: str, strategy: Strategy) -> None:
-    _ensure_builtins()
-    if name in _REGISTRY:
-        raise ValueError(f"strategy {name!r} is already registered")
     if not callable(strategy):
         raise TypeError(f"strategy {name!r} must be callable (layers, hw, cost) -> Plan")
-    _REGISTRY[name] = strategy
+    STRATEGIES.register(name, strategy)
 
 
 def get_strategy(name: str) -> Strategy:
-    _ensure_builtins()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(strategy_names())
-        raise OnnxMluError(f"unknown strategy {name!r} (known: {known})") from None
+    return STRATEGIES.get(name)
 
 
 def strategy_names() -> list[str]:
-    _ensure_builtins()
-    return list(_REGISTRY)
+    return list(STRATEGIES)
 
 
 def resolve_strategy(strategy: str | Strategy) -> tuple[str, Strategy]:
@@ -92,11 +87,14 @@ def run_strategy(layers: Sequence[Layer], hw: Hardware, strategy: str | Strategy
     """Run a strategy (name or callable) with the model of ``hw`` and validate its plan.
 
     The plan's ``strategy``/``hardware`` fields are filled in when the strategy left them
-    empty or default; an invalid plan raises :class:`~onnxmlu.errors.PlanError`.
+    empty or default; an invalid plan raises :class:`~onnxmlu.errors.PlanError`. No layers,
+    no blocks: the strategy is not called.
     """
     from onnxmlu.plan.perf.model import make_cost
 
     name, fn = resolve_strategy(strategy)
+    if not layers:
+        return Plan((), name, hw.name)
     plan = fn(layers, hw, cost if cost is not None else make_cost(hw))
     if not isinstance(plan, Plan):
         raise OnnxMluError(f"strategy {name!r} returned {type(plan).__name__}, not a Plan")
@@ -105,15 +103,3 @@ def run_strategy(layers: Sequence[Layer], hw: Hardware, strategy: str | Strategy
         plan = Plan(plan.blocks, plan.strategy if plan.strategy not in ("", "custom") else name,
                     plan.hardware or hw.name, plan.notes)
     return plan
-
-
-def _ensure_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    from onnxmlu.plan.strategies import basic, dlfusion, search
-
-    builtins = {**basic.BUILTINS, **dlfusion.BUILTINS, **search.BUILTINS}
-    for name in BUILTIN_ORDER:
-        _REGISTRY.setdefault(name, builtins[name])
-    _builtins_loaded = True

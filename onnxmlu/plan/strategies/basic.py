@@ -65,11 +65,3 @@ def best_single_mp(blocks: Sequence[Block], layers: Sequence[Layer], hw: Hardwar
     else:
         totals = {m: sum(cost(b.layers(layers), m) for b in blocks) for m in mps}
     return min(totals, key=lambda m: (totals[m], m)), totals
-
-
-BUILTINS = {
-    "none": no_fusion,
-    "fixed-mp": fixed_mp,
-    "dynamic-mp": dynamic_mp,
-    "all-fusion": all_fusion,
-}

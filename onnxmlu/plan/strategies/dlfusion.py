@@ -127,6 +127,3 @@ def fusion_fixed_mp(layers: Sequence[Layer], hw: Hardware, cost) -> Plan:
     mp, totals = best_single_mp(blocks, layers, hw, cost)
     plan_blocks = tuple(Block(b.start, b.stop, mp) for b in blocks)
     return Plan(plan_blocks, "fusion-fixed-mp", hw.name, {"mp": mp, "latency_by_mp": totals})
-
-
-BUILTINS = {"fusion-fixed-mp": fusion_fixed_mp, "dlfusion": dlfusion}

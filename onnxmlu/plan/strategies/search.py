@@ -154,6 +154,3 @@ def _shortest_path(band, whole: dict, stops: Sequence[int], n: int) -> tuple[Blo
         blocks.append(Block(int(prev[j]), j, int(mp[j])))
         j = int(prev[j])
     return tuple(blocks[::-1])
-
-
-BUILTINS = {"oracle": oracle, "optimal": optimal}

@@ -1,0 +1,333 @@
+"""The pass pipeline: fusing a model is a fixed, visible list of passes over one context.
+
+    FUSE         = load → normalize → rewrite → analyze → plan → collapse → embed
+    FUSE_TO_FILE = load → normalize → rewrite → analyze → plan → collapse → write
+    PORTABLE     = load → normalize → rewrite → analyze → plan → collapse → embed → portable → write
+
+Every pass has a ``name``, a ``label(ctx)`` (the progress line shown while it runs) and
+``run(ctx) -> None``: it reads what the passes before it left in the :class:`Context` and
+leaves its own result there. :class:`PassManager` runs a list of passes under *instruments*
+(hooks around the whole run and around each pass, as TVM's ``PassContext`` instruments and
+onnxscript's ``PassManager`` do): the progress line of each pass, the time each pass took
+(``Context.pass_seconds``), and Python's cyclic garbage collector paused for the run. The two
+lists differ only in their last pass: ``embed`` puts each block's body into its node in memory
+(:func:`onnxmlu.api.fuse`), ``write`` streams the fused model to a file one body at a time
+(:func:`onnxmlu.api.fuse_to_file`); ``fuse --portable`` turns the embedded blocks into ONNX
+functions before writing. docs/architecture.md describes each stage.
+
+Everything a stage decided not to do is one :class:`~onnxmlu.diagnostics.Diagnostic` in
+``Context.diagnostics``, in pass order. A model loaded from a file belongs to the pipeline;
+a ``ModelProto`` the caller passes is copied first, so the caller's model is never changed.
+When the context has a :class:`~onnxmlu.ir.weights.WeightStore` (``fuse_to_file`` of a file),
+the large weights leave the protobuf tree right after normalizing and every pass that reads
+them is given the store.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol, Sequence, Union
+
+import onnx
+
+from onnxmlu.analyze import Analysis, analyze
+from onnxmlu.collapse.atomic import needs_external_data, write_model_atomic, write_pieces_atomic
+from onnxmlu.collapse.blocks import BlockFigures, add_bodies, fused_without_bodies, stream_pieces
+from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.frontend.load import load_model, refuse_fused
+from onnxmlu.frontend.normalize import normalize_owned
+from onnxmlu.ir import copy_model
+from onnxmlu.ir.weights import WeightStore
+from onnxmlu.plan.perf.hardware import Hardware
+from onnxmlu.plan.plan import Plan
+from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike, plan_layers
+from onnxmlu.rewrite import RewriteReport, rewrite_owned
+from onnxmlu.schema import ensure_registered
+
+ModelLike = Union[str, os.PathLike, onnx.ModelProto]
+
+
+# ------------------------------------------------------------------------------ the context
+class Progress(Protocol):
+    """Where progress lines go: ``say`` names the step now running; for a progress bar,
+    ``total`` sets the units of work and ``advance`` counts one done."""
+
+    def say(self, text: str) -> None: ...
+
+    def total(self, units: int) -> None: ...
+
+    def advance(self) -> None: ...
+
+
+@dataclass
+class Say:
+    """A :class:`Progress` from a plain ``callable(text)`` (or from nothing: silent)."""
+
+    fn: Callable[[str], None] | None = None
+
+    def say(self, text: str) -> None:
+        if self.fn is not None:
+            self.fn(text)
+
+    def total(self, units: int) -> None:
+        pass
+
+    def advance(self) -> None:
+        pass
+
+
+def as_progress(progress: Progress | Callable[[str], None] | None) -> Progress:
+    return progress if hasattr(progress, "say") else Say(progress)  # type: ignore[return-value]
+
+
+@dataclass
+class Options:
+    """What the user asked the pipeline for (the ``fuse`` options)."""
+
+    strategy: StrategyLike = DEFAULT_STRATEGY
+    plan: PlanLike | None = None
+    mp: int | None = None
+    input_shapes: dict | None = None
+    rewrite: bool = True
+    bn_mode: str = "substitute"
+    only: Sequence[str] | None = None
+
+
+@dataclass
+class Context:
+    """One run of the pipeline: its inputs, then what each pass leaves for the next."""
+
+    source: ModelLike
+    hardware: Hardware | None
+    options: Options = field(default_factory=Options)
+    weights: WeightStore | None = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    progress: Progress = field(default_factory=Say)
+    output: Path | None = None
+    pass_seconds: dict[str, float] = field(default_factory=dict)
+    model: onnx.ModelProto | None = None  # load, normalize, rewrite
+    rewrite_report: RewriteReport | None = None  # rewrite
+    analysis: Analysis | None = None  # analyze
+    plan: Plan | None = None  # plan
+    block_latency_us: list[float] = field(default_factory=list)  # plan
+    fused: onnx.ModelProto | None = None  # collapse (bodiless), embed / write
+    blocks: dict = field(default_factory=dict)  # collapse: fused node position -> (block, interface)
+
+    @property
+    def source_name(self) -> str:
+        return "the model" if isinstance(self.source, onnx.ModelProto) else Path(self.source).name
+
+
+class Pass(Protocol):
+    name: str
+
+    def label(self, ctx: Context) -> str: ...
+
+    def run(self, ctx: Context) -> None: ...
+
+
+# ------------------------------------------------------------------------------ the passes
+class Load:
+    name = "load"
+
+    def label(self, ctx: Context) -> str:
+        return f"loading {ctx.source_name}"
+
+    def run(self, ctx: Context) -> None:
+        ensure_registered()
+        source = ctx.source
+        model = copy_model(source) if isinstance(source, onnx.ModelProto) else load_model(source)
+        refuse_fused(model)
+        ctx.model = model
+
+
+class Normalize:
+    name = "normalize"
+
+    def label(self, ctx: Context) -> str:
+        return "normalizing: functions, pins, folding, shapes"
+
+    def run(self, ctx: Context) -> None:
+        ctx.model = normalize_owned(ctx.model, ctx.options.input_shapes, diagnostics=ctx.diagnostics)
+        if ctx.weights is not None:  # the parsed tree dies here: protobuf frees a tree only whole
+            ctx.model = ctx.weights.detach(ctx.model)
+
+
+class Rewrite:
+    name = "rewrite"
+
+    def label(self, ctx: Context) -> str:
+        return "rewriting BN, Gemm, RNN" if ctx.options.rewrite else "rewriting: off"
+
+    def run(self, ctx: Context) -> None:
+        if ctx.options.rewrite:
+            ctx.model, ctx.rewrite_report = rewrite_owned(ctx.model, bn_mode=ctx.options.bn_mode,
+                                                          only=ctx.options.only, weights=ctx.weights)
+            ctx.diagnostics.extend(ctx.rewrite_report.skipped)
+        if ctx.weights is not None:
+            ctx.weights.keep_only(ctx.model)  # the weights a rewrite replaced (Gemm's untransposed B)
+        gc.collect()  # the rewrite's graphsurgeon graph is cyclic garbage holding the pre-rewrite weights
+
+
+class Analyze:
+    name = "analyze"
+
+    def label(self, ctx: Context) -> str:
+        return "analysing: layer table"
+
+    def run(self, ctx: Context) -> None:
+        ctx.analysis = analyze(ctx.model, ctx.weights)
+        ctx.diagnostics.extend(ctx.analysis.host_diagnostics())
+
+
+class PlanPass:
+    name = "plan"
+
+    def label(self, ctx: Context) -> str:
+        if ctx.options.plan is not None:
+            return "planning: --plan"
+        strategy = ctx.options.strategy
+        return f"planning: {strategy if isinstance(strategy, str) else getattr(strategy, '__name__', strategy)}"
+
+    def run(self, ctx: Context) -> None:
+        o = ctx.options
+        ctx.plan, ctx.block_latency_us = plan_layers(ctx.analysis.layers, ctx.hardware, strategy=o.strategy,
+                                                     plan=o.plan, mp=o.mp)
+
+
+class Collapse:
+    name = "collapse"
+
+    def label(self, ctx: Context) -> str:
+        return f"collapsing {len(ctx.plan.blocks)} blocks"
+
+    def run(self, ctx: Context) -> None:
+        layers = ctx.analysis.layers
+        figures = [BlockFigures(sum(l.gops for l in b.layers(layers)), t)
+                   for b, t in zip(ctx.plan.blocks, ctx.block_latency_us)]
+        ctx.fused, ctx.blocks = fused_without_bodies(ctx.analysis, ctx.plan, figures)
+
+
+class Embed:
+    """Last pass of ``fuse``: every block's body into its node, in memory."""
+
+    name = "embed"
+
+    def label(self, ctx: Context) -> str:
+        return "embedding block bodies"
+
+    def run(self, ctx: Context) -> None:
+        add_bodies(ctx.fused, ctx.analysis, ctx.blocks)
+        ctx.blocks = {}  # every body is in its node now
+
+
+class Portable:
+    """``fuse --portable``: each block (body embedded) becomes a call of a model-local ONNX
+    function holding its body, so the file runs without the custom-op library."""
+
+    name = "portable"
+
+    def label(self, ctx: Context) -> str:
+        return "blocks as ONNX functions"
+
+    def run(self, ctx: Context) -> None:
+        from onnxmlu.tools.view import explode
+
+        ctx.fused = explode(ctx.fused)
+
+
+class Write:
+    """Last pass of ``fuse_to_file``: the fused model into ``ctx.output``, atomically. With a
+    weight store it is streamed one body at a time (:func:`stream_pieces`); a model held in
+    memory, or one over protobuf's 2 GB limit (external data), is embedded and saved whole."""
+
+    name = "write"
+
+    def label(self, ctx: Context) -> str:
+        return f"saving {ctx.output.name}"
+
+    def run(self, ctx: Context) -> None:
+        if ctx.weights is None or needs_external_data(ctx.analysis.model):
+            add_bodies(ctx.fused, ctx.analysis, ctx.blocks)  # those not embedded yet
+            write_model_atomic(ctx.fused, ctx.output)
+        else:
+            write_pieces_atomic(stream_pieces(ctx.analysis, ctx.fused, ctx.blocks), ctx.output)
+
+
+#: The stages up to a plan (``prepare`` is the first three).
+PLAN = (Load(), Normalize(), Rewrite(), Analyze(), PlanPass())
+FUSE = (*PLAN, Collapse(), Embed())
+FUSE_TO_FILE = (*PLAN, Collapse(), Write())
+PORTABLE = (*PLAN, Collapse(), Embed(), Portable(), Write())
+
+
+# ------------------------------------------------------------------------------ instruments
+class Instrument:
+    """Hooks around a pipeline run and around each pass; each does nothing by default."""
+
+    def enter(self, ctx: Context) -> None: ...
+
+    def before(self, p: Pass, ctx: Context) -> None: ...
+
+    def after(self, p: Pass, ctx: Context) -> None: ...
+
+    def exit(self, ctx: Context) -> None: ...
+
+
+class ShowProgress(Instrument):
+    def before(self, p: Pass, ctx: Context) -> None:
+        ctx.progress.say(p.label(ctx))
+
+
+class TimePasses(Instrument):
+    """Seconds per pass, in ``ctx.pass_seconds`` (pass name -> seconds)."""
+
+    def before(self, p: Pass, ctx: Context) -> None:
+        self._start = time.perf_counter()
+
+    def after(self, p: Pass, ctx: Context) -> None:
+        ctx.pass_seconds[p.name] = time.perf_counter() - self._start
+
+
+class CollectorPaused(Instrument):
+    """Python's cyclic garbage collector off while the pipeline allocates: its full passes over
+    graphsurgeon's object graph were a quarter of the CPU time of a 20k-node fuse."""
+
+    def enter(self, ctx: Context) -> None:
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+
+    def exit(self, ctx: Context) -> None:
+        if self._was_enabled:
+            gc.enable()
+
+
+class PassManager:
+    """Runs ``passes`` in order over one context, under ``instruments``."""
+
+    def __init__(self, passes: Sequence[Pass], instruments: Sequence[Instrument] | None = None) -> None:
+        self.passes = tuple(passes)
+        self.instruments = tuple(instruments) if instruments is not None else default_instruments()
+
+    def run(self, ctx: Context) -> Context:
+        for instrument in self.instruments:
+            instrument.enter(ctx)
+        try:
+            for p in self.passes:
+                for instrument in self.instruments:
+                    instrument.before(p, ctx)
+                p.run(ctx)
+                for instrument in reversed(self.instruments):
+                    instrument.after(p, ctx)
+        finally:
+            for instrument in reversed(self.instruments):
+                instrument.exit(ctx)
+        return ctx
+
+
+def default_instruments() -> tuple[Instrument, ...]:
+    return (CollectorPaused(), TimePasses(), ShowProgress())

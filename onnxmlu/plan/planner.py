@@ -1,0 +1,64 @@
+"""The plan stage: the layers' plan (a strategy's, or one written by hand), ready to collapse.
+
+:func:`make_plan` runs a strategy (:func:`~onnxmlu.plan.strategies.run_strategy`) or reads a
+plan file, and optionally forces one MP on every block; :func:`plan_layers` is what the
+pipeline's plan pass calls: that plan with every block whose weights would not fit in one body
+split (:data:`BODY_WEIGHT_LIMIT_BYTES`), and each block's simulated latency.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Callable, Sequence, Union
+
+from onnxmlu.errors import OnnxMluError
+from onnxmlu.plan.perf.hardware import Hardware
+from onnxmlu.plan.perf.layers import Layer
+from onnxmlu.plan.plan import Plan, split_oversized_blocks
+
+StrategyLike = Union[str, Callable]
+PlanLike = Union[Plan, str, os.PathLike]
+
+DEFAULT_STRATEGY = "dlfusion"
+#: A block's body is one protobuf message (at most 2 GB serialized, weights inside): the plan
+#: stage splits planned blocks whose layers' weights exceed this into consecutive sub-blocks.
+BODY_WEIGHT_LIMIT_BYTES = 1_900_000_000
+
+
+def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike = DEFAULT_STRATEGY,
+              plan: PlanLike | None = None, mp: int | None = None) -> Plan:
+    """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere."""
+    from onnxmlu.plan.strategies import run_strategy
+
+    if plan is not None:
+        chosen = plan if isinstance(plan, Plan) else Plan.load(plan, layers)
+    else:
+        chosen = run_strategy(layers, hw, strategy)
+    if mp is not None:
+        chosen = _forced_mp(chosen, mp, hw)
+    chosen.validate(layers, hw.cores)
+    return chosen
+
+
+def _forced_mp(plan: Plan, mp: int, hw: Hardware) -> Plan:
+    if not 1 <= mp <= hw.cores:
+        raise OnnxMluError(f"--mp {mp} is outside 1..{hw.cores} (cores of {hw.name})")
+    return Plan(tuple(replace(b, mp=mp) for b in plan.blocks), plan.strategy, hw.name)  # precision kept
+
+
+def plan_layers(layers: Sequence[Layer], hw: Hardware, **how) -> tuple[Plan, list[float]]:
+    """:func:`make_plan` (``how``: its keywords), blocks over the body limit split, and the
+    simulated latency (µs) of each block."""
+    from onnxmlu.plan.perf.model import make_cost
+
+    chosen = split_oversized_blocks(make_plan(layers, hw, **how), layers, BODY_WEIGHT_LIMIT_BYTES)
+    return chosen, block_latencies(layers, chosen, make_cost(hw))
+
+
+def block_latencies(layers: Sequence[Layer], plan: Plan, cost) -> list[float]:
+    """Simulated latency (µs) of each block of ``plan`` under ``cost`` (batched by MP when the
+    cost function can price many blocks at once: linear in the graph)."""
+    from onnxmlu.plan.perf.model import plan_block_latencies_us
+
+    return [float(t) for t in plan_block_latencies_us(plan, layers, cost)]

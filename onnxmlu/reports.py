@@ -1,0 +1,170 @@
+"""What the API verbs return: one report dataclass per command, each with ``to_dict()``.
+
+``to_dict()`` is the command's JSON report without its ``schema`` tag (docs/json.md; the CLI
+adds the tag with :func:`tagged`). The other reports live beside what makes them:
+:class:`~onnxmlu.analyze.Analysis` (``inspect``), :class:`~onnxmlu.rewrite.RewriteReport`
+(``rewrite``), :class:`~onnxmlu.tools.verify.CheckReport` (``check``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import onnx
+
+from onnxmlu.analyze import Analysis
+from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.plan.perf.hardware import Hardware
+from onnxmlu.plan.perf.layers import Layer
+from onnxmlu.plan.plan import Plan
+
+#: Version of every JSON report's layout; bump it when a key changes meaning or goes away.
+SCHEMA_VERSION = 1
+
+
+def tagged(command: str, payload: dict) -> dict:
+    """``payload`` with its ``schema`` tag first, e.g. ``"onnxmlu.fuse/1"`` (docs/json.md)."""
+    return {"schema": f"onnxmlu.{command}/{SCHEMA_VERSION}", **payload}
+
+
+def _fps(latency_us: float) -> float:
+    return 1e6 / latency_us if latency_us > 0 else float("inf")
+
+
+@dataclass
+class FuseResult:
+    """The fused model and everything that explains it (the ``fuse`` report)."""
+
+    model: onnx.ModelProto
+    analysis: Analysis
+    plan: Plan
+    hardware: Hardware
+    rewrite_report: object | None
+    block_latency_us: list[float]
+    #: Everything the pipeline did not do, in pass order (normalize, rewrite, analyze).
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    #: Seconds each pass took, by pass name, in pass order.
+    pass_seconds: dict[str, float] = field(default_factory=dict)
+    output: Path | None = None
+    #: The comparison with the original (``fuse --check``), when asked for.
+    check: Any = None
+
+    @property
+    def sim_latency_us(self) -> float:
+        return float(sum(self.block_latency_us))
+
+    @property
+    def sim_fps(self) -> float:
+        return _fps(self.sim_latency_us)
+
+    def block_rows(self) -> list[dict]:
+        rows = []
+        for b, (block, latency) in enumerate(zip(self.plan.blocks, self.block_latency_us)):
+            layers = self.analysis.layers[block.start : block.stop]
+            rows.append({
+                "block": b, "mp": block.mp, "layers": len(layers),
+                "first": layers[0].name, "last": layers[-1].name,
+                "op_types": dict(Counter(l.op_type for l in layers).most_common()),
+                "gops": sum(l.gops for l in layers), "sim_latency_us": latency,
+            })
+        return rows
+
+    def to_dict(self) -> dict:
+        payload = {} if self.output is None else {"output": str(self.output)}
+        payload.update({
+            "strategy": self.plan.strategy, "hardware": self.hardware.name, "sim_latency_us": self.sim_latency_us,
+            "sim_fps": self.sim_fps, "blocks": self.block_rows(), "host_nodes": self.analysis.host_nodes(),
+            "diagnostics": [d.to_dict() for d in self.diagnostics], "pass_seconds": dict(self.pass_seconds)})
+        if self.check is not None:
+            payload["check"] = tagged("check", self.check.to_dict())
+        return payload
+
+
+@dataclass
+class PlanReport:
+    """A plan for a model's layers, each block priced (the ``plan`` report)."""
+
+    plan: Plan
+    layers: Sequence[Layer]
+    hardware: Hardware
+    block_latency_us: list[float]
+
+    @property
+    def sim_latency_us(self) -> float:
+        return float(sum(self.block_latency_us))
+
+    def rows(self) -> list[dict]:
+        return [{"block": b, "mp": block.mp, "sim_latency_us": latency,
+                 "first": self.layers[block.start].name, "last": self.layers[block.stop - 1].name,
+                 "start": block.start, "stop": block.stop}
+                for b, (block, latency) in enumerate(zip(self.plan.blocks, self.block_latency_us))]
+
+    def plan_json(self) -> str:
+        """The editable plan file (``fuse --plan`` reads it back)."""
+        return self.plan.to_json(self.layers)
+
+    def to_dict(self) -> dict:
+        total = self.sim_latency_us
+        return {"strategy": self.plan.strategy, "hardware": self.hardware.name, "layers": len(self.layers),
+                "sim_latency_us": total, "sim_fps": 1e6 / total if total > 0 else None, "blocks": self.rows()}
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    strategy: str
+    plan: Plan
+    sim_latency_us: float
+    plan_seconds: float
+
+    @property
+    def fps(self) -> float:
+        return _fps(self.sim_latency_us)
+
+
+@dataclass
+class CompareReport:
+    """Every strategy's plan priced on every network (the ``compare`` report)."""
+
+    hardware: Hardware
+    strategies: list[str]
+    #: network name -> one result per strategy, in ``strategies`` order (``none`` first)
+    networks: dict[str, list[StrategyResult]] = field(default_factory=dict)
+
+    def rows(self, network: str) -> list[dict]:
+        results = self.networks[network]
+        base = results[0].sim_latency_us
+        return [{"strategy": r.strategy, "sim_latency_us": r.sim_latency_us, "fps": r.fps,
+                 "speedup": base / r.sim_latency_us, "blocks": len(r.plan.blocks),
+                 "plan_seconds": r.plan_seconds} for r in results]
+
+    def to_dict(self) -> dict:
+        return {"hardware": self.hardware.name, "strategies": list(self.strategies),
+                "networks": {name: self.rows(name) for name in self.networks}}
+
+
+@dataclass
+class RunReport:
+    """A model run in onnxruntime with the custom-op library (the ``run`` report)."""
+
+    outputs: list[dict]
+    latency_ms: Any  # onnxmlu.tools.timing.Timing
+    profile: list | None = None  # onnxmlu.tools.profiling.NodeProfile per node, with --profile
+
+    def to_dict(self) -> dict:
+        payload = {"outputs": self.outputs, "latency_ms": asdict(self.latency_ms)}
+        if self.profile is not None:
+            payload["profile"] = [asdict(p) for p in self.profile]
+        return payload
+
+
+@dataclass
+class ZooReport:
+    """Zoo models written (the ``zoo`` report)."""
+
+    models: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"models": list(self.models)}
