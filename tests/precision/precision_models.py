@@ -61,6 +61,20 @@ def fuse(model: onnx.ModelProto, plan: Plan, **kwargs):
     return api.fuse(model, plan=plan, **kwargs)
 
 
+def run_plain_and_reference(model: onnx.ModelProto, fused: onnx.ModelProto, library: str, seed: int):
+    """(y, h) of ``fused`` in plain onnxruntime with only the library registered, and of the
+    original model (the reference session), on the same seeded inputs."""
+    import onnxruntime as ort
+
+    from onnxmlu.tools.verify import random_inputs
+
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(library)
+    plain = ort.InferenceSession(fused.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feeds = random_inputs(model, seed)
+    return plain.run(["y", "h"], feeds), reference_session(model).run(["y", "h"], feeds)
+
+
 def round16(array: np.ndarray) -> np.ndarray:
     """numpy's float16 rounding (to nearest, ties to even), back in float32."""
     return array.astype(np.float16).astype(np.float32) if array.dtype == np.float32 else array

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -16,7 +15,7 @@ from onnxmlu.runtime import InferenceSession, reference_session
 from onnxmlu.schema import block_precision, body_model, is_fusion_block
 from onnxmlu.tools.testing import conv_chain_model, make_model
 from onnxmlu.tools.verify import random_inputs
-from precision_models import fp16_reference, fuse, residual_model, round16, two_block_plan
+from precision_models import fp16_reference, fuse, residual_model, round16, run_plain_and_reference, two_block_plan
 
 
 def _fp16_ulp(x: np.ndarray) -> np.ndarray:
@@ -65,12 +64,7 @@ def test_fused_fp16_blocks_run_in_plain_onnxruntime_with_the_library(library, pr
     model = residual_model(seed=1)
     fused = fuse(model, two_block_plan(precisions)).model
     assert [block_precision(n) for n in _blocks(fused)] == list(precisions)
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(library)
-    plain = ort.InferenceSession(fused.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    feeds = random_inputs(model, 7)
-    y, h = plain.run(["y", "h"], feeds)
-    y_ref, h_ref = reference_session(model).run(["y", "h"], feeds)
+    (y, h), (y_ref, h_ref) = run_plain_and_reference(model, fused, library, 7)
     # an FP16 block's outputs are FP16 values; an FP32 block's are not rounded
     assert np.array_equal(h, round16(h)) == (precisions[0] == "fp16")
     assert np.array_equal(y, round16(y)) == (precisions[1] == "fp16")

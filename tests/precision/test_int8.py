@@ -19,10 +19,10 @@ from onnxmlu.errors import OnnxMluError
 from onnxmlu.precision.bodies import BlockBodies
 from onnxmlu.precision.calibration import SampleReader, capture_tensors, random_calibration
 from onnxmlu.precision.int8 import CALIBRATION_KEY, Int8Options, float_nodes, to_int8
-from onnxmlu.runtime import InferenceSession, reference_session
+from onnxmlu.runtime import InferenceSession
 from onnxmlu.schema import block_precision, body_model, is_fusion_block
 from onnxmlu.tools.verify import random_inputs
-from precision_models import fuse, residual_model, two_block_plan
+from precision_models import fuse, residual_model, run_plain_and_reference, two_block_plan
 
 METHODS = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
            "percentile": CalibrationMethod.Percentile}
@@ -103,12 +103,7 @@ def test_uint8_activations_are_asymmetric():
 def test_fused_int8_model_runs_in_plain_onnxruntime_with_the_library(library):
     model = residual_model(seed=6)
     fused = fuse(model, two_block_plan(("int8", "int8"))).model
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(library)
-    plain = ort.InferenceSession(fused.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    feeds = random_inputs(model, 3)
-    y, h = plain.run(["y", "h"], feeds)
-    y_ref, h_ref = reference_session(model).run(["y", "h"], feeds)
+    (y, h), (y_ref, h_ref) = run_plain_and_reference(model, fused, library, 3)
     # h: an INT8 tensor dequantized (symmetric: integer multiples of one scale, |q| <= 127)
     # within two steps of FP32 (the input's, the weights' and its own rounding)
     step = np.diff(np.unique(h)).min()
