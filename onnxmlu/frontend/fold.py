@@ -182,13 +182,13 @@ def fold_constant_nodes(model: onnx.ModelProto, note: Callable[[Diagnostic], Non
         return model
     problems = unresolved_names(folded.graph)
     if problems:
-        note(Diagnostic("normalize", "fold-unsound", "", f"constant folding left {problems_text(problems)}; "
+        note(Diagnostic("normalize", "fold-unsound", "", f"constant folding left {_problems_text(problems)}; "
                         "the model is planned unfolded"))
         return model
     return folded
 
 
-def problems_text(problems: list[str]) -> str:
+def _problems_text(problems: list[str]) -> str:
     more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
     return "unresolved names " + ", ".join(problems[:3]) + more
 

@@ -124,8 +124,11 @@ def _knowledge(vi: onnx.ValueInfoProto) -> tuple[int, int, int]:
 def probe_shapes(model: onnx.ModelProto, note: Note) -> int:
     """Source 3 on the main graph of ``model``, in place: the number of tensors it completed."""
     known = _value_infos(model.graph)
+    # a dim inference named (NonZero, TopK by a computed k) depends on data: it must stay
+    # symbolic, never become a probed number, so only what lacks a type, a rank or a dim's
+    # value and name is probed
     wanted = [o for node in model.graph.node for o in node.output
-              if o and not _complete(known.get(o), symbolic_ok=False) and not _symbolic_only(known.get(o))]
+              if o and not _complete(known.get(o), symbolic_ok=True)]
     if not wanted:
         return 0
     feeds = _zero_feeds(model)
@@ -139,12 +142,6 @@ def probe_shapes(model: onnx.ModelProto, note: Note) -> int:
     for name, value in results.items():
         _set_value_info(model.graph, name, value)
     return len(results)
-
-
-def _symbolic_only(vi: onnx.ValueInfoProto | None) -> bool:
-    """Fully typed and ranked with symbolic dims only where inference named them: a dim that
-    depends on data (NonZero, TopK by a computed k) must stay symbolic, never a probed number."""
-    return _complete(vi, symbolic_ok=True)
 
 
 def _zero_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray] | None:
