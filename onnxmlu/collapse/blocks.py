@@ -264,6 +264,16 @@ def _summary(layers, mp: int, fig: BlockFigures | None, precision: str = DEFAULT
 def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter | None = None,
                 bodies: "BlockBodies | None" = None) -> bytes:
     """The block as a serialized ModelProto, at its precision; the proto itself is freed on return."""
+    body = fp32_body(analysis, b, iface, uses)
+    if iface.precision != DEFAULT_PRECISION:
+        if bodies is None:
+            raise AssertionError(f"block {b} is {iface.precision} but collapse prepared no bodies for it")
+        body = bodies.transform(b, iface.precision, body)
+    return body.SerializeToString()
+
+
+def fp32_body(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter | None = None) -> onnx.ModelProto:
+    """Block ``b``'s body as analysed (FP32): its nodes, interface value infos and constants."""
     model, index = analysis.model, analysis.index
     nodes = [model.graph.node[i] for i in iface.nodes]
     internal = {o for i in iface.nodes for o in index.outputs[i]} - set(iface.outputs)
@@ -276,11 +286,7 @@ def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter
     graph.output.extend(_value_info(analysis, n) for n in iface.outputs)
     _add_constants(graph, analysis, iface.constants, uses)
     graph.value_info.extend(index.value_infos[n] for n in sorted(internal) if n in index.value_infos)
-    if iface.precision != DEFAULT_PRECISION:
-        if bodies is None:
-            raise AssertionError(f"block {b} is {iface.precision} but collapse prepared no bodies for it")
-        body = bodies.transform(b, iface.precision, body)
-    return body.SerializeToString()
+    return body
 
 
 def _add_constants(graph: onnx.GraphProto, analysis: Analysis, names: Sequence[str], uses: Counter | None) -> None:

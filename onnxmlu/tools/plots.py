@@ -3,7 +3,9 @@
 * :func:`speedup_chart`: grouped bars of speedup over ``none`` per network and strategy,
   the layout of DLFusion's Fig. 10;
 * :func:`plan_chart`: one bar per block, width = simulated latency, coloured and labelled
-  with its MP.
+  with its MP;
+* :func:`pareto_chart`: the plans ``--precision auto`` considered, simulated latency against
+  measured accuracy, the budget as a line and the chosen plan marked.
 """
 
 from __future__ import annotations
@@ -72,6 +74,29 @@ def plan_chart(rows: Sequence[dict], path: str | Path, title: str = "", max_mp: 
     ticks = [2**k for k in range(int(math.log2(max_mp)) + 1)]
     bar.set_ticks([math.log2(t) for t in ticks], labels=[str(t) for t in ticks])
     bar.set_label("MP (cores)")
+    return _save(fig, plt, path)
+
+
+def pareto_chart(points: Sequence[dict], path: str | Path, *, metric: str, threshold: float,
+                 title: str = "") -> Path:
+    """``points``: ``{"latency_us", "accuracy", "label", "chosen"}`` per measured plan -> a PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ordered = sorted(points, key=lambda p: p["latency_us"])
+    ax.plot([p["latency_us"] for p in ordered], [p["accuracy"] for p in ordered], "o-", color="tab:blue",
+            label="plans considered (measured)", zorder=2)
+    for p in ordered:
+        ax.annotate(p["label"], (p["latency_us"], p["accuracy"]), textcoords="offset points", xytext=(4, 4),
+                    fontsize="x-small")
+    chosen = [p for p in ordered if p["chosen"]]
+    ax.scatter([p["latency_us"] for p in chosen], [p["accuracy"] for p in chosen], s=180, marker="*",
+               color="tab:red", label="chosen", zorder=3)
+    ax.axhline(threshold, color="tab:gray", linestyle="--", label=f"budget {metric} >= {threshold:g}")
+    ax.set_xlabel("simulated latency (µs)")
+    ax.set_ylabel(f"measured {metric}")
+    ax.set_title(title or f"--precision auto: latency against {metric}")
+    ax.legend(fontsize="small", loc="lower right")
+    ax.grid(alpha=0.3)
     return _save(fig, plt, path)
 
 

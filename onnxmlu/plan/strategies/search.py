@@ -80,7 +80,7 @@ def _search(layers, hw, cost, mps, bound, allowed, name) -> Plan:
     n = len(layers)
     stops = [j for j in range(1, n + 1) if allowed is None or allowed[j]]
     band = block_band(layers, mps, cost, bound, stops)
-    whole = _whole_segments(layers, mps, cost, bound)
+    whole = whole_segments(layers, mps, cost, bound)
     blocks = _shortest_path(band, whole, stops, n)
     return Plan(blocks, name, hw.name, {"max_block_layers": bound or 0})
 
@@ -110,7 +110,7 @@ class _CallBand:
         return lo, times[np.arange(len(k)), k], np.asarray(self.mps)[k]
 
 
-def _whole_segments(layers, mps, cost, bound) -> dict[int, tuple[int, float, int]]:
+def whole_segments(layers, mps, cost, bound) -> dict[int, tuple[int, float, int]]:
     """``{stop: (start, latency, mp)}`` for each segment longer than the bound, fused whole."""
     long = [(s, e) for s, e in segments(layers) if bound is not None and e - s > bound]
     if not long:

@@ -1,0 +1,245 @@
+"""Running a plan's precisions on calibration samples: the measurements of ``--precision auto``.
+
+:class:`PlanEvaluator` measures the accuracy (:mod:`onnxmlu.precision.accuracy`) of any plan of
+an analysed model against the model itself in FP32, on the calibration samples:
+
+* **Reference**: the analysed FP32 model in onnxruntime with graph optimizations off (the
+  fused FP32 model computes the same within FP32 rounding).
+* **Bodies**: each FP16/INT8 block's body is made exactly as collapse makes it
+  (:class:`~onnxmlu.precision.bodies.BlockBodies`: :func:`to_fp16`, or ``quantize_static``
+  calibrated on the block's own inputs over *all* calibration samples) and kept per layer range
+  and precision, so a range measured once is never transformed again, and the fused model
+  written at the end holds the very bodies that were measured (:meth:`PlanEvaluator.bodies_for`).
+* **Running a plan**: the analysed graph with each non-FP32 block's nodes replaced by its
+  transformed body's nodes (internal names prefixed), in one onnxruntime session at its usual
+  optimization level -- what the custom-op library runs, without building the fused model,
+  its inner sessions and its layouts for every trial. Where a body cannot be spliced (its ONNX
+  opset differs from the model's, e.g. an INT8 body converted to opset 13, or it holds
+  functions or subgraphs) the plan is collapsed and run with the library instead.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.compose import add_prefix_graph
+
+from onnxmlu.collapse.blocks import block_interface, collapse, fp32_body
+from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.ir import copy_model_fields, fed_inputs, is_default_domain, nested_graphs, node_inputs, opset_version
+from onnxmlu.plan.plan import Block, Plan
+from onnxmlu.precision import DEFAULT_PRECISION
+from onnxmlu.precision.accuracy import Accuracy, measure
+from onnxmlu.precision.bodies import BlockBodies, runnable_model
+from onnxmlu.precision.calibration import CalibrationSet, Sample, capture_tensors
+from onnxmlu.precision.int8 import Int8Options
+
+Range = tuple[int, int]
+
+
+class PlanEvaluator:
+    """Accuracy of plans of one analysed model on one calibration set (module docstring)."""
+
+    def __init__(self, analysis, calibration: CalibrationSet, options: Int8Options | None = None) -> None:
+        self.analysis = analysis
+        self.calibration = calibration
+        self.model = runnable_model(analysis)
+        self._bodies = BlockBodies(analysis, calibration, options)
+        self._transformed: dict[tuple[int, int, str], onnx.ModelProto] = {}
+        self._interfaces: dict[Range, object] = {}
+        self._position = {node: k for k, node in enumerate(analysis.order)}
+        self._fed = [i.name for i in fed_inputs(self.model.graph)]
+        self._prefix_values: list[Sample] = []  # FP32 tensors crossing the cuts, per sample
+        self._prefix_names: set[str] = set()
+        self.reference = self._run(_session(self.model, optimize=False), self._fed, calibration.samples)
+        self.runs = 0
+
+    def accuracy(self, plan: Plan, samples: int | None = None) -> Accuracy:
+        """The accuracy of ``plan`` on the first ``samples`` calibration samples (default all)."""
+        count = samples or len(self.calibration)
+        self.prepare([plan])
+        start = self._cut(plan) if self._captured(plan, count) else 0
+        outputs = self._outputs(plan, start, count)
+        self.runs += 1
+        return measure(self.reference[:count], outputs)
+
+    def prepare(self, plans: Sequence[Plan]) -> None:
+        """Capture, in one run over the samples, the inputs of every INT8 block of ``plans``
+        not seen yet (INT8 bodies are calibrated on them)."""
+        wanted = {}
+        for block in {b for plan in plans for b in plan.blocks if b.precision == "int8"}:
+            key = (block.start, block.stop)
+            if key not in self._bodies.block_samples:
+                wanted[key] = ("int8", self._interface(key).inputs)
+        self._bodies.prepare(wanted)
+
+    def prepare_prefixes(self, plans: Sequence[Plan], samples: int) -> None:
+        """Let ``plans`` run on the first ``samples`` samples from their first non-FP32 block on:
+        the FP32 tensors entering that point are captured here, in one run for all plans."""
+        names = {n for plan in plans for n in self._suffix_inputs(self._cut(plan))}
+        chosen = self.calibration.samples[:samples]
+        self._prefix_values = capture_tensors(self.model, sorted(names), chosen)
+        self._prefix_names = names
+
+    def _captured(self, plan: Plan, count: int) -> bool:
+        """Whether ``plan`` can run from its cut on ``count`` samples (its prefix was captured)."""
+        if count > len(self._prefix_values):
+            return False
+        return set(self._suffix_inputs(self._cut(plan))) <= self._prefix_names
+
+    def body(self, block: Block) -> onnx.ModelProto:
+        """Block ``block``'s body at its precision (made once per range and precision)."""
+        key = (block.start, block.stop, block.precision)
+        if key not in self._transformed:
+            span = (block.start, block.stop)
+            fp32 = fp32_body(self.analysis, 0, self._interface(span))
+            self._transformed[key] = self._bodies.transform(span, block.precision, fp32)
+        return self._transformed[key]
+
+    def bodies_for(self, plan: Plan) -> BlockBodies:
+        """What collapse needs to write ``plan`` with the bodies measured here."""
+        return _MeasuredBodies(self, plan)
+
+    def _interface(self, span: Range):
+        if span not in self._interfaces:
+            owner = {self.analysis.layer_nodes[layer]: 0 for layer in range(*span)}
+            self._interfaces[span] = block_interface(self.analysis, owner, 0)
+        return self._interfaces[span]
+
+    def _cut(self, plan: Plan) -> int:
+        """Position (in the analysis order) of the first node of the plan's first low block
+        (0 for an FP32 plan: it runs whole)."""
+        low = [b for b in plan.blocks if b.precision != DEFAULT_PRECISION]
+        return self._position[self.analysis.layer_nodes[low[0].start]] if low else 0
+
+    def _suffix_inputs(self, start: int) -> list[str]:
+        graph, produced, names = self.model.graph, set(), {}
+        constants = {t.name for t in graph.initializer}
+        for i in self.analysis.order[start:]:
+            node = graph.node[i]
+            names.update((n, None) for n in node_inputs(node) if n not in produced and n not in constants)
+            produced.update(node.output)
+        return list(names)
+
+    def _outputs(self, plan: Plan, start: int, count: int) -> list[list[np.ndarray]]:
+        spliced = self._spliced(plan, start)
+        if spliced is None:
+            return self._run(self._fused_session(plan), self._fed, self.calibration.samples[:count])
+        feeds = [i.name for i in spliced.graph.input]
+        produced = [o.name for o in spliced.graph.output]
+        samples = [dict(s, **(self._prefix_values[k] if start else {}))
+                   for k, s in enumerate(self.calibration.samples[:count])]
+        ran = self._run(_session(spliced, optimize=True), feeds, samples)
+        names = [o.name for o in self.model.graph.output]
+        return [[got[produced.index(n)] if n in produced else ref[names.index(n)] for n in names]
+                for got, ref in zip(ran, self.reference)]
+
+    def _fused_session(self, plan: Plan):
+        from onnxmlu.runtime import InferenceSession
+
+        return InferenceSession(collapse(self.analysis, plan, bodies=self.bodies_for(plan)), block_layouts=False)
+
+    def _spliced(self, plan: Plan, start: int) -> onnx.ModelProto | None:
+        """The analysed model from position ``start`` on, each non-FP32 block's nodes replaced
+        by its body's nodes; None when a body cannot live in the model's graph."""
+        low = [(k, b) for k, b in enumerate(plan.blocks) if b.precision != DEFAULT_PRECISION]
+        bodies = {k: self.body(b) for k, b in low}
+        if not all(_spliceable(body, self.model) for body in bodies.values()):
+            return None
+        owner = {self.analysis.layer_nodes[layer]: k for k, b in low for layer in range(b.start, b.stop)}
+        spliced = _splice(self.model, self.analysis.order[start:], owner, bodies)
+        _declare_inputs(spliced, self._suffix_inputs(start), self.model, self._prefix_values)
+        return spliced
+
+    def _run(self, session, feeds: Sequence[str], samples: Sequence[Sample]) -> list[list[np.ndarray]]:
+        try:
+            return [session.run(None, {n: s[n] for n in feeds}) for s in samples]
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
+            raise OnnxMluError(f"running the model on calibration samples failed: {first_line(exc)}") from None
+
+
+class _MeasuredBodies(BlockBodies):
+    """The evaluator's bodies, handed to collapse for one plan (block ``b`` -> its range)."""
+
+    def __init__(self, evaluator: PlanEvaluator, plan: Plan) -> None:
+        super().__init__(evaluator.analysis, evaluator.calibration, evaluator._bodies.options)
+        self.evaluator, self.plan = evaluator, plan
+
+    def prepare(self, blocks) -> None:
+        self.evaluator.prepare([self.plan])
+
+    def transform(self, b: int, precision: str, body: onnx.ModelProto) -> onnx.ModelProto:
+        measured = onnx.ModelProto()
+        measured.CopyFrom(self.evaluator.body(self.plan.blocks[b]))
+        measured.graph.name, measured.doc_string = body.graph.name, body.doc_string
+        return measured
+
+
+def _spliceable(body: onnx.ModelProto, model: onnx.ModelProto) -> bool:
+    same_opset = opset_version(body) == opset_version(model)
+    return same_opset and not body.functions and len(list(nested_graphs(body.graph))) == 0
+
+
+def _splice(model: onnx.ModelProto, order: Sequence[int], owner: dict[int, int],
+            bodies: dict[int, onnx.ModelProto]) -> onnx.ModelProto:
+    """The nodes at ``order`` (those of block ``owner[i]`` replaced by its body's nodes, internal
+    names prefixed), the initializers they read, the graph outputs they produce."""
+    spliced = onnx.ModelProto()
+    copy_model_fields(spliced, model)
+    graph = spliced.graph
+    graph.name = model.graph.name
+    done: set[int] = set()
+    for i in order:
+        k = owner.get(i)
+        if k is None:
+            graph.node.append(model.graph.node[i])
+        elif k not in done:
+            done.add(k)
+            inner = add_prefix_graph(bodies[k].graph, f"p{k}/", rename_inputs=False, rename_outputs=False)
+            graph.node.extend(inner.node)
+            graph.initializer.extend(inner.initializer)
+    used = {name for node in graph.node for name in node_inputs(node)}
+    graph.initializer.extend(t for t in model.graph.initializer if t.name in used)
+    produced = {name for node in graph.node for name in node.output}
+    graph.output.extend(o for o in model.graph.output if o.name in produced)
+    _merge_opsets(spliced, bodies.values())
+    return spliced
+
+
+def _declare_inputs(spliced: onnx.ModelProto, names: Sequence[str], model: onnx.ModelProto,
+                    captured: Sequence[Sample]) -> None:
+    """Graph inputs of the spliced model: the model's own, and tensors captured before the cut
+    (typed from their captured values)."""
+    own = {i.name: i for i in model.graph.input}
+    for name in names:
+        if name in own:
+            spliced.graph.input.append(own[name])
+        else:
+            value = captured[0][name]
+            spliced.graph.input.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
+
+
+def _merge_opsets(model: onnx.ModelProto, bodies) -> None:
+    have = {o.domain for o in model.opset_import}
+    for body in bodies:
+        for o in body.opset_import:
+            if not is_default_domain(o.domain) and o.domain not in have:
+                model.opset_import.append(o)
+                have.add(o.domain)
+
+
+def _session(model: onnx.ModelProto, *, optimize: bool):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    try:
+        return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
+        raise OnnxMluError(f"onnxruntime cannot load the model at its planned precisions: {first_line(exc)}") from None
