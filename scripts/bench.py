@@ -1,6 +1,7 @@
 """onnxmlu benchmarks -> BENCHMARKS.md: runtime overhead, fuse speed vs peer tools, scaling,
-planner time, LSTM unrolling and the cost of the block digest check, one markdown table per
-section with the issue's targets.
+planner time, LSTM unrolling, the cost of the block digest check and the precision knob
+(``--precision auto`` against the FP32 optimum), one markdown table per section with the
+issue's targets.
 
     make bench          # full run in .venv-bench, writes BENCHMARKS.md
     make bench-quick    # fewer models, runs and sizes, writes BENCHMARKS.quick.md (< 3 min)
@@ -53,7 +54,7 @@ import onnx  # noqa: E402
 
 from onnxmlu.tools.zoo import ZOO_NAMES, build_model  # noqa: E402
 
-SECTIONS = ("runtime", "peers", "scaling", "planner", "lstm", "integrity")
+SECTIONS = ("runtime", "peers", "scaling", "planner", "lstm", "integrity", "precision")
 CNNS = tuple(n for n in ZOO_NAMES if n != "lstm")
 PEER_TOOLS = ("onnxslim", "onnxsim", "onnxoptimizer")
 FUSED_STRATEGIES = ("all-fusion", "dlfusion", "optimal")  # the ones with the <= 1.05 target
@@ -90,6 +91,10 @@ class Config:
     lstm_runs: int = 30
     integrity_models: tuple[str, ...] = ("vgg19", "resnet50")
     integrity_runs: int = 7
+    precision_models: tuple[str, ...] = tuple(n for n in ZOO_NAMES if n != "lstm")
+    precision_samples: int = 32            # seeded random calibration samples
+    precision_budgets: tuple[str, ...] = ("cosine>=0.999", "top1>=0.99")
+    pareto_png: str | None = "docs/pareto.png"  # the ResNet-50 cosine plot (needs matplotlib)
     before_src: str | None = None          # a checkout whose onnxmlu runs as tool "onnxmlu@before"
 
 
@@ -99,7 +104,8 @@ QUICK = Config(
     peer_models=("resnet18",), sizes=(1000, 5000), topologies=("chain",), scaling_timeout_s=30.0,
     scaling_runs=1, big_models=("resnet50",), big_synthetic_mb=0, planner_models=("resnet18", "mobilenetv2"),
     planner_runs=1, planner_nodes=(), lstm_seqs=(16,), lstm_batches=(1,), lstm_runs=5,
-    integrity_models=("resnet50",), integrity_runs=3)
+    integrity_models=("resnet50",), integrity_runs=3, precision_models=("resnet18", "mobilenetv2"),
+    precision_samples=8, pareto_png=None)
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -655,6 +661,59 @@ def section_integrity(ctx: Context) -> str:
     return intro + "\n\n" + table(header, rows)
 
 
+def section_precision(ctx: Context) -> str:
+    """Per zoo CNN and budget: the simulated latency of the ``auto`` plan against the FP32
+    ``optimal`` plan, the accuracy ``auto`` measured (seeded random calibration samples, the
+    zoo's seeded random weights) and the planning time, evaluator set-up included."""
+    from onnxmlu import api
+    from onnxmlu.plan.perf.hardware import load_hardware
+    from onnxmlu.precision.accuracy import Budget
+    from onnxmlu.precision.auto import AutoOptions, plan_auto
+    from onnxmlu.precision.bodies import runnable_model
+    from onnxmlu.precision.calibration import random_calibration
+    from onnxmlu.precision.evaluate import PlanEvaluator
+
+    cfg, hw, rows, charts = ctx.cfg, load_hardware("mlu100"), [], []
+    for name in cfg.precision_models:
+        analysis = api.inspect(ctx.zoo_file(name), rewrite=True)
+        for text in cfg.precision_budgets:
+            start = time.perf_counter()  # a fresh evaluator per budget: each row is a whole planning
+            evaluator = PlanEvaluator(analysis, random_calibration(runnable_model(analysis), cfg.precision_samples))
+            pareto = cfg.pareto_png is not None and name == "resnet50" and text.startswith("cosine")
+            result = plan_auto(evaluator, hw, Budget.parse(text), AutoOptions(measure_frontier=pareto))
+            seconds = time.perf_counter() - start
+            rows.append(precision_row(name, text, result, seconds))
+            if pareto:
+                charts.append(precision_chart(result, ROOT / cfg.pareto_png))
+    notes = [f"{cfg.precision_samples} seeded random calibration samples; simulated latency on mlu100; "
+             "planning time = reference runs + sensitivity + sweep + verification (target: ResNet-50 < 30 s "
+             "on 2 cores). Precisions: blocks at fp32 / fp16 / int8."] + charts
+    return table(("model", "budget", "FP32 optimal µs", "auto µs", "speedup", "blocks (fp32/fp16/int8)",
+                  "measured cosine", "measured top-1", "estimated", "runs", "planning s"), rows) + \
+        "\n\n" + "\n".join(notes)
+
+
+def precision_row(name: str, budget: str, result, seconds: float) -> tuple:
+    chosen, metric = result.chosen, result.budget.metric
+    counts = "/".join(str(sum(b.precision == p for b in chosen.plan.blocks)) for p in ("fp32", "fp16", "int8"))
+    met = "" if result.budget.met(chosen.measured) else " (budget not met)"
+    return (name, budget, f"{result.fp32_latency_us:,.0f}", f"{chosen.latency_us:,.0f}", f"{result.speedup:.2f}×",
+            counts, f"{chosen.measured.cosine:.6f}{met if metric == 'cosine' else ''}",
+            f"{chosen.measured.top1:.3f}{met if metric == 'top1' else ''}",
+            f"{chosen.estimated.value(metric):.6f}", result.evaluator.runs, f"{seconds:.1f}")
+
+
+def precision_chart(result, path: Path) -> str:
+    """The Pareto plot of one ``auto`` run, or why there is none."""
+    from onnxmlu.precision.auto import write_pareto
+
+    try:
+        write_pareto(result, path, title="ResNet-50 (zoo), --precision auto --accuracy cosine>=0.999")
+    except Exception as error:  # noqa: BLE001 - matplotlib missing: the table still stands
+        return f"(no Pareto plot: {error})"
+    return f"![Pareto: ResNet-50]({path.relative_to(ROOT)})"
+
+
 SECTION_TITLES = {
     "runtime": ("Runtime overhead", section_runtime),
     "peers": ("Fuse speed vs peers", section_peers),
@@ -662,6 +721,7 @@ SECTION_TITLES = {
     "planner": ("Planner", section_planner),
     "lstm": ("LSTM unrolling", section_lstm),
     "integrity": ("Block integrity (body_crc32)", section_integrity),
+    "precision": ("Precision: --precision auto against the FP32 optimum", section_precision),
 }
 
 
@@ -787,7 +847,8 @@ def configure(args: argparse.Namespace) -> tuple[Config, bool]:
     if args.models:
         over |= dict(models=tuple(args.models), peer_models=tuple(args.models), planner_models=tuple(args.models),
                      big_models=tuple(m for m in args.models if m in FULL.big_models),
-                     integrity_models=tuple(args.models))
+                     integrity_models=tuple(args.models),
+                     precision_models=tuple(m for m in args.models if m != "lstm"))
     if args.runs:
         over |= dict(runtime_runs=(args.runs, args.runs), peer_runs=args.runs, scaling_runs=args.runs,
                      planner_runs=args.runs, lstm_runs=args.runs, integrity_runs=args.runs)

@@ -389,3 +389,26 @@ def _raised(plan: Plan, k: int, search: JointSearch) -> Plan:
     row = search.cost.block_latencies(search.at[higher], [(block.start, block.stop)], search.mps)[0]
     raised = Block(block.start, block.stop, int(search.mps[int(np.argmin(row))]), higher)
     return Plan(plan.blocks[:k] + (raised,) + plan.blocks[k + 1:], plan.strategy, plan.hardware)
+
+
+# ------------------------------------------------------------------------------ the picture
+def pareto_points(result: AutoResult) -> list[dict]:
+    """The measured plans ``auto`` considered, as points for :func:`write_pareto`."""
+    points = []
+    for c in result.candidates:
+        if c.measured is None:
+            continue
+        mix = " ".join(f"{p}×{n}" for p in PRECISIONS if (n := sum(b.precision == p for b in c.plan.blocks)))
+        points.append({"latency_us": c.latency_us, "accuracy": c.measured.value(result.budget.metric),
+                       "label": mix, "chosen": c is result.chosen})
+    return points
+
+
+def write_pareto(result: AutoResult, path, title: str = ""):
+    """Simulated latency against measured accuracy of the plans considered, the chosen one
+    marked (``plan --pareto``; run ``auto`` with ``measure_frontier`` to have every frontier
+    plan measured)."""
+    from onnxmlu.tools.plots import pareto_chart
+
+    return pareto_chart(pareto_points(result), path, metric=result.budget.metric,
+                        threshold=result.budget.threshold, title=title)
