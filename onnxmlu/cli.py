@@ -576,12 +576,12 @@ def _show_run(report) -> None:
     if report.profile is None:
         return
     table = Table(title="per-node CPU time (onnxruntime profiler) vs simulated accelerator")
-    for col in ("node", "op", "mp", "CPU µs", "sim µs"):
-        table.add_column(col, justify="left" if col in ("node", "op") else "right")
+    for col in ("node", "op", "mp", "precision", "CPU µs", "sim µs"):
+        table.add_column(col, justify="left" if col in ("node", "op", "precision") else "right")
     for p in report.profile:
-        table.add_row(p.name, p.op_type, str(p.mp or ""), f"{p.measured_us:.1f}",
+        table.add_row(p.name, p.op_type, str(p.mp or ""), p.precision or "", f"{p.measured_us:.1f}",
                       "" if p.sim_latency_us is None else f"{p.sim_latency_us:.1f}")
-    table.add_row("total", "", "", f"{sum(p.measured_us for p in report.profile):.1f}",
+    table.add_row("total", "", "", "", f"{sum(p.measured_us for p in report.profile):.1f}",
                   f"{sum(p.sim_latency_us or 0 for p in report.profile):.1f}")
     console.print(table)
 
