@@ -160,3 +160,30 @@ def test_run_profile_shows_each_blocks_precision(residual_file, tmp_path, librar
     assert invoke("fuse", residual_file, out, "-s", "all-fusion", "--precision", "fp16", "-q").exit_code == 0
     report = json.loads(invoke("run", out, "--repeat", "1", "--profile", "--json", "-").stdout)
     assert {p["precision"] for p in report["profile"] if p["mp"] is not None} == {"fp16"}
+
+
+def test_streamed_int8_fuse_equals_the_in_memory_one(tmp_path, zoo, monkeypatch):
+    """``fuse`` without --check streams (the weight store holds the large weights): INT8
+    calibration runs on the model with its weights filled in, and the file equals what
+    api.fuse makes in memory."""
+    from onnxmlu import api
+    from onnxmlu.ir.weights import STORE_MIN_TENSOR_BYTES, is_marker
+    from onnxmlu.precision import bodies
+
+    model = zoo("resnet18")
+    assert any(t.ByteSize() > STORE_MIN_TENSOR_BYTES for t in model.graph.initializer)  # the store is used
+    source, out = tmp_path / "r18.onnx", tmp_path / "r18.int8.onnx"
+    onnx.save(model, source)
+    filled = []
+    runnable = bodies.runnable_model
+
+    def markers_then_filled(analysis):
+        model = runnable(analysis)
+        filled.append((any(is_marker(t) for t in analysis.model.graph.initializer),
+                       any(is_marker(t) for t in model.graph.initializer)))
+        return model
+
+    monkeypatch.setattr(bodies, "runnable_model", markers_then_filled)
+    report = fuse_json(source, out, "--precision", "int8")
+    assert filled == [(True, False)] and report["calibration"]["random"] is True
+    assert onnx.load(out) == api.fuse(model, precision="int8").model
