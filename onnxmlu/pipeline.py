@@ -214,10 +214,11 @@ class PlanPass:
     name = "plan"
 
     def label(self, ctx: Context) -> str:
+        at = f" at {ctx.options.precision}" if ctx.options.precision else ""
         if ctx.options.plan is not None:
-            return "planning: --plan"
+            return f"planning: --plan{at}"
         strategy = ctx.options.strategy
-        return f"planning: {strategy if isinstance(strategy, str) else getattr(strategy, '__name__', strategy)}"
+        return f"planning: {strategy if isinstance(strategy, str) else getattr(strategy, '__name__', strategy)}{at}"
 
     def run(self, ctx: Context) -> None:
         ctx.plan, ctx.block_latency_us = planner_for(ctx.options.precision)(ctx.analysis, ctx.hardware, ctx.options)

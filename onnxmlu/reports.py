@@ -44,7 +44,7 @@ class FuseResult:
     hardware: Hardware
     rewrite_report: object | None
     block_latency_us: list[float]
-    #: Everything the pipeline did not do, in pass order (normalize, rewrite, analyze).
+    #: Everything the pipeline did not do, in pass order (normalize, rewrite, analyze, precision).
     diagnostics: list[Diagnostic] = field(default_factory=list)
     #: Seconds each pass took, by pass name, in pass order.
     pass_seconds: dict[str, float] = field(default_factory=dict)
