@@ -37,6 +37,8 @@ from onnxmlu.reports import (
 )
 
 HardwareLike = str | Hardware
+#: ``--calibrator``'s default, :class:`~onnxmlu.precision.int8.Int8Options`' own.
+DEFAULT_CALIBRATOR = "minmax"
 Progress = Callable[[str], None]
 
 
@@ -59,18 +61,22 @@ def _result(ctx: Context) -> FuseResult:
                       ctx.diagnostics, ctx.pass_seconds, ctx.output, calibration=calibration_report(ctx.bodies))
 
 
-def precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
-                      calibrator: str = "minmax") -> dict:
+def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
+                      calibrator: str = DEFAULT_CALIBRATOR) -> dict:
     """The precision keywords of :class:`Options`, checked before any pass runs (a one-line
     :class:`OnnxMluError` for an unknown precision or calibrator, and for a calibration folder
     that does not exist or holds no readable sample: nothing is written then)."""
     from onnxmlu.pipeline import check_precision_option
-    from onnxmlu.precision.calibration import load_calibration
-    from onnxmlu.precision.int8 import Int8Options
 
     check_precision_option(precision)
-    int8 = Int8Options(method=calibrator)
+    int8 = None  # the defaults (MinMax), without importing onnxruntime's quantizer for FP32 runs
+    if calibrator != DEFAULT_CALIBRATOR:
+        from onnxmlu.precision.int8 import Int8Options
+
+        int8 = Int8Options(method=calibrator)
     if calibration is not None:
+        from onnxmlu.precision.calibration import load_calibration
+
         load_calibration(calibration)  # samples are checked against the model's inputs when used
     return {"precision": precision, "calibration": calibration, "int8": int8}
 
@@ -79,7 +85,7 @@ def precision_options(precision: str | None = None, calibration: str | os.PathLi
 def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
          bn_mode: str = "substitute", precision: str | None = None, calibration: str | os.PathLike | None = None,
-         calibrator: str = "minmax", progress: Progress | None = None) -> FuseResult:
+         calibrator: str = DEFAULT_CALIBRATOR, progress: Progress | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 
     ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts every block at that
@@ -88,7 +94,7 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     ``entropy``, ``percentile``)."""
     return _result(_run(FUSE, model, hardware=hardware, progress=progress, strategy=strategy, plan=plan, mp=mp,
                         input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode,
-                        **precision_options(precision, calibration, calibrator)))
+                        **_precision_options(precision, calibration, calibrator)))
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                  plan=None, mp: int | None = None, hardware: HardwareLike = DEFAULT_PROFILE,
                  input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
                  precision: str | None = None, calibration: str | os.PathLike | None = None,
-                 calibrator: str = "minmax", check: CheckOptions | None = None, portable: bool = False,
+                 calibrator: str = DEFAULT_CALIBRATOR, check: CheckOptions | None = None, portable: bool = False,
                  progress=None) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
@@ -127,7 +133,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
         _refuse_output(out, Path(model))
     streamed = not (in_memory or check is not None or portable)
     options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, rewrite=rewrite,
-                      bn_mode=bn_mode, **precision_options(precision, calibration, calibrator))
+                      bn_mode=bn_mode, **_precision_options(precision, calibration, calibrator))
     ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
                   progress=as_progress(progress), output=out)
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))

@@ -12,6 +12,7 @@ import pytest
 
 from onnxmlu import api
 from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, Context, Instrument, Options, PassManager, Say
+from onnxmlu.reports import calibration_report
 from onnxmlu.plan.perf.hardware import load_hardware
 from onnxmlu.tools.testing import conv_chain_model, make_model
 
@@ -130,7 +131,7 @@ def test_fp32_and_fp16_runs_make_no_calibration():
         PassManager(FUSE, []).run(ctx)
         assert (ctx.bodies is not None) == made
         assert not [d for d in ctx.diagnostics if d.stage == "precision"]
-        assert api.calibration_report(ctx.bodies) is None
+        assert calibration_report(ctx.bodies) is None
 
 
 def test_the_plan_pass_plans_at_the_precision_asked():
