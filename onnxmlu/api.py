@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -26,9 +26,19 @@ from onnxmlu.ir.weights import WeightStore
 from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, Options, PassManager, as_progress
 from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan  # noqa: F401
-from onnxmlu.reports import CompareReport, FuseResult, PlanReport, RunReport, StrategyResult, ZooReport
+from onnxmlu.reports import (
+    CompareReport,
+    FuseResult,
+    PlanReport,
+    RunReport,
+    StrategyResult,
+    ZooReport,
+    calibration_report,
+)
 
 HardwareLike = str | Hardware
+#: ``--calibrator``'s default, :class:`~onnxmlu.precision.int8.Int8Options`' own.
+DEFAULT_CALIBRATOR = "minmax"
 Progress = Callable[[str], None]
 
 
@@ -48,16 +58,43 @@ def _run(passes, model: ModelLike, *, hardware: HardwareLike | None = None, prog
 
 def _result(ctx: Context) -> FuseResult:
     return FuseResult(ctx.fused, ctx.analysis, ctx.plan, ctx.hardware, ctx.rewrite_report, ctx.block_latency_us,
-                      ctx.diagnostics, ctx.pass_seconds, ctx.output)
+                      ctx.diagnostics, ctx.pass_seconds, ctx.output, calibration=calibration_report(ctx.bodies))
+
+
+def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
+                      calibrator: str = DEFAULT_CALIBRATOR) -> dict:
+    """The precision keywords of :class:`Options`, checked before any pass runs (a one-line
+    :class:`OnnxMluError` for an unknown precision or calibrator, and for a calibration folder
+    that does not exist or holds no readable sample: nothing is written then)."""
+    from onnxmlu.pipeline import check_precision_option
+
+    check_precision_option(precision)
+    int8 = None  # the defaults (MinMax), without importing onnxruntime's quantizer for FP32 runs
+    if calibrator != DEFAULT_CALIBRATOR:
+        from onnxmlu.precision.int8 import Int8Options
+
+        int8 = Int8Options(method=calibrator)
+    if calibration is not None:
+        from onnxmlu.precision.calibration import load_calibration
+
+        load_calibration(calibration)  # samples are checked against the model's inputs when used
+    return {"precision": precision, "calibration": calibration, "int8": int8}
 
 
 # ---------------------------------------------------------------------------------- fuse
 def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
-         bn_mode: str = "substitute", progress: Progress | None = None) -> FuseResult:
-    """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk."""
+         bn_mode: str = "substitute", precision: str | None = None, calibration: str | os.PathLike | None = None,
+         calibrator: str = DEFAULT_CALIBRATOR, progress: Progress | None = None) -> FuseResult:
+    """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
+
+    ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts every block at that
+    precision; INT8 blocks are calibrated on the samples in the ``calibration`` folder (None:
+    seeded random samples, flagged by a diagnostic) with the ``calibrator`` (``minmax``,
+    ``entropy``, ``percentile``)."""
     return _result(_run(FUSE, model, hardware=hardware, progress=progress, strategy=strategy, plan=plan, mp=mp,
-                        input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode))
+                        input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode,
+                        **_precision_options(precision, calibration, calibrator)))
 
 
 @dataclass(frozen=True)
@@ -73,7 +110,9 @@ class CheckOptions:
 def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
                  plan=None, mp: int | None = None, hardware: HardwareLike = DEFAULT_PROFILE,
                  input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
-                 check: CheckOptions | None = None, portable: bool = False, progress=None) -> FuseResult:
+                 precision: str | None = None, calibration: str | os.PathLike | None = None,
+                 calibrator: str = DEFAULT_CALIBRATOR, check: CheckOptions | None = None, portable: bool = False,
+                 progress=None) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     A model file is fused holding the weights about once plus one block in memory: right after
@@ -84,7 +123,8 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     need). A ``ModelProto`` (or ``check``, which needs both models in memory) is fused in memory
     and saved whole; a model over protobuf's 2 GB limit is saved with external data.
     ``portable`` writes each block as a model-local ONNX function (the ``PORTABLE`` passes: no
-    custom-op library needed to run it; ``check`` then compares that model).
+    custom-op library needed to run it; ``check`` then compares that model). ``precision``,
+    ``calibration`` and ``calibrator`` as for :func:`fuse`.
     ``progress`` is told each pass as it starts (``say``; a plain callable works too).
     """
     out = Path(output)
@@ -92,8 +132,10 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     if not in_memory:
         _refuse_output(out, Path(model))
     streamed = not (in_memory or check is not None or portable)
-    ctx = Context(model, _hardware(hardware), Options(strategy, plan, mp, input_shapes, rewrite, bn_mode),
-                  WeightStore() if streamed else None, progress=as_progress(progress), output=out)
+    options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, rewrite=rewrite,
+                      bn_mode=bn_mode, **_precision_options(precision, calibration, calibrator))
+    ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
+                  progress=as_progress(progress), output=out)
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
     if check is not None:
         original = model if in_memory else load_model(model)
@@ -172,11 +214,13 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
 
 
 def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int | None = None,
-         hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None,
+         hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
          output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None, progress=None) -> PlanReport:
-    """Plan ``model`` (the passes up to ``plan``) without collapsing it; write the editable plan
-    file to ``output`` and a timeline of the blocks to ``plot`` when given."""
-    ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes)
+    """Plan ``model`` (the passes up to ``plan``) without collapsing it, every block at
+    ``precision`` when given (the strategy planning at it); write the editable plan file to
+    ``output`` and a timeline of the blocks to ``plot`` when given."""
+    ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
+               precision=precision)
     report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us)
     if output is not None:
         from onnxmlu.collapse.atomic import write_bytes_atomic
@@ -192,37 +236,59 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
 
 
 # ---------------------------------------------------------------------------------- compare
-def compare_strategies(analysis: Analysis, hw: Hardware, strategies: Sequence[str]) -> list[StrategyResult]:
-    """Plan with every strategy and price each plan with the performance model."""
+def compare_strategies(analysis: Analysis, hw: Hardware, strategies: Sequence[str],
+                       precision: str | None = None) -> list[StrategyResult]:
+    """Plan with every strategy and price each plan with the performance model; with
+    ``precision``, each strategy plans the layers at that precision and is priced at it."""
     from onnxmlu.plan.perf.model import make_cost
 
     cost = make_cost(hw)
     results = []
     for name in strategies:
         start = time.perf_counter()
-        chosen = make_plan(analysis.layers, hw, strategy=name)
+        chosen = make_plan(analysis.layers, hw, strategy=name, precision=precision)
         elapsed = time.perf_counter() - start
         latency = sum(block_latencies(analysis.layers, chosen, cost))
-        results.append(StrategyResult(name, chosen, latency, elapsed))
+        results.append(StrategyResult(name, chosen, latency, elapsed, precision or "fp32"))
     return results
+
+
+#: A column of ``compare --precision``: one strategy's result on an analysed model.
+CompareColumn = Callable[[Analysis, Hardware, str], StrategyResult]
+#: Columns that are not one fixed precision, by the name ``--precision`` gives (the joint
+#: planner's ``auto`` goes here); a fixed precision is :func:`compare_strategies` at it.
+COMPARE_COLUMNS: dict[str, CompareColumn] = {}
+
+
+def compare_column(name: str) -> CompareColumn:
+    """The column ``name`` of ``compare --precision`` (a one-line error for an unknown name)."""
+    if name in COMPARE_COLUMNS:
+        return COMPARE_COLUMNS[name]
+    from onnxmlu.pipeline import check_precision_option
+
+    check_precision_option(name)
+    return lambda analysis, hw, strategy: compare_strategies(analysis, hw, [strategy], precision=name)[0]
 
 
 def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Sequence[str] | None = None,
             hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None,
-            plot: str | os.PathLike | None = None, progress=None) -> CompareReport:
+            precisions: Sequence[str] = (), plot: str | os.PathLike | None = None, progress=None) -> CompareReport:
     """Simulated latency of every strategy (``none`` first, the baseline) on ``model`` or, with
-    ``zoo``, on every zoo CNN (DLFusion Fig. 10); a grouped bar chart at ``plot``."""
+    ``zoo``, on every zoo CNN (DLFusion Fig. 10); a grouped bar chart at ``plot``. Each of
+    ``precisions`` (``fp16``, ``int8``) adds a column: every strategy run on the layers at that
+    precision and priced at it, beside the FP32 one."""
     from onnxmlu.plan.strategies import strategy_names
 
     if (model is None) == (not zoo):
         raise OnnxMluError("give either a MODEL or --zoo")
     names = list(strategies) if strategies else strategy_names()
-    report = CompareReport(_hardware(hardware), names if "none" in names else ["none", *names])
+    columns = {p: compare_column(p) for p in dict.fromkeys(precisions) if p != "fp32"}  # FP32: the first column
+    report = CompareReport(_hardware(hardware), names if "none" in names else ["none", *names], list(columns))
     networks = _compare_inputs(model)
     steps = as_progress(progress)
     steps.total(len(networks) * (len(report.strategies) + 1))
     for label, source in networks:
-        report.networks[label] = _compare_one(label, source, report, input_shapes, steps)
+        report.networks[label] = _compare_one(label, source, report, input_shapes, steps, columns)
     if plot is not None:
         from onnxmlu.tools.plots import speedup_chart
 
@@ -240,7 +306,8 @@ def _compare_inputs(model: ModelLike | None) -> list[tuple[str, object]]:
     return [(name, name) for name in CNN_NAMES]
 
 
-def _compare_one(label: str, source, report: CompareReport, input_shapes, steps) -> list[StrategyResult]:
+def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
+                 columns: dict[str, CompareColumn]) -> list[StrategyResult]:
     steps.say(f"{label}: building and analysing")
     if isinstance(source, str):
         from onnxmlu.tools.zoo import build_model
@@ -251,7 +318,9 @@ def _compare_one(label: str, source, report: CompareReport, input_shapes, steps)
     results = []
     for name in report.strategies:
         steps.say(f"{label}: {name}")
-        results.extend(compare_strategies(analysis, report.hardware, [name]))
+        fp32 = compare_strategies(analysis, report.hardware, [name])[0]
+        at = {column: compute(analysis, report.hardware, name) for column, compute in columns.items()}
+        results.append(replace(fp32, columns=at))
         steps.advance()
     return results
 

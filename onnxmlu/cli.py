@@ -56,6 +56,17 @@ InputsOpt = Annotated[Optional[Path], _option(
 SeedOpt = Annotated[List[int], typer.Option("--seed", help="Seed(s) for random inputs (repeatable).")]
 AtolOpt = Annotated[float, typer.Option("--atol", help="Absolute tolerance.")]
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance.")]
+PrecisionOpt = Annotated[Optional[str], _option("--precision", help=(
+    "Run every block at fp32, fp16 or int8; the strategy plans at that precision (default: fp32, or the "
+    "precisions of the --plan file)."))]
+CalibrationOpt = Annotated[Optional[Path], _option("--calibration", help=(
+    "Folder of calibration samples for INT8 blocks: NAME.npz files (arrays by input name) or sub-folders of "
+    "TensorProto *.pb files (default: seeded random samples, flagged in the report)."))]
+CalibratorOpt = Annotated[str, typer.Option("--calibrator", help="INT8 calibrator: minmax, entropy or percentile.")]
+CheckOpt = Annotated[bool, typer.Option("--check", help="Run original and fused model and compare.")]
+PortableOpt = Annotated[bool, typer.Option("--portable", help=(
+    "Write each block as a model-local ONNX function instead of an MLUFusionBlock node: "
+    "runs in plain onnxruntime without the custom-op library."))]
 JsonOpt = Annotated[Optional[Path], _option("--json", help="Also write the report as JSON ('-' for stdout).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
 
@@ -206,26 +217,32 @@ def fuse(
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
     bn: BnOpt = "substitute",
-    check: Annotated[bool, typer.Option("--check", help="Run original and fused model and compare.")] = False,
+    precision: PrecisionOpt = None,
+    calibration: CalibrationOpt = None,
+    calibrator: CalibratorOpt = "minmax",
+    check: CheckOpt = False,
     inputs: InputsOpt = None,
-    portable: Annotated[bool, typer.Option("--portable", help=(
-        "Write each block as a model-local ONNX function instead of an MLUFusionBlock node: "
-        "runs in plain onnxruntime without the custom-op library."))] = False,
+    portable: PortableOpt = False,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Rewrite, plan and collapse MODEL into OUTPUT (one MLUFusionBlock per block).
 
-    Example: onnxmlu fuse resnet18.onnx resnet18.fused.onnx --strategy dlfusion --check
-    """
+    Example: onnxmlu fuse resnet18.onnx resnet18.fused.onnx --strategy dlfusion --precision fp16 --check"""
     from onnxmlu import api
 
     checked = api.CheckOptions(inputs=_arrays(inputs)) if check else None
     with _steps(quiet) as steps:
         result = api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
-                                  input_shapes=_shapes(input_shape), check=checked, portable=portable, progress=steps)
+                                  input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
+                                  calibrator=calibrator, check=checked, portable=portable, progress=steps)
     _deliver("fuse", result, json_out, quiet, lambda r: _show_fuse(r, portable))
-    if result.check is not None and not result.check.ok:
+    _exit_if_failed(result.check)
+
+
+def _exit_if_failed(check) -> None:
+    """Exit code 1 when a check was asked for and failed."""
+    if check is not None and not check.ok:
         raise typer.Exit(1)
 
 
@@ -235,6 +252,8 @@ def _show_fuse(result, portable: bool) -> None:
     note = " as ONNX functions, no custom-op library needed" if portable else ""
     console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{note}, "
                   f"{sum(result.pass_seconds.values()):.2f} s)")
+    if result.calibration is not None and not result.calibration["random"]:  # random: a diagnostic says so
+        _plain(f"INT8 blocks calibrated on {result.calibration['description']} ({result.calibration['calibrator']})")
     if result.check is not None:
         _show_check(result.check)
 
@@ -247,24 +266,30 @@ def _op_summary(counts: dict, keep: int = 3) -> str:
 
 def _show_blocks(result) -> None:
     table = Table(title=f"{len(result.plan.blocks)} blocks · strategy {result.plan.strategy} · {result.hardware.name}")
-    for col in ("block", "mp", "layers", "first → last", "op types", "GOPs", "sim µs"):
+    for col in ("block", "mp", "precision", "layers", "first → last", "op types", "GOPs", "sim µs"):
         table.add_column(col, justify="right" if col in ("block", "mp", "layers", "GOPs", "sim µs") else "left")
     for row in result.block_rows():
-        table.add_row(str(row["block"]), str(row["mp"]), str(row["layers"]), f"{row['first']} → {row['last']}",
+        table.add_row(str(row["block"]), str(row["mp"]), row["precision"], str(row["layers"]),
+                      f"{row['first']} → {row['last']}",
                       _op_summary(row["op_types"]), f"{row['gops']:.3f}", f"{row['sim_latency_us']:.1f}")
     console.print(table)
     console.print(f"simulated latency {result.sim_latency_us:.1f} µs · {result.sim_fps:.1f} FPS")
 
 
 def _show_diagnostics(diagnostics, analysis=None) -> None:
-    """What the pipeline did not do: a line per diagnostic of normalize (and any other stage),
-    per rewrite left undone, then for the nodes left on the host a summary of the reasons and
-    one line per node (the first HOST_LINES; --json has all)."""
+    """What the pipeline did not do: a line per diagnostic of normalize, precision (and any
+    other stage; operators left in FP32 inside INT8 blocks: the first HOST_LINES), per rewrite
+    left undone, then for the nodes left on the host a summary of the reasons and one line per
+    node (the first HOST_LINES; --json has all)."""
+    float_ops = 0
     for d in diagnostics:
+        float_ops += d.rule == "int8-float-op"
         if d.stage == "rewrite":
             _plain(f"{d.rule}: left {d.node!r} alone: {d.message}")
-        elif d.stage != "analyze":
+        elif d.stage != "analyze" and (d.rule != "int8-float-op" or float_ops <= HOST_LINES):
             _plain(f"{d.stage}: {d.node + ': ' if d.node else ''}{d.message}")
+    if float_ops > HOST_LINES:
+        _plain(f"... and {float_ops - HOST_LINES} more operators in FP32 inside INT8 blocks (all in --json)")
     host = analysis.host_nodes() if analysis is not None else []
     if not host:
         return
@@ -418,6 +443,7 @@ def plan(
     mp: MpOpt = None,
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
+    precision: PrecisionOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
@@ -432,7 +458,7 @@ def plan(
 
     with _steps(quiet) as steps:
         report = api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
-                          output=output, plot=plot, progress=steps)
+                          precision=precision, output=output, plot=plot, progress=steps)
     if quiet and output is None and json_out is None:
         sys.stdout.write(report.plan_json())
     _deliver("plan", report, json_out, quiet, _show_plan)
@@ -440,7 +466,7 @@ def plan(
 
 def _show_plan(report) -> None:
     for r in report.rows():
-        console.print(f"block {r['block']:3d}  mp={r['mp']:2d}  layers {r['start']}..{r['stop'] - 1} "
+        console.print(f"block {r['block']:3d}  mp={r['mp']:2d}  {r['precision']}  layers {r['start']}..{r['stop'] - 1} "
                       f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
     total = report.sim_latency_us
     console.print(f"{len(report.plan.blocks)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
@@ -453,6 +479,8 @@ def compare(
     hw: HwOpt = "mlu100",
     strategies: Annotated[Optional[str], _option("--strategies", help="Comma-separated (default: all).")] = None,
     input_shape: InputShapeOpt = None,
+    precision: Annotated[Optional[str], _option("--precision", help=(
+        "Comma-separated fp16,int8: a column per precision, each strategy planned and priced at it."))] = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Grouped bar chart of speedups (PNG).")] = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
@@ -465,18 +493,28 @@ def compare(
 
     with _steps(quiet, bar=True) as steps:
         report = api.compare(model, zoo=zoo_all, strategies=strategies.split(",") if strategies else None, hardware=hw,
-                             input_shapes=_shapes(input_shape), plot=plot, progress=steps)
+                             input_shapes=_shapes(input_shape), precisions=_list(precision), plot=plot,
+                             progress=steps)
     _deliver("compare", report, json_out, quiet, _show_compare)
 
 
+def _list(text: Optional[str]) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()] if text else []
+
+
 def _show_compare(report) -> None:
+    """One table per network: FP32 latency, FPS, speed-up over `none`, blocks, planning time,
+    then per --precision column its latency and speed-up over the FP32 column."""
     for label in report.networks:
-        table = Table(title=f"{label} on {report.hardware.name}")
-        for col in ("strategy", "sim latency µs", "FPS", "speedup", "blocks", "plan s"):
+        caption = "(×: speed-up over the strategy's fp32 latency)" if report.precisions else None
+        table = Table(title=f"{label} on {report.hardware.name}", caption=caption)
+        extra = [f"{p} µs" for p in report.precisions]
+        for col in ("strategy", "sim latency µs", "FPS", "speedup", "blocks", "plan s", *extra):
             table.add_column(col, justify="left" if col == "strategy" else "right")
         for r in report.rows(label):
+            cells = [f"{c['sim_latency_us']:.1f} ({c['speedup_vs_fp32']:.2f}×)" for c in r["precisions"].values()]
             table.add_row(r["strategy"], f"{r['sim_latency_us']:.1f}", f"{r['fps']:.1f}", f"{r['speedup']:.2f}×",
-                          str(r["blocks"]), f"{r['plan_seconds']:.3f}")
+                          str(r["blocks"]), f"{r['plan_seconds']:.3f}", *cells)
         console.print(table)
 
 
@@ -538,12 +576,12 @@ def _show_run(report) -> None:
     if report.profile is None:
         return
     table = Table(title="per-node CPU time (onnxruntime profiler) vs simulated accelerator")
-    for col in ("node", "op", "mp", "CPU µs", "sim µs"):
-        table.add_column(col, justify="left" if col in ("node", "op") else "right")
+    for col in ("node", "op", "mp", "precision", "CPU µs", "sim µs"):
+        table.add_column(col, justify="left" if col in ("node", "op", "precision") else "right")
     for p in report.profile:
-        table.add_row(p.name, p.op_type, str(p.mp or ""), f"{p.measured_us:.1f}",
+        table.add_row(p.name, p.op_type, str(p.mp or ""), p.precision or "", f"{p.measured_us:.1f}",
                       "" if p.sim_latency_us is None else f"{p.sim_latency_us:.1f}")
-    table.add_row("total", "", "", f"{sum(p.measured_us for p in report.profile):.1f}",
+    table.add_row("total", "", "", "", f"{sum(p.measured_us for p in report.profile):.1f}",
                   f"{sum(p.sim_latency_us or 0 for p in report.profile):.1f}")
     console.print(table)
 

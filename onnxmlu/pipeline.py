@@ -21,6 +21,13 @@ a ``ModelProto`` the caller passes is copied first, so the caller's model is nev
 When the context has a :class:`~onnxmlu.ir.weights.WeightStore` (``fuse_to_file`` of a file),
 the large weights leave the protobuf tree right after normalizing and every pass that reads
 them is given the store.
+
+Precision (docs/precision.md): the plan pass calls one :data:`Planner`, picked by
+``Options.precision`` (:func:`planner_for`): :func:`plan_fixed_precision` puts every block at
+the precision asked. When a block is not FP32, collapse makes the run's one
+:class:`~onnxmlu.precision.bodies.BlockBodies` (``Context.bodies``; INT8 blocks are calibrated
+there, before any weight is released) and embed / write hand it the bodies; what it records
+(stage ``precision``) joins ``Context.diagnostics``.
 """
 
 from __future__ import annotations
@@ -30,14 +37,15 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, Union
 
 import onnx
 
 from onnxmlu.analyze import Analysis, analyze
 from onnxmlu.collapse.atomic import needs_external_data, write_model_atomic, write_pieces_atomic
-from onnxmlu.collapse.blocks import BlockFigures, add_bodies, fused_without_bodies, stream_pieces
+from onnxmlu.collapse.blocks import BlockFigures, add_bodies, fused_without_bodies, prepare_bodies, stream_pieces
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused
 from onnxmlu.frontend.normalize import normalize_owned
 from onnxmlu.ir import copy_model
@@ -45,8 +53,13 @@ from onnxmlu.ir.weights import WeightStore
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike, plan_layers
+from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
 from onnxmlu.rewrite import RewriteReport, rewrite_owned
 from onnxmlu.schema import ensure_registered
+
+if TYPE_CHECKING:
+    from onnxmlu.precision.bodies import BlockBodies
+    from onnxmlu.precision.int8 import Int8Options
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto]
 
@@ -86,7 +99,13 @@ def as_progress(progress: Progress | Callable[[str], None] | None) -> Progress:
 
 @dataclass
 class Options:
-    """What the user asked the pipeline for (the ``fuse`` options)."""
+    """What the user asked the pipeline for (the ``fuse`` options).
+
+    ``precision``: None runs every block as planned (a strategy's plan at FP32, a plan file's
+    blocks at their own precision); ``"fp32"``, ``"fp16"`` or ``"int8"`` puts every block at
+    that precision (:func:`plan_fixed_precision`). ``calibration``: a folder of calibration
+    samples for INT8 blocks (None: the seeded random fallback); ``int8``: how INT8 blocks are
+    quantized (None: :class:`~onnxmlu.precision.int8.Int8Options` defaults, MinMax)."""
 
     strategy: StrategyLike = DEFAULT_STRATEGY
     plan: PlanLike | None = None
@@ -95,6 +114,12 @@ class Options:
     rewrite: bool = True
     bn_mode: str = "substitute"
     only: Sequence[str] | None = None
+    precision: str | None = None
+    calibration: str | os.PathLike | None = None
+    int8: "Int8Options | None" = None
+
+    def __post_init__(self) -> None:
+        check_precision_option(self.precision)
 
 
 @dataclass
@@ -116,6 +141,7 @@ class Context:
     block_latency_us: list[float] = field(default_factory=list)  # plan
     fused: onnx.ModelProto | None = None  # collapse (bodiless), embed / write
     blocks: dict = field(default_factory=dict)  # collapse: fused node position -> (block, interface)
+    bodies: "BlockBodies | None" = None  # collapse: FP16/INT8 bodies (None when every block is FP32)
 
     @property
     def source_name(self) -> str:
@@ -188,28 +214,85 @@ class PlanPass:
     name = "plan"
 
     def label(self, ctx: Context) -> str:
+        at = f" at {ctx.options.precision}" if ctx.options.precision else ""
         if ctx.options.plan is not None:
-            return "planning: --plan"
+            return f"planning: --plan{at}"
         strategy = ctx.options.strategy
-        return f"planning: {strategy if isinstance(strategy, str) else getattr(strategy, '__name__', strategy)}"
+        return f"planning: {strategy if isinstance(strategy, str) else getattr(strategy, '__name__', strategy)}{at}"
 
     def run(self, ctx: Context) -> None:
-        o = ctx.options
-        ctx.plan, ctx.block_latency_us = plan_layers(ctx.analysis.layers, ctx.hardware, strategy=o.strategy,
-                                                     plan=o.plan, mp=o.mp)
+        ctx.plan, ctx.block_latency_us = planner_for(ctx.options.precision)(ctx.analysis, ctx.hardware, ctx.options)
+
+
+#: A planner: the plan of an analysed model for the options, with each block's simulated
+#: latency (µs, at the block's MP and precision). Blocks over the body limit must be split.
+Planner = Callable[[Analysis, Hardware, Options], "tuple[Plan, list[float]]"]
+
+
+def plan_fixed_precision(analysis: Analysis, hw: Hardware, options: Options) -> tuple[Plan, list[float]]:
+    """The strategy's plan (or the plan file), every block at ``options.precision`` when one is
+    given, the strategy planning on the layers at that precision (:func:`plan_layers`)."""
+    return plan_layers(analysis.layers, hw, strategy=options.strategy, plan=options.plan, mp=options.mp,
+                       precision=options.precision)
+
+
+#: Planners for ``Options.precision`` values that are not one fixed precision (``--precision
+#: auto`` will register its joint planner here); every other value plans with
+#: :func:`plan_fixed_precision`.
+PRECISION_PLANNERS: dict[str, Planner] = {}
+
+
+def planner_for(precision: str | None) -> Planner:
+    """What the plan pass calls for ``precision`` (see :data:`PRECISION_PLANNERS`)."""
+    return PRECISION_PLANNERS.get(precision or "", plan_fixed_precision)
+
+
+def precision_choices() -> tuple[str, ...]:
+    """The values ``--precision`` accepts: the fixed precisions, then the planners' names."""
+    return (*PRECISIONS, *PRECISION_PLANNERS)
+
+
+def check_precision_option(precision: str | None) -> None:
+    """An :class:`OnnxMluError` (one line) unless ``precision`` is None or a known choice."""
+    if precision is not None and precision not in precision_choices():
+        raise OnnxMluError(f"--precision must be one of {', '.join(precision_choices())}, not {precision!r}")
 
 
 class Collapse:
     name = "collapse"
 
     def label(self, ctx: Context) -> str:
-        return f"collapsing {len(ctx.plan.blocks)} blocks"
+        calibrating = any(b.precision == "int8" for b in ctx.plan.blocks)
+        return f"collapsing {len(ctx.plan.blocks)} blocks" + ("; calibrating INT8 blocks" if calibrating else "")
 
     def run(self, ctx: Context) -> None:
         layers = ctx.analysis.layers
         figures = [BlockFigures(sum(l.gops for l in b.layers(layers)), t)
                    for b, t in zip(ctx.plan.blocks, ctx.block_latency_us)]
         ctx.fused, ctx.blocks = fused_without_bodies(ctx.analysis, ctx.plan, figures)
+        ctx.bodies = _block_bodies(ctx)
+
+
+def _block_bodies(ctx: Context) -> "BlockBodies | None":
+    """One :class:`BlockBodies` for the run when a block is not FP32, INT8 blocks calibrated
+    now -- while the weight store still holds every weight, before any body is written.
+    Its diagnostics (random calibration) join ``ctx.diagnostics`` here, in pass order."""
+    if all(b.precision == DEFAULT_PRECISION for b in ctx.plan.blocks):
+        return None
+    from onnxmlu.precision.bodies import BlockBodies
+
+    bodies = prepare_bodies(ctx.analysis, ctx.blocks, BlockBodies(ctx.analysis, ctx.options.calibration,
+                                                                  ctx.options.int8))
+    _take_diagnostics(ctx, bodies)
+    return bodies
+
+
+def _take_diagnostics(ctx: Context, bodies: "BlockBodies | None") -> None:
+    """Move what ``bodies`` recorded since the last call (stage ``precision``) into
+    ``ctx.diagnostics``: each record once, in the order it was made."""
+    if bodies is not None:
+        ctx.diagnostics.extend(bodies.diagnostics)
+        bodies.diagnostics.clear()
 
 
 class Embed:
@@ -221,8 +304,9 @@ class Embed:
         return "embedding block bodies"
 
     def run(self, ctx: Context) -> None:
-        add_bodies(ctx.fused, ctx.analysis, ctx.blocks)
+        add_bodies(ctx.fused, ctx.analysis, ctx.blocks, ctx.bodies)
         ctx.blocks = {}  # every body is in its node now
+        _take_diagnostics(ctx, ctx.bodies)  # operators left in FP32 inside INT8 blocks
 
 
 class Portable:
@@ -252,10 +336,11 @@ class Write:
 
     def run(self, ctx: Context) -> None:
         if ctx.weights is None or needs_external_data(ctx.analysis.model):
-            add_bodies(ctx.fused, ctx.analysis, ctx.blocks)  # those not embedded yet
+            add_bodies(ctx.fused, ctx.analysis, ctx.blocks, ctx.bodies)  # those not embedded yet
             write_model_atomic(ctx.fused, ctx.output)
         else:
-            write_pieces_atomic(stream_pieces(ctx.analysis, ctx.fused, ctx.blocks), ctx.output)
+            write_pieces_atomic(stream_pieces(ctx.analysis, ctx.fused, ctx.blocks, ctx.bodies), ctx.output)
+        _take_diagnostics(ctx, ctx.bodies)
 
 
 #: The stages up to a plan (``prepare`` is the first three).

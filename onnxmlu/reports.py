@@ -44,13 +44,15 @@ class FuseResult:
     hardware: Hardware
     rewrite_report: object | None
     block_latency_us: list[float]
-    #: Everything the pipeline did not do, in pass order (normalize, rewrite, analyze).
+    #: Everything the pipeline did not do, in pass order (normalize, rewrite, analyze, precision).
     diagnostics: list[Diagnostic] = field(default_factory=list)
     #: Seconds each pass took, by pass name, in pass order.
     pass_seconds: dict[str, float] = field(default_factory=dict)
     output: Path | None = None
     #: The comparison with the original (``fuse --check``), when asked for.
     check: Any = None
+    #: Where INT8 blocks were calibrated (:func:`calibration_report`); None without INT8 blocks.
+    calibration: dict | None = None
 
     @property
     def sim_latency_us(self) -> float:
@@ -65,7 +67,7 @@ class FuseResult:
         for b, (block, latency) in enumerate(zip(self.plan.blocks, self.block_latency_us)):
             layers = self.analysis.layers[block.start : block.stop]
             rows.append({
-                "block": b, "mp": block.mp, "layers": len(layers),
+                "block": b, "mp": block.mp, "precision": block.precision, "layers": len(layers),
                 "first": layers[0].name, "last": layers[-1].name,
                 "op_types": dict(Counter(l.op_type for l in layers).most_common()),
                 "gops": sum(l.gops for l in layers), "sim_latency_us": latency,
@@ -77,10 +79,21 @@ class FuseResult:
         payload.update({
             "strategy": self.plan.strategy, "hardware": self.hardware.name, "sim_latency_us": self.sim_latency_us,
             "sim_fps": self.sim_fps, "blocks": self.block_rows(), "host_nodes": self.analysis.host_nodes(),
-            "diagnostics": [d.to_dict() for d in self.diagnostics], "pass_seconds": dict(self.pass_seconds)})
+            "calibration": self.calibration, "diagnostics": [d.to_dict() for d in self.diagnostics],
+            "pass_seconds": dict(self.pass_seconds)})
         if self.check is not None:
             payload["check"] = tagged("check", self.check.to_dict())
         return payload
+
+
+def calibration_report(bodies) -> dict | None:
+    """Where the INT8 blocks' calibration samples came from (``fuse``'s ``calibration``), from
+    the run's :class:`~onnxmlu.precision.bodies.BlockBodies`; None when no block is INT8."""
+    calibration = getattr(bodies, "calibration", None)
+    if calibration is None:
+        return None
+    return {"source": calibration.source, "samples": len(calibration), "random": calibration.random,
+            "calibrator": bodies.options.method, "description": calibration.describe()}
 
 
 @dataclass
@@ -97,7 +110,7 @@ class PlanReport:
         return float(sum(self.block_latency_us))
 
     def rows(self) -> list[dict]:
-        return [{"block": b, "mp": block.mp, "sim_latency_us": latency,
+        return [{"block": b, "mp": block.mp, "precision": block.precision, "sim_latency_us": latency,
                  "first": self.layers[block.start].name, "last": self.layers[block.stop - 1].name,
                  "start": block.start, "stop": block.stop}
                 for b, (block, latency) in enumerate(zip(self.plan.blocks, self.block_latency_us))]
@@ -114,10 +127,15 @@ class PlanReport:
 
 @dataclass(frozen=True)
 class StrategyResult:
+    """One strategy's plan on one network, priced; ``columns``: the same strategy in each
+    further column of ``compare --precision`` (column name -> result)."""
+
     strategy: str
     plan: Plan
     sim_latency_us: float
     plan_seconds: float
+    precision: str = "fp32"
+    columns: dict[str, "StrategyResult"] = field(default_factory=dict, compare=False)
 
     @property
     def fps(self) -> float:
@@ -130,6 +148,8 @@ class CompareReport:
 
     hardware: Hardware
     strategies: list[str]
+    #: the columns after FP32 (``compare --precision``), in order: ``fp16``, ``int8``
+    precisions: list[str] = field(default_factory=list)
     #: network name -> one result per strategy, in ``strategies`` order (``none`` first)
     networks: dict[str, list[StrategyResult]] = field(default_factory=dict)
 
@@ -138,11 +158,18 @@ class CompareReport:
         base = results[0].sim_latency_us
         return [{"strategy": r.strategy, "sim_latency_us": r.sim_latency_us, "fps": r.fps,
                  "speedup": base / r.sim_latency_us, "blocks": len(r.plan.blocks),
-                 "plan_seconds": r.plan_seconds} for r in results]
+                 "plan_seconds": r.plan_seconds, "precisions": _columns(r)} for r in results]
 
     def to_dict(self) -> dict:
         return {"hardware": self.hardware.name, "strategies": list(self.strategies),
-                "networks": {name: self.rows(name) for name in self.networks}}
+                "precisions": list(self.precisions), "networks": {name: self.rows(name) for name in self.networks}}
+
+
+def _columns(result: StrategyResult) -> dict[str, dict]:
+    """A compare row's further columns: each one's latency and its speed-up over the row's FP32."""
+    return {name: {"sim_latency_us": c.sim_latency_us, "fps": c.fps,
+                   "speedup_vs_fp32": result.sim_latency_us / c.sim_latency_us, "blocks": len(c.plan.blocks),
+                   "plan_seconds": c.plan_seconds} for name, c in result.columns.items()}
 
 
 @dataclass

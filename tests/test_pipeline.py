@@ -8,9 +8,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import numpy as np
+import pytest
 
 from onnxmlu import api
 from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, Context, Instrument, Options, PassManager, Say
+from onnxmlu.reports import calibration_report
 from onnxmlu.plan.perf.hardware import load_hardware
 from onnxmlu.tools.testing import conv_chain_model, make_model
 
@@ -78,3 +80,97 @@ def test_the_pipeline_never_changes_the_callers_model():
     before = model.SerializeToString()
     ctx = PassManager(PLAN).run(Context(model, load_hardware("mlu100"), progress=Say()))
     assert ctx.model is not model and model.SerializeToString() == before
+
+
+def _conv_bn_mod_relu() -> onnx.ModelProto:
+    """conv -> BatchNormalization (inference: rewritten to norm + Mul + Add, and the norm has no
+    QDQ form) -> sigmoid, then Acos (a host node), then relu: two blocks around a host node."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             *(numpy_helper.from_array(np.full(4, v, np.float32), n) for n, v in (("s", 1.5), ("b", 0.1),
+                                                                                   ("m", 0.2), ("v", 2.0))),
+             ]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], name="bn"),
+             helper.make_node("Sigmoid", ["n"], ["r"], name="sigmoid"),
+             helper.make_node("Acos", ["r"], ["o"], name="acos"),
+             helper.make_node("Relu", ["o"], ["z"], name="relu_out")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 6, 6])], inits)
+    return make_model(graph, opset=15)
+
+
+def test_precision_diagnostics_reach_the_context_in_pass_order(tmp_path):
+    """INT8 blocks: collapse records the random calibration, embed / write the operators left in
+    FP32; both join ctx.diagnostics after analyze's, once each, streamed to a file or not."""
+    ctx = Context(_conv_bn_mod_relu(), load_hardware("mlu100"), Options(strategy="all-fusion", precision="int8"))
+    seen: list[tuple[str, list[str]]] = []
+
+    class Rules(Instrument):
+        def after(self, p, ctx):
+            seen.append((p.name, [d.rule for d in ctx.diagnostics if d.stage == "precision"]))
+
+    PassManager(FUSE, [Rules()]).run(ctx)
+    by_pass = dict(seen)
+    assert by_pass["plan"] == [] and by_pass["collapse"] == ["random-calibration"]
+    assert by_pass["embed"][0] == "random-calibration" and set(by_pass["embed"][1:]) == {"int8-float-op"}
+    assert ctx.bodies is not None and ctx.bodies.diagnostics == []  # moved, not copied
+    stages = [d.stage for d in ctx.diagnostics]
+    assert stages == sorted(stages, key=["normalize", "rewrite", "analyze", "precision"].index)
+    assert "bn/norm" in [d.node for d in ctx.diagnostics if d.rule == "int8-float-op"]
+    assert ("analyze", "acos") in [(d.stage, d.node) for d in ctx.diagnostics]
+    source = tmp_path / "m.onnx"
+    onnx.save(_conv_bn_mod_relu(), source)
+    streamed = api.fuse_to_file(source, tmp_path / "f.onnx", strategy="all-fusion", precision="int8")
+    assert streamed.diagnostics == ctx.diagnostics
+
+
+def test_fp32_and_fp16_runs_make_no_calibration():
+    for precision, made in ((None, False), ("fp32", False), ("fp16", True)):
+        ctx = Context(_conv_bn_mod_relu(), load_hardware("mlu100"), Options(strategy="all-fusion", precision=precision))
+        PassManager(FUSE, []).run(ctx)
+        assert (ctx.bodies is not None) == made
+        assert not [d for d in ctx.diagnostics if d.stage == "precision"]
+        assert calibration_report(ctx.bodies) is None
+
+
+def test_the_plan_pass_plans_at_the_precision_asked():
+    """The strategy runs on the layers at that precision (its own blocks and MPs for it), every
+    block gets the precision, and each block is priced at it."""
+    from onnxmlu.plan.perf.layers import layers_at_precision
+    from onnxmlu.plan.perf.model import make_cost, plan_block_latencies_us
+    from onnxmlu.plan.plan import with_precision
+    from onnxmlu.plan.strategies import run_strategy
+    from onnxmlu.tools.testing import zoo_model
+
+    hw = load_hardware("mlu100")
+    for precision in ("fp16", "int8"):
+        ctx = PassManager(PLAN, []).run(Context(zoo_model("resnet18"), hw, Options(strategy="optimal",
+                                                                                   precision=precision)))
+        layers = ctx.analysis.layers
+        expected = with_precision(run_strategy(layers_at_precision(layers, precision), hw, "optimal"), precision)
+        assert ctx.plan.blocks == expected.blocks
+        assert ctx.block_latency_us == pytest.approx(plan_block_latencies_us(expected, layers, make_cost(hw)))
+    fp32 = PassManager(PLAN, []).run(Context(zoo_model("resnet18"), hw, Options(strategy="optimal")))
+    assert sum(ctx.block_latency_us) < sum(fp32.block_latency_us)
+
+
+def test_an_unknown_precision_is_refused_and_a_planner_can_be_slotted_in(monkeypatch):
+    """``Options`` refuses what no planner takes; a planner registered for a name (as
+    ``--precision auto`` will be) is what the plan pass calls for it."""
+    from onnxmlu import pipeline
+    from onnxmlu.errors import OnnxMluError
+    from onnxmlu.plan.plan import plan_from_ranges
+
+    with pytest.raises(OnnxMluError, match="--precision must be one of fp32, fp16, int8, not 'auto'"):
+        Options(precision="auto")
+    calls = []
+
+    def planner(analysis, hw, options):
+        calls.append(options.precision)
+        plan = plan_from_ranges([(0, len(analysis.layers), 1, "fp16")])
+        return plan, [1.0]
+
+    monkeypatch.setitem(pipeline.PRECISION_PLANNERS, "auto", planner)
+    ctx = PassManager(PLAN, []).run(Context(conv_chain_model(), load_hardware("mlu100"), Options(precision="auto")))
+    assert calls == ["auto"] and ctx.block_latency_us == [1.0] and ctx.plan.blocks[0].precision == "fp16"

@@ -1,9 +1,11 @@
 """The plan stage: the layers' plan (a strategy's, or one written by hand), ready to collapse.
 
 :func:`make_plan` runs a strategy (:func:`~onnxmlu.plan.strategies.run_strategy`) or reads a
-plan file, and optionally forces one MP on every block; :func:`plan_layers` is what the
-pipeline's plan pass calls: that plan with every block whose weights would not fit in one body
-split (:data:`BODY_WEIGHT_LIMIT_BYTES`), and each block's simulated latency.
+plan file, optionally at one precision (the strategy then plans on the layers at that
+precision, so its blocks and MPs are chosen for it), and optionally forces one MP on every
+block; :func:`plan_layers` is what the pipeline's fixed-precision planner calls: that plan with
+every block whose weights would not fit in one body split (:data:`BODY_WEIGHT_LIMIT_BYTES`),
+and each block's simulated latency at its MP and precision.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import Callable, Sequence, Union
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.plan.perf.hardware import Hardware
-from onnxmlu.plan.perf.layers import Layer
-from onnxmlu.plan.plan import Plan, split_oversized_blocks
+from onnxmlu.plan.perf.layers import Layer, layers_at_precision
+from onnxmlu.plan.plan import Plan, split_oversized_blocks, with_precision
+from onnxmlu.precision import DEFAULT_PRECISION, check_precision
 
 StrategyLike = Union[str, Callable]
 PlanLike = Union[Plan, str, os.PathLike]
@@ -27,18 +30,32 @@ BODY_WEIGHT_LIMIT_BYTES = 1_900_000_000
 
 
 def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike = DEFAULT_STRATEGY,
-              plan: PlanLike | None = None, mp: int | None = None) -> Plan:
-    """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere."""
+              plan: PlanLike | None = None, mp: int | None = None, precision: str | None = None) -> Plan:
+    """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere.
+
+    ``precision`` (None: each block as the plan says, FP32 for a strategy) puts every block
+    at that precision; a strategy then runs on :func:`layers_at_precision` ``(layers,
+    precision)``, so it weighs fusion and MP against the prices at that precision. ``layers``
+    are the analysed (FP32) layers either way."""
     from onnxmlu.plan.strategies import run_strategy
 
     if plan is not None:
         chosen = plan if isinstance(plan, Plan) else Plan.load(plan, layers)
     else:
-        chosen = run_strategy(layers, hw, strategy)
+        chosen = run_strategy(_at(layers, precision), hw, strategy)
+    if precision is not None:
+        chosen = with_precision(chosen, precision)
     if mp is not None:
         chosen = _forced_mp(chosen, mp, hw)
     chosen.validate(layers, hw.cores)
     return chosen
+
+
+def _at(layers: Sequence[Layer], precision: str | None) -> Sequence[Layer]:
+    """The layers a strategy plans on: as analysed for FP32 (or no precision asked)."""
+    if precision is None or precision == DEFAULT_PRECISION:
+        return layers
+    return layers_at_precision(layers, check_precision(precision, "precision"))
 
 
 def _forced_mp(plan: Plan, mp: int, hw: Hardware) -> Plan:

@@ -23,6 +23,7 @@ types, so the fused graph around the block does not change.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -168,9 +169,12 @@ class _PreprocessAdvice(logging.Filter):
 
 @contextlib.contextmanager
 def _quiet_quantizer() -> Iterator[None]:
+    """The quantizer without its pre-processing advice, and without the progress its histogram
+    calibrators (entropy, percentile) print to stdout, which ``--json -`` owns."""
     root, advice = logging.getLogger(), _PreprocessAdvice()
     root.addFilter(advice)
     try:
-        yield
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
     finally:
         root.removeFilter(advice)

@@ -18,7 +18,7 @@ from typing import Mapping
 import numpy as np
 import onnx
 
-from onnxmlu.schema import is_fusion_block
+from onnxmlu.schema import block_precision, is_fusion_block
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,8 @@ class NodeProfile:
     mp: int | None
     sim_latency_us: float | None
     measured_us: float
+    #: The block's precision (``fp32`` when its node has no attribute); None for other nodes.
+    precision: str | None = None
 
 
 def profile_nodes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], repeat: int = 10) -> list[NodeProfile]:
@@ -55,4 +57,5 @@ def _node_profile(node: onnx.NodeProto, durations: dict[str, list[float]]) -> No
     return NodeProfile(node.name or node.op_type, node.op_type,
                        int(attrs["mp"]) if is_fusion_block(node) and "mp" in attrs else None,
                        float(attrs["sim_latency_us"]) if "sim_latency_us" in attrs else None,
-                       statistics.median(durations[node.name or node.op_type]))
+                       statistics.median(durations[node.name or node.op_type]),
+                       block_precision(node) if is_fusion_block(node) else None)
