@@ -58,11 +58,13 @@ def _run(passes, model: ModelLike, *, hardware: HardwareLike | None = None, prog
 
 def _result(ctx: Context) -> FuseResult:
     return FuseResult(ctx.fused, ctx.analysis, ctx.plan, ctx.hardware, ctx.rewrite_report, ctx.block_latency_us,
-                      ctx.diagnostics, ctx.pass_seconds, ctx.output, calibration=calibration_report(ctx.bodies))
+                      ctx.diagnostics, ctx.pass_seconds, ctx.output, calibration=calibration_report(ctx.bodies),
+                      auto=ctx.auto)
 
 
 def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
-                      calibrator: str = DEFAULT_CALIBRATOR) -> dict:
+                       calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
+                       pareto: bool = False) -> dict:
     """The precision keywords of :class:`Options`, checked before any pass runs (a one-line
     :class:`OnnxMluError` for an unknown precision or calibrator, and for a calibration folder
     that does not exist or holds no readable sample: nothing is written then)."""
@@ -78,23 +80,31 @@ def _precision_options(precision: str | None = None, calibration: str | os.PathL
         from onnxmlu.precision.calibration import load_calibration
 
         load_calibration(calibration)  # samples are checked against the model's inputs when used
-    return {"precision": precision, "calibration": calibration, "int8": int8}
+    auto = None
+    if pareto:  # the Pareto plot shows every frontier plan measured
+        from onnxmlu.precision.auto import AutoOptions
+
+        auto = AutoOptions(measure_frontier=True)
+    return {"precision": precision, "calibration": calibration, "int8": int8, "accuracy": accuracy, "auto": auto}
 
 
 # ---------------------------------------------------------------------------------- fuse
 def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
          bn_mode: str = "substitute", precision: str | None = None, calibration: str | os.PathLike | None = None,
-         calibrator: str = DEFAULT_CALIBRATOR, progress: Progress | None = None) -> FuseResult:
+         calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
+         progress: Progress | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 
     ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts every block at that
     precision; INT8 blocks are calibrated on the samples in the ``calibration`` folder (None:
     seeded random samples, flagged by a diagnostic) with the ``calibrator`` (``minmax``,
-    ``entropy``, ``percentile``)."""
+    ``entropy``, ``percentile``). ``precision="auto"`` chooses blocks, MPs and a precision per
+    block that keep the ``accuracy`` budget (``"cosine>=0.999"`` by default, or ``"top1>=X"``),
+    measured on those samples (:mod:`onnxmlu.precision.auto`)."""
     return _result(_run(FUSE, model, hardware=hardware, progress=progress, strategy=strategy, plan=plan, mp=mp,
                         input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode,
-                        **_precision_options(precision, calibration, calibrator)))
+                        **_precision_options(precision, calibration, calibrator, accuracy)))
 
 
 @dataclass(frozen=True)
@@ -111,8 +121,8 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                  plan=None, mp: int | None = None, hardware: HardwareLike = DEFAULT_PROFILE,
                  input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
                  precision: str | None = None, calibration: str | os.PathLike | None = None,
-                 calibrator: str = DEFAULT_CALIBRATOR, check: CheckOptions | None = None, portable: bool = False,
-                 progress=None) -> FuseResult:
+                 calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
+                 check: CheckOptions | None = None, portable: bool = False, progress=None) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     A model file is fused holding the weights about once plus one block in memory: right after
@@ -124,7 +134,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     and saved whole; a model over protobuf's 2 GB limit is saved with external data.
     ``portable`` writes each block as a model-local ONNX function (the ``PORTABLE`` passes: no
     custom-op library needed to run it; ``check`` then compares that model). ``precision``,
-    ``calibration`` and ``calibrator`` as for :func:`fuse`.
+    ``calibration``, ``calibrator`` and ``accuracy`` as for :func:`fuse`.
     ``progress`` is told each pass as it starts (``say``; a plain callable works too).
     """
     out = Path(output)
@@ -133,7 +143,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
         _refuse_output(out, Path(model))
     streamed = not (in_memory or check is not None or portable)
     options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, rewrite=rewrite,
-                      bn_mode=bn_mode, **_precision_options(precision, calibration, calibrator))
+                      bn_mode=bn_mode, **_precision_options(precision, calibration, calibrator, accuracy))
     ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
                   progress=as_progress(progress), output=out)
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
@@ -215,13 +225,23 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
 
 def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
-         output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None, progress=None) -> PlanReport:
+         calibration: str | os.PathLike | None = None, accuracy: str | None = None,
+         output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None,
+         pareto: str | os.PathLike | None = None, progress=None) -> PlanReport:
     """Plan ``model`` (the passes up to ``plan``) without collapsing it, every block at
-    ``precision`` when given (the strategy planning at it); write the editable plan file to
-    ``output`` and a timeline of the blocks to ``plot`` when given."""
+    ``precision`` when given (the strategy planning at it; ``auto``: under the ``accuracy``
+    budget, measured on the ``calibration`` samples, as for :func:`fuse`); write the editable
+    plan file to ``output``, a timeline of the blocks to ``plot`` and, with ``auto``, the
+    latency-accuracy chart of the plans it considered to ``pareto``."""
+    if pareto is not None and precision != "auto":
+        raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
     ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
-               precision=precision)
-    report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us)
+               **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None))
+    report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto)
+    if pareto is not None:
+        from onnxmlu.precision.auto import write_pareto
+
+        write_pareto(ctx.auto, pareto, title=f"{Path(str(model)).stem}: --precision auto --accuracy {ctx.auto.budget}")
     if output is not None:
         from onnxmlu.collapse.atomic import write_bytes_atomic
 

@@ -58,10 +58,16 @@ AtolOpt = Annotated[float, typer.Option("--atol", help="Absolute tolerance.")]
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance.")]
 PrecisionOpt = Annotated[Optional[str], _option("--precision", help=(
     "Run every block at fp32, fp16 or int8; the strategy plans at that precision (default: fp32, or the "
-    "precisions of the --plan file)."))]
+    "precisions of the --plan file). auto: blocks, MP and a precision per block chosen together under "
+    "the --accuracy budget, measured on the calibration samples."))]
+AccuracyOpt = Annotated[Optional[str], _option("--accuracy", help=(
+    "Budget of --precision auto: cosine>=X (worst cosine similarity of each output over the samples) or "
+    "top1>=X (argmax agreement); default cosine>=0.999."))]
 CalibrationOpt = Annotated[Optional[Path], _option("--calibration", help=(
     "Folder of calibration samples for INT8 blocks: NAME.npz files (arrays by input name) or sub-folders of "
     "TensorProto *.pb files (default: seeded random samples, flagged in the report)."))]
+ParetoOpt = Annotated[Optional[Path], _option("--pareto", help=(
+    "With --precision auto: simulated latency against measured accuracy of the plans considered (PNG)."))]
 CalibratorOpt = Annotated[str, typer.Option("--calibrator", help="INT8 calibrator: minmax, entropy or percentile.")]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Run original and fused model and compare.")]
 PortableOpt = Annotated[bool, typer.Option("--portable", help=(
@@ -220,6 +226,7 @@ def fuse(
     precision: PrecisionOpt = None,
     calibration: CalibrationOpt = None,
     calibrator: CalibratorOpt = "minmax",
+    accuracy: AccuracyOpt = None,
     check: CheckOpt = False,
     inputs: InputsOpt = None,
     portable: PortableOpt = False,
@@ -228,14 +235,18 @@ def fuse(
 ) -> None:
     """Rewrite, plan and collapse MODEL into OUTPUT (one MLUFusionBlock per block).
 
-    Example: onnxmlu fuse resnet18.onnx resnet18.fused.onnx --strategy dlfusion --precision fp16 --check"""
+    Example: onnxmlu fuse resnet18.onnx resnet18.fused.onnx --precision auto --accuracy cosine>=0.999"""
     from onnxmlu import api
 
-    checked = api.CheckOptions(inputs=_arrays(inputs)) if check else None
     with _steps(quiet) as steps:
         result = api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
                                   input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
-                                  calibrator=calibrator, check=checked, portable=portable, progress=steps)
+                                  calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
+                                  check=api.CheckOptions(inputs=_arrays(inputs)) if check else None)
+    _deliver_fuse(result, json_out, quiet, portable)
+
+
+def _deliver_fuse(result, json_out: Optional[Path], quiet: bool, portable: bool) -> None:
     _deliver("fuse", result, json_out, quiet, lambda r: _show_fuse(r, portable))
     _exit_if_failed(result.check)
 
@@ -254,8 +265,23 @@ def _show_fuse(result, portable: bool) -> None:
                   f"{sum(result.pass_seconds.values()):.2f} s)")
     if result.calibration is not None and not result.calibration["random"]:  # random: a diagnostic says so
         _plain(f"INT8 blocks calibrated on {result.calibration['description']} ({result.calibration['calibrator']})")
+    _show_auto(result.auto)
     if result.check is not None:
         _show_check(result.check)
+
+
+def _show_auto(auto) -> None:
+    """One line: the budget, met or not, measured and estimated; the speed-up it bought."""
+    if auto is None:
+        return
+    metric = auto.budget.metric
+    verdict = "met" if auto.budget.met(auto.chosen.measured) else "NOT met"
+    _plain(f"auto: {auto.budget} {verdict}: measured {auto.chosen.measured.value(metric):.6f} (estimated "
+           f"{auto.chosen.estimated.value(metric):.6f}) on {len(auto.evaluator.calibration)} samples; "
+           f"{auto.speedup:.2f}x the FP32 optimum ({auto.chosen.latency_us:,.0f} vs {auto.fp32_latency_us:,.0f} µs "
+           f"simulated); {len(auto.candidates)} plans considered, {auto.evaluator.runs} runs, {auto.seconds:.1f} s")
+    if auto.evaluator.calibration.random:
+        _plain("auto: measured on seeded random samples, not the model's data: give --calibration DIR")
 
 
 def _op_summary(counts: dict, keep: int = 3) -> str:
@@ -444,7 +470,10 @@ def plan(
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
     precision: PrecisionOpt = None,
+    calibration: CalibrationOpt = None,
+    accuracy: AccuracyOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
+    pareto: ParetoOpt = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -458,7 +487,8 @@ def plan(
 
     with _steps(quiet) as steps:
         report = api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
-                          precision=precision, output=output, plot=plot, progress=steps)
+                          precision=precision, calibration=calibration, accuracy=accuracy, output=output, plot=plot,
+                          pareto=pareto, progress=steps)
     if quiet and output is None and json_out is None:
         sys.stdout.write(report.plan_json())
     _deliver("plan", report, json_out, quiet, _show_plan)
@@ -470,6 +500,7 @@ def _show_plan(report) -> None:
                       f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
     total = report.sim_latency_us
     console.print(f"{len(report.plan.blocks)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
+    _show_auto(report.auto)
 
 
 @command

@@ -24,10 +24,12 @@ them is given the store.
 
 Precision (docs/precision.md): the plan pass calls one :data:`Planner`, picked by
 ``Options.precision`` (:func:`planner_for`): :func:`plan_fixed_precision` puts every block at
-the precision asked. When a block is not FP32, collapse makes the run's one
-:class:`~onnxmlu.precision.bodies.BlockBodies` (``Context.bodies``; INT8 blocks are calibrated
-there, before any weight is released) and embed / write hand it the bodies; what it records
-(stage ``precision``) joins ``Context.diagnostics``.
+the precision asked; :func:`plan_auto_precision` (``auto``) chooses blocks, MPs and precisions
+under an accuracy budget, measuring the bodies it considers. When a block is not FP32, collapse
+uses the run's one :class:`~onnxmlu.precision.bodies.BlockBodies` (``Context.bodies``: auto's
+measured bodies, or made there, INT8 blocks calibrated before any weight is released) and
+embed / write hand it the bodies; what it records (stage ``precision``) joins
+``Context.diagnostics``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from onnxmlu.rewrite import RewriteReport, rewrite_owned
 from onnxmlu.schema import ensure_registered
 
 if TYPE_CHECKING:
+    from onnxmlu.precision.auto import AutoOptions, AutoResult
     from onnxmlu.precision.bodies import BlockBodies
     from onnxmlu.precision.int8 import Int8Options
 
@@ -117,9 +120,12 @@ class Options:
     precision: str | None = None
     calibration: str | os.PathLike | None = None
     int8: "Int8Options | None" = None
+    accuracy: str | None = None  # --precision auto's budget, e.g. "cosine>=0.999" (None: the default)
+    auto: "AutoOptions | None" = None  # how hard --precision auto looks (None: the defaults)
 
     def __post_init__(self) -> None:
         check_precision_option(self.precision)
+        check_auto_options(self)
 
 
 @dataclass
@@ -141,7 +147,8 @@ class Context:
     block_latency_us: list[float] = field(default_factory=list)  # plan
     fused: onnx.ModelProto | None = None  # collapse (bodiless), embed / write
     blocks: dict = field(default_factory=dict)  # collapse: fused node position -> (block, interface)
-    bodies: "BlockBodies | None" = None  # collapse: FP16/INT8 bodies (None when every block is FP32)
+    bodies: "BlockBodies | None" = None  # plan (auto) or collapse: FP16/INT8 bodies (None: every block FP32)
+    auto: "AutoResult | None" = None  # plan: what --precision auto chose, considered and measured
 
     @property
     def source_name(self) -> str:
@@ -221,25 +228,47 @@ class PlanPass:
         return f"planning: {strategy if isinstance(strategy, str) else getattr(strategy, '__name__', strategy)}{at}"
 
     def run(self, ctx: Context) -> None:
-        ctx.plan, ctx.block_latency_us = planner_for(ctx.options.precision)(ctx.analysis, ctx.hardware, ctx.options)
+        planned = planner_for(ctx.options.precision)(ctx.analysis, ctx.hardware, ctx.options)
+        ctx.plan, ctx.block_latency_us = planned.plan, planned.latencies
+        ctx.bodies, ctx.auto = planned.bodies, planned.auto
+        ctx.diagnostics.extend(planned.diagnostics)
 
 
-#: A planner: the plan of an analysed model for the options, with each block's simulated
-#: latency (µs, at the block's MP and precision). Blocks over the body limit must be split.
-Planner = Callable[[Analysis, Hardware, Options], "tuple[Plan, list[float]]"]
+@dataclass
+class Planned:
+    """What a planner leaves: the plan and each block's simulated latency (µs, at the block's
+    MP and precision; blocks over the body limit already split), and, from a planner that made
+    them, the blocks' bodies, its report and its diagnostics."""
+
+    plan: Plan
+    latencies: list[float]
+    bodies: "BlockBodies | None" = None
+    auto: "AutoResult | None" = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
 
 
-def plan_fixed_precision(analysis: Analysis, hw: Hardware, options: Options) -> tuple[Plan, list[float]]:
+#: A planner: an analysed model and the options -> :class:`Planned`.
+Planner = Callable[[Analysis, Hardware, Options], Planned]
+
+
+def plan_fixed_precision(analysis: Analysis, hw: Hardware, options: Options) -> Planned:
     """The strategy's plan (or the plan file), every block at ``options.precision`` when one is
     given, the strategy planning on the layers at that precision (:func:`plan_layers`)."""
-    return plan_layers(analysis.layers, hw, strategy=options.strategy, plan=options.plan, mp=options.mp,
-                       precision=options.precision)
+    return Planned(*plan_layers(analysis.layers, hw, strategy=options.strategy, plan=options.plan, mp=options.mp,
+                                precision=options.precision))
 
 
-#: Planners for ``Options.precision`` values that are not one fixed precision (``--precision
-#: auto`` will register its joint planner here); every other value plans with
-#: :func:`plan_fixed_precision`.
-PRECISION_PLANNERS: dict[str, Planner] = {}
+def plan_auto_precision(analysis: Analysis, hw: Hardware, options: Options) -> Planned:
+    """``--precision auto``: blocks, MPs and precisions under the accuracy budget
+    (:mod:`onnxmlu.precision.auto`), with the bodies it measured."""
+    from onnxmlu.precision.auto import auto_planner
+
+    return auto_planner(analysis, hw, options)
+
+
+#: Planners for ``Options.precision`` values that are not one fixed precision; every other
+#: value plans with :func:`plan_fixed_precision`.
+PRECISION_PLANNERS: dict[str, Planner] = {"auto": plan_auto_precision}
 
 
 def planner_for(precision: str | None) -> Planner:
@@ -250,6 +279,20 @@ def planner_for(precision: str | None) -> Planner:
 def precision_choices() -> tuple[str, ...]:
     """The values ``--precision`` accepts: the fixed precisions, then the planners' names."""
     return (*PRECISIONS, *PRECISION_PLANNERS)
+
+
+def check_auto_options(options: Options) -> None:
+    """One-line errors for options ``--precision auto`` cannot honour, or that need it."""
+    if options.precision != "auto":
+        if options.accuracy is not None:
+            raise OnnxMluError("--accuracy is the budget of --precision auto; add --precision auto")
+        return
+    if options.plan is not None or options.mp is not None:
+        raise OnnxMluError("--precision auto chooses blocks and MPs itself; drop --plan / --mp")
+    if options.accuracy is not None:
+        from onnxmlu.precision.accuracy import Budget
+
+        Budget.parse(options.accuracy)
 
 
 def check_precision_option(precision: str | None) -> None:
@@ -279,10 +322,12 @@ def _block_bodies(ctx: Context) -> "BlockBodies | None":
     Its diagnostics (random calibration) join ``ctx.diagnostics`` here, in pass order."""
     if all(b.precision == DEFAULT_PRECISION for b in ctx.plan.blocks):
         return None
-    from onnxmlu.precision.bodies import BlockBodies
+    bodies = ctx.bodies  # a planner that measured the bodies (auto) hands them on
+    if bodies is None:
+        from onnxmlu.precision.bodies import BlockBodies
 
-    bodies = prepare_bodies(ctx.analysis, ctx.blocks, BlockBodies(ctx.analysis, ctx.options.calibration,
-                                                                  ctx.options.int8))
+        bodies = BlockBodies(ctx.analysis, ctx.options.calibration, ctx.options.int8)
+    bodies = prepare_bodies(ctx.analysis, ctx.blocks, bodies)
     _take_diagnostics(ctx, bodies)
     return bodies
 

@@ -53,6 +53,8 @@ class FuseResult:
     check: Any = None
     #: Where INT8 blocks were calibrated (:func:`calibration_report`); None without INT8 blocks.
     calibration: dict | None = None
+    #: What ``--precision auto`` chose and measured (:class:`~onnxmlu.precision.auto.AutoResult`).
+    auto: Any = None
 
     @property
     def sim_latency_us(self) -> float:
@@ -79,11 +81,15 @@ class FuseResult:
         payload.update({
             "strategy": self.plan.strategy, "hardware": self.hardware.name, "sim_latency_us": self.sim_latency_us,
             "sim_fps": self.sim_fps, "blocks": self.block_rows(), "host_nodes": self.analysis.host_nodes(),
-            "calibration": self.calibration, "diagnostics": [d.to_dict() for d in self.diagnostics],
-            "pass_seconds": dict(self.pass_seconds)})
+            "calibration": self.calibration, "auto": _auto(self.auto),
+            "diagnostics": [d.to_dict() for d in self.diagnostics], "pass_seconds": dict(self.pass_seconds)})
         if self.check is not None:
             payload["check"] = tagged("check", self.check.to_dict())
         return payload
+
+
+def _auto(result) -> dict | None:
+    return None if result is None else result.to_dict()
 
 
 def calibration_report(bodies) -> dict | None:
@@ -104,6 +110,7 @@ class PlanReport:
     layers: Sequence[Layer]
     hardware: Hardware
     block_latency_us: list[float]
+    auto: Any = None  # what --precision auto chose and measured
 
     @property
     def sim_latency_us(self) -> float:
@@ -122,7 +129,8 @@ class PlanReport:
     def to_dict(self) -> dict:
         total = self.sim_latency_us
         return {"strategy": self.plan.strategy, "hardware": self.hardware.name, "layers": len(self.layers),
-                "sim_latency_us": total, "sim_fps": 1e6 / total if total > 0 else None, "blocks": self.rows()}
+                "sim_latency_us": total, "sim_fps": 1e6 / total if total > 0 else None, "blocks": self.rows(),
+                "auto": _auto(self.auto)}
 
 
 @dataclass(frozen=True)

@@ -129,12 +129,14 @@ def test_every_json_report_matches_its_schema(library, chain_file, training_bn_f
         "fuse": [json_of("fuse", chain_file, fused, "-s", "all-fusion", "--check", "--json", "-"),
                  json_of("fuse", chain_file, tmp_path / "f2.onnx", "--json", "-"),
                  json_of("fuse", host_node_file, tmp_path / "f3.onnx", "-s", "all-fusion", "--json", "-"),
-                 json_of("fuse", chain_file, tmp_path / "f4.onnx", "--precision", "int8", "--json", "-")],
+                 json_of("fuse", chain_file, tmp_path / "f4.onnx", "--precision", "int8", "--json", "-"),
+                 json_of("fuse", chain_file, tmp_path / "f5.onnx", "--precision", "auto", "--json", "-")],
         "check": [json_of("check", chain_file, fused, "--seed", "0", "--seed", "1", "--json", "-")],
         "inspect": [json_of("inspect", chain_file, "--json", "-")],
         "rewrite": [json_of("rewrite", training_bn_file, tmp_path / "rw.onnx", "--json", "-")],
         "plan": [json_of("plan", chain_file, "-s", "optimal", "--json", "-"),
-                 json_of("plan", chain_file, "--precision", "fp16", "--json", "-")],
+                 json_of("plan", chain_file, "--precision", "fp16", "--json", "-"),
+                 json_of("plan", chain_file, "--precision", "auto", "--accuracy", "top1>=0.99", "--json", "-")],
         "compare": [json_of("compare", chain_file, "--strategies", "dlfusion,oracle", "--json", "-"),
                     json_of("compare", chain_file, "--strategies", "dlfusion", "--precision", "fp16,int8",
                             "--json", "-")],
@@ -174,6 +176,10 @@ def test_fuse_embeds_the_check_schema_unchanged():
     fuse, check = schemas.load("fuse"), schemas.load("check")
     assert fuse["$defs"]["check"] == {k: v for k, v in check.items() if k not in ("$schema", "title")}
     assert fuse["properties"]["check"]["$ref"] == "#/$defs/check"
+
+
+def test_fuse_and_plan_describe_auto_alike():
+    assert schemas.load("fuse")["$defs"]["auto"] == schemas.load("plan")["$defs"]["auto"]
 
 
 def test_schemas_ship_in_the_package_and_docs_point_to_them():

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -47,17 +47,24 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer, layers_at_precision
 from onnxmlu.plan.perf.model import make_cost, plan_block_latencies_us
-from onnxmlu.plan.plan import Block, Plan, segments
+from onnxmlu.plan.plan import Block, Plan, segments, split_oversized_blocks
 from onnxmlu.plan.strategies.search import max_block_length, whole_segments
 from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
 from onnxmlu.precision.accuracy import Accuracy, Budget
+from onnxmlu.precision.bodies import runnable_model
+from onnxmlu.precision.calibration import DEFAULT_RANDOM_SAMPLES, load_calibration, random_calibration
 from onnxmlu.precision.evaluate import PlanEvaluator
+
+if TYPE_CHECKING:
+    from onnxmlu.pipeline import Planned
 
 LOWER = ("fp16", "int8")
 #: Share of the savable latency below which a segment is not measured (kept FP32).
 MINOR_SHARE = 0.005
 LAMBDA_GRID = np.logspace(-3, 3, 25)
 STRATEGY = "auto"
+#: The budget of ``--precision auto`` without ``--accuracy``.
+DEFAULT_BUDGET = "cosine>=0.999"
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,7 @@ class AutoResult:
                 "estimated": self.chosen.estimated.to_dict(), "measured": self.chosen.measured.to_dict(),
                 "latency_us": self.chosen.latency_us, "fp32_latency_us": self.fp32_latency_us,
                 "speedup": self.speedup, "seconds": self.seconds, "runs": self.evaluator.runs,
-                "calibration": {"source": calibration.describe(), "random": calibration.random,
+                "calibration": {"source": calibration.source, "random": calibration.random,
                                 "samples": len(calibration)},
                 "units": [u.to_dict() for u in self.units], "candidates": [c.to_dict() for c in self.candidates]}
 
@@ -131,6 +138,7 @@ class AutoOptions:
     sensitivity_samples: int = 8
     advance: int = 2
     measure_frontier: bool = False  # run every frontier plan (for the Pareto plot)
+    random_samples: int = DEFAULT_RANDOM_SAMPLES  # seeded random samples when no calibration folder is given
 
 
 def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: AutoOptions | None = None) -> AutoResult:
@@ -153,6 +161,26 @@ def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: A
             "is not a budget met on the model's data; give a calibration folder")))
     return AutoResult(chosen, budget, frontier[-1].latency_us, considered, measured, evaluator,
                       time.perf_counter() - start, diagnostics)
+
+
+def auto_planner(analysis, hw: Hardware, options) -> "Planned":
+    """The pipeline's planner for ``--precision auto`` (``options``: the pipeline's Options):
+    the calibration samples, the evaluator, :func:`plan_auto`, blocks over the body limit split,
+    and the measured bodies for collapse."""
+    from onnxmlu.pipeline import Planned
+    from onnxmlu.plan.planner import BODY_WEIGHT_LIMIT_BYTES, block_latencies
+
+    auto = options.auto or AutoOptions()
+    model = runnable_model(analysis)
+    if options.calibration is not None:
+        calibration = load_calibration(options.calibration, model)
+    else:
+        calibration = random_calibration(model, auto.random_samples)
+    evaluator = PlanEvaluator(analysis, calibration, options.int8)
+    result = plan_auto(evaluator, hw, Budget.parse(options.accuracy or DEFAULT_BUDGET), auto)
+    plan = split_oversized_blocks(result.plan, analysis.layers, BODY_WEIGHT_LIMIT_BYTES)
+    latencies = block_latencies(analysis.layers, plan, make_cost(hw))
+    return Planned(plan, latencies, evaluator.bodies_for(plan), result, result.diagnostics)
 
 
 # ------------------------------------------------------------------------------ sensitivity

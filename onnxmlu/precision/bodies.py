@@ -75,11 +75,7 @@ class BlockBodies:
         if b not in self.block_samples:
             raise OnnxMluError(f"INT8 block {b} has no calibration samples: prepare() was not told of it")
         quantized = to_int8(body, self.block_samples[b], self.options, self.calibration.describe())
-        self.diagnostics.extend(
-            Diagnostic("precision", "int8-float-op", node.name or node.op_type,
-                       f"{node.op_type} computes in FP32 inside INT8 block {b}: onnxruntime's quantizer "
-                       "has no QDQ form for it")
-            for node in float_nodes(quantized))
+        self.diagnostics.extend(float_op_diagnostics(b, quantized))
         return quantized
 
     def note(self, precision: str) -> str:
@@ -99,6 +95,14 @@ class BlockBodies:
                     f"INT8 blocks calibrated on {self.calibration.describe()}: their activation scales fit "
                     "noise, not the model's data; give a calibration folder"))
         return self.calibration
+
+
+def float_op_diagnostics(b, quantized: onnx.ModelProto) -> list[Diagnostic]:
+    """One ``int8-float-op`` record per operator of INT8 block ``b`` left computing in FP32."""
+    return [Diagnostic("precision", "int8-float-op", node.name or node.op_type,
+                       f"{node.op_type} computes in FP32 inside INT8 block {b}: onnxruntime's quantizer "
+                       "has no QDQ form for it")
+            for node in float_nodes(quantized)]
 
 
 def runnable_model(analysis) -> onnx.ModelProto:

@@ -33,7 +33,7 @@ from onnxmlu.ir import copy_model_fields, fed_inputs, is_default_domain, nested_
 from onnxmlu.plan.plan import Block, Plan
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.precision.accuracy import Accuracy, measure
-from onnxmlu.precision.bodies import BlockBodies, runnable_model
+from onnxmlu.precision.bodies import BlockBodies, float_op_diagnostics, runnable_model
 from onnxmlu.precision.calibration import CalibrationSet, Sample, capture_tensors
 from onnxmlu.precision.int8 import Int8Options
 
@@ -175,6 +175,8 @@ class _MeasuredBodies(BlockBodies):
         measured = onnx.ModelProto()
         measured.CopyFrom(self.evaluator.body(self.plan.blocks[b]))
         measured.graph.name, measured.doc_string = body.graph.name, body.doc_string
+        if precision == "int8":
+            self.diagnostics.extend(float_op_diagnostics(b, measured))
         return measured
 
 

@@ -1,0 +1,99 @@
+"""``--precision auto`` on the command line: the fused model written keeps the budget when run
+in plain onnxruntime with the library, the report states estimated and measured accuracy,
+``plan --pareto`` draws the plans considered, and options auto cannot honour are refused in
+one line before anything is written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from typer.testing import CliRunner
+
+from onnxmlu.cli import app
+from onnxmlu.precision.accuracy import measure
+from onnxmlu.runtime import reference_session
+from onnxmlu.schema import block_precision, is_fusion_block
+from onnxmlu.tools.verify import random_inputs
+from precision_models import SIZE, residual_model
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture
+def residual_file(tmp_path):
+    path = tmp_path / "residual.onnx"
+    onnx.save(residual_model(seed=5), path)
+    return path
+
+
+def _run_with_library(fused: onnx.ModelProto, feeds, library: str):
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(library)
+    session = ort.InferenceSession(fused.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return [session.run(None, f) for f in feeds]
+
+
+@pytest.mark.parametrize("budget", ["cosine>=0.9999", "top1>=0.99"])
+def test_fused_auto_model_keeps_its_budget_when_run_with_the_library(residual_file, tmp_path, library, budget):
+    out = tmp_path / "auto.onnx"
+    result = invoke("fuse", residual_file, out, "--precision", "auto", "--accuracy", budget, "--json", "-")
+    assert result.exit_code == 0, result.output
+    auto = json.loads(result.stdout)["auto"]
+    assert auto["met"] and auto["budget"] == budget and auto["calibration"]["random"]
+    assert auto["speedup"] >= 1.0 and auto["latency_us"] <= auto["fp32_latency_us"]
+    fused = onnx.load(out)
+    precisions = [block_precision(n) for n in fused.graph.node if is_fusion_block(n)]
+    assert precisions and set(precisions) <= {"fp32", "fp16", "int8"}
+    # the seeded random samples auto measured on: onnxmlu check's inputs, seeds 0..7
+    model = residual_model(seed=5)
+    feeds = [random_inputs(model, seed) for seed in range(auto["calibration"]["samples"])]
+    reference = [reference_session(model).run(None, f) for f in feeds]
+    accuracy = measure(reference, _run_with_library(fused, feeds, library))
+    metric, threshold = budget.split(">=")
+    assert accuracy.value(metric) >= float(threshold)
+    assert accuracy.cosine == pytest.approx(auto["measured"]["cosine"], abs=1e-6)
+
+
+def test_plan_auto_draws_the_plans_it_considered(residual_file, tmp_path):
+    png = tmp_path / "pareto.png"
+    result = invoke("plan", residual_file, "--precision", "auto", "--pareto", png, "--json", "-")
+    assert result.exit_code == 0, result.output
+    auto = json.loads(result.stdout)["auto"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert all(c["measured"] is not None for c in auto["candidates"])  # --pareto runs every plan it plots
+    assert auto["candidates"][-1]["precisions"]["fp32"] == auto["candidates"][-1]["blocks"]  # the FP32 optimum
+    plain = invoke("plan", residual_file, "--precision", "auto")
+    assert "auto: cosine>=0.999 met: measured" in plain.output and "seeded random samples" in plain.output
+
+
+def test_auto_measures_on_the_calibration_folder(residual_file, tmp_path):
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    for k in range(3):
+        np.savez(folder / f"s{k}.npz", x=rng.standard_normal((1, 3, SIZE, SIZE)).astype(np.float32))
+    result = invoke("plan", residual_file, "--precision", "auto", "--calibration", folder, "--json", "-")
+    assert result.exit_code == 0, result.output
+    calibration = json.loads(result.stdout)["auto"]["calibration"]
+    assert calibration == {"source": str(folder), "random": False, "samples": 3}
+
+
+@pytest.mark.parametrize("options, said", [
+    (["--accuracy", "cosine>=0.99"], "--accuracy is the budget of --precision auto"),
+    (["--precision", "auto", "--accuracy", "psnr>=30"], "accuracy metric must be one of cosine, top1"),
+    (["--precision", "auto", "--accuracy", "top1>=2"], "top1 budget must lie in [0, 1]"),
+    (["--precision", "auto", "--mp", "4"], "--precision auto chooses blocks and MPs itself"),
+])
+def test_options_auto_cannot_honour_are_refused_in_one_line(residual_file, tmp_path, options, said):
+    out = tmp_path / "out.onnx"
+    result = invoke("fuse", residual_file, out, *options)
+    assert result.exit_code == 2 and said in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+    pareto = invoke("plan", residual_file, "--pareto", tmp_path / "p.png")
+    assert pareto.exit_code == 2 and "--pareto plots the plans --precision auto considered" in pareto.output
