@@ -280,8 +280,11 @@ CompareColumn = Callable[[Analysis, Hardware, str], StrategyResult]
 COMPARE_COLUMNS: dict[str, CompareColumn] = {}
 
 
-def compare_column(name: str) -> CompareColumn:
-    """The column ``name`` of ``compare --precision`` (a one-line error for an unknown name)."""
+def compare_column(name: str, accuracy: str | None = None) -> CompareColumn:
+    """The column ``name`` of ``compare --precision`` (a one-line error for an unknown name);
+    ``auto`` plans under the ``accuracy`` budget (default ``cosine>=0.999``)."""
+    if name == "auto":
+        return _auto_column(accuracy)
     if name in COMPARE_COLUMNS:
         return COMPARE_COLUMNS[name]
     from onnxmlu.pipeline import check_precision_option
@@ -290,19 +293,45 @@ def compare_column(name: str) -> CompareColumn:
     return lambda analysis, hw, strategy: compare_strategies(analysis, hw, [strategy], precision=name)[0]
 
 
+def _auto_column(accuracy: str | None) -> CompareColumn:
+    """The ``auto`` column: one joint plan per network under the budget (it does not depend on
+    the row's strategy, so it is planned once and shown against each row's FP32 latency),
+    measured on seeded random samples."""
+    from onnxmlu.precision.accuracy import Budget
+    from onnxmlu.precision.auto import DEFAULT_BUDGET, plan_auto
+    from onnxmlu.precision.bodies import runnable_model
+    from onnxmlu.precision.calibration import random_calibration
+    from onnxmlu.precision.evaluate import PlanEvaluator
+
+    budget, planned = Budget.parse(accuracy or DEFAULT_BUDGET), {}
+
+    def column(analysis: Analysis, hw: Hardware, strategy: str) -> StrategyResult:
+        if id(analysis) not in planned:  # the analysis is kept with its result: ids stay unique
+            evaluator = PlanEvaluator(analysis, random_calibration(runnable_model(analysis)))
+            result = plan_auto(evaluator, hw, budget)
+            planned[id(analysis)] = (analysis, StrategyResult("auto", result.plan, result.chosen.latency_us,
+                                                              result.seconds, "auto"))
+        return planned[id(analysis)][1]
+    return column
+
+
 def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Sequence[str] | None = None,
             hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None,
-            precisions: Sequence[str] = (), plot: str | os.PathLike | None = None, progress=None) -> CompareReport:
+            precisions: Sequence[str] = (), accuracy: str | None = None, plot: str | os.PathLike | None = None,
+            progress=None) -> CompareReport:
     """Simulated latency of every strategy (``none`` first, the baseline) on ``model`` or, with
     ``zoo``, on every zoo CNN (DLFusion Fig. 10); a grouped bar chart at ``plot``. Each of
     ``precisions`` (``fp16``, ``int8``) adds a column: every strategy run on the layers at that
-    precision and priced at it, beside the FP32 one."""
+    precision and priced at it, beside the FP32 one; ``auto`` adds the joint plan under the
+    ``accuracy`` budget (one per network, measured on seeded random samples)."""
     from onnxmlu.plan.strategies import strategy_names
 
     if (model is None) == (not zoo):
         raise OnnxMluError("give either a MODEL or --zoo")
     names = list(strategies) if strategies else strategy_names()
-    columns = {p: compare_column(p) for p in dict.fromkeys(precisions) if p != "fp32"}  # FP32: the first column
+    if accuracy is not None and "auto" not in precisions:
+        raise OnnxMluError("--accuracy is the budget of the auto column; add auto to --precision")
+    columns = {p: compare_column(p, accuracy) for p in dict.fromkeys(precisions) if p != "fp32"}  # FP32: first
     report = CompareReport(_hardware(hardware), names if "none" in names else ["none", *names], list(columns))
     networks = _compare_inputs(model)
     steps = as_progress(progress)

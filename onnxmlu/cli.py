@@ -511,7 +511,9 @@ def compare(
     strategies: Annotated[Optional[str], _option("--strategies", help="Comma-separated (default: all).")] = None,
     input_shape: InputShapeOpt = None,
     precision: Annotated[Optional[str], _option("--precision", help=(
-        "Comma-separated fp16,int8: a column per precision, each strategy planned and priced at it."))] = None,
+        "Comma-separated fp16,int8,auto: a column per precision, each strategy planned and priced at it; "
+        "auto: the joint plan under --accuracy (one per network, measured on seeded random samples)."))] = None,
+    accuracy: AccuracyOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Grouped bar chart of speedups (PNG).")] = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
@@ -524,8 +526,8 @@ def compare(
 
     with _steps(quiet, bar=True) as steps:
         report = api.compare(model, zoo=zoo_all, strategies=strategies.split(",") if strategies else None, hardware=hw,
-                             input_shapes=_shapes(input_shape), precisions=_list(precision), plot=plot,
-                             progress=steps)
+                             input_shapes=_shapes(input_shape), precisions=_list(precision), accuracy=accuracy,
+                             plot=plot, progress=steps)
     _deliver("compare", report, json_out, quiet, _show_compare)
 
 

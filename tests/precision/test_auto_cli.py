@@ -97,3 +97,18 @@ def test_options_auto_cannot_honour_are_refused_in_one_line(residual_file, tmp_p
     assert len(result.output.strip().splitlines()) == 1 and not out.exists()
     pareto = invoke("plan", residual_file, "--pareto", tmp_path / "p.png")
     assert pareto.exit_code == 2 and "--pareto plots the plans --precision auto considered" in pareto.output
+
+
+def test_compare_auto_column_is_one_joint_plan_per_network(residual_file):
+    result = invoke("compare", residual_file, "--strategies", "dlfusion,optimal", "--precision", "fp16,auto",
+                    "--accuracy", "top1>=0.99", "--json", "-")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["precisions"] == ["fp16", "auto"]
+    rows = report["networks"]["residual"]
+    autos = {r["precisions"]["auto"]["sim_latency_us"] for r in rows}
+    assert len(autos) == 1  # the same plan in every row
+    optimal = next(r for r in rows if r["strategy"] == "optimal")
+    assert optimal["precisions"]["auto"]["sim_latency_us"] <= optimal["sim_latency_us"] + 1e-6
+    refused = invoke("compare", residual_file, "--accuracy", "top1>=0.99")
+    assert refused.exit_code == 2 and "add auto to --precision" in refused.output
