@@ -275,18 +275,14 @@ def compare_strategies(analysis: Analysis, hw: Hardware, strategies: Sequence[st
 
 #: A column of ``compare --precision``: one strategy's result on an analysed model.
 CompareColumn = Callable[[Analysis, Hardware, str], StrategyResult]
-#: Columns that are not one fixed precision, by the name ``--precision`` gives (the joint
-#: planner's ``auto`` goes here); a fixed precision is :func:`compare_strategies` at it.
-COMPARE_COLUMNS: dict[str, CompareColumn] = {}
 
 
 def compare_column(name: str, accuracy: str | None = None) -> CompareColumn:
-    """The column ``name`` of ``compare --precision`` (a one-line error for an unknown name);
-    ``auto`` plans under the ``accuracy`` budget (default ``cosine>=0.999``)."""
+    """The column ``name`` of ``compare --precision`` (a one-line error for an unknown name): a
+    fixed precision is :func:`compare_strategies` at it; ``auto`` plans under the ``accuracy``
+    budget (default ``cosine>=0.999``)."""
     if name == "auto":
         return _auto_column(accuracy)
-    if name in COMPARE_COLUMNS:
-        return COMPARE_COLUMNS[name]
     from onnxmlu.pipeline import check_precision_option
 
     check_precision_option(name)
