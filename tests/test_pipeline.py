@@ -157,20 +157,23 @@ def test_the_plan_pass_plans_at_the_precision_asked():
 
 def test_an_unknown_precision_is_refused_and_a_planner_can_be_slotted_in(monkeypatch):
     """``Options`` refuses what no planner takes; a planner registered for a name (as
-    ``--precision auto`` will be) is what the plan pass calls for it."""
+    ``--precision auto`` is) is what the plan pass calls for it, and what it leaves reaches the
+    context."""
     from onnxmlu import pipeline
+    from onnxmlu.diagnostics import Diagnostic
     from onnxmlu.errors import OnnxMluError
     from onnxmlu.plan.plan import plan_from_ranges
 
-    with pytest.raises(OnnxMluError, match="--precision must be one of fp32, fp16, int8, not 'auto'"):
-        Options(precision="auto")
+    with pytest.raises(OnnxMluError, match="--precision must be one of fp32, fp16, int8, auto, not 'mixed'"):
+        Options(precision="mixed")
     calls = []
 
     def planner(analysis, hw, options):
         calls.append(options.precision)
         plan = plan_from_ranges([(0, len(analysis.layers), 1, "fp16")])
-        return plan, [1.0]
+        return pipeline.Planned(plan, [1.0], diagnostics=[Diagnostic("precision", "note", "", "planned")])
 
-    monkeypatch.setitem(pipeline.PRECISION_PLANNERS, "auto", planner)
-    ctx = PassManager(PLAN, []).run(Context(conv_chain_model(), load_hardware("mlu100"), Options(precision="auto")))
-    assert calls == ["auto"] and ctx.block_latency_us == [1.0] and ctx.plan.blocks[0].precision == "fp16"
+    monkeypatch.setitem(pipeline.PRECISION_PLANNERS, "mixed", planner)
+    ctx = PassManager(PLAN, []).run(Context(conv_chain_model(), load_hardware("mlu100"), Options(precision="mixed")))
+    assert [d.rule for d in ctx.diagnostics if d.stage == "precision"] == ["note"]
+    assert calls == ["mixed"] and ctx.block_latency_us == [1.0] and ctx.plan.blocks[0].precision == "fp16"

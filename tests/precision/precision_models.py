@@ -12,6 +12,8 @@ from onnxmlu.runtime import reference_session
 from onnxmlu.tools.testing import make_model
 
 CHANNELS, SIZE, CLASSES = 8, 12, 10
+#: The weights of the ``residual_file`` fixture (tests/precision/conftest.py).
+RESIDUAL_FILE_SEED = 4
 
 
 def residual_model(seed: int = 0, batch: int = 1) -> onnx.ModelProto:
@@ -98,3 +100,12 @@ def fp16_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict
         outputs = reference_session(make_model(graph, 17)).run(None, {n: values[n] for n in inputs})
         values.update({o: round16(v) for o, v in zip(node.output, outputs)})
     return values
+
+
+def invoke(*args):
+    """The CLI in-process (arguments as strings), exceptions raised rather than caught."""
+    from typer.testing import CliRunner
+
+    from onnxmlu.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)

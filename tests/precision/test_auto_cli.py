@@ -11,25 +11,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from typer.testing import CliRunner
 
-from onnxmlu.cli import app
 from onnxmlu.precision.accuracy import measure
 from onnxmlu.runtime import reference_session
 from onnxmlu.schema import block_precision, is_fusion_block
 from onnxmlu.tools.verify import random_inputs
-from precision_models import SIZE, residual_model
-
-
-def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-@pytest.fixture
-def residual_file(tmp_path):
-    path = tmp_path / "residual.onnx"
-    onnx.save(residual_model(seed=5), path)
-    return path
+from precision_models import RESIDUAL_FILE_SEED, SIZE, invoke, residual_model
 
 
 def _run_with_library(fused: onnx.ModelProto, feeds, library: str):
@@ -51,7 +38,7 @@ def test_fused_auto_model_keeps_its_budget_when_run_with_the_library(residual_fi
     precisions = [block_precision(n) for n in fused.graph.node if is_fusion_block(n)]
     assert precisions and set(precisions) <= {"fp32", "fp16", "int8"}
     # the seeded random samples auto measured on: onnxmlu check's inputs, seeds 0..7
-    model = residual_model(seed=5)
+    model = residual_model(seed=RESIDUAL_FILE_SEED)
     feeds = [random_inputs(model, seed) for seed in range(auto["calibration"]["samples"])]
     reference = [reference_session(model).run(None, f) for f in feeds]
     accuracy = measure(reference, _run_with_library(fused, feeds, library))

@@ -9,22 +9,9 @@ import json
 import numpy as np
 import onnx
 import pytest
-from typer.testing import CliRunner
 
-from onnxmlu.cli import app
 from onnxmlu.schema import block_precision, is_fusion_block
-from precision_models import SIZE, residual_model, run_plain_and_reference
-
-
-def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-@pytest.fixture
-def residual_file(tmp_path):
-    path = tmp_path / "residual.onnx"
-    onnx.save(residual_model(seed=4), path)
-    return path
+from precision_models import RESIDUAL_FILE_SEED, SIZE, invoke, residual_model, run_plain_and_reference
 
 
 @pytest.fixture
@@ -57,7 +44,7 @@ def test_fuse_fp16_writes_fp16_blocks_that_run_with_the_library(residual_file, t
     report = fuse_json(residual_file, tmp_path / "again.onnx", "-s", "all-fusion", "--precision", "fp16")
     assert [b["precision"] for b in report["blocks"]] == ["fp16"] and report["calibration"] is None
     assert not [d for d in report["diagnostics"] if d["stage"] == "precision"]
-    (y, h), (y_ref, h_ref) = run_plain_and_reference(residual_model(seed=4), onnx.load(out), library, 0)
+    (y, h), (y_ref, h_ref) = run_plain_and_reference(residual_model(seed=RESIDUAL_FILE_SEED), onnx.load(out), library, 0)
     np.testing.assert_allclose(y, y_ref, rtol=2e-2, atol=2e-2)
 
 
@@ -71,7 +58,7 @@ def test_fuse_int8_with_a_calibration_folder_and_calibrator(residual_file, calib
     assert "random-calibration" not in {d["rule"] for d in report["diagnostics"]}
     blocks = fused_blocks(out)
     assert all(block_precision(n) == "int8" and f"4 samples from {calibration_dir}" in n.doc_string for n in blocks)
-    (y, _), (y_ref, _) = run_plain_and_reference(residual_model(seed=4), onnx.load(out), library, 1)
+    (y, _), (y_ref, _) = run_plain_and_reference(residual_model(seed=RESIDUAL_FILE_SEED), onnx.load(out), library, 1)
     assert float(y.ravel() @ y_ref.ravel() / np.linalg.norm(y) / np.linalg.norm(y_ref)) > 0.99
     shown = invoke("fuse", residual_file, tmp_path / "shown.onnx", "--precision", "int8", "--calibration",
                    calibration_dir)
@@ -130,8 +117,7 @@ def test_compare_precision_adds_a_column_per_precision(residual_file):
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--precision", "fp8"], "--precision must be one of fp32, fp16, int8, not 'fp8'"),
-    (["--precision", "auto"], "--precision must be one of fp32, fp16, int8, not 'auto'"),
+    (["--precision", "fp8"], "--precision must be one of fp32, fp16, int8, auto, not 'fp8'"),
     (["--precision", "int8", "--calibrator", "kl"], "calibration method must be one of minmax, entropy, percentile"),
     (["--precision", "int8", "--calibration", "{tmp}/nowhere"], "does not exist or is not a folder"),
     (["--precision", "int8", "--calibration", "{tmp}/empty"], "holds no sample"),
@@ -152,7 +138,7 @@ def test_bad_precision_options_get_one_line_and_exit_2(residual_file, tmp_path, 
 @pytest.mark.parametrize("command", ["plan", "compare"])
 def test_plan_and_compare_refuse_an_unknown_precision(residual_file, command):
     result = invoke(command, residual_file, "--precision", "bf16")
-    assert result.exit_code == 2 and "--precision must be one of fp32, fp16, int8, not 'bf16'" in result.output
+    assert result.exit_code == 2 and "--precision must be one of fp32, fp16, int8, auto, not 'bf16'" in result.output
 
 
 def test_run_profile_shows_each_blocks_precision(residual_file, tmp_path, library):
