@@ -6,11 +6,12 @@ the search strategy ``optimal`` minimises it by a shortest path over cut positio
 adds a second sum, the accuracy lost, which is *measured* (never guessed) and then planned
 with by a Lagrangian relaxation:
 
-1. **Sensitivity, measured.** The layers are grouped into at most ``max_units`` (default 8)
+1. **Sensitivity, measured.** The layers are grouped into at most ``max_units`` (default 6)
    units: contiguous runs within a segment holding about equal shares of the latency that
    lower precision can save, ``g_l = min_m T_fp32(l, m) - min_m T_int8(l, m)`` (each layer
-   alone at its best MP). Each unit runs alone at FP16 and alone at INT8, the rest at FP32, on
-   the first ``sensitivity_samples`` calibration samples (:class:`PlanEvaluator`): its
+   alone at its best MP). Each unit runs alone at FP16 and alone at INT8 (calibrated on the
+   same samples), the rest at FP32, on the first ``sensitivity_samples`` calibration samples
+   (:class:`PlanEvaluator`): its
    deficits ``d_u(p) = 1 - metric`` for both metrics. A layer gets its unit's deficit in
    proportion to its gain: ``s_l(p) = d_u(p) g_l / g_u``. Segments holding under 0.5 % of
    the gain are not worth a measurement; they stay FP32 (a diagnostic says how many).
@@ -134,7 +135,7 @@ class AutoResult:
 class AutoOptions:
     """How hard ``auto`` looks: units measured, samples per unit run, faster plans tried."""
 
-    max_units: int = 8
+    max_units: int = 6
     sensitivity_samples: int = 8
     advance: int = 2
     measure_frontier: bool = False  # run every frontier plan (for the Pareto plot)
@@ -218,11 +219,11 @@ def measure_units(evaluator: PlanEvaluator, layers: Sequence[Layer], units: Sequ
                   samples: int, gain: np.ndarray) -> list[UnitSensitivity]:
     """Each unit alone at FP16 and at INT8 (the rest FP32) on the first ``samples`` samples."""
     trials = {(u, p): lowered_plan(layers, u, p) for u in units for p in LOWER}
-    evaluator.prepare(list(trials.values()))  # one capture run for every INT8 unit
+    evaluator.prepare(list(trials.values()), samples)  # one capture run for every INT8 unit
     evaluator.prepare_prefixes(list(trials.values()), samples)  # each trial runs from its unit on
     measured = []
     for u in units:
-        deficits = {p: _deficit(evaluator.accuracy(trials[(u, p)], samples)) for p in LOWER}
+        deficits = {p: _deficit(evaluator.accuracy(trials[(u, p)], samples, samples)) for p in LOWER}
         measured.append(UnitSensitivity(u[0], u[1], float(gain[u[0]:u[1]].sum()), deficits))
     return measured
 

@@ -10,6 +10,8 @@ an analysed model against the model itself in FP32, on the calibration samples:
   calibrated on the block's own inputs over *all* calibration samples) and kept per layer range
   and precision, so a range measured once is never transformed again, and the fused model
   written at the end holds the very bodies that were measured (:meth:`PlanEvaluator.bodies_for`).
+  Sensitivity trials may calibrate on their own few samples instead (``calibrated_on``): a
+  cheaper estimate; such bodies never reach a fused model.
 * **Running a plan**: the analysed graph with each non-FP32 block's nodes replaced by its
   transformed body's nodes (internal names prefixed), in one onnxruntime session at its usual
   optimization level -- what the custom-op library runs, without building the fused model,
@@ -57,24 +59,30 @@ class PlanEvaluator:
         self.reference = self._run(_session(self.model, optimize=False), self._fed, calibration.samples)
         self.runs = 0
 
-    def accuracy(self, plan: Plan, samples: int | None = None) -> Accuracy:
-        """The accuracy of ``plan`` on the first ``samples`` calibration samples (default all)."""
+    def accuracy(self, plan: Plan, samples: int | None = None, calibrated_on: int | None = None) -> Accuracy:
+        """The accuracy of ``plan`` on the first ``samples`` calibration samples (default all),
+        its INT8 blocks calibrated on the first ``calibrated_on`` (default all: as ``fuse``)."""
         count = samples or len(self.calibration)
-        self.prepare([plan])
+        self.prepare([plan], calibrated_on)
         start = self._cut(plan) if self._captured(plan, count) else 0
-        outputs = self._outputs(plan, start, count)
+        outputs = self._outputs(plan, start, count, calibrated_on)
         self.runs += 1
         return measure(self.reference[:count], outputs)
 
-    def prepare(self, plans: Sequence[Plan]) -> None:
-        """Capture, in one run over the samples, the inputs of every INT8 block of ``plans``
-        not seen yet (INT8 bodies are calibrated on them)."""
+    def prepare(self, plans: Sequence[Plan], calibrated_on: int | None = None) -> None:
+        """Capture, in one run over the first ``calibrated_on`` samples (default all), the inputs
+        of every INT8 block of ``plans`` not seen yet (INT8 bodies are calibrated on them)."""
+        n = calibrated_on or len(self.calibration)
         wanted = {}
         for block in {b for plan in plans for b in plan.blocks if b.precision == "int8"}:
-            key = (block.start, block.stop)
+            key = (block.start, block.stop, n)
             if key not in self._bodies.block_samples:
-                wanted[key] = ("int8", self._interface(key).inputs)
-        self._bodies.prepare(wanted)
+                wanted[key] = self._interface((block.start, block.stop)).inputs
+        if wanted:
+            names = [name for inputs in wanted.values() for name in inputs]
+            captured = capture_tensors(self.model, names, self.calibration.samples[:n])
+            for key, inputs in wanted.items():
+                self._bodies.block_samples[key] = [{name: sample[name] for name in inputs} for sample in captured]
 
     def prepare_prefixes(self, plans: Sequence[Plan], samples: int) -> None:
         """Let ``plans`` run on the first ``samples`` samples from their first non-FP32 block on:
@@ -90,13 +98,14 @@ class PlanEvaluator:
             return False
         return set(self._suffix_inputs(self._cut(plan))) <= self._prefix_names
 
-    def body(self, block: Block) -> onnx.ModelProto:
-        """Block ``block``'s body at its precision (made once per range and precision)."""
-        key = (block.start, block.stop, block.precision)
+    def body(self, block: Block, calibrated_on: int | None = None) -> onnx.ModelProto:
+        """Block ``block``'s body at its precision, INT8 calibrated on the first
+        ``calibrated_on`` samples (default all); made once per range, precision and count."""
+        n = calibrated_on or len(self.calibration)
+        key = (block.start, block.stop, block.precision, n)
         if key not in self._transformed:
-            span = (block.start, block.stop)
-            fp32 = fp32_body(self.analysis, 0, self._interface(span))
-            self._transformed[key] = self._bodies.transform(span, block.precision, fp32)
+            fp32 = fp32_body(self.analysis, 0, self._interface((block.start, block.stop)))
+            self._transformed[key] = self._bodies.transform((block.start, block.stop, n), block.precision, fp32)
         return self._transformed[key]
 
     def bodies_for(self, plan: Plan) -> BlockBodies:
@@ -124,10 +133,11 @@ class PlanEvaluator:
             produced.update(node.output)
         return list(names)
 
-    def _outputs(self, plan: Plan, start: int, count: int) -> list[list[np.ndarray]]:
-        spliced = self._spliced(plan, start)
+    def _outputs(self, plan: Plan, start: int, count: int, calibrated_on: int | None) -> list[list[np.ndarray]]:
+        spliced = self._spliced(plan, start, calibrated_on)
         if spliced is None:
-            return self._run(self._fused_session(plan), self._fed, self.calibration.samples[:count])
+            fused = self._fused_session(plan, calibrated_on)
+            return self._run(fused, self._fed, self.calibration.samples[:count])
         feeds = [i.name for i in spliced.graph.input]
         produced = [o.name for o in spliced.graph.output]
         samples = [dict(s, **(self._prefix_values[k] if start else {}))
@@ -137,16 +147,17 @@ class PlanEvaluator:
         return [[got[produced.index(n)] if n in produced else ref[names.index(n)] for n in names]
                 for got, ref in zip(ran, self.reference)]
 
-    def _fused_session(self, plan: Plan):
+    def _fused_session(self, plan: Plan, calibrated_on: int | None):
         from onnxmlu.runtime import InferenceSession
 
-        return InferenceSession(collapse(self.analysis, plan, bodies=self.bodies_for(plan)), block_layouts=False)
+        fused = collapse(self.analysis, plan, bodies=_MeasuredBodies(self, plan, calibrated_on))
+        return InferenceSession(fused, block_layouts=False)
 
-    def _spliced(self, plan: Plan, start: int) -> onnx.ModelProto | None:
+    def _spliced(self, plan: Plan, start: int, calibrated_on: int | None) -> onnx.ModelProto | None:
         """The analysed model from position ``start`` on, each non-FP32 block's nodes replaced
         by its body's nodes; None when a body cannot live in the model's graph."""
         low = [(k, b) for k, b in enumerate(plan.blocks) if b.precision != DEFAULT_PRECISION]
-        bodies = {k: self.body(b) for k, b in low}
+        bodies = {k: self.body(b, calibrated_on) for k, b in low}
         if not all(_spliceable(body, self.model) for body in bodies.values()):
             return None
         owner = {self.analysis.layer_nodes[layer]: k for k, b in low for layer in range(b.start, b.stop)}
@@ -164,16 +175,16 @@ class PlanEvaluator:
 class _MeasuredBodies(BlockBodies):
     """The evaluator's bodies, handed to collapse for one plan (block ``b`` -> its range)."""
 
-    def __init__(self, evaluator: PlanEvaluator, plan: Plan) -> None:
+    def __init__(self, evaluator: PlanEvaluator, plan: Plan, calibrated_on: int | None = None) -> None:
         super().__init__(evaluator.analysis, evaluator.calibration, evaluator._bodies.options)
-        self.evaluator, self.plan = evaluator, plan
+        self.evaluator, self.plan, self.calibrated_on = evaluator, plan, calibrated_on
 
     def prepare(self, blocks) -> None:
-        self.evaluator.prepare([self.plan])
+        self.evaluator.prepare([self.plan], self.calibrated_on)
 
     def transform(self, b: int, precision: str, body: onnx.ModelProto) -> onnx.ModelProto:
         measured = onnx.ModelProto()
-        measured.CopyFrom(self.evaluator.body(self.plan.blocks[b]))
+        measured.CopyFrom(self.evaluator.body(self.plan.blocks[b], self.calibrated_on))
         measured.graph.name, measured.doc_string = body.graph.name, body.doc_string
         if precision == "int8":
             self.diagnostics.extend(float_op_diagnostics(b, measured))
