@@ -3,7 +3,8 @@
 :func:`make_plan` runs a strategy (:func:`~onnxmlu.plan.strategies.run_strategy`) or reads a
 plan file, and optionally forces one MP on every block; :func:`plan_layers` is what the
 pipeline's plan pass calls: that plan with every block whose weights would not fit in one body
-split (:data:`BODY_WEIGHT_LIMIT_BYTES`), and each block's simulated latency.
+split (:data:`BODY_WEIGHT_LIMIT_BYTES`), every block holding a layer that arrives quantized
+at INT8 (:func:`int8_where_quantized`), and each block's simulated latency.
 """
 
 from __future__ import annotations
@@ -53,7 +54,22 @@ def plan_layers(layers: Sequence[Layer], hw: Hardware, **how) -> tuple[Plan, lis
     from onnxmlu.plan.perf.model import make_cost
 
     chosen = split_oversized_blocks(make_plan(layers, hw, **how), layers, BODY_WEIGHT_LIMIT_BYTES)
+    chosen = int8_where_quantized(chosen, layers)
     return chosen, block_latencies(layers, chosen, make_cost(hw))
+
+
+def int8_where_quantized(plan: Plan, layers: Sequence[Layer]) -> Plan:
+    """``plan`` with every block that holds a layer arriving quantized (``Layer.quantized``)
+    at INT8, whatever precision it asked (FP32, the default, or FP16 from a strategy,
+    :func:`~onnxmlu.plan.plan.with_precision` or a plan file): the model computes such a
+    layer in INT8 with its own parameters, and a block runs at one precision. The promotion
+    is silent and visible in the result (the plan's blocks, the node's ``precision``).
+    ``plan`` itself when nothing changes."""
+    blocks = tuple(replace(b, precision="int8") if b.precision != "int8"
+                   and any(layer.quantized for layer in b.layers(layers)) else b for b in plan.blocks)
+    if blocks == plan.blocks:
+        return plan
+    return Plan(blocks, plan.strategy, plan.hardware, dict(plan.notes))
 
 
 def block_latencies(layers: Sequence[Layer], plan: Plan, cost) -> list[float]:
