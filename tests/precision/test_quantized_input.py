@@ -24,7 +24,7 @@ from onnxmlu.plan.plan import Plan, plan_from_ranges, with_precision
 from onnxmlu.plan.planner import int8_where_quantized
 from onnxmlu.precision.bodies import BlockBodies
 from onnxmlu.precision.own import CALIBRATION_KEY, OWN_INT8_NOTE
-from onnxmlu.runtime import reference_session
+from onnxmlu.runtime import InferenceSession, reference_session
 from onnxmlu.schema import block_precision, body_model, is_fusion_block
 from onnxmlu.tools.testing import make_model
 from quantized_models import float_cnn, float_mlp, quantized
@@ -139,11 +139,13 @@ def test_fused_model_matches_the_original(case, library):
     fused = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     optimized = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     reference = reference_session(model)
+    ours = InferenceSession(result.model)  # with the block-layout pass
     step = _output_step(model)
     for seed in range(4):
         feeds = _feeds(model, seed)
         got = fused.run(None, feeds)[0]
         np.testing.assert_array_equal(got, optimized.run(None, feeds)[0])
+        np.testing.assert_array_equal(ours.run(None, feeds)[0], got)
         np.testing.assert_allclose(got, reference.run(None, feeds)[0], rtol=0, atol=MAX_OUTPUT_STEPS * step + 1e-6)
 
 
@@ -269,3 +271,45 @@ def _float_then_qlinear_conv() -> onnx.ModelProto:
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12])], inits)
     return make_model(graph, 17)
+
+
+def test_int8_weights_written_as_cast_and_scale_ride_into_the_block_exactly(library):
+    """An exporter's INT8 weights: Cast(int8 constant) * scale -> MatMul. The Cast and the Mul
+    are carried into the MatMul's block with the INT8 weights, not folded nor left on the
+    host; the MatMul arrives quantized; the fused model equals the original exactly."""
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("Cast", ["wq"], ["wf"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["wf", "ws"], ["w"], name="scale"),
+             helper.make_node("MatMul", ["x", "w"], ["m"], name="matmul"),
+             helper.make_node("Relu", ["m"], ["y"], name="relu")]
+    weights = rng.integers(-127, 128, (256, 128)).astype(np.int8)  # 128 KB as FP32: not folded either way
+    inits = [numpy_helper.from_array(weights, "wq"), numpy_helper.from_array(np.float32(0.01), "ws")]
+    graph = helper.make_graph(nodes, "int8_weights", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 128])], inits)
+    model = make_model(graph, 17)
+    result = api.fuse(model)
+    assert [n.op_type for n in result.model.graph.node] == ["MLUFusionBlock"]
+    (block,) = _blocks(result.model)
+    body = body_model(block)
+    assert block_precision(block) == "int8" and [n.op_type for n in body.graph.node] == ["Cast", "Mul", "MatMul", "Relu"]
+    assert numpy_helper.to_array(next(t for t in body.graph.initializer if t.name == "wq")).tobytes() == weights.tobytes()
+    matmul = next(layer for layer in result.analysis.layers if layer.op_type == "MatMul")
+    assert matmul.quantized and matmul.weight_bytes == 256 * 128  # one byte a weight
+    assert not next(layer for layer in result.analysis.layers if layer.op_type == "Relu").quantized
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(library)
+    fused = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feeds = {"x": rng.standard_normal((4, 256)).astype(np.float32)}
+    np.testing.assert_allclose(fused.run(None, feeds)[0], reference_session(model).run(None, feeds)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_quantization_to_other_types_stays_on_the_host_with_a_reason():
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="to_int16"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="from_int16")]
+    inits = [numpy_helper.from_array(np.float32(0.01), "s"), numpy_helper.from_array(np.int16(0), "z")]
+    graph = helper.make_graph(nodes, "int16", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
+    analysis = api.inspect(make_model(graph, 21), rewrite=True)
+    reasons = {row["node"]: row["reason"] for row in analysis.host_nodes()}
+    assert reasons == {"to_int16": "QuantizeLinear of INT16: the accelerator's quantized units are INT8",
+                       "from_int16": "DequantizeLinear of INT16: the accelerator's quantized units are INT8"}
