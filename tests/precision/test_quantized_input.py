@@ -313,3 +313,34 @@ def test_quantization_to_other_types_stays_on_the_host_with_a_reason():
     reasons = {row["node"]: row["reason"] for row in analysis.host_nodes()}
     assert reasons == {"to_int16": "QuantizeLinear of INT16: the accelerator's quantized units are INT8",
                        "from_int16": "DequantizeLinear of INT16: the accelerator's quantized units are INT8"}
+
+
+@pytest.mark.parametrize("host_first", [True, False])
+def test_a_weight_dequantization_also_read_on_the_host(library, host_first):
+    """DequantizeLinear(w) read by Det (a host op) and by a MatMul. When the Det must run
+    first (the MatMul reads its result), the dequantization stays on the host with it and the
+    MatMul's block reads the FP32 weights; otherwise it is carried into the MatMul's block,
+    which outputs the weights for the Det. Either way the fused model matches the original."""
+    rng = np.random.default_rng(9)
+    matmul_input = "xd" if host_first else "x"
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "s"], ["w"], name="dq"),
+             helper.make_node("Det", ["w"], ["d"], name="det"),
+             helper.make_node("Add", ["x", "d"], ["xd"], name="shift"),
+             helper.make_node("MatMul", [matmul_input, "w"], ["m"], name="matmul"),
+             helper.make_node("Add", ["m", "xd"], ["y"], name="add")]
+    inits = [numpy_helper.from_array(rng.integers(-20, 20, (4, 4)).astype(np.int8), "wq"),
+             numpy_helper.from_array(np.float32(0.1), "s")]
+    graph = helper.make_graph(nodes, "host_reader", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], inits)
+    model = make_model(graph, 17)
+    result = api.fuse(model)
+    host = {row["node"] for row in result.analysis.host_nodes()}
+    if host_first:
+        assert host == {"dq", "det"} and result.analysis.carried == {}
+    else:
+        assert host == {"det"} and len(result.analysis.carried) == 1
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(library)
+    fused = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feeds = {"x": rng.standard_normal((2, 4)).astype(np.float32)}
+    np.testing.assert_allclose(fused.run(None, feeds)[0], reference_session(model).run(None, feeds)[0], rtol=1e-5, atol=1e-5)
