@@ -1,10 +1,10 @@
 """The plan stage: the layers' plan (a strategy's, or one written by hand), ready to collapse.
 
 :func:`make_plan` runs a strategy (:func:`~onnxmlu.plan.strategies.run_strategy`) or reads a
-plan file, and optionally forces one MP on every block; :func:`plan_layers` is what the
+plan file, optionally forces one MP on every block, and runs every block holding a layer that
+arrives quantized at INT8 (:func:`int8_where_quantized`); :func:`plan_layers` is what the
 pipeline's plan pass calls: that plan with every block whose weights would not fit in one body
-split (:data:`BODY_WEIGHT_LIMIT_BYTES`), every block holding a layer that arrives quantized
-at INT8 (:func:`int8_where_quantized`), and each block's simulated latency.
+split (:data:`BODY_WEIGHT_LIMIT_BYTES`), and each block's simulated latency.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ BODY_WEIGHT_LIMIT_BYTES = 1_900_000_000
 
 def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike = DEFAULT_STRATEGY,
               plan: PlanLike | None = None, mp: int | None = None) -> Plan:
-    """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere."""
+    """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere;
+    blocks holding layers that arrive quantized at INT8 (:func:`int8_where_quantized`)."""
     from onnxmlu.plan.strategies import run_strategy
 
     if plan is not None:
@@ -39,7 +40,7 @@ def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike =
     if mp is not None:
         chosen = _forced_mp(chosen, mp, hw)
     chosen.validate(layers, hw.cores)
-    return chosen
+    return int8_where_quantized(chosen, layers)
 
 
 def _forced_mp(plan: Plan, mp: int, hw: Hardware) -> Plan:
@@ -54,7 +55,6 @@ def plan_layers(layers: Sequence[Layer], hw: Hardware, **how) -> tuple[Plan, lis
     from onnxmlu.plan.perf.model import make_cost
 
     chosen = split_oversized_blocks(make_plan(layers, hw, **how), layers, BODY_WEIGHT_LIMIT_BYTES)
-    chosen = int8_where_quantized(chosen, layers)
     return chosen, block_latencies(layers, chosen, make_cost(hw))
 
 
