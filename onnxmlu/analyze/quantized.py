@@ -7,8 +7,10 @@ facts analysis needs for that:
 
 * **Weight dequantizations.** A ``DequantizeLinear`` of a stored constant (INT8 weights, an
   INT32 bias) computes a constant, and so does a ``Cast`` of a stored 8-bit integer constant
-  to float (how some exporters write INT8 weights, a scale ``Mul`` after it), with the
-  constant-only nodes that follow (a ``Transpose`` the Gemm rewrite added). Folding would store
+  to float (how some exporters write INT8 weights, a scale ``Mul`` after it) and a
+  ``QuantizeLinear`` of a stored float weight (a QDQ export that keeps FP32 weights and
+  quantizes them in the graph), with the constant-only nodes that follow (the
+  ``DequantizeLinear`` after such a ``QuantizeLinear``, a ``Transpose`` the Gemm rewrite added). Folding would store
   FP32 weights (normalization never folds them); on the host they would send FP32 weights
   into the block. So such an expression is *carried* into the block of the first layer that
   reads it: placed right before that layer in the node order, owned by its block, and its
@@ -41,20 +43,20 @@ _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Tens
 
 def weight_expressions(graph: onnx.GraphProto, index: GraphIndex, constant_nodes: Iterable[int]) -> set[int]:
     """Among ``constant_nodes`` (accelerator nodes computing constants, in topological
-    order): those that dequantize stored integer weights, or compute from what they give."""
+    order): those that (de)quantize stored weights, or compute from what they give."""
     found: set[int] = set()
     derived: set[str] = set()
     for i in constant_nodes:
-        if _dequantizes_weight(graph.node[i], index) or any(n in derived for n in index.inputs[i]):
+        if _quantizes_weight(graph.node[i], index) or any(n in derived for n in index.inputs[i]):
             found.add(i)
             derived.update(index.outputs[i])
     return found
 
 
-def _dequantizes_weight(node: onnx.NodeProto, index: GraphIndex) -> bool:
+def _quantizes_weight(node: onnx.NodeProto, index: GraphIndex) -> bool:
     if not is_default_domain(node.domain):
         return False
-    if node.op_type == "DequantizeLinear":
+    if node.op_type in ("DequantizeLinear", "QuantizeLinear"):
         return True
     if node.op_type != "Cast" or index.elem_type(node.input[0]) not in INT8_TYPES:
         return False

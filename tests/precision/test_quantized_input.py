@@ -344,3 +344,27 @@ def test_a_weight_dequantization_also_read_on_the_host(library, host_first):
     fused = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = {"x": rng.standard_normal((2, 4)).astype(np.float32)}
     np.testing.assert_allclose(fused.run(None, feeds)[0], reference_session(model).run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_fp32_weights_quantized_in_the_graph_ride_into_the_block(library):
+    """A QDQ export that keeps FP32 weights: Q(w) -> DQ -> Conv. The QuantizeLinear and the
+    DequantizeLinear of the weight are carried into the Conv's block with the FP32 weights."""
+    rng = np.random.default_rng(11)
+    nodes = [helper.make_node("QuantizeLinear", ["w", "ws", "wz"], ["wq"], name="quantize_w"),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], name="dequantize_w"),
+             helper.make_node("Conv", ["x", "wd"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
+    inits += [numpy_helper.from_array(np.float32(0.02), "ws"), numpy_helper.from_array(np.int8(0), "wz")]
+    graph = helper.make_graph(nodes, "qat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    model = make_model(graph, 17)
+    result = api.fuse(model)
+    assert len(result.analysis.carried) == 2 and result.analysis.host_reasons == {}
+    (block,) = _blocks(result.model)
+    assert block_precision(block) == "int8"
+    assert [n.op_type for n in body_model(block).graph.node] == ["QuantizeLinear", "DequantizeLinear", "Conv"]
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(library)
+    fused = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    np.testing.assert_allclose(fused.run(None, feeds)[0], reference_session(model).run(None, feeds)[0], rtol=1e-5, atol=1e-5)
