@@ -36,7 +36,12 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.analyze.optable import CONV_WEIGHT_INPUT, MATMUL_OPS, OP_KINDS, support_reason
-from onnxmlu.analyze.quantized import arrives_quantized, carry_weight_expressions, weight_expressions
+from onnxmlu.analyze.quantized import (
+    arrives_quantized,
+    carry_weight_expressions,
+    is_quantized_operator,
+    weight_expressions,
+)
 from onnxmlu.plan.perf.layers import Layer
 
 
@@ -103,6 +108,7 @@ def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[
                  carried: dict[int, int]) -> tuple[list[Layer], list[int]]:
     """The layers in ``order`` (segments split by host nodes; carried nodes are neither)."""
     carried_names = {o for i in carried for o in index.outputs[i]}
+    quantized_names: set[str] = set()
     layers: list[Layer] = []
     layer_nodes: list[int] = []
     segment, previous_was_host = -1, True
@@ -111,12 +117,15 @@ def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[
             continue
         if i in host_reasons:
             previous_was_host = True
+            if is_quantized_operator(nodes[i]):
+                quantized_names.update(index.outputs[i])
             continue
         if previous_was_host:
             segment, previous_was_host = segment + 1, False
         layer = describe_layer(nodes[i], index, len(layers), segment, carried_names)
-        if arrives_quantized(nodes[i], index, carried_names):
+        if arrives_quantized(nodes[i], index, carried_names, quantized_names):
             layer = replace(layer.at_precision("int8"), quantized=True)
+            quantized_names.update(index.outputs[i])
         layers.append(layer)
         layer_nodes.append(i)
     return layers, layer_nodes

@@ -21,9 +21,10 @@ facts analysis needs for that:
 * **Layers that arrive quantized** (``Layer.quantized``): a node of ``QUANTIZED_OPS``; the
   float operator of a QDQ unit (every non-constant input made by a ``DequantizeLinear`` and
   every output read only by ``QuantizeLinear`` nodes -- how onnxruntime itself delimits QDQ
-  node units); an operator whose every non-constant input is an 8-bit integer tensor (a
-  ``MaxPool`` between two ``QLinearConv``); a layer that reads INT8 weights through a carried
-  dequantization.
+  node units); an operator whose every non-constant input is an 8-bit integer tensor made by
+  such a layer or by a quantized operator left on the host (a ``MaxPool`` between two
+  ``QLinearConv``, a ``Flatten`` after com.microsoft's ``QLinearGlobalAveragePool``); a layer
+  that reads INT8 weights through a carried dequantization.
 """
 
 from __future__ import annotations
@@ -103,17 +104,26 @@ def _chain(reader: int, index: GraphIndex, expressions: set[int], placed: set[in
     return chain
 
 
-def arrives_quantized(node: onnx.NodeProto, index: GraphIndex, carried: set[str]) -> bool:
+def arrives_quantized(node: onnx.NodeProto, index: GraphIndex, carried: set[str], quantized: set[str]) -> bool:
     """Whether the model computes ``node`` (an accelerator node) in INT8 (see the module
-    docstring); ``carried`` names the outputs of carried weight dequantizations."""
+    docstring); ``carried`` names the outputs of carried weight dequantizations, ``quantized``
+    the outputs of the layers before it that arrive quantized (an 8-bit model input cast to
+    float, an image, is not a quantized value)."""
     if node.op_type in QUANTIZED_OPS:
         return True
     dynamic = [n for n in node.input if n and not index.is_constant(n)]
     if any(n in carried for n in dynamic):
         return True
-    if dynamic and all(index.elem_type(n) in INT8_TYPES for n in dynamic):
+    if dynamic and all(n in quantized and index.elem_type(n) in INT8_TYPES for n in dynamic):
         return True
     return _in_qdq_unit(node, index, dynamic)
+
+
+def is_quantized_operator(node: onnx.NodeProto) -> bool:
+    """A quantized operator of any domain: the standard ones, and contrib ones named as
+    onnxruntime names them (``QLinearAdd``, ``QGemm``, ``QAttention``, ``DynamicQuantizeLSTM``)."""
+    op = node.op_type
+    return op in QUANTIZED_OPS or "Quantize" in op or (len(op) > 1 and op[0] == "Q" and op[1].isupper())
 
 
 def _in_qdq_unit(node: onnx.NodeProto, index: GraphIndex, dynamic: list[str]) -> bool:

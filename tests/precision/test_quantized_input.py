@@ -368,3 +368,17 @@ def test_fp32_weights_quantized_in_the_graph_ride_into_the_block(library):
     fused = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
     np.testing.assert_allclose(fused.run(None, feeds)[0], reference_session(model).run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_an_8_bit_image_input_is_not_a_quantized_value():
+    """A float model reading a UINT8 image (Cast to float, then a conv) arrives as FP32: only
+    8-bit tensors made by quantized layers count."""
+    rng = np.random.default_rng(13)
+    nodes = [helper.make_node("Cast", ["image"], ["x"], name="to_float", to=TensorProto.FLOAT),
+             helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
+    graph = helper.make_graph(nodes, "image", [helper.make_tensor_value_info("image", TensorProto.UINT8, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    result = api.fuse(make_model(graph, 17))
+    assert [layer.quantized for layer in result.analysis.layers] == [False, False]
+    assert [block_precision(b) for b in _blocks(result.model)] == ["fp32"]
