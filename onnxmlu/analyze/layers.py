@@ -13,13 +13,21 @@ Operation counts (``ops``; GOPs = ops / 1e9), with N the batch and symbolic dims
 * pooling: ``K_h * K_w`` per output element; global pooling / reductions: one per input
   element; softmax: five per element (max, sub, exp, sum, div); data movement: zero.
 
-Bytes are fp32 sizes of the dynamic inputs, the outputs and the constant (weight) inputs.
+Bytes are the sizes of the dynamic inputs, the outputs and the constant (weight) inputs, at
+their stored element types (an unknown type counts as FP32).
+
+Models that arrive quantized (:mod:`onnxmlu.analyze.quantized`): QLinearConv and ConvInteger
+are counted as the Conv, QLinearMatMul and MatMulInteger as the MatMul they compute; a layer
+that arrives quantized is analysed at INT8 (its FP32 tensors -- a QDQ unit's dequantized
+values -- at one byte an element, its integer tensors as stored) with ``quantized`` set. A
+weight dequantization is carried into the block of the layer reading it (``Analysis.carried``)
+and counted as that layer's weights.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import onnx
@@ -27,7 +35,13 @@ import onnx
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
 from onnxmlu.ir.weights import WeightStore
-from onnxmlu.analyze.optable import OP_KINDS, support_reason
+from onnxmlu.analyze.optable import CONV_WEIGHT_INPUT, MATMUL_OPS, OP_KINDS, support_reason
+from onnxmlu.analyze.quantized import (
+    arrives_quantized,
+    carry_weight_expressions,
+    is_quantized_operator,
+    weight_expressions,
+)
 from onnxmlu.plan.perf.layers import Layer
 
 
@@ -41,6 +55,9 @@ class Analysis:
     layers: list[Layer]
     layer_nodes: list[int]
     host_reasons: dict[int, str] = field(default_factory=dict)
+    #: Weight dequantizations carried into a block: node -> the layer node whose block holds it
+    #: (:mod:`onnxmlu.analyze.quantized`). Neither layers nor host nodes.
+    carried: dict[int, int] = field(default_factory=dict)
 
     def node(self, layer: Layer) -> onnx.NodeProto:
         return self.model.graph.node[self.layer_nodes[layer.index]]
@@ -77,21 +94,41 @@ def analyze(model: onnx.ModelProto, weights: WeightStore | None = None) -> Analy
     index = GraphIndex.build(model.graph, weights)
     nodes = model.graph.node
     host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index))}
-    for i in constant_expressions(model.graph, index):
-        host_reasons.setdefault(i, CONSTANT_REASON)
+    constants = [i for i in constant_expressions(model.graph, index) if i not in host_reasons]
+    expressions = weight_expressions(model.graph, index, constants)
+    host_reasons.update((i, CONSTANT_REASON) for i in constants if i not in expressions)
     order = topological_order(model.graph, prefer=lambda i: i not in host_reasons, index=index)
+    order, carried, left = carry_weight_expressions(order, index, expressions, lambda i: i not in host_reasons)
+    host_reasons.update((i, CONSTANT_REASON) for i in left)
+    layers, layer_nodes = _layer_table(nodes, index, order, host_reasons, carried)
+    return Analysis(model, index, order, layers, layer_nodes, host_reasons, carried)
+
+
+def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[int, str],
+                 carried: dict[int, int]) -> tuple[list[Layer], list[int]]:
+    """The layers in ``order`` (segments split by host nodes; carried nodes are neither)."""
+    carried_names = {o for i in carried for o in index.outputs[i]}
+    quantized_names: set[str] = set()
     layers: list[Layer] = []
     layer_nodes: list[int] = []
     segment, previous_was_host = -1, True
     for i in order:
+        if i in carried:
+            continue
         if i in host_reasons:
             previous_was_host = True
+            if is_quantized_operator(nodes[i]):
+                quantized_names.update(index.outputs[i])
             continue
         if previous_was_host:
             segment, previous_was_host = segment + 1, False
-        layers.append(describe_layer(nodes[i], index, len(layers), segment))
+        layer = describe_layer(nodes[i], index, len(layers), segment, carried_names)
+        if arrives_quantized(nodes[i], index, carried_names, quantized_names):
+            layer = replace(layer.at_precision("int8"), quantized=True)
+            quantized_names.update(index.outputs[i])
+        layers.append(layer)
         layer_nodes.append(i)
-    return Analysis(model, index, order, layers, layer_nodes, host_reasons)
+    return layers, layer_nodes
 
 
 CONSTANT_REASON = ("computes a constant that folding left (a large broadcast, or an op onnxruntime "
@@ -111,17 +148,21 @@ def constant_expressions(graph: onnx.GraphProto, index: GraphIndex) -> list[int]
     return found
 
 
-def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segment: int) -> Layer:
+def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segment: int,
+                   carried: frozenset[str] | set[str] = frozenset()) -> Layer:
+    """``node`` as a FP32 layer; tensors named in ``carried`` (dequantized weights carried into
+    its block) count as its weights."""
     kind = OP_KINDS[node.op_type]
     out_shape = _first_shape(index, node.output)
-    in_name = next((n for n in node.input if n and not index.is_constant(n)), node.input[0])
+    is_weight = lambda n: index.is_constant(n) or n in carried  # noqa: E731
+    in_name = next((n for n in node.input if n and not is_weight(n)), node.input[0])
     in_shape = index.static_shape(in_name) or out_shape
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     kernel, stride = _window(node, index, attrs)
     groups = int(attrs.get("group", 1))
-    inputs = [n for n in node.input if n and not index.is_constant(n)]
+    inputs = [n for n in node.input if n and not is_weight(n)]
     outputs = [n for n in node.output if n]
-    weights = [n for n in node.input if n and index.is_constant(n)]
+    weights = [n for n in node.input if n and is_weight(n)]
     return Layer(
         index=position,
         name=node.name or f"{node.op_type}_{position}",
@@ -153,8 +194,8 @@ def _first_shape(index: GraphIndex, names: Sequence[str]) -> list[int]:
 
 
 def _window(node: onnx.NodeProto, index: GraphIndex, attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
-    if node.op_type in ("Conv", "ConvTranspose"):
-        weight = index.static_shape(node.input[1]) or [1, 1, 1, 1]
+    if node.op_type in CONV_WEIGHT_INPUT:
+        weight = index.static_shape(node.input[CONV_WEIGHT_INPUT[node.op_type]]) or [1, 1, 1, 1]
         kernel = list(attrs.get("kernel_shape", weight[2:])) or [1]
     else:
         kernel = list(attrs.get("kernel_shape", [1, 1]))
@@ -165,14 +206,14 @@ def _window(node: onnx.NodeProto, index: GraphIndex, attrs: dict) -> tuple[tuple
 
 def _op_count(node, index, kind, in_shape, out_shape, kernel, groups) -> float:
     out_elems = float(math.prod(out_shape))  # math.prod: np.prod on short lists dominated analyze
-    if node.op_type == "Conv":
-        weight = index.static_shape(node.input[1]) or [1, 1]
+    if node.op_type in CONV_WEIGHT_INPUT and node.op_type != "ConvTranspose":
+        weight = index.static_shape(node.input[CONV_WEIGHT_INPUT[node.op_type]]) or [1, 1]
         return 2.0 * out_elems * float(math.prod(weight[1:]))  # N*C_out*HW_out * C_in/g*K
     if node.op_type == "ConvTranspose":
         weight = index.static_shape(node.input[1]) or [1, 1]
         in_elems = float(math.prod(in_shape))  # N*C_in*HW_in
         return 2.0 * in_elems * float(math.prod(weight[1:]))  # * C_out/g * K
-    if node.op_type == "MatMul":
+    if node.op_type in MATMUL_OPS:
         k = in_shape[-1] if in_shape else 1
         return 2.0 * out_elems * k
     if node.op_type == "Einsum":
@@ -207,7 +248,7 @@ def _channels(node: onnx.NodeProto, shape: Sequence[int]) -> int:
     """Channel axis: 1 for NC... tensors, the last (feature) axis for MatMul."""
     if not shape:
         return 1
-    if node.op_type == "MatMul" or len(shape) < 2:
+    if node.op_type in MATMUL_OPS or len(shape) < 2:
         return int(shape[-1])
     return int(shape[1])
 

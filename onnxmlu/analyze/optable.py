@@ -13,8 +13,12 @@ What stays on the host, and why:
   normalize; what remains computes shapes on the host, where the sizes are known;
 * data-dependent shapes (NonZero, TopK, NonMaxSuppression, Unique, Compress): a block's outputs
   are allocated from shapes known when the session starts;
-* quantization (QuantizeLinear, DequantizeLinear, QLinear*, *Integer, DynamicQuantize*): the
-  accelerator's blocks are fp32 today;
+* quantized operators outside the standard domain (com.microsoft's QLinearAdd, QGemm,
+  QLinearGlobalAveragePool, DynamicQuantizeLSTM, ...), and standard ones whose integers are not
+  8-bit (a QuantizeLinear to INT16, INT4 or FP8): the accelerator's quantized units are INT8.
+  The standard INT8 ones -- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+  QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger -- run inside INT8 blocks with the
+  model's own quantization parameters (docs/precision.md, "Models that arrive quantized");
 * random ops, string ops, sequences and anything outside the standard domain.
 """
 
@@ -62,6 +66,15 @@ OP_KINDS: dict[str, str] = {
     "Softmax": "softmax",
     "LogSoftmax": "softmax",
     "Hardmax": "softmax",
+    # quantized operators as onnxruntime's quantization tool writes them (docs/precision.md):
+    # the integer convolutions and matrix products, and the conversions, one op per element
+    "QLinearConv": "conv",
+    "ConvInteger": "conv",
+    "QLinearMatMul": "fc",
+    "MatMulInteger": "fc",
+    "QuantizeLinear": "eltwise",
+    "DequantizeLinear": "eltwise",
+    "DynamicQuantizeLinear": "eltwise",
     # data movement
     **{op: "data" for op in (
         "Concat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Split",
@@ -70,6 +83,17 @@ OP_KINDS: dict[str, str] = {
     )},
 }
 
+#: Operators that compute on quantized values: a layer made of one arrives quantized.
+QUANTIZED_OPS: frozenset[str] = frozenset({
+    "QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger",
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+})
+#: The input holding a convolution's weight (its sizes set the work).
+CONV_WEIGHT_INPUT: dict[str, int] = {"Conv": 1, "ConvTranspose": 1, "ConvInteger": 1, "QLinearConv": 3}
+#: Matrix products: their work is set by the first input's last dim.
+MATMUL_OPS: frozenset[str] = frozenset({"MatMul", "QLinearMatMul", "MatMulInteger"})
+#: Integer types of the accelerator's quantized units (INT32: a bias a DequantizeLinear reads).
+_INT8_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.UINT8})
 _STRING = onnx.TensorProto.STRING
 
 
@@ -124,10 +148,10 @@ def _producer_text(index: GraphIndex, name: str) -> str:
 def _sizing_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     """Conv and MatMul need the dims that set their work per sample (DLFusion Eq. 1-2): a
     symbolic or unknown one (beyond the batch) would make the plan price 1x1 images."""
-    if node.op_type == "MatMul":
+    if node.op_type in MATMUL_OPS:
         needed = [("input", node.input[0], -1), ("output", node.output[0], -1)]
     else:
-        needed = [("output", node.output[0], 1), ("weight", node.input[1], 0)]
+        needed = [("output", node.output[0], 1), ("weight", node.input[CONV_WEIGHT_INPUT[node.op_type]], 0)]
     for role, name, first in needed:
         dims = index.shape(name)
         if dims is None or not all(isinstance(d, int) and d > 0 for d in dims[first:]):
@@ -175,6 +199,18 @@ def _einsum_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     return None
 
 
+def _quantized_type_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
+    """QuantizeLinear/DequantizeLinear of other integers (INT16, INT4, FP8) stay on the host;
+    a DequantizeLinear of INT32 is a quantized bias and runs in the block."""
+    name = node.output[0] if node.op_type == "QuantizeLinear" else node.input[0]
+    allowed = _INT8_TYPES | ({onnx.TensorProto.INT32} if node.op_type == "DequantizeLinear" else set())
+    elem = index.elem_type(name)
+    if elem not in allowed:
+        type_name = onnx.TensorProto.DataType.Name(elem) if elem else "an unknown type"
+        return f"{node.op_type} of {type_name}: the accelerator's quantized units are INT8"
+    return None
+
+
 _SPECIAL_CHECKS = {
     "BatchNormalization": _batchnorm_reason,
     "MaxPool": _maxpool_reason,
@@ -183,4 +219,10 @@ _SPECIAL_CHECKS = {
     "MatMul": _sizing_reason,
     "Einsum": _einsum_reason,
     "Dropout": _dropout_reason,
+    "QLinearConv": _sizing_reason,
+    "ConvInteger": _sizing_reason,
+    "QLinearMatMul": _sizing_reason,
+    "MatMulInteger": _sizing_reason,
+    "QuantizeLinear": _quantized_type_reason,
+    "DequantizeLinear": _quantized_type_reason,
 }

@@ -16,6 +16,13 @@ A block planned at FP16 or INT8 (``Block.precision``) gets the ``precision`` att
 body rewritten by :class:`onnxmlu.precision.bodies.BlockBodies` (built on the FP32 body; INT8
 blocks are calibrated first, before any weight is released). FP32 blocks are written exactly
 as before, without the attribute.
+
+A block holding a layer that arrives quantized (``Layer.quantized``) runs at INT8 whatever the
+plan asked (:func:`~onnxmlu.plan.planner.int8_where_quantized`, applied again here for plans
+that did not pass the plan stage). Its body keeps the model's own quantized nodes and
+parameters exactly: it is not re-quantized, only marked (:func:`~onnxmlu.precision.own.mark_own_int8`),
+and its float layers stay float. A weight dequantization the analysis carried into a block
+(``Analysis.carried``) is owned by the block of the layer that reads it.
 """
 
 from __future__ import annotations
@@ -34,7 +41,9 @@ from onnxmlu.ir import topological_order
 from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
 from onnxmlu.ir.weights import fill_tensor, is_marker
 from onnxmlu.plan.plan import Plan
+from onnxmlu.plan.planner import int8_where_quantized
 from onnxmlu.precision import DEFAULT_PRECISION
+from onnxmlu.precision.own import OWN_INT8_NOTE, mark_own_int8
 from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, add_body
 
 if TYPE_CHECKING:
@@ -58,6 +67,8 @@ class BlockInterface:
     outputs: tuple[str, ...]
     constants: tuple[str, ...]
     precision: str = DEFAULT_PRECISION
+    #: The block holds a layer that arrives quantized: its body keeps the model's quantization.
+    quantized: bool = False
 
 
 def collapse(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None = None,
@@ -96,7 +107,7 @@ def prepare_bodies(analysis: Analysis, blocks: dict[int, tuple[int, BlockInterfa
     """``bodies`` (or a default one) ready for the FP16/INT8 blocks among ``blocks``: INT8
     blocks' inputs captured on the calibration samples. None when every block is FP32."""
     wanted = {b: (iface.precision, iface.inputs) for b, iface in blocks.values()
-              if iface.precision != DEFAULT_PRECISION}
+              if iface.precision != DEFAULT_PRECISION and not iface.quantized}
     if not wanted:
         return bodies
     if bodies is None:
@@ -152,6 +163,7 @@ def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[Block
     """The fused model with bodiless fusion nodes (checked acyclic), and node position ->
     (block, interface) for each fusion node."""
     graph = analysis.model.graph
+    plan = int8_where_quantized(plan, analysis.layers)
     owner = _block_of_node(analysis, plan)
     interfaces = block_interfaces(analysis, owner, len(plan.blocks))
     fused = _outer_shell(analysis)
@@ -163,7 +175,9 @@ def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[Block
             fused.graph.node.append(graph.node[i])
         elif b not in emitted:
             emitted.add(b)
-            blocks[len(fused.graph.node)] = (b, replace(interfaces[b], precision=plan.blocks[b].precision))
+            block = plan.blocks[b]
+            quantized = any(layer.quantized for layer in block.layers(analysis.layers))
+            blocks[len(fused.graph.node)] = (b, replace(interfaces[b], precision=block.precision, quantized=quantized))
             fig = figures[b] if figures else None
             _fill_fusion_node(fused.graph.node.add(), analysis, plan, b, interfaces[b], fig)
     _finish_outer(fused, analysis, interfaces)
@@ -211,9 +225,12 @@ def _used_outside(analysis: Analysis, owner: dict[int, int], b: int, name: str) 
 
 
 def _block_of_node(analysis: Analysis, plan: Plan) -> dict[int, int]:
-    """Node index -> block number; the plan was validated against the layers by the caller."""
-    return {analysis.layer_nodes[layer]: b
-            for b, block in enumerate(plan.blocks) for layer in range(block.start, block.stop)}
+    """Node index -> block number (a carried weight dequantization: its reader's block); the
+    plan was validated against the layers by the caller."""
+    owner = {analysis.layer_nodes[layer]: b
+             for b, block in enumerate(plan.blocks) for layer in range(block.start, block.stop)}
+    owner.update((node, owner[reader]) for node, reader in analysis.carried.items())
+    return owner
 
 
 def _fill_fusion_node(node: onnx.NodeProto, analysis: Analysis, plan: Plan, b: int, iface: BlockInterface,
@@ -233,6 +250,8 @@ def _fill_fusion_node(node: onnx.NodeProto, analysis: Analysis, plan: Plan, b: i
     if fig is not None and fig.sim_latency_us is not None:
         node.attribute.append(helper.make_attribute("sim_latency_us", float(fig.sim_latency_us)))
     node.doc_string = _summary(layers, block.mp, fig, block.precision)
+    if any(layer.quantized for layer in layers):
+        node.doc_string += f" ({OWN_INT8_NOTE})"
 
 
 def _add_body(node: onnx.NodeProto, analysis: Analysis, b: int, iface: BlockInterface,
@@ -241,7 +260,7 @@ def _add_body(node: onnx.NodeProto, analysis: Analysis, b: int, iface: BlockInte
     ``uses`` counts the blocks still to be written per constant (see :func:`_add_constants`);
     ``bodies`` (from :func:`prepare_bodies`) transforms an FP16/INT8 block's body."""
     data = _body_bytes(analysis, b, iface, uses, bodies)
-    note = bodies.note(iface.precision) if bodies is not None else ""
+    note = bodies.note(iface.precision) if bodies is not None and not iface.quantized else ""
     if note:
         node.doc_string += f" ({note})"
     if len(data) > MAX_BODY_BYTES:
@@ -265,7 +284,9 @@ def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter
                 bodies: "BlockBodies | None" = None) -> bytes:
     """The block as a serialized ModelProto, at its precision; the proto itself is freed on return."""
     body = fp32_body(analysis, b, iface, uses)
-    if iface.precision != DEFAULT_PRECISION:
+    if iface.quantized:
+        mark_own_int8(body)
+    elif iface.precision != DEFAULT_PRECISION:
         if bodies is None:
             raise AssertionError(f"block {b} is {iface.precision} but collapse prepared no bodies for it")
         body = bodies.transform(b, iface.precision, body)

@@ -13,9 +13,14 @@ Three folders take turns (see :func:`onnxmlu.frontend.normalize.normalize`):
   onnxruntime (onnx-graphsurgeon's folder), in every subgraph. It never writes a constant
   much larger than what it is computed from: a node whose result would exceed
   ``max(FOLD_FREE_BYTES, FOLD_GROWTH x its constant inputs)`` (a ``ConstantOfShape``,
-  ``Expand``, ``Tile`` or ``Range`` broadcast; a ``Cast`` or ``DequantizeLinear`` of int8
-  weights) is left to run at inference time, as onnxsim and onnxslim bound folding, so a
-  fused file stays about the size of the original.
+  ``Expand``, ``Tile`` or ``Range`` broadcast; a ``Cast`` of large int8 weights) is left to
+  run at inference time, as onnxsim and onnxslim bound folding, so a fused file stays about
+  the size of the original. ``QuantizeLinear``, ``DequantizeLinear`` and
+  ``DynamicQuantizeLinear`` are never folded, whatever their size: a model that arrives
+  quantized keeps its INT8 weights, scales and zero points exactly as stored, and analysis
+  carries a weight's ``DequantizeLinear`` into the block that reads it
+  (:mod:`onnxmlu.analyze.quantized`). (graphsurgeon's folder skips them too; the bound says
+  so itself rather than rely on it.)
 
 Every result is checked: a folded model in which some node reads a name that no enclosing
 scope defines is dropped and the unfolded model kept (graphsurgeon's own ``If`` flattening
@@ -44,6 +49,8 @@ from onnxmlu.ir.weights import skeleton
 FOLD_FREE_BYTES = 1 << 16
 FOLD_GROWTH = 1.5
 _BROADCAST_OPS = frozenset({"ConstantOfShape", "Expand", "Tile", "Range"})
+#: Never folded: they hold a quantized model's own parameters (see the module docstring).
+_QUANTIZATION_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 
 
 # ------------------------------------------------------------------------- Shape and Size
@@ -224,8 +231,12 @@ def _onnxruntime_warnings_off():
 def _grows_the_model(node) -> bool:
     """Whether folding graphsurgeon node ``node`` would write a constant much larger than its
     constant inputs: a broadcast (``ConstantOfShape``, ``Expand``, ``Tile``, ``Range``) or an
-    up-cast of stored weights (``Cast``/``DequantizeLinear`` of int8 weights is 4x)."""
+    up-cast of stored weights (``Cast`` of int8 weights is 4x) -- or a quantization node,
+    which is never folded."""
     import onnx_graphsurgeon as gs
+
+    if node.op in _QUANTIZATION_OPS:
+        return True
 
     values = [t.values if isinstance(t, gs.Constant) else None for t in node.inputs if not t.is_empty()]
     if any(v is None for v in values):

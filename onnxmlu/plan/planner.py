@@ -2,10 +2,11 @@
 
 :func:`make_plan` runs a strategy (:func:`~onnxmlu.plan.strategies.run_strategy`) or reads a
 plan file, optionally at one precision (the strategy then plans on the layers at that
-precision, so its blocks and MPs are chosen for it), and optionally forces one MP on every
-block; :func:`plan_layers` is what the pipeline's fixed-precision planner calls: that plan with
-every block whose weights would not fit in one body split (:data:`BODY_WEIGHT_LIMIT_BYTES`),
-and each block's simulated latency at its MP and precision.
+precision, so its blocks and MPs are chosen for it), optionally forces one MP on every block,
+and runs every block holding a layer that arrives quantized at INT8
+(:func:`int8_where_quantized`); :func:`plan_layers` is what the pipeline's fixed-precision
+planner calls: that plan with every block whose weights would not fit in one body split
+(:data:`BODY_WEIGHT_LIMIT_BYTES`), and each block's simulated latency at its MP and precision.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ BODY_WEIGHT_LIMIT_BYTES = 1_900_000_000
 
 def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike = DEFAULT_STRATEGY,
               plan: PlanLike | None = None, mp: int | None = None, precision: str | None = None) -> Plan:
-    """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere.
+    """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere;
+    blocks holding layers that arrive quantized at INT8 (:func:`int8_where_quantized`).
 
     ``precision`` (None: each block as the plan says, FP32 for a strategy) puts every block
     at that precision; a strategy then runs on :func:`layers_at_precision` ``(layers,
@@ -48,7 +50,7 @@ def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike =
     if mp is not None:
         chosen = _forced_mp(chosen, mp, hw)
     chosen.validate(layers, hw.cores)
-    return chosen
+    return int8_where_quantized(chosen, layers)
 
 
 def _at(layers: Sequence[Layer], precision: str | None) -> Sequence[Layer]:
@@ -71,6 +73,20 @@ def plan_layers(layers: Sequence[Layer], hw: Hardware, **how) -> tuple[Plan, lis
 
     chosen = split_oversized_blocks(make_plan(layers, hw, **how), layers, BODY_WEIGHT_LIMIT_BYTES)
     return chosen, block_latencies(layers, chosen, make_cost(hw))
+
+
+def int8_where_quantized(plan: Plan, layers: Sequence[Layer]) -> Plan:
+    """``plan`` with every block that holds a layer arriving quantized (``Layer.quantized``)
+    at INT8, whatever precision it asked (FP32, the default, or FP16 from a strategy,
+    :func:`~onnxmlu.plan.plan.with_precision` or a plan file): the model computes such a
+    layer in INT8 with its own parameters, and a block runs at one precision. The promotion
+    is silent and visible in the result (the plan's blocks, the node's ``precision``).
+    ``plan`` itself when nothing changes."""
+    blocks = tuple(replace(b, precision="int8") if b.precision != "int8"
+                   and any(layer.quantized for layer in b.layers(layers)) else b for b in plan.blocks)
+    if blocks == plan.blocks:
+        return plan
+    return Plan(blocks, plan.strategy, plan.hardware, dict(plan.notes))
 
 
 def block_latencies(layers: Sequence[Layer], plan: Plan, cost) -> list[float]:

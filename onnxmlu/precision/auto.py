@@ -30,8 +30,9 @@ with by a Lagrangian relaxation:
    asks for more than FP32 rounding gives), it is returned with a ``budget-unmet``
    diagnostic.
 
-Layers whose precision is fixed by the model (analysed at a precision other than FP32: the
-model arrived quantized) only go into blocks of that precision. The accuracy reported is
+Layers that arrive quantized (:attr:`~onnxmlu.plan.perf.layers.Layer.quantized`: the model
+computes them in INT8 with its own parameters) only go into INT8 blocks, and segments holding
+them are not measured (their INT8 is the model's own, not a choice). The accuracy reported is
 measured on the calibration samples, which also calibrate INT8 blocks: give held-out data to
 :func:`onnxmlu.api.check` for an out-of-sample figure.
 """
@@ -270,14 +271,14 @@ class JointSearch:
         self.whole = {p: whole_segments(self.at[p], self.mps, self.cost, bound) for p in PRECISIONS}
         singles = {p: self.cost.layer_table(self.at[p], self.mps).min(axis=1) for p in ("fp32", "int8")}
         self.gain = np.maximum(singles["fp32"] - singles["int8"], 0.0)
-        fixed = np.array([layer.precision for layer in layers])
-        self._fixed = np.concatenate([[0], np.cumsum(fixed != DEFAULT_PRECISION)])
-        self._allowed = {p: (fixed == p) | (fixed == DEFAULT_PRECISION) for p in PRECISIONS}
+        quantized = np.array([layer.quantized for layer in layers], dtype=bool)  # INT8 whatever we ask
+        self._fixed = _prefix(quantized)
+        self._allowed = {p: ~quantized | (p == "int8") for p in PRECISIONS}
         self._cum = {p: np.zeros((len(layers) + 1, 2)) for p in PRECISIONS}
         self._bad = {p: _prefix(~self._allowed[p]) for p in PRECISIONS}
 
     def fixed_precision(self, start: int, stop: int) -> bool:
-        """Whether a layer of ``[start, stop)`` has its precision fixed by the model."""
+        """Whether a layer of ``[start, stop)`` arrives quantized (so the block is INT8)."""
         return bool(self._fixed[stop] - self._fixed[start])
 
     def set_sensitivity(self, deficits: dict[str, np.ndarray], pinned: np.ndarray) -> None:

@@ -18,6 +18,10 @@ onnxruntime runs the body as any other model (at its usual optimization level it
 Operators the quantizer has no QDQ form for stay FP32 between a DQ and a Q
 (:func:`float_nodes` lists them). The body's inputs and outputs keep their names and FP32
 types, so the fused graph around the block does not change.
+
+A block that holds layers arriving quantized (the model's own QDQ pairs, QLinear or Integer
+operators) is never re-quantized: :func:`~onnxmlu.precision.own.mark_own_int8` only records in its body's metadata
+that the parameters are the model's own, not calibrated by onnxmlu (:mod:`onnxmlu.precision.own`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, 
 from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.ir import copy_model
 from onnxmlu.precision.calibration import SampleReader
-from onnxmlu.precision.fp16 import PRECISION_KEY
+from onnxmlu.precision.own import CALIBRATION_KEY, set_int8_metadata
+
+__all__ = ["CALIBRATION_KEY", "Int8Options", "float_nodes", "to_int8"]
 
 #: Calibration methods by the name users give.
 CALIBRATION_METHODS: dict[str, CalibrationMethod] = {
@@ -60,7 +66,6 @@ MIN_OPSET = 13
 #: The IR version that goes with opset 13 (onnx 1.8); below IR 4 a converted body would need its
 #: initializers listed as graph inputs.
 _IR_OF_OPSET_13 = 7
-CALIBRATION_KEY = "onnxmlu.calibration"
 _QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 
@@ -159,11 +164,7 @@ def _check_interface(body: onnx.ModelProto, quantized: onnx.ModelProto) -> None:
 
 
 def _mark(quantized: onnx.ModelProto, options: Int8Options, note: str) -> None:
-    for key, value in ((PRECISION_KEY, "int8"), (CALIBRATION_KEY, "; ".join(filter(None, [options.describe(), note])))):
-        entry = quantized.metadata_props.add()
-        entry.key, entry.value = key, value
-    quantized.producer_name = "onnxmlu"
-    quantized.doc_string = f"{quantized.doc_string} (int8)".strip()
+    set_int8_metadata(quantized, "; ".join(filter(None, [options.describe(), note])))
 
 
 class _PreprocessAdvice(logging.Filter):

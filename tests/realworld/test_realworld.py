@@ -3,7 +3,10 @@ strategy, its symbolic dims pinned, and the fused model runs in plain onnxruntim
 custom-op library registered and matches the original (optimizations off) at fp32 tolerance.
 
 Also per model: at least one MLUFusionBlock; no Gemm, LSTM, GRU, RNN or weighted
-BatchNormalization outside the blocks unless the report gives that node a reason; ``onnxmlu
+BatchNormalization outside the blocks, and no standard-domain quantized operator (QuantizeLinear,
+QLinearConv, MatMulInteger, ...: models that arrive quantized run them in INT8 blocks) outside
+the blocks of the main graph, unless the report gives that node a reason, and every block that
+runs one is INT8; ``onnxmlu
 check`` with the same pins agrees; weights are not multiplied (the fused model's tensors, bodies
 included, weigh about what the original's do) and the file is about the original's size plus the
 bodies' framing (an unrolled RNN adds nodes, not weights); nothing is left in the working directory.
@@ -25,10 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus  # noqa: E402
 
+from onnxmlu.analyze.optable import QUANTIZED_OPS  # noqa: E402
 from onnxmlu.cli import app  # noqa: E402
 from onnxmlu.ir import iter_graphs  # noqa: E402
 from onnxmlu.ir.weights import tensor_payload_bytes  # noqa: E402
-from onnxmlu.schema import is_fusion_block  # noqa: E402
+from onnxmlu.schema import block_precision, body_model, is_fusion_block  # noqa: E402
 
 pytestmark = pytest.mark.realworld
 runner = CliRunner()
@@ -62,6 +66,7 @@ def test_real_model_fuses_runs_matches_and_checks(case_model, library, tmp_path,
 
     assert sum(is_fusion_block(n) for n in fused.graph.node) >= 1
     assert _unexplained_leftovers(fused, report) == []
+    assert _quantized_blocks_not_int8(fused) == []
     _assert_outputs_match(case, original, out, library)
     _assert_check_agrees(case, original, src, out, tmp_path)
     assert _weight_bytes(fused) <= 1.1 * tensor_payload_bytes(original) + FOLDED_BYTES
@@ -88,9 +93,16 @@ def _unexplained_leftovers(fused: onnx.ModelProto, report: dict) -> list[str]:
     for graph in iter_graphs(fused.graph):
         for node in graph.node:
             weighted_bn = node.op_type == "BatchNormalization" and not _normalization_only(node, weights)
-            if (node.op_type in REWRITTEN or weighted_bn) and not ({node.name, node.op_type} & explained):
+            quantized = graph is fused.graph and node.op_type in QUANTIZED_OPS and node.domain in ("", "ai.onnx")
+            if (node.op_type in REWRITTEN or weighted_bn or quantized) and not ({node.name, node.op_type} & explained):
                 left.append(f"{node.op_type} {node.name}")
     return left
+
+
+def _quantized_blocks_not_int8(fused: onnx.ModelProto) -> list[str]:
+    """Blocks whose body runs a standard quantized operator but are not INT8."""
+    return [node.name for node in fused.graph.node if is_fusion_block(node) and block_precision(node) != "int8"
+            and any(n.op_type in QUANTIZED_OPS for n in body_model(node).graph.node)]
 
 
 def _normalization_only(node: onnx.NodeProto, weights: dict) -> bool:

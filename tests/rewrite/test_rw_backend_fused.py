@@ -74,3 +74,42 @@ def test_primitive_families_fuse_and_match(onnx_backend_case, name):
     fused = _fuse_and_compare(case.model, case.datasets)
     blocks = sum(is_fusion_block(n) for n in fused.graph.node)
     assert blocks == (0 if HOST_ONLY in name else 1)
+
+
+QUANTIZED_PREFIXES = ("test_qlinearconv", "test_qlinearmatmul_", "test_matmulinteger", "test_convinteger_",
+                      "test_dynamicquantizelinear", "test_quantizelinear", "test_dequantizelinear")
+
+
+def _quantized_cases() -> list[str]:
+    root, _ = rw_backend.backend_root()
+    if root is None:
+        return []
+    return sorted(p.name for p in root.iterdir() if p.name.startswith(QUANTIZED_PREFIXES))
+
+
+QUANTIZED = _quantized_cases()
+
+
+@pytest.mark.parametrize("name", QUANTIZED or [pytest.param("unavailable", marks=pytest.mark.skip("no backend data"))])
+def test_quantized_operators_fuse_into_int8_blocks_and_match(onnx_backend_case, name):
+    """Models that arrive quantized (docs/precision.md): an INT8 quantized operator runs in an
+    INT8 block and reproduces the stored outputs exactly; other integer types (INT16, INT4,
+    FP8) stay on the host with their reason."""
+    import onnxruntime as ort
+
+    from onnxmlu.schema import block_precision
+
+    case = onnx_backend_case(name)
+    inputs, expected = case.datasets[0]
+    try:
+        ort.InferenceSession(case.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, dict(zip(case.input_names, inputs)))
+    except Exception as error:  # noqa: BLE001 - the reference runtime refuses it: not ours to fuse
+        pytest.skip(f"onnxruntime cannot run the original: {str(error).splitlines()[0][:100]}")
+    result = api.fuse(case.model, strategy="all-fusion")
+    blocks = [n for n in result.model.graph.node if is_fusion_block(n)]
+    if not blocks:
+        assert all("quantized units are INT8" in d.message for d in result.diagnostics), result.diagnostics
+        return
+    assert [block_precision(b) for b in blocks] == ["int8"] and len(result.model.graph.node) == 1
+    _fuse_and_compare(case.model, case.datasets, tol=1e-6)

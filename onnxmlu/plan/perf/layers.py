@@ -14,6 +14,12 @@ Precision: a layer as analysed describes the model's FP32 computation (``precisi
 floating-point feature maps and weights shrink to that precision's element size (the bytes in
 ``fixed_bytes`` -- integer indices, masks -- keep theirs), and the performance model runs its
 operations at that precision's peak.
+
+A layer that *arrives quantized* (:attr:`Layer.quantized`: the model itself computes it in
+INT8 -- a ``QLinearConv``, a ``QuantizeLinear``, the float operator of a QDQ unit, a layer
+reading INT8 weights through a ``DequantizeLinear``; see :mod:`onnxmlu.analyze.layers`) is
+analysed at ``precision="int8"`` and always runs INT8: its bytes are what the model stores,
+and :meth:`Layer.at_precision` returns it unchanged whatever precision is asked.
 """
 
 from __future__ import annotations
@@ -58,6 +64,10 @@ class Layer:
     fixed_bytes: tuple[int, int, int] = (0, 0, 0)
     #: The precision the layer is priced at (its bytes are already at that element size).
     precision: str = DEFAULT_PRECISION
+    #: The layer arrives quantized: the model computes it in INT8 with its own quantization
+    #: parameters. Such a layer is analysed at INT8, always runs INT8, and a block holding one
+    #: runs at INT8 (the plan stage enforces it: :func:`onnxmlu.plan.planner.int8_where_quantized`).
+    quantized: bool = False
 
     @property
     def gops(self) -> float:
@@ -66,10 +76,11 @@ class Layer:
 
     def at_precision(self, precision: str) -> "Layer":
         """This layer run at ``precision``: FP32 tensor bytes scaled to its element size.
-        Only an FP32 layer (as analysed) converts; the same precision returns ``self``."""
-        if precision == self.precision:
-            return self
+        Only an FP32 layer (as analysed) converts; the same precision returns ``self``, and so
+        does every precision for a layer that arrives quantized (it always runs INT8)."""
         check_precision(precision)
+        if precision == self.precision or self.quantized:
+            return self
         if self.precision != DEFAULT_PRECISION:
             raise ValueError(f"layer {self.name!r} is priced at {self.precision}; convert the FP32 layer instead")
         size = ELEMENT_BYTES[precision]
@@ -83,5 +94,6 @@ class Layer:
 
 
 def layers_at_precision(layers: Sequence[Layer], precision: str) -> list[Layer]:
-    """Every layer of ``layers`` at ``precision`` (see :meth:`Layer.at_precision`)."""
+    """Every layer of ``layers`` at ``precision`` (see :meth:`Layer.at_precision`): layers that
+    arrive quantized stay INT8, so a mixed layer table converts at every precision."""
     return [layer.at_precision(precision) for layer in layers]

@@ -79,7 +79,9 @@ factorisation of ``m`` and keeps the fastest, as a compiler would.
    read and write their maps at their own element size (a neighbour at another precision
    converts on its store, at no cost).  No new parameter: ``s`` comes from the datasheet.
    FP32 layers have ``s = 1`` and unchanged bytes, so FP32 prices are exactly the calibrated
-   ones.  ``BlockEstimate.onchip_bytes`` is the largest per-core working set of a layer (its
+   ones.  A layer that arrives quantized (``Layer.quantized``: a ``QLinearConv``, a QDQ
+   unit) is INT8 as analysed and at every precision asked, so it is priced at INT8 wherever
+   it is.  ``BlockEstimate.onchip_bytes`` is the largest per-core working set of a layer (its
    channel group's weights, its input and output tiles with their halo); no profile states
    an on-chip capacity, so it is reported, not charged.
 

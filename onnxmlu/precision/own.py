@@ -1,0 +1,35 @@
+"""Blocks that arrive quantized: their bodies keep the model's own quantization, marked INT8.
+
+A block holding a layer the model itself computes in INT8 (``Layer.quantized``: its QDQ
+pairs, ``QLinearConv``/``QLinearMatMul``, ``ConvInteger``/``MatMulInteger`` with
+``DynamicQuantizeLinear``) is never re-quantized by :mod:`onnxmlu.precision.int8`: its scales,
+zero points and INT8/INT32 weights are the model's, copied bit for bit, and its float layers
+stay float as the model's author had them. Only the body's metadata says what it is
+(:func:`mark_own_int8`). Separate from ``int8`` so that collapse does not import onnxruntime's
+quantizer to mark a body.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from onnxmlu.precision.fp16 import PRECISION_KEY
+
+CALIBRATION_KEY = "onnxmlu.calibration"
+#: What the body and the node of a block arriving quantized say about its parameters.
+OWN_INT8_NOTE = "the model's own quantization parameters, not calibrated by onnxmlu"
+
+
+def mark_own_int8(body: onnx.ModelProto) -> None:
+    """Mark the body of a block arriving quantized as INT8 with the model's own parameters
+    (in place; its nodes and initializers are not touched)."""
+    set_int8_metadata(body, OWN_INT8_NOTE)
+
+
+def set_int8_metadata(body: onnx.ModelProto, calibration: str) -> None:
+    """Record an INT8 body's precision and where its quantization parameters came from."""
+    for key, value in ((PRECISION_KEY, "int8"), (CALIBRATION_KEY, calibration)):
+        entry = body.metadata_props.add()
+        entry.key, entry.value = key, value
+    body.producer_name = "onnxmlu"
+    body.doc_string = f"{body.doc_string} (int8)".strip()
