@@ -326,10 +326,18 @@ class JointSearch:
             if bad[j] == bad[s]:
                 yield s, best[s] + latency + lam * (cum[j] - cum[s]), m
 
+    def fp32_optimum(self) -> Plan:
+        """The ``optimal`` strategy's plan, as ``fuse -s optimal`` writes it: FP32, but blocks
+        holding layers that arrive quantized at INT8 (the baseline ``auto`` is measured against)."""
+        from onnxmlu.plan.planner import int8_where_quantized
+        from onnxmlu.plan.strategies import run_strategy
+
+        return int8_where_quantized(run_strategy(self.layers, self.hw, "optimal", self.cost), self.layers)
+
     def frontier(self) -> list[Candidate]:
         """The distinct plans of the lambda sweep that no other beats on both latency and
-        estimated deficit, fastest first; the last is the FP32 optimum."""
-        fastest, fp32 = self.plan(0.0), self.plan(0.0, (DEFAULT_PRECISION,))
+        estimated deficit, fastest first; the last is the FP32 optimum (:meth:`fp32_optimum`)."""
+        fastest, fp32 = self.plan(0.0), self.fp32_optimum()
         span = self.latency(fp32) - self.latency(fastest)
         worst = 1.0 - self.estimate(fastest).cosine
         plans = {fastest.blocks: fastest, fp32.blocks: fp32}

@@ -38,6 +38,7 @@ from onnxmlu.precision.accuracy import Accuracy, measure
 from onnxmlu.precision.bodies import BlockBodies, float_op_diagnostics, runnable_model
 from onnxmlu.precision.calibration import CalibrationSet, Sample, capture_tensors
 from onnxmlu.precision.int8 import Int8Options
+from onnxmlu.precision.own import mark_own_int8
 
 Range = tuple[int, int]
 
@@ -74,7 +75,7 @@ class PlanEvaluator:
         of every INT8 block of ``plans`` not seen yet (INT8 bodies are calibrated on them)."""
         n = calibrated_on or len(self.calibration)
         wanted = {}
-        for block in {b for plan in plans for b in plan.blocks if b.precision == "int8"}:
+        for block in {b for plan in plans for b in plan.blocks if b.precision == "int8" and not self._own(b)}:
             key = (block.start, block.stop, n)
             if key not in self._bodies.block_samples:
                 wanted[key] = self._interface((block.start, block.stop)).inputs
@@ -104,9 +105,17 @@ class PlanEvaluator:
         n = calibrated_on or len(self.calibration)
         key = (block.start, block.stop, block.precision, n)
         if key not in self._transformed:
-            fp32 = fp32_body(self.analysis, 0, self._interface((block.start, block.stop)))
-            self._transformed[key] = self._bodies.transform((block.start, block.stop, n), block.precision, fp32)
+            body = fp32_body(self.analysis, 0, self._interface((block.start, block.stop)))
+            if self._own(block):  # the model's own INT8, as collapse writes it
+                mark_own_int8(body)
+            else:
+                body = self._bodies.transform((block.start, block.stop, n), block.precision, body)
+            self._transformed[key] = body
         return self._transformed[key]
+
+    def _own(self, block: Block) -> bool:
+        """Whether ``block`` holds layers that arrive quantized (its body keeps their INT8)."""
+        return any(layer.quantized for layer in block.layers(self.analysis.layers))
 
     def bodies_for(self, plan: Plan) -> BlockBodies:
         """What collapse needs to write ``plan`` with the bodies measured here."""
@@ -114,15 +123,21 @@ class PlanEvaluator:
 
     def _interface(self, span: Range):
         if span not in self._interfaces:
-            owner = {self.analysis.layer_nodes[layer]: 0 for layer in range(*span)}
-            self._interfaces[span] = block_interface(self.analysis, owner, 0)
+            self._interfaces[span] = block_interface(self.analysis, self._owner([(0, Block(*span, 1))]), 0)
         return self._interfaces[span]
 
+    def _owner(self, blocks: Sequence[tuple[int, Block]]) -> dict[int, int]:
+        """Node -> k for the nodes of each ``(k, block)``: its layers' nodes, and the weight
+        dequantizations carried with them (as collapse assigns them)."""
+        owner = {self.analysis.layer_nodes[layer]: k for k, b in blocks for layer in range(b.start, b.stop)}
+        owner.update((node, owner[reader]) for node, reader in self.analysis.carried.items() if reader in owner)
+        return owner
+
     def _cut(self, plan: Plan) -> int:
-        """Position (in the analysis order) of the first node of the plan's first low block
-        (0 for an FP32 plan: it runs whole)."""
+        """Position (in the analysis order) of the first node of the plan's first low block,
+        carried weight dequantizations included (0 for an FP32 plan: it runs whole)."""
         low = [b for b in plan.blocks if b.precision != DEFAULT_PRECISION]
-        return self._position[self.analysis.layer_nodes[low[0].start]] if low else 0
+        return min(self._position[node] for node in self._owner([(0, low[0])])) if low else 0
 
     def _suffix_inputs(self, start: int) -> list[str]:
         graph, produced, names = self.model.graph, set(), {}
@@ -160,7 +175,7 @@ class PlanEvaluator:
         bodies = {k: self.body(b, calibrated_on) for k, b in low}
         if not all(_spliceable(body, self.model) for body in bodies.values()):
             return None
-        owner = {self.analysis.layer_nodes[layer]: k for k, b in low for layer in range(b.start, b.stop)}
+        owner = self._owner(low)
         spliced = _splice(self.model, self.analysis.order[start:], owner, bodies)
         _declare_inputs(spliced, self._suffix_inputs(start), self.model, self._prefix_values)
         return spliced

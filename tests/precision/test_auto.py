@@ -159,3 +159,20 @@ def test_auto_meets_its_budget_on_every_zoo_cnn(zoo, name):
         assert budget.met(result.chosen.measured), (name, budget, result.chosen.measured)
         assert result.chosen.latency_us <= result.fp32_latency_us + 1e-6
         assert any(c.measured is not None for c in result.candidates)
+
+
+def test_auto_keeps_what_arrives_quantized_int8_and_plans_the_rest():
+    """A QDQ model with one convolution left in float: blocks holding its quantized layers stay
+    INT8 with the model's own parameters, the float remainder is auto's to choose, and the
+    budget holds against the quantized model itself."""
+    from quantized_models import float_cnn, quantized
+
+    model = quantized(float_cnn(), "qdq", nodes_to_exclude=["conv2"])
+    result = api.fuse(model, precision="auto", accuracy="cosine>=0.999")
+    layers = result.analysis.layers
+    assert any(layer.quantized for layer in layers) and not all(layer.quantized for layer in layers)
+    for block in result.plan.blocks:
+        if any(layer.quantized for layer in block.layers(layers)):
+            assert block.precision == "int8"
+    assert result.auto.budget.met(result.auto.chosen.measured)
+    assert all(u.stop <= len(layers) for u in result.auto.units)
