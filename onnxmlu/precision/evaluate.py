@@ -184,7 +184,9 @@ class PlanEvaluator:
         try:
             return [session.run(None, {n: s[n] for n in feeds}) for s in samples]
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
-            raise OnnxMluError(f"running the model on calibration samples failed: {first_line(exc)}") from None
+            hint = ("; the seeded random samples are not valid inputs of this model: give --calibration DIR"
+                    if self.calibration.random else "")
+            raise OnnxMluError(f"running the model on calibration samples failed: {first_line(exc)}{hint}") from None
 
 
 class _MeasuredBodies(BlockBodies):
