@@ -39,6 +39,7 @@ measured on the calibration samples, which also calibrate INT8 blocks: give held
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
@@ -46,13 +47,14 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.errors import OnnxMluError
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer, layers_at_precision
 from onnxmlu.plan.perf.model import make_cost, plan_block_latencies_us
 from onnxmlu.plan.plan import Block, Plan, segments, split_oversized_blocks
 from onnxmlu.plan.strategies.search import max_block_length, whole_segments
 from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
-from onnxmlu.precision.accuracy import Accuracy, Budget
+from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 from onnxmlu.precision.bodies import runnable_model
 from onnxmlu.precision.calibration import DEFAULT_RANDOM_SAMPLES, load_calibration, random_calibration
 from onnxmlu.precision.evaluate import PlanEvaluator
@@ -148,6 +150,12 @@ def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: A
     start = time.perf_counter()
     options = options or AutoOptions()
     layers = evaluator.analysis.layers
+    if budget.metric == "top1" and math.isnan(measure(evaluator.reference[:1], evaluator.reference[:1]).top1):
+        raise OnnxMluError("top1 needs an output with class scores on its last axis; this model has none: "
+                           "use --accuracy cosine>=X")
+    if not layers:  # nothing runs on the accelerator: nothing to choose
+        empty = Candidate(Plan((), STRATEGY, hw.name), 0.0, Accuracy(1.0, 1.0), Accuracy(1.0, 1.0))
+        return AutoResult(empty, budget, 0.0, [empty], [], evaluator, time.perf_counter() - start)
     search = JointSearch(layers, hw)
     units, pinned, diagnostics = sensitivity_units(layers, search, options.max_units)
     measured = measure_units(evaluator, layers, units, options.sensitivity_samples, search.gain)

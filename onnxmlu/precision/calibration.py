@@ -216,6 +216,7 @@ def _session_exposing(model: onnx.ModelProto, names: Sequence[str]):
         del graph.output[len(graph.output) - len(added):]
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.log_severity_level = 3  # its notes on unused initializers are not the user's concern
     try:
         return ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line

@@ -176,3 +176,12 @@ def test_auto_keeps_what_arrives_quantized_int8_and_plans_the_rest():
             assert block.precision == "int8"
     assert result.auto.budget.met(result.auto.chosen.measured)
     assert all(u.stop <= len(layers) for u in result.auto.units)
+
+
+def test_a_top1_budget_needs_class_scores():
+    from precision_models import residual_model
+
+    evaluator = _evaluator(residual_model(), samples=2)
+    evaluator.reference = [[np.ones(1, np.float32)] for _ in evaluator.reference]  # as a model with one score
+    with pytest.raises(OnnxMluError, match="top1 needs an output with class scores"):
+        plan_auto(evaluator, HW, Budget("top1", 0.9))
