@@ -51,7 +51,7 @@ class PlanEvaluator:
         self.calibration = calibration
         self.model = runnable_model(analysis)
         self._bodies = BlockBodies(analysis, calibration, options)
-        self._transformed: dict[tuple[int, int, str], onnx.ModelProto] = {}
+        self._transformed: dict[tuple[int, int, str, int], onnx.ModelProto] = {}  # range, precision, samples
         self._interfaces: dict[Range, object] = {}
         self._position = {node: k for k, node in enumerate(analysis.order)}
         self._fed = [i.name for i in fed_inputs(self.model.graph)]
