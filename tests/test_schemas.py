@@ -136,7 +136,7 @@ def test_every_json_report_matches_its_schema(library, chain_file, training_bn_f
         "rewrite": [json_of("rewrite", training_bn_file, tmp_path / "rw.onnx", "--json", "-")],
         "plan": [json_of("plan", chain_file, "-s", "optimal", "--json", "-"),
                  json_of("plan", chain_file, "--precision", "fp16", "--json", "-"),
-                 json_of("plan", chain_file, "--precision", "auto", "--accuracy", "top1>=0.99", "--json", "-")],
+                 json_of("plan", chain_file, "--precision", "auto", "--accuracy", "cosine>=0.99", "--json", "-")],
         "compare": [json_of("compare", chain_file, "--strategies", "dlfusion,oracle", "--json", "-"),
                     json_of("compare", chain_file, "--strategies", "dlfusion", "--precision", "fp16,int8",
                             "--json", "-")],
