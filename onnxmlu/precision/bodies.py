@@ -51,6 +51,7 @@ class BlockBodies:
         self._random = (random_samples, seed)
         self.calibration: CalibrationSet | None = calibration if isinstance(calibration, CalibrationSet) else None
         self.block_samples: dict[int, list[Sample]] = {}
+        self.quantizer_warnings: dict[int, list[str]] = {}  # block -> what onnxruntime's quantizer warned
         self.diagnostics: list[Diagnostic] = []
 
     def prepare(self, blocks: Mapping[int, tuple[str, Sequence[str]]]) -> None:
@@ -74,8 +75,10 @@ class BlockBodies:
             return to_fp16(body)
         if b not in self.block_samples:
             raise OnnxMluError(f"INT8 block {b} has no calibration samples: prepare() was not told of it")
-        quantized = to_int8(body, self.block_samples[b], self.options, self.calibration.describe())
-        self.diagnostics.extend(float_op_diagnostics(b, quantized))
+        warnings: list[str] = []
+        quantized = to_int8(body, self.block_samples[b], self.options, self.calibration.describe(), warnings)
+        self.quantizer_warnings[b] = list(dict.fromkeys(warnings))
+        self.diagnostics.extend(float_op_diagnostics(b, quantized) + quantizer_diagnostics(b, warnings))
         return quantized
 
     def note(self, precision: str) -> str:
@@ -103,6 +106,12 @@ def float_op_diagnostics(b, quantized: onnx.ModelProto) -> list[Diagnostic]:
                        f"{node.op_type} computes in FP32 inside INT8 block {b}: onnxruntime's quantizer "
                        "has no QDQ form for it")
             for node in float_nodes(quantized)]
+
+
+def quantizer_diagnostics(b, warnings: Sequence[str]) -> list[Diagnostic]:
+    """One ``int8-quantizer`` record per distinct warning onnxruntime's quantizer gave on block ``b``."""
+    return [Diagnostic("precision", "int8-quantizer", "", f"INT8 block {b}: onnxruntime's quantizer: {message}")
+            for message in dict.fromkeys(warnings)]
 
 
 def runnable_model(analysis) -> onnx.ModelProto:

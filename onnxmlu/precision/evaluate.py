@@ -35,7 +35,7 @@ from onnxmlu.ir import copy_model_fields, fed_inputs, is_default_domain, nested_
 from onnxmlu.plan.plan import Block, Plan
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.precision.accuracy import Accuracy, measure
-from onnxmlu.precision.bodies import BlockBodies, float_op_diagnostics, runnable_model
+from onnxmlu.precision.bodies import BlockBodies, float_op_diagnostics, quantizer_diagnostics, runnable_model
 from onnxmlu.precision.calibration import CalibrationSet, Sample, capture_tensors
 from onnxmlu.precision.int8 import Int8Options
 from onnxmlu.precision.own import mark_own_int8
@@ -195,6 +195,7 @@ class _MeasuredBodies(BlockBodies):
     def __init__(self, evaluator: PlanEvaluator, plan: Plan, calibrated_on: int | None = None) -> None:
         super().__init__(evaluator.analysis, evaluator.calibration, evaluator._bodies.options)
         self.evaluator, self.plan, self.calibrated_on = evaluator, plan, calibrated_on
+        self._count = calibrated_on or len(evaluator.calibration)
 
     def prepare(self, blocks) -> None:
         self.evaluator.prepare([self.plan], self.calibrated_on)
@@ -204,7 +205,9 @@ class _MeasuredBodies(BlockBodies):
         measured.CopyFrom(self.evaluator.body(self.plan.blocks[b], self.calibrated_on))
         measured.graph.name, measured.doc_string = body.graph.name, body.doc_string
         if precision == "int8":
-            self.diagnostics.extend(float_op_diagnostics(b, measured))
+            block = self.plan.blocks[b]
+            warned = self.evaluator._bodies.quantizer_warnings.get((block.start, block.stop, self._count), [])
+            self.diagnostics.extend(float_op_diagnostics(b, measured) + quantizer_diagnostics(b, warned))
         return measured
 
 

@@ -102,16 +102,18 @@ class Int8Options:
 
 
 def to_int8(body: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]],
-            options: Int8Options | None = None, note: str = "") -> onnx.ModelProto:
+            options: Int8Options | None = None, note: str = "", warnings: list[str] | None = None
+            ) -> onnx.ModelProto:
     """The QDQ form of ``body`` (a block body, left unchanged), calibrated on ``samples`` of
-    its inputs with ``options`` (default :class:`Int8Options`); ``note`` (where the samples
+    its inputs with ``options`` (default :class:`Int8Options`); the quantizer's own warnings
+    (e.g. a bias it could not quantize) go to ``warnings`` instead of the log; ``note`` (where the samples
     came from) is recorded in the body's metadata."""
     options = options or Int8Options()
     if not samples:
         raise OnnxMluError(f"INT8 block {body.graph.name!r} has no calibration samples")
     feeds = [{v.name: np.asarray(s[v.name]) for v in body.graph.input} for s in samples]
     source = _at_least_opset(body, MIN_OPSET)
-    with tempfile.TemporaryDirectory(prefix="onnxmlu-int8-") as folder, _quiet_quantizer():
+    with tempfile.TemporaryDirectory(prefix="onnxmlu-int8-") as folder, _quiet_quantizer(warnings):
         path = Path(folder) / "body.int8.onnx"
         try:
             quantize_static(source, path, SampleReader(feeds), **options.quantize_arguments())
@@ -167,22 +169,33 @@ def _mark(quantized: onnx.ModelProto, options: Int8Options, note: str) -> None:
     set_int8_metadata(quantized, "; ".join(filter(None, [options.describe(), note])))
 
 
-class _PreprocessAdvice(logging.Filter):
+class _QuantizerWarnings(logging.Filter):
     """Drops the quantizer's advice to pre-process the model (blocks come from a normalized
-    model with every shape inferred), nothing else."""
+    model with every shape inferred) and keeps its other warnings, off the log, in ``kept``."""
+
+    def __init__(self, kept: list[str] | None) -> None:
+        super().__init__()
+        self.kept = kept
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "pre-process" not in record.getMessage()
+        message = record.getMessage()
+        if "pre-process" in message:
+            return False
+        if self.kept is not None and record.levelno >= logging.WARNING:
+            self.kept.append(message)
+            return False
+        return True
 
 
 @contextlib.contextmanager
-def _quiet_quantizer() -> Iterator[None]:
-    """The quantizer without its pre-processing advice, and without the progress its histogram
-    calibrators (entropy, percentile) print to stdout, which ``--json -`` owns."""
-    root, advice = logging.getLogger(), _PreprocessAdvice()
-    root.addFilter(advice)
+def _quiet_quantizer(kept: list[str] | None = None) -> Iterator[None]:
+    """The quantizer without its pre-processing advice, its warnings collected in ``kept`` (when
+    given), and without the progress its histogram calibrators (entropy, percentile) print to
+    stdout, which ``--json -`` owns."""
+    root, quiet = logging.getLogger(), _QuantizerWarnings(kept)
+    root.addFilter(quiet)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             yield
     finally:
-        root.removeFilter(advice)
+        root.removeFilter(quiet)

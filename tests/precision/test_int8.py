@@ -122,3 +122,4 @@ def test_bad_options_are_refused():
         Int8Options(method="distribution")
     with pytest.raises(OnnxMluError, match="activations"):
         Int8Options(activations="int4")
+

@@ -4,6 +4,7 @@ fused models with the library) meet the budget when the fused model is run with 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -41,3 +42,21 @@ def test_auto_meets_its_budget_on_real_classifiers(case, library):
     measured = measure(reference, [fused.run(None, {n: s[n] for n in names}) for s in samples])
     assert budget.met(measured), (case.id, measured)
     assert measured.cosine == pytest.approx(auto.chosen.measured.cosine, abs=1e-5)
+
+
+def test_the_quantizers_warnings_on_computed_weights_become_diagnostics(library, caplog):
+    """The ONNX zoo's Caffe2 SqueezeNet computes its weights (ConstantOfShape chains left on the
+    host): onnxruntime's quantizer cannot quantize the biases of such convolutions and warns.
+    That reaches the report as ``int8-quantizer`` records, not the log."""
+    import logging
+
+    case = next(c for c in corpus.MODELS if c.id == "light_squeezenet")
+    try:
+        path = corpus.model_path(case)
+    except corpus.FetchError as error:
+        pytest.skip(str(error))
+    with caplog.at_level(logging.WARNING):
+        result = api.fuse(path, precision="int8")
+    said = [d.message for d in result.diagnostics if d.rule == "int8-quantizer"]
+    assert said and all(re.match(r"INT8 block \d+: onnxruntime's quantizer: ", m) for m in said)
+    assert not [r for r in caplog.records if "initializer" in r.getMessage()]
