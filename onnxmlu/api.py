@@ -115,6 +115,7 @@ class CheckOptions:
     atol: float = 1e-4
     rtol: float = 1e-4
     inputs: dict | None = None  # fixed arrays by input name (--inputs)
+    accuracy: str | None = None  # a budget ("cosine>=0.999") that decides instead of atol/rtol
 
 
 def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
@@ -149,15 +150,19 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
     if check is not None:
         original = model if in_memory else load_model(model)
+        if precision == "auto" and check.accuracy is None:  # auto's output is judged by its budget
+            check = replace(check, accuracy=str(ctx.auto.budget))
         result.check = _check_models(original, result.model, check, input_shapes, ctx.progress)
     return result
 
 
 def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: CheckOptions, input_shapes, progress):
+    from onnxmlu.precision.accuracy import Budget
     from onnxmlu.tools.verify import check_models
 
+    budget = None if check.accuracy is None else Budget.parse(check.accuracy)
     return check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol, input_shapes=input_shapes,
-                        inputs=check.inputs, progress=lambda stage: progress.say(f"check: {stage}"))
+                        inputs=check.inputs, budget=budget, progress=lambda stage: progress.say(f"check: {stage}"))
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
@@ -372,13 +377,19 @@ def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
 
 # ---------------------------------------------------------------------------------- tools
 def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Sequence[int] = (0,), atol: float = 1e-4,
-          rtol: float = 1e-4, input_shapes: dict | None = None, inputs: dict | None = None, progress=None):
+          rtol: float = 1e-4, input_shapes: dict | None = None, inputs: dict | None = None,
+          accuracy: str | None = None, progress=None):
     """Run the original (reference: onnxruntime, optimizations off) and the fused model on
-    seeded inputs; the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`)."""
+    seeded inputs; the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`). An
+    ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``."""
+    if accuracy is not None:
+        from onnxmlu.precision.accuracy import Budget
+
+        Budget.parse(accuracy)  # a bad budget is refused before anything runs
     steps = as_progress(progress)
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)
-    return _check_models(*models, CheckOptions(tuple(seeds), atol, rtol, inputs), input_shapes, steps)
+    return _check_models(*models, CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy), input_shapes, steps)
 
 
 def run(model: str | os.PathLike, *, inputs: dict | None = None, seed: int = 0, input_shapes: dict | None = None,

@@ -340,6 +340,8 @@ def check(
     rtol: RtolOpt = 1e-4,
     input_shape: InputShapeOpt = None,
     inputs: InputsOpt = None,
+    accuracy: Annotated[Optional[str], _option("--accuracy", help=(
+        "Judge by a budget instead of --atol/--rtol: cosine>=X or top1>=X (for FP16/INT8 models)."))] = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -353,7 +355,7 @@ def check(
 
     with _steps(quiet) as steps:
         report = api.check(original, fused, seeds=seed, atol=atol, rtol=rtol, input_shapes=_shapes(input_shape),
-                           inputs=_arrays(inputs), progress=steps)
+                           inputs=_arrays(inputs), accuracy=accuracy, progress=steps)
     _deliver("check", report, json_out, quiet, _show_check)
     if not report.ok:
         raise typer.Exit(1)
@@ -367,6 +369,10 @@ def _show_check(report) -> None:
         table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}",
                       "[green]yes[/]" if d.ok else "[red]NO[/]")
     console.print(table)
+    if report.accuracy is not None:
+        judged = f" · judged by {report.budget}" if report.budget is not None else ""
+        top1 = "–" if report.accuracy.top1 != report.accuracy.top1 else f"{report.accuracy.top1:.3f}"
+        _plain(f"worst cosine {report.accuracy.cosine:.6f} · top-1 agreement {top1}{judged}")
     console.print("[green]check passed[/]" if report.ok else "[red]check FAILED[/]")
 
 

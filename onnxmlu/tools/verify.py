@@ -7,6 +7,9 @@ floats ~ N(0, 1), integers uniform in [0, 10), booleans fair coins. Symbolic dim
 
 Error metrics per output: ``max_abs = max|f - r|`` and ``max_rel = max(|f - r| / (|r| + tiny))``;
 an output passes when ``|f - r| <= atol + rtol * |r|`` element-wise (numpy's allclose rule).
+The report also gives the accuracy metrics of :mod:`onnxmlu.precision.accuracy` over all seeds
+(worst cosine, top-1 agreement). With a ``budget`` (``cosine>=X`` or ``top1>=X``: the check of
+a model fused at FP16/INT8, where 1e-4 cannot hold) the budget decides, not the tolerances.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import onnx
 
 from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.ir import fed_inputs
+from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 
 
 @dataclass(frozen=True)
@@ -36,15 +40,21 @@ class CheckReport:
     rtol: float
     seeds: tuple[int, ...]
     diffs: list[OutputDiff] = field(default_factory=list)
+    accuracy: Accuracy | None = None  # worst cosine and top-1 agreement over the seeds
+    budget: Budget | None = None  # when given, it decides ``ok`` instead of the tolerances
 
     @property
     def ok(self) -> bool:
+        if self.budget is not None:
+            return self.accuracy is not None and self.budget.met(self.accuracy)
         return bool(self.diffs) and all(d.ok for d in self.diffs)
 
     def to_dict(self) -> dict:
         return {
             "ok": self.ok, "atol": self.atol, "rtol": self.rtol, "seeds": list(self.seeds),
             "outputs": [d.__dict__ | {"shape": list(d.shape)} for d in self.diffs],
+            "accuracy": None if self.accuracy is None else self.accuracy.to_dict(),
+            "budget": None if self.budget is None else str(self.budget),
         }
 
 
@@ -124,14 +134,15 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
                  atol: float = 1e-4, rtol: float = 1e-4,
                  dims: Mapping[str, int] | None = None,
                  input_shapes: Mapping[str, Sequence[int | str]] | None = None,
-                 inputs: Mapping[str, np.ndarray] | None = None,
+                 inputs: Mapping[str, np.ndarray] | None = None, budget: Budget | None = None,
                  progress: Callable[[str], None] | None = None) -> CheckReport:
     """Run both models on each seed; the report keeps the worst error per output.
 
     ``input_shapes`` are the pins ``fuse`` was given (``--input-shape``): those inputs get
     exactly those shapes (a dim left symbolic in a pin is 1), the rest sizes symbolic dims by
     ``dims`` (1 when absent). ``inputs`` are fixed arrays for some inputs (a sample rate, token
-    ids, real data) used for every seed; the others are random.
+    ids, real data) used for every seed; the others are random. ``budget`` decides the verdict
+    instead of the tolerances (module docstring).
 
     ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
     seconds in each)."""
@@ -143,15 +154,18 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     say("fused session")
     sess = InferenceSession(fused)
     names = [o.name for o in sess.get_outputs()]
-    report = CheckReport(atol, rtol, tuple(seeds))
+    report = CheckReport(atol, rtol, tuple(seeds), budget=budget)
     worst: dict[str, OutputDiff] = {}
+    references, outputs = [], []
     for seed in seeds:
         feeds = random_inputs(original, seed, dims, _pinned_shapes(input_shapes)) | dict(inputs or {})
         say(f"running both models, seed {seed}")
-        reference = _run(ref, names, feeds, f"the original model fails on the inputs of seed {seed}")
-        for d in compare_outputs(names, _run(sess, names, feeds, "the fused model fails"), reference, atol, rtol):
+        references.append(_run(ref, names, feeds, f"the original model fails on the inputs of seed {seed}"))
+        outputs.append(_run(sess, names, feeds, "the fused model fails"))
+        for d in compare_outputs(names, outputs[-1], references[-1], atol, rtol):
             prev = worst.get(d.name)
             if prev is None or (not d.ok, d.max_abs) > (not prev.ok, prev.max_abs):
                 worst[d.name] = d
     report.diffs = [worst[n] for n in names]
+    report.accuracy = measure(references, outputs) if seeds else None
     return report

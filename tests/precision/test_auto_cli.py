@@ -99,3 +99,20 @@ def test_compare_auto_column_is_one_joint_plan_per_network(residual_file):
     assert optimal["precisions"]["auto"]["sim_latency_us"] <= optimal["sim_latency_us"] + 1e-6
     refused = invoke("compare", residual_file, "--accuracy", "top1>=0.99")
     assert refused.exit_code == 2 and "add auto to --precision" in refused.output
+
+
+def test_fuse_auto_check_is_judged_by_the_budget_and_check_takes_one(residual_file, tmp_path):
+    out = tmp_path / "auto.onnx"
+    result = invoke("fuse", residual_file, out, "--precision", "auto", "--accuracy", "cosine>=0.999", "--check",
+                    "--json", "-")
+    assert result.exit_code == 0, result.output
+    check = json.loads(result.stdout)["check"]
+    assert check["ok"] and check["budget"] == "cosine>=0.999" and check["accuracy"]["cosine"] >= 0.999
+    fp16 = tmp_path / "fp16.onnx"
+    assert invoke("fuse", residual_file, fp16, "--precision", "fp16", "-q").exit_code == 0
+    strict = invoke("check", residual_file, fp16, "--json", "-")  # FP16 is not within 1e-4 of FP32
+    assert strict.exit_code == 1 and json.loads(strict.stdout)["budget"] is None
+    budget = invoke("check", residual_file, fp16, "--accuracy", "cosine>=0.9999")
+    assert budget.exit_code == 0 and "judged by cosine>=0.9999" in budget.output
+    refused = invoke("check", residual_file, fp16, "--accuracy", "cosine=1")
+    assert refused.exit_code == 2 and "METRIC>=VALUE" in refused.output
