@@ -57,7 +57,8 @@ class PlanEvaluator:
         self._fed = [i.name for i in fed_inputs(self.model.graph)]
         self._prefix_values: list[Sample] = []  # FP32 tensors crossing the cuts, per sample
         self._prefix_names: set[str] = set()
-        self.reference = self._run(_session(self.model, optimize=False), self._fed, calibration.samples)
+        self._suffixes: dict[int, list[str]] = {}
+        self.reference = self._run(_reference_session(self.model), self._fed, calibration.samples)
         self.runs = 0
 
     def accuracy(self, plan: Plan, samples: int | None = None, calibrated_on: int | None = None) -> Accuracy:
@@ -140,13 +141,17 @@ class PlanEvaluator:
         return min(self._position[node] for node in self._owner([(0, low[0])])) if low else 0
 
     def _suffix_inputs(self, start: int) -> list[str]:
-        graph, produced, names = self.model.graph, set(), {}
-        constants = {t.name for t in graph.initializer}
-        for i in self.analysis.order[start:]:
-            node = graph.node[i]
-            names.update((n, None) for n in node_inputs(node) if n not in produced and n not in constants)
-            produced.update(node.output)
-        return list(names)
+        """Tensors the nodes from position ``start`` on read but do not make (constants aside);
+        asked several times per trial, walked once per position."""
+        if start not in self._suffixes:
+            graph, produced, names = self.model.graph, set(), {}
+            constants = {t.name for t in graph.initializer}
+            for i in self.analysis.order[start:]:
+                node = graph.node[i]
+                names.update((n, None) for n in node_inputs(node) if n not in produced and n not in constants)
+                produced.update(node.output)
+            self._suffixes[start] = list(names)
+        return self._suffixes[start]
 
     def _outputs(self, plan: Plan, start: int, count: int, calibrated_on: int | None) -> list[list[np.ndarray]]:
         spliced = self._spliced(plan, start, calibrated_on)
@@ -157,7 +162,7 @@ class PlanEvaluator:
         produced = [o.name for o in spliced.graph.output]
         samples = [dict(s, **(self._prefix_values[k] if start else {}))
                    for k, s in enumerate(self.calibration.samples[:count])]
-        ran = self._run(_session(spliced, optimize=True), feeds, samples)
+        ran = self._run(_session(spliced), feeds, samples)
         names = [o.name for o in self.model.graph.output]
         return [[got[produced.index(n)] if n in produced else ref[names.index(n)] for n in names]
                 for got, ref in zip(ran, self.reference)]
@@ -265,12 +270,21 @@ def _merge_opsets(model: onnx.ModelProto, bodies) -> None:
                 have.add(o.domain)
 
 
-def _session(model: onnx.ModelProto, *, optimize: bool):
+def _reference_session(model: onnx.ModelProto):
+    """The project's numerical reference (:func:`onnxmlu.runtime.reference_session`), one line on failure."""
+    from onnxmlu.runtime import reference_session
+
+    try:
+        return reference_session(model)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
+        raise OnnxMluError(f"onnxruntime cannot load the model: {first_line(exc)}") from None
+
+
+def _session(model: onnx.ModelProto):
+    """A trial at onnxruntime's usual optimization level, as the library runs block bodies."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    if not optimize:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
     try:
         return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
