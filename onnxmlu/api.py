@@ -299,17 +299,15 @@ def _auto_column(accuracy: str | None) -> CompareColumn:
     the row's strategy, so it is planned once and shown against each row's FP32 latency),
     measured on seeded random samples."""
     from onnxmlu.precision.accuracy import Budget
-    from onnxmlu.precision.auto import DEFAULT_BUDGET, plan_auto
-    from onnxmlu.precision.bodies import runnable_model
-    from onnxmlu.precision.calibration import random_calibration
-    from onnxmlu.precision.evaluate import PlanEvaluator
+    from onnxmlu.precision.auto import plan_analysis
 
-    budget, planned = Budget.parse(accuracy or DEFAULT_BUDGET), {}
+    if accuracy is not None:
+        Budget.parse(accuracy)  # a bad budget is refused before any network is planned
+    planned = {}
 
     def column(analysis: Analysis, hw: Hardware, strategy: str) -> StrategyResult:
         if id(analysis) not in planned:  # the analysis is kept with its result: ids stay unique
-            evaluator = PlanEvaluator(analysis, random_calibration(runnable_model(analysis)))
-            result = plan_auto(evaluator, hw, budget)
+            result = plan_analysis(analysis, hw, accuracy)
             planned[id(analysis)] = (analysis, StrategyResult("auto", result.plan, result.chosen.latency_us,
                                                               result.seconds, "auto"))
         return planned[id(analysis)][1]

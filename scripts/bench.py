@@ -667,25 +667,21 @@ def section_precision(ctx: Context) -> str:
     zoo's seeded random weights) and the planning time, evaluator set-up included."""
     from onnxmlu import api
     from onnxmlu.plan.perf.hardware import load_hardware
-    from onnxmlu.precision.accuracy import Budget
-    from onnxmlu.precision.auto import AutoOptions, plan_auto
-    from onnxmlu.precision.bodies import runnable_model
-    from onnxmlu.precision.calibration import random_calibration
-    from onnxmlu.precision.evaluate import PlanEvaluator
+    from onnxmlu.precision.auto import AutoOptions, plan_analysis
 
     cfg, hw, rows, charts = ctx.cfg, load_hardware("mlu100"), [], []
 
-    def planned(analysis, budget: str, options: AutoOptions):
+    def planned(analysis, budget: str, measure_frontier: bool = False):
         start = time.perf_counter()  # a fresh evaluator each time: a row is a whole planning
-        evaluator = PlanEvaluator(analysis, random_calibration(runnable_model(analysis), cfg.precision_samples))
-        return plan_auto(evaluator, hw, Budget.parse(budget), options), time.perf_counter() - start
+        options = AutoOptions(measure_frontier=measure_frontier, random_samples=cfg.precision_samples)
+        return plan_analysis(analysis, hw, budget, options=options), time.perf_counter() - start
 
     for name in cfg.precision_models:
         analysis = api.inspect(ctx.zoo_file(name), rewrite=True)
         for text in cfg.precision_budgets:
-            rows.append(precision_row(name, text, *planned(analysis, text, AutoOptions())))
+            rows.append(precision_row(name, text, *planned(analysis, text)))
         if cfg.pareto_png is not None and name == "resnet50":  # the chart runs every frontier plan: untimed
-            result, _ = planned(analysis, cfg.precision_budgets[0], AutoOptions(measure_frontier=True))
+            result, _ = planned(analysis, cfg.precision_budgets[0], measure_frontier=True)
             charts.append(precision_chart(result, ROOT / cfg.pareto_png))
     notes = [f"{cfg.precision_samples} seeded random calibration samples; simulated latency on mlu100; "
              "planning time = reference runs + sensitivity + sweep + verification (target: ResNet-50 < 30 s "

@@ -180,17 +180,26 @@ def auto_planner(analysis, hw: Hardware, options) -> "Planned":
     from onnxmlu.pipeline import Planned
     from onnxmlu.plan.planner import BODY_WEIGHT_LIMIT_BYTES, block_latencies
 
-    auto = options.auto or AutoOptions()
-    model = runnable_model(analysis)
-    if options.calibration is not None:
-        calibration = load_calibration(options.calibration, model)
-    else:
-        calibration = random_calibration(model, auto.random_samples)
-    evaluator = PlanEvaluator(analysis, calibration, options.int8)
-    result = plan_auto(evaluator, hw, Budget.parse(options.accuracy or DEFAULT_BUDGET), auto)
+    result = plan_analysis(analysis, hw, options.accuracy, calibration=options.calibration, int8=options.int8,
+                           options=options.auto)
     plan = split_oversized_blocks(result.plan, analysis.layers, BODY_WEIGHT_LIMIT_BYTES)
     latencies = block_latencies(analysis.layers, plan, make_cost(hw))
-    return Planned(plan, latencies, evaluator.bodies_for(plan), result, result.diagnostics)
+    return Planned(plan, latencies, result.evaluator.bodies_for(plan), result, result.diagnostics)
+
+
+def plan_analysis(analysis, hw: Hardware, accuracy: str | None = None, *, calibration=None, int8=None,
+                  options: AutoOptions | None = None) -> AutoResult:
+    """:func:`plan_auto` of an analysed model under the ``accuracy`` budget (default
+    :data:`DEFAULT_BUDGET`), measured on the ``calibration`` folder's samples, else on
+    ``options.random_samples`` seeded random ones; ``int8``: how INT8 blocks are quantized."""
+    options = options or AutoOptions()
+    model = runnable_model(analysis)
+    if calibration is not None:
+        samples = load_calibration(calibration, model)
+    else:
+        samples = random_calibration(model, options.random_samples)
+    evaluator = PlanEvaluator(analysis, samples, int8)
+    return plan_auto(evaluator, hw, Budget.parse(accuracy or DEFAULT_BUDGET), options)
 
 
 # ------------------------------------------------------------------------------ sensitivity
