@@ -63,16 +63,22 @@ def fuse(model: onnx.ModelProto, plan: Plan, **kwargs):
     return api.fuse(model, plan=plan, **kwargs)
 
 
-def run_plain_and_reference(model: onnx.ModelProto, fused: onnx.ModelProto, library: str, seed: int):
-    """(y, h) of ``fused`` in plain onnxruntime with only the library registered, and of the
-    original model (the reference session), on the same seeded inputs."""
+def plain_session(fused: onnx.ModelProto, library: str):
+    """``fused`` in plain onnxruntime with only the custom-op library registered (no onnxmlu
+    code on the path: not onnxmlu.InferenceSession, whose layout pass rewrites the model)."""
     import onnxruntime as ort
-
-    from onnxmlu.tools.verify import random_inputs
 
     options = ort.SessionOptions()
     options.register_custom_ops_library(library)
-    plain = ort.InferenceSession(fused.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(fused.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def run_plain_and_reference(model: onnx.ModelProto, fused: onnx.ModelProto, library: str, seed: int):
+    """(y, h) of ``fused`` in plain onnxruntime with only the library registered, and of the
+    original model (the reference session), on the same seeded inputs."""
+    from onnxmlu.tools.verify import random_inputs
+
+    plain = plain_session(fused, library)
     feeds = random_inputs(model, seed)
     return plain.run(["y", "h"], feeds), reference_session(model).run(["y", "h"], feeds)
 

@@ -9,21 +9,13 @@ import json
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 from onnxmlu.precision.accuracy import measure
 from onnxmlu.runtime import reference_session
 from onnxmlu.schema import block_precision, is_fusion_block
 from onnxmlu.tools.verify import random_inputs
-from precision_models import RESIDUAL_FILE_SEED, SIZE, invoke, residual_model
-
-
-def _run_with_library(fused: onnx.ModelProto, feeds, library: str):
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(library)
-    session = ort.InferenceSession(fused.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return [session.run(None, f) for f in feeds]
+from precision_models import RESIDUAL_FILE_SEED, SIZE, invoke, plain_session, residual_model
 
 
 @pytest.mark.parametrize("budget", ["cosine>=0.9999", "top1>=0.99"])
@@ -41,7 +33,8 @@ def test_fused_auto_model_keeps_its_budget_when_run_with_the_library(residual_fi
     model = residual_model(seed=RESIDUAL_FILE_SEED)
     feeds = [random_inputs(model, seed) for seed in range(auto["calibration"]["samples"])]
     reference = [reference_session(model).run(None, f) for f in feeds]
-    accuracy = measure(reference, _run_with_library(fused, feeds, library))
+    session = plain_session(fused, library)
+    accuracy = measure(reference, [session.run(None, f) for f in feeds])
     metric, threshold = budget.split(">=")
     assert accuracy.value(metric) >= float(threshold)
     assert accuracy.cosine == pytest.approx(auto["measured"]["cosine"], abs=1e-6)

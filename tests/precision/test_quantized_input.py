@@ -27,6 +27,7 @@ from onnxmlu.precision.own import CALIBRATION_KEY, OWN_INT8_NOTE
 from onnxmlu.runtime import InferenceSession, reference_session
 from onnxmlu.schema import block_precision, body_model, is_fusion_block
 from onnxmlu.tools.testing import make_model
+from precision_models import plain_session
 from quantized_models import float_cnn, float_mlp, quantized
 
 HW = load_hardware("mlu100")
@@ -134,9 +135,7 @@ def test_fused_model_matches_the_original(case, library):
     differs where the integer kernel rounds differently: at most MAX_OUTPUT_STEPS steps of the
     output's quantization scale (the same difference the original shows at the two levels)."""
     name, model, result = case
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(library)
-    fused = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    fused = plain_session(result.model, library)
     optimized = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     reference = reference_session(model)
     ours = InferenceSession(result.model)  # with the block-layout pass
@@ -296,9 +295,7 @@ def test_int8_weights_written_as_cast_and_scale_ride_into_the_block_exactly(libr
     matmul = next(layer for layer in result.analysis.layers if layer.op_type == "MatMul")
     assert matmul.quantized and matmul.weight_bytes == 256 * 128  # one byte a weight
     assert not next(layer for layer in result.analysis.layers if layer.op_type == "Relu").quantized
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(library)
-    fused = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    fused = plain_session(result.model, library)
     feeds = {"x": rng.standard_normal((4, 256)).astype(np.float32)}
     np.testing.assert_allclose(fused.run(None, feeds)[0], reference_session(model).run(None, feeds)[0], rtol=1e-6, atol=1e-6)
 
@@ -339,9 +336,7 @@ def test_a_weight_dequantization_also_read_on_the_host(library, host_first):
         assert host == {"dq", "det"} and result.analysis.carried == {}
     else:
         assert host == {"det"} and len(result.analysis.carried) == 1
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(library)
-    fused = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    fused = plain_session(result.model, library)
     feeds = {"x": rng.standard_normal((2, 4)).astype(np.float32)}
     np.testing.assert_allclose(fused.run(None, feeds)[0], reference_session(model).run(None, feeds)[0], rtol=1e-5, atol=1e-5)
 
@@ -363,9 +358,7 @@ def test_fp32_weights_quantized_in_the_graph_ride_into_the_block(library):
     (block,) = _blocks(result.model)
     assert block_precision(block) == "int8"
     assert [n.op_type for n in body_model(block).graph.node] == ["QuantizeLinear", "DequantizeLinear", "Conv"]
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(library)
-    fused = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    fused = plain_session(result.model, library)
     feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
     np.testing.assert_allclose(fused.run(None, feeds)[0], reference_session(model).run(None, feeds)[0], rtol=1e-5, atol=1e-5)
 
