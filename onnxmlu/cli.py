@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections import Counter
 from contextlib import contextmanager
@@ -371,7 +372,7 @@ def _show_check(report) -> None:
     console.print(table)
     if report.accuracy is not None:
         judged = f" · judged by {report.budget}" if report.budget is not None else ""
-        top1 = "–" if report.accuracy.top1 != report.accuracy.top1 else f"{report.accuracy.top1:.3f}"
+        top1 = "–" if math.isnan(report.accuracy.top1) else f"{report.accuracy.top1:.3f}"  # no class scores
         _plain(f"worst cosine {report.accuracy.cosine:.6f} · top-1 agreement {top1}{judged}")
     console.print("[green]check passed[/]" if report.ok else "[red]check FAILED[/]")
 
