@@ -193,7 +193,7 @@ def _steps(quiet: bool, bar: bool = False) -> Iterator[Steps]:
 
 
 def _shapes(specs: Optional[List[str]]):
-    from onnxmlu.frontend.load import parse_input_shapes
+    from onnxmlu.frontend.pins import parse_input_shapes
 
     return parse_input_shapes(specs or [])
 

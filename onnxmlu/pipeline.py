@@ -50,6 +50,7 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused
 from onnxmlu.frontend.normalize import normalize_owned
+from onnxmlu.frontend.shapes import sizes_at
 from onnxmlu.ir import copy_model
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.plan.perf.hardware import Hardware
@@ -150,6 +151,11 @@ class Context:
     bodies: "BlockBodies | None" = None  # plan (auto) or collapse: FP16/INT8 bodies (None: every block FP32)
     auto: "AutoResult | None" = None  # plan: what --precision auto chose, considered and measured
 
+    def note(self, diagnostic: Diagnostic) -> None:
+        """Record ``diagnostic`` once."""
+        if diagnostic not in self.diagnostics:
+            self.diagnostics.append(diagnostic)
+
     @property
     def source_name(self) -> str:
         return "the model" if isinstance(self.source, onnx.ModelProto) else Path(self.source).name
@@ -213,7 +219,8 @@ class Analyze:
         return "analysing: layer table"
 
     def run(self, ctx: Context) -> None:
-        ctx.analysis = analyze(ctx.model, ctx.weights)
+        sizes = sizes_at(ctx.model, ctx.options.input_shapes, ctx.note, ctx.weights)
+        ctx.analysis = analyze(ctx.model, ctx.weights, sizes)
         ctx.diagnostics.extend(ctx.analysis.host_diagnostics())
 
 

@@ -5,7 +5,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu.tools.testing import make_model
 from onnxmlu.errors import ModelLoadError, OnnxMluError
-from onnxmlu.frontend.load import load_model, parse_input_shapes
+from onnxmlu.frontend.load import load_model
+from onnxmlu.frontend.pins import DimRange, check_pins, concrete_shapes, parse_input_shapes
+from onnxmlu.frontend.shapes import sizes_at
 from onnxmlu.frontend.normalize import normalize
 from onnxmlu.ir import GraphIndex, node_inputs, topological_order
 
@@ -28,6 +30,39 @@ def test_parse_input_shapes():
     assert parse_input_shapes(["input:1,3,224,224", "ids:N,16"]) == {"input": [1, 3, 224, 224], "ids": ["N", 16]}
     with pytest.raises(OnnxMluError, match="NAME:D1"):
         parse_input_shapes(["oops"])
+    assert parse_input_shapes(["x:1,3,48,160..1280"])["x"][3] == DimRange(160, 160, 1280)
+    assert parse_input_shapes(["x:1,3,48,160/320/1280"])["x"][3] == DimRange(160, 320, 1280)
+    for bad, why in (("x:1,3,-5", "at least 1"), ("x:1,0", "at least 1"), ("x:1,3..2", "MIN <= OPT <= MAX"),
+                     ("x:1,2/1/3", "MIN <= OPT <= MAX"), ("x:1,1..2..3", "MIN..MAX"), ("x:1,a-b", "neither")):
+        with pytest.raises(OnnxMluError, match=why):
+            parse_input_shapes([bad])
+    with pytest.raises(OnnxMluError, match="twice"):
+        parse_input_shapes(["x:1", "x:2"])
+
+
+@pytest.mark.parametrize("pin, why", [
+    ({"x": [1, 8, 16]}, "3 dims; the model declares rank 4"),
+    ({"x": [1, 4, 16, 16]}, "dim 1 as 4; the model fixes it at 8"),
+    ({"x": [1, 8, DimRange(8, 8, 32), 16]}, "dim 2 as 8..32; the model fixes it at 16"),
+    ({"y": [1]}, "not a model input"),
+])
+def test_pins_the_model_contradicts_are_refused(chain_model, pin, why):
+    chain_model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    with pytest.raises(OnnxMluError, match=why):
+        check_pins(chain_model, pin)
+    check_pins(chain_model, {"x": [DimRange(1, 2, 8), 8, 16, 16]})
+
+
+def test_unpinned_dims_take_the_stated_defaults():
+    def shape_of(dims):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+        graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [])
+        return concrete_shapes(helper.make_model(graph))["x"]
+
+    assert shape_of(["N", 3, 48, "W"]) == [1, 3, 48, 48]
+    assert shape_of(["N", 3, "H", "W"]) == [1, 3, 224, 224]
+    assert shape_of(["N", "T", 80]) == [1, 128, 80]
+    assert shape_of(["N", "T", "T"]) == [1, 128, 128]  # a name shared: one size
 
 
 def test_normalize_folds_constant_nodes_into_initializers():
@@ -44,10 +79,14 @@ def test_normalize_folds_constant_nodes_into_initializers():
     assert index.shape("y") == ["N", 4]
 
 
-def test_input_shape_override_pins_dims(chain_model):
+def test_pins_price_the_layers_and_leave_the_graph_symbolic(chain_model):
     chain_model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
-    model = normalize(chain_model, {"x": [2, 8, 16, 16]})
-    assert GraphIndex.build(model.graph).shape("pooled") == [2, 8, 1, 1]
+    pins = {"x": [2, 8, 16, 16]}
+    model = normalize(chain_model, pins)
+    assert GraphIndex.build(model.graph).shape("pooled") == ["N", 8, 1, 1]
+    sizes = sizes_at(model, pins, lambda d: None)
+    assert sizes["pooled"] == (TensorProto.FLOAT, [2, 8, 1, 1])
+    assert GraphIndex.build(model.graph, sizes=sizes).static_shape("pooled") == [2, 8, 1, 1]
     with pytest.raises(OnnxMluError, match="not a model input"):
         normalize(chain_model, {"nope": [1]})
 

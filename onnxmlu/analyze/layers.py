@@ -88,10 +88,15 @@ def layer_row(layer: Layer) -> dict:
             "output_bytes": layer.output_bytes, "weight_bytes": layer.weight_bytes, "segment": layer.segment}
 
 
-def analyze(model: onnx.ModelProto, weights: WeightStore | None = None) -> Analysis:
+def analyze(model: onnx.ModelProto, weights: WeightStore | None = None,
+            sizes: dict[str, tuple[int, list[int]]] | None = None) -> Analysis:
     """Layer table of a normalized model (see :func:`onnxmlu.frontend.normalize.normalize`);
-    ``weights`` holds the data of its marker initializers."""
-    index = GraphIndex.build(model.graph, weights)
+    ``weights`` holds the data of its marker initializers; ``sizes`` the tensors' concrete
+    dims at the pricing shape (:func:`onnxmlu.frontend.shapes.priced_shapes`), which the
+    layers are priced at while the graph keeps its symbolic dims."""
+    if sizes:
+        declare_ranks(model.graph, sizes)
+    index = GraphIndex.build(model.graph, weights, sizes)
     nodes = model.graph.node
     host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index))}
     constants = [i for i in constant_expressions(model.graph, index) if i not in host_reasons]
@@ -102,6 +107,34 @@ def analyze(model: onnx.ModelProto, weights: WeightStore | None = None) -> Analy
     host_reasons.update((i, CONSTANT_REASON) for i in left)
     layers, layer_nodes = _layer_table(nodes, index, order, host_reasons, carried)
     return Analysis(model, index, order, layers, layer_nodes, host_reasons, carried)
+
+
+def declare_ranks(graph: onnx.GraphProto, sizes: dict[str, tuple[int, list[int]]]) -> int:
+    """Give each node output that inference left without a type or a rank the type and rank
+    it has at the pricing shape, every dim unknown: a block boundary needs both, and no size
+    seen at one shape may be written as if it held at all (the count)."""
+    typed = {vi.name: vi for vi in (*graph.value_info, *graph.output)}
+    count = 0
+    for node in graph.node:
+        for name in node.output:
+            vi = typed.get(name)
+            if not name or name not in sizes or (vi is not None and _typed_with_rank(vi)):
+                continue
+            elem, dims = sizes[name]
+            if vi is None:
+                vi = typed[name] = graph.value_info.add(name=name)
+            vi.type.tensor_type.elem_type = elem
+            shape = vi.type.tensor_type.shape
+            shape.Clear()
+            for _ in dims:
+                shape.dim.add()
+            count += 1
+    return count
+
+
+def _typed_with_rank(vi: onnx.ValueInfoProto) -> bool:
+    tt = vi.type.tensor_type
+    return vi.type.WhichOneof("value") != "tensor_type" or bool(tt.elem_type and tt.HasField("shape"))
 
 
 def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[int, str],

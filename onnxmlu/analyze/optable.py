@@ -9,10 +9,12 @@ What stays on the host, and why:
 * Gemm, LSTM/GRU/RNN and weighted BatchNormalization: the rewriters turn them into primitives
   first; what is left of them the rewriter could not rewrite (its reason is reported);
 * control flow (If/Loop/Scan): a block is straight-line code;
-* shape arithmetic (Shape, Size, ConstantOfShape, Range): with pinned inputs it folds away in
-  normalize; what remains computes shapes on the host, where the sizes are known;
-* data-dependent shapes (NonZero, TopK, NonMaxSuppression, Unique, Compress): a block's outputs
-  are allocated from shapes known when the session starts;
+* data-dependent selections (NonZero, TopK, NonMaxSuppression, Unique, Compress): the
+  accelerator has no unit for them.
+
+Shape arithmetic (Shape, Size, ConstantOfShape, Range) runs inside blocks: on a symbolic dim it
+must stay computed at run time (pins never fold it, docs/architecture.md "Dynamic shapes"), and
+a block whose output size follows from it hands the output on at the size the run gives.
 * quantized operators outside the standard domain (com.microsoft's QLinearAdd, QGemm,
   QLinearGlobalAveragePool, DynamicQuantizeLSTM, ...), and standard ones whose integers are not
   8-bit (a QuantizeLinear to INT16, INT4 or FP8): the accelerator's quantized units are INT8.
@@ -80,6 +82,8 @@ OP_KINDS: dict[str, str] = {
         "Concat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Split",
         "Pad", "Gather", "Expand", "Tile", "Resize", "Upsample", "DepthToSpace", "SpaceToDepth",
         "GatherElements", "ScatterElements", "Trilu",
+        # shape arithmetic: computed from a symbolic dim at run time (module docstring)
+        "Shape", "Size", "ConstantOfShape", "Range",
     )},
 }
 
@@ -153,7 +157,7 @@ def _sizing_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     else:
         needed = [("output", node.output[0], 1), ("weight", node.input[CONV_WEIGHT_INPUT[node.op_type]], 0)]
     for role, name, first in needed:
-        dims = index.shape(name)
+        dims = index.concrete_shape(name) or index.shape(name)
         if dims is None or not all(isinstance(d, int) and d > 0 for d in dims[first:]):
             return (f"cannot size it: its {role} {name!r} has dims {dims_text(dims)}; pin the model's "
                     "symbolic dims with --input-shape NAME:D1,D2,...")
@@ -192,7 +196,7 @@ def _dropout_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
 
 def _einsum_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     for name in node.input:
-        dims = index.shape(name)
+        dims = index.concrete_shape(name) or index.shape(name)
         if dims is None or not all(isinstance(d, int) and d > 0 for d in dims):
             return (f"cannot size it: its input {name!r} has dims {dims_text(dims)}; pin the model's "
                     "symbolic dims with --input-shape NAME:D1,D2,...")

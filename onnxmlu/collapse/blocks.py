@@ -36,7 +36,6 @@ from onnx import helper
 
 from onnxmlu.analyze import Analysis
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.frontend.normalize import restore_exported_io
 from onnxmlu.ir import topological_order
 from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
 from onnxmlu.ir.weights import fill_tensor, is_marker
@@ -359,7 +358,6 @@ def _finish_outer(fused: onnx.ModelProto, analysis: Analysis, interfaces: Sequen
     alive = used | {o for node in graph.node for o in node.output}
     graph.input.extend(i for i in src.graph.input if i.name in used or i.name not in analysis.index.initializers)
     graph.output.extend(src.graph.output)
-    restore_exported_io(fused)
     for t in src.graph.initializer:
         if t.name in used:
             fill_tensor(graph.initializer.add(), t, analysis.index.weights)
@@ -368,9 +366,8 @@ def _finish_outer(fused: onnx.ModelProto, analysis: Analysis, interfaces: Sequen
 
 
 def _drop_subgraph_value_infos(graph: onnx.GraphProto) -> None:
-    """Host subgraphs (If branches, Loop bodies) leave without the shapes inferred under the
-    pins: onnxruntime infers them itself, and a pinned shape in a branch the pins never take
-    can make it refuse the model (see :func:`onnxmlu.frontend.normalize.restore_exported_io`)."""
+    """Host subgraphs (If branches, Loop bodies) leave without their inferred shapes:
+    onnxruntime infers them itself at every shape the model runs at."""
     for sub in nested_graphs(graph):
         del sub.value_info[:]
 

@@ -2,8 +2,9 @@
 
 Three folders take turns (see :func:`onnxmlu.frontend.normalize.normalize`):
 
-* :func:`fold_shape_ops` replaces ``Shape`` and ``Size`` nodes whose input has a fully known
-  shape by ``Constant`` nodes. ``Shape`` honours ``start``/``end`` (opset 15): the result is
+* :func:`fold_shape_ops` replaces ``Shape`` and ``Size`` nodes whose result the model's fixed
+  dims decide by ``Constant`` nodes (a symbolic dim is never folded: input-shape pins only
+  choose the planner's pricing shape). ``Shape`` honours ``start``/``end`` (opset 15): the result is
   ``dims[start:end]`` with negative bounds counted from the rank and both clamped to
   ``[0, rank]``, exactly as onnxruntime computes it.
 * :func:`flatten_constant_ifs` replaces an ``If`` whose condition is a constant by the branch
@@ -55,8 +56,10 @@ _QUANTIZATION_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQua
 
 # ------------------------------------------------------------------------- Shape and Size
 def fold_shape_ops(model: onnx.ModelProto, frozen: frozenset[str] = frozenset()) -> int:
-    """Replace statically known ``Shape``/``Size`` nodes by ``Constant`` nodes (outside the
-    ``frozen`` main-graph branches, see :func:`invalid_branch`); the count."""
+    """Replace ``Shape``/``Size`` nodes whose result the model's own fixed dims decide by
+    ``Constant`` nodes (outside the ``frozen`` main-graph branches, see :func:`invalid_branch`);
+    the count. A ``Shape`` slice (``start``/``end``) of fixed dims folds even when other dims of
+    its input are symbolic; nothing that reads a symbolic dim folds."""
     graphs = [g for g in _thawed_graphs(model, frozen) if any(n.op_type in ("Shape", "Size") for n in g.node)]
     dims = _known_dims(model) if graphs else {}
     count = 0
@@ -65,34 +68,38 @@ def fold_shape_ops(model: onnx.ModelProto, frozen: frozenset[str] = frozenset())
             if node.op_type not in ("Shape", "Size") or not is_default_domain(node.domain):
                 continue
             shape = dims.get(node.input[0]) if node.input else None
-            if shape is not None:
-                _become_constant(node, _shape_op_value(node, shape))
+            value = _shape_op_value(node, shape) if shape is not None else None
+            if value is not None:
+                _become_constant(node, value)
                 count += 1
     return count
 
 
-def _known_dims(model: onnx.ModelProto) -> dict[str, list[int]]:
-    """Names (all scopes: ONNX names are unique across them) whose every dim is a number."""
-    known: dict[str, list[int]] = {}
+def _known_dims(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    """Names (all scopes: ONNX names are unique across them) of known rank -> their dims, a
+    number where the model fixes it, else None."""
+    known: dict[str, list[int | None]] = {}
     for graph in iter_graphs(model.graph):
         for vi in (*graph.input, *graph.value_info, *graph.output):
             tt = vi.type.tensor_type
-            if vi.type.HasField("tensor_type") and tt.HasField("shape") and all(
-                    d.HasField("dim_value") for d in tt.shape.dim):
-                known[vi.name] = [d.dim_value for d in tt.shape.dim]
+            if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+                known[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
         known.update((t.name, list(t.dims)) for t in graph.initializer)
     return known
 
 
-def _shape_op_value(node: onnx.NodeProto, shape: list[int]) -> np.ndarray:
+def _shape_op_value(node: onnx.NodeProto, shape: list[int | None]) -> np.ndarray | None:
+    """The value of ``node`` (Shape or Size) on an input of dims ``shape``; None when it reads
+    a dim that is not fixed."""
     if node.op_type == "Size":
-        return np.array(math.prod(shape), dtype=np.int64)
+        return None if None in shape else np.array(math.prod(shape), dtype=np.int64)
     attrs = {a.name: a.i for a in node.attribute}
     rank = len(shape)
     start, end = attrs.get("start", 0), attrs.get("end", rank)
     start = min(max(start + rank if start < 0 else start, 0), rank)
     end = min(max(end + rank if end < 0 else end, 0), rank)
-    return np.array(shape[start:end], dtype=np.int64)
+    picked = shape[start:end]
+    return None if None in picked else np.array(picked, dtype=np.int64)
 
 
 def _become_constant(node: onnx.NodeProto, value: np.ndarray) -> None:

@@ -1,4 +1,4 @@
-"""Loading: a model file (external data included) into memory, and the input-shape pins.
+"""Loading: a model file (external data included) into memory.
 
 ``load_model`` turns every way a file can be broken into one :class:`ModelLoadError` line;
 ``refuse_fused`` stops a model that is already fused from being fused again.
@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable
-
 import onnx
 
 from onnxmlu.errors import ModelLoadError, OnnxMluError, first_line
@@ -32,18 +30,6 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     if not model.HasField("graph") or not model.graph.node:
         raise ModelLoadError(f"{p} holds no ONNX graph (is it an ONNX model?)")
     return model
-
-
-def parse_input_shapes(specs: Iterable[str]) -> dict[str, list[int | str]]:
-    """Parse ``NAME:1,3,224,224`` items; a non-integer dim stays symbolic."""
-    shapes: dict[str, list[int | str]] = {}
-    for spec in specs:
-        name, sep, dims = spec.rpartition(":")
-        if not sep or not name or not dims:
-            raise OnnxMluError(f"--input-shape {spec!r} is not NAME:D1,D2,... (e.g. input:1,3,224,224)")
-        shapes[name] = [int(d) if d.strip().lstrip("-").isdigit() else d.strip() for d in dims.split(",")]
-    return shapes
-
 
 
 def refuse_fused(model: onnx.ModelProto) -> None:

@@ -1,22 +1,21 @@
 """Normalizing: an exported model made regular for the rest of the pipeline.
 
 1. model-local functions are inlined (their layers must reach the planner);
-2. input-shape overrides (``--input-shape NAME:1,3,224,224``) pin symbolic dimensions;
+2. input-shape pins (``--input-shape``) are checked against the model, and nothing more: they
+   choose the shapes the planner prices (:mod:`onnxmlu.frontend.pins`), never the graph's dims;
 3. every graph, subgraphs included, is put in topological order;
 4. constants fold, exactly and bounded (:mod:`onnxmlu.frontend.fold`): ``Constant`` nodes,
-   weights computed from constants, ``Shape`` of pinned tensors;
+   weights computed from constants, ``Shape`` of the dims the model itself fixes;
 5. every tensor gets a type and a shape (:mod:`onnxmlu.frontend.shapes`).
 """
 
 from __future__ import annotations
 
-import base64
-import json
-
 import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.frontend.pins import Pins, check_pins
 from onnxmlu.frontend.fold import flatten_constant_ifs, fold_constant_nodes, fold_shape_ops, invalid_branch
 from onnxmlu.frontend.shapes import infer_shapes, probe_shapes
 from onnxmlu.ir import branch_attributes, copy_model, node_subgraphs, opset_version, sort_graphs, unresolved_names
@@ -37,7 +36,7 @@ def check_opset(model: onnx.ModelProto) -> None:
         raise OnnxMluError(f"model uses opset {version}, newer than this onnx knows ({latest})")
 
 
-def normalize(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | None = None,
+def normalize(model: onnx.ModelProto, input_shapes: Pins | None = None,
               fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
     """Make an exported model regular for the rest of the pipeline; returns a new model
     (``model`` is not changed). See :func:`normalize_owned`."""
@@ -45,16 +44,16 @@ def normalize(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] |
     return normalize_owned(own, input_shapes, fold_constants, diagnostics=diagnostics)
 
 
-def normalize_owned(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | None = None,
+def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
                     fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
     """:func:`normalize` for a caller that gives ``model`` away: it is changed in place (no copy
     of every weight) and returned, or a new model when inlining or folding made one.
 
-    Model-local functions are inlined, the input-shape overrides applied, every graph's nodes
-    sorted, constants folded (exactly, see :mod:`onnxmlu.frontend.fold`) and every tensor typed
-    and shaped (:mod:`onnxmlu.frontend.shapes`); folding and inference alternate while pinned
-    shapes turn ``Shape`` nodes into constants. What could not be done is appended to
-    ``diagnostics``."""
+    Model-local functions are inlined, the input-shape pins checked (they are not applied: the
+    graph keeps its symbolic dims), every graph's nodes sorted, constants folded (exactly, see
+    :mod:`onnxmlu.frontend.fold`) and every tensor typed and shaped
+    (:mod:`onnxmlu.frontend.shapes`); folding and inference alternate while fixed shapes turn
+    ``Shape`` nodes into constants. What could not be done is appended to ``diagnostics``."""
     note = _unique_appender(diagnostics)
     check_opset(model)
     if opset_version(model) < MIN_OPSET:
@@ -62,8 +61,7 @@ def normalize_owned(model: onnx.ModelProto, input_shapes: dict[str, list[int | s
     elif model.functions:
         model = _inline_functions(model)
     check_nodes(model)
-    if input_shapes:
-        _override_input_shapes(model, input_shapes)
+    check_pins(model, input_shapes)
     sort_graphs(model.graph)
     if fold_constants and tensor_payload_bytes(model) <= LIGHT_INFERENCE_BYTES:
         model = _fold(model, note)  # graphsurgeon copies every weight: not for huge models
@@ -240,52 +238,3 @@ def check_nodes(model: onnx.ModelProto) -> None:
                 raise OnnxMluError(f"model fails the ONNX checker: tensor {name!r} is produced by both "
                                    f"{producers[name]} and {label}; ONNX graphs are single-assignment")
             producers[name] = label
-
-
-#: Metadata key under which :func:`normalize` keeps the graph inputs' and outputs' types as
-#: exported, before the pins: the fused model declares those (see :func:`restore_exported_io`).
-EXPORTED_IO_KEY = "onnxmlu.exported_io"
-
-
-def _override_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int | str]]) -> None:
-    _remember_exported_io(model)
-    inputs = {i.name: i for i in model.graph.input}
-    for name, dims in shapes.items():
-        if name not in inputs:
-            raise OnnxMluError(f"--input-shape names {name!r}, which is not a model input "
-                               f"(inputs: {', '.join(inputs)})")
-        tensor_type = inputs[name].type.tensor_type
-        tensor_type.shape.Clear()
-        for d in dims:
-            dim = tensor_type.shape.dim.add()
-            if isinstance(d, int):
-                dim.dim_value = d
-            else:
-                dim.dim_param = d
-    # Stale intermediate shapes would contradict the override: let inference redo them.
-    del model.graph.value_info[:]
-
-
-def _remember_exported_io(model: onnx.ModelProto) -> None:
-    if any(p.key == EXPORTED_IO_KEY for p in model.metadata_props):
-        return
-    types = {vi.name: base64.b64encode(vi.type.SerializeToString()).decode()
-             for vi in (*model.graph.input, *model.graph.output)}
-    model.metadata_props.add(key=EXPORTED_IO_KEY, value=json.dumps(types))
-
-
-def restore_exported_io(model: onnx.ModelProto) -> None:
-    """Give ``model``'s graph inputs and outputs the types they had as exported, and drop the
-    record. Pins are a planning device: a pinned input of a model whose untaken ``If`` branch
-    cannot type-check at that shape makes onnxruntime refuse the model, as the pinned
-    original would be refused."""
-    for i, prop in enumerate(model.metadata_props):
-        if prop.key == EXPORTED_IO_KEY:
-            types = json.loads(prop.value)
-            del model.metadata_props[i]
-            break
-    else:
-        return
-    for vi in (*model.graph.input, *model.graph.output):
-        if vi.name in types:
-            vi.type.ParseFromString(base64.b64decode(types[vi.name]))

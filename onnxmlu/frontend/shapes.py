@@ -24,8 +24,9 @@ import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
+from onnxmlu.frontend.pins import Pins, concrete_shapes, symbolic_axes
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
-from onnxmlu.ir.weights import infer_on_skeleton, tensor_payload_bytes
+from onnxmlu.ir.weights import WeightStore, fill_tensor, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
 
 PROBE_MAX_BYTES = 1 << 29
 Note = Callable[[Diagnostic], None]
@@ -121,7 +122,7 @@ def _knowledge(vi: onnx.ValueInfoProto) -> tuple[int, int, int]:
 
 
 # ----------------------------------------------------------------------------------- probe
-def probe_shapes(model: onnx.ModelProto, note: Note) -> int:
+def probe_shapes(model: onnx.ModelProto, note: Note, inputs: dict[str, np.ndarray] | None = None) -> int:
     """Source 3 on the main graph of ``model``, in place: the number of tensors it completed."""
     known = _value_infos(model.graph)
     # a dim inference named (NonZero, TopK by a computed k) depends on data: it must stay
@@ -134,6 +135,7 @@ def probe_shapes(model: onnx.ModelProto, note: Note) -> int:
     feeds = _zero_feeds(model)
     if feeds is None:
         return 0
+    feeds.update((k, v) for k, v in (inputs or {}).items() if k in feeds)
     if tensor_payload_bytes(model) > PROBE_MAX_BYTES:
         note(Diagnostic("normalize", "probe-skipped", "", f"{len(wanted)} tensors have unknown shapes; "
                         "the model is too large to probe them"))
@@ -186,3 +188,91 @@ def _set_value_info(graph: onnx.GraphProto, name: str, value: np.ndarray) -> Non
             return
     graph.value_info.append(vi)
 
+
+
+# ----------------------------------------------------------------------------------- pricing
+#: A tensor's element type and concrete dims at the pricing shape.
+Sized = tuple[int, list[int]]
+
+
+def sizes_at(model: onnx.ModelProto, pins: Pins | None, note: Note, weights: WeightStore | None = None,
+             point: str = "opt") -> dict[str, Sized]:
+    """:func:`priced_shapes` at ``point`` of the pins' profile (:mod:`onnxmlu.frontend.pins`);
+    empty for a model whose inputs are all fixed (its value infos already say every size)."""
+    if not symbolic_axes(model):
+        return {}
+    return priced_shapes(model, concrete_shapes(model, pins, point), note, weights)
+
+
+def priced_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
+                  weights: WeightStore | None = None) -> dict[str, Sized]:
+    """Every main-graph tensor's type and concrete dims when the fed inputs have ``shapes``
+    (docs/architecture.md, "Dynamic shapes"): the graph itself keeps its symbolic dims.
+
+    Sources 1 and 2 run on a copy of the skeleton whose inputs are given ``shapes``; what they
+    leave unknown is probed at those shapes (on zeros), the weights read from ``weights`` for
+    a model whose large tensors are markers."""
+    skel = skeleton(model)
+    _give_shapes(skel.graph, shapes)
+    inferred = _infer(skel, note)
+    sized = _sized(inferred.graph)
+    wanted = [o for node in model.graph.node for o in node.output if o and o not in sized]
+    if wanted and set(shapes) >= {vi.name for vi in fed_inputs(model.graph)}:
+        sized.update(_probe_sizes(model, wanted, shapes, note, weights))
+    return sized
+
+
+def _give_shapes(graph: onnx.GraphProto, shapes: dict[str, list[int]]) -> None:
+    for vi in graph.input:
+        if vi.name in shapes and vi.type.HasField("tensor_type"):
+            dims = vi.type.tensor_type.shape
+            dims.Clear()
+            for d in shapes[vi.name]:
+                dims.dim.add().dim_value = int(d)
+    del graph.value_info[:]  # inferred again at these shapes
+    for vi in graph.output:
+        if vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.ClearField("shape")
+
+
+def _sized(graph: onnx.GraphProto) -> dict[str, Sized]:
+    found = {}
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.elem_type and tt.HasField("shape") and all(
+                d.HasField("dim_value") for d in tt.shape.dim):
+            found[vi.name] = (tt.elem_type, [d.dim_value for d in tt.shape.dim])
+    return found
+
+
+def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, list[int]], note: Note,
+                 weights: WeightStore | None) -> dict[str, Sized]:
+    if tensor_payload_bytes(model) + (weights.nbytes if weights is not None else 0) > PROBE_MAX_BYTES:
+        note(Diagnostic("normalize", "probe-skipped", "", f"{len(names)} tensors have unknown shapes at the "
+                        "pricing shape; the model is too large to probe them"))
+        return {}
+    runnable = _with_weights(model, weights)
+    feeds = {}
+    for vi in fed_inputs(model.graph):
+        elem = vi.type.tensor_type.elem_type
+        if not elem or elem == onnx.TensorProto.STRING:
+            return {}
+        feeds[vi.name] = np.zeros(shapes[vi.name], dtype=onnx.helper.tensor_dtype_to_np_dtype(elem))
+    values = _run_probe(runnable, names, feeds, note)
+    return {n: (onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in values.items()}
+
+
+def _with_weights(model: onnx.ModelProto, weights: WeightStore | None) -> onnx.ModelProto:
+    if weights is None or not any(is_marker(t) for t in model.graph.initializer):
+        return model
+    full = copy_model(model)
+    for t in full.graph.initializer:
+        if is_marker(t):
+            fill_tensor(t, copy_model_tensor(t), weights)
+    return full
+
+
+def copy_model_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
+    out = onnx.TensorProto()
+    out.CopyFrom(t)
+    return out

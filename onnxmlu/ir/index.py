@@ -42,11 +42,15 @@ class GraphIndex:
     outputs: list[list[str]] = field(default_factory=list)
     #: Holds the data of the graph's marker initializers (see :mod:`onnxmlu.ir.weights`).
     weights: WeightStore | None = None
+    #: Concrete dims at the pricing shape (:func:`onnxmlu.frontend.shapes.priced_shapes`): the
+    #: graph keeps its symbolic dims, the planner prices these.
+    sizes: dict[str, tuple[int, list[int]]] = field(default_factory=dict)
     _shapes: dict[str, list | None] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, graph: onnx.GraphProto, weights: WeightStore | None = None) -> "GraphIndex":
-        idx = cls(graph, weights=weights)
+    def build(cls, graph: onnx.GraphProto, weights: WeightStore | None = None,
+              sizes: dict[str, tuple[int, list[int]]] | None = None) -> "GraphIndex":
+        idx = cls(graph, weights=weights, sizes=dict(sizes or {}))
         idx.initializers = {t.name: t for t in graph.initializer}
         idx.value_infos = {v.name: v for v in _all_value_infos(graph)}
         idx.graph_outputs = {o.name for o in graph.output}
@@ -89,8 +93,21 @@ class GraphIndex:
             return None
         return [_dim(d) for d in vi.type.tensor_type.shape.dim]
 
+    def concrete_shape(self, name: str) -> list[int] | None:
+        """The dims at the pricing shape (``sizes``), else the declared dims when all are
+        sizes; None when neither says."""
+        if name in self.sizes:
+            return list(self.sizes[name][1])
+        dims = self.shape(name)
+        if dims is None or not all(isinstance(d, int) and d >= 0 for d in dims):
+            return None
+        return dims
+
     def static_shape(self, name: str, default: int = 1) -> list[int] | None:
-        """Shape with symbolic/unknown dims replaced by ``default`` (analysis assumes batch 1)."""
+        """The dims at the pricing shape, with any dim still unknown replaced by ``default``."""
+        concrete = self.concrete_shape(name)
+        if concrete is not None:
+            return concrete
         dims = self.shape(name)
         if dims is None:
             return None

@@ -22,8 +22,14 @@ def test_only_normalization_only_batchnorm_runs_on_the_accelerator():
 
 
 def test_ops_the_rewriters_must_handle_are_not_in_the_table():
-    for op in ("Gemm", "LSTM", "GRU", "RNN", "If", "Loop", "Shape"):
+    for op in ("Gemm", "LSTM", "GRU", "RNN", "If", "Loop"):
         assert op not in OP_KINDS
+
+
+def test_shape_arithmetic_runs_in_blocks():
+    """On a symbolic dim it must stay computed at run time (pins never fold it)."""
+    for op in ("Shape", "Size", "ConstantOfShape", "Range"):
+        assert OP_KINDS[op] == "data"
 
 
 def test_unknown_domain_and_string_tensors_stay_on_host():

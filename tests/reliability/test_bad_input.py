@@ -101,7 +101,7 @@ class Setup:
     def api_kwargs(self, case: Case) -> dict:
         kwargs = dict(case.options)
         if "input_shapes" in kwargs:
-            from onnxmlu.frontend.load import parse_input_shapes
+            from onnxmlu.frontend.pins import parse_input_shapes
 
             kwargs["input_shapes"] = parse_input_shapes([kwargs["input_shapes"]])  # the CLI's parser
         if self.plan is not None:

@@ -1,0 +1,198 @@
+"""Input-shape pins and ranges: the shapes the planner prices, never baked into the graph.
+
+A model's symbolic dims stay symbolic in the fused model (docs/architecture.md, "Dynamic
+shapes"). ``--input-shape`` only says at which concrete sizes the planner prices the layers
+and the shape probe runs, and over which range the user means to run the model, as a
+TensorRT optimization profile does (min / opt / max per dim):
+
+    NAME:1,3,48,320            every dim pinned: opt = min = max
+    NAME:1,3,48,160..1280      a range: min 160, max 1280, opt = min
+    NAME:1,3,48,160/320/1280   min / opt / max
+    NAME:N,3,48,W              a name keeps a dim symbolic (it takes the default below)
+
+Every pin is checked against the model: the input exists, the rank matches, each size is
+at least 1, min <= opt <= max, and a dim the model fixes is not given another size.
+
+Dims nothing pins take a stated default (:func:`default_size`): the first dim (the batch) is
+1; another symbolic dim of a rank-4+ input copies the largest fixed dim beyond the first two
+when there is one larger than 4 (a [N, 3, 48, W] text line is priced 48 wide; a [N, H, W, 3]
+image 224 square otherwise); any other dim is :data:`DEFAULT_SPATIAL` (rank 4 and up) or
+:data:`DEFAULT_LENGTH`. So an unpinned model is planned exactly as one pinned at those sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Union
+
+import onnx
+
+from onnxmlu.errors import OnnxMluError
+from onnxmlu.ir import fed_inputs
+
+#: Default size of an unpinned symbolic spatial dim (rank-4+ inputs) and of any other one.
+DEFAULT_SPATIAL = 224
+DEFAULT_LENGTH = 128
+#: The ends of a range a profile is read at.
+POINTS = ("min", "opt", "max")
+
+
+@dataclass(frozen=True)
+class DimRange:
+    """One dim's profile: the sizes it takes run from ``min`` to ``max``; ``opt`` is priced."""
+
+    min: int
+    opt: int
+    max: int
+
+    def at(self, point: str) -> int:
+        return getattr(self, point)
+
+    def __str__(self) -> str:
+        return f"{self.min}/{self.opt}/{self.max}" if self.opt != self.min else f"{self.min}..{self.max}"
+
+
+Dim = Union[int, str, DimRange]
+#: Input name -> its dims: a size, a symbolic name (the default applies) or a range.
+Pins = dict[str, list[Dim]]
+
+
+def parse_input_shapes(specs: Iterable[str]) -> Pins:
+    """``NAME:D1,D2,...`` items, each dim a size, ``MIN..MAX``, ``MIN/OPT/MAX`` or a name."""
+    shapes: Pins = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition(":")
+        if not sep or not name or not dims:
+            raise OnnxMluError(f"--input-shape {spec!r} is not NAME:D1,D2,... (e.g. input:1,3,224,224)")
+        if name in shapes:
+            raise OnnxMluError(f"--input-shape gives input {name!r} twice")
+        shapes[name] = [_parse_dim(d.strip(), spec) for d in dims.split(",")]
+    return shapes
+
+
+def _parse_dim(text: str, spec: str) -> Dim:
+    if ".." in text or "/" in text:
+        parts = text.split("..") if ".." in text else text.split("/")
+        if len(parts) not in (2, 3) or (".." in text and len(parts) != 2):
+            raise OnnxMluError(f"--input-shape {spec!r}: {text!r} is not MIN..MAX or MIN/OPT/MAX")
+        lo, *mid, hi = (_size(p, spec) for p in parts)
+        opt = mid[0] if mid else lo
+        if not lo <= opt <= hi:
+            raise OnnxMluError(f"--input-shape {spec!r}: {text!r} needs MIN <= OPT <= MAX")
+        return DimRange(lo, opt, hi)
+    if text.lstrip("+-").isdigit():
+        return _size(text, spec)
+    if not text.isidentifier():
+        raise OnnxMluError(f"--input-shape {spec!r}: dim {text!r} is neither a size nor a name")
+    return text
+
+
+def _size(text: str, spec: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise OnnxMluError(f"--input-shape {spec!r}: {text!r} is not a whole number") from None
+    if value < 1:
+        raise OnnxMluError(f"--input-shape {spec!r}: size {value} must be at least 1")
+    return value
+
+
+def pins_text(pins: Mapping[str, list[Dim]] | None) -> list[str]:
+    """The pins as ``--input-shape`` would take them again."""
+    return [f"{name}:{','.join(str(d) for d in dims)}" for name, dims in (pins or {}).items()]
+
+
+# ------------------------------------------------------------------------------ checked
+def declared_dims(vi: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    """An input's declared dims (a size, a name, or None), None when its rank is unknown."""
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+
+
+def check_pins(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None) -> None:
+    """One-line errors for pins the model contradicts: an unknown input, another rank, a size
+    for a dim the model fixes at another size."""
+    inputs = {vi.name: vi for vi in fed_inputs(model.graph)}
+    for name, dims in (pins or {}).items():
+        if name not in inputs:
+            raise OnnxMluError(f"--input-shape names {name!r}, which is not a model input "
+                               f"(inputs: {', '.join(inputs) or 'none'})")
+        declared = declared_dims(inputs[name])
+        if declared is None:
+            continue
+        if len(dims) != len(declared):
+            raise OnnxMluError(f"--input-shape gives input {name!r} {len(dims)} dims; the model declares "
+                               f"rank {len(declared)} ({_dims_text(declared)})")
+        for axis, (pin, fixed) in enumerate(zip(dims, declared)):
+            if isinstance(fixed, int) and fixed > 0 and _varies_from(pin, fixed):
+                raise OnnxMluError(f"--input-shape gives input {name!r} dim {axis} as {pin}; the model fixes "
+                                   f"it at {fixed} ({_dims_text(declared)})")
+
+
+def _varies_from(pin: Dim, fixed: int) -> bool:
+    if isinstance(pin, DimRange):
+        return (pin.min, pin.max) != (fixed, fixed)
+    return isinstance(pin, int) and pin != fixed
+
+
+def _dims_text(dims: list) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+# ------------------------------------------------------------------------------ concrete shapes
+def concrete_shapes(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None = None,
+                    point: str = "opt") -> dict[str, list[int]]:
+    """Every fed input's shape at ``point`` of the pins' profile (min, opt or max), unpinned
+    symbolic dims at their default (:func:`default_size`). Dims sharing a name share a size."""
+    named: dict[str, int] = {}
+    shapes: dict[str, list[int]] = {}
+    for vi in fed_inputs(model.graph):
+        declared = declared_dims(vi)
+        pinned = (pins or {}).get(vi.name)
+        if declared is None and pinned is None:
+            continue
+        dims = list(pinned) if pinned is not None else list(declared)
+        shape = []
+        for axis, dim in enumerate(dims):
+            size = _size_at(dim, point)
+            symbol = declared[axis] if declared is not None and isinstance(declared[axis], str) else None
+            if size is None:
+                size = named.get(symbol) or default_size(axis, declared or dims)
+            if symbol is not None:
+                named.setdefault(symbol, size)
+            shape.append(size)
+        shapes[vi.name] = shape
+    return shapes
+
+
+def _size_at(dim: Dim | None, point: str) -> int | None:
+    if isinstance(dim, DimRange):
+        return dim.at(point)
+    return dim if isinstance(dim, int) and dim > 0 else None
+
+
+def default_size(axis: int, dims: list) -> int:
+    """The size an unpinned symbolic dim is priced at (module docstring)."""
+    if axis == 0:
+        return 1
+    fixed = [d for d in dims[2:] if isinstance(d, int) and d > 4]
+    if len(dims) >= 4 and fixed:
+        return max(fixed)
+    return DEFAULT_SPATIAL if len(dims) >= 4 else DEFAULT_LENGTH
+
+
+def has_ranges(pins: Mapping[str, list[Dim]] | None) -> bool:
+    return any(isinstance(d, DimRange) for dims in (pins or {}).values() for d in dims)
+
+
+def symbolic_axes(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Fed input -> the axes the model leaves symbolic (named or unknown)."""
+    found = {}
+    for vi in fed_inputs(model.graph):
+        declared = declared_dims(vi)
+        axes = [a for a, d in enumerate(declared or []) if not isinstance(d, int) or d <= 0]
+        if axes:
+            found[vi.name] = axes
+    return found
