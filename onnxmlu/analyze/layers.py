@@ -196,6 +196,8 @@ def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segme
     inputs = [n for n in node.input if n and not is_weight(n)]
     outputs = [n for n in node.output if n]
     weights = [n for n in node.input if n and is_weight(n)]
+    body_weight_bytes = sum(tensor_nbytes(t.data_type, t.dims) for a in node.attribute if a.name == "body"
+                            for t in a.g.initializer)  # a Scan's cell weights, read every step
     return Layer(
         index=position,
         name=node.name or f"{node.op_type}_{position}",
@@ -211,7 +213,7 @@ def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segme
         groups=groups,
         input_bytes=_bytes(index, inputs),
         output_bytes=_bytes(index, outputs),
-        weight_bytes=_bytes(index, weights),
+        weight_bytes=_bytes(index, weights) + body_weight_bytes,
         segment=segment,
         fixed_bytes=(_bytes(index, inputs, fixed=True), _bytes(index, outputs, fixed=True),
                      _bytes(index, weights, fixed=True)),
@@ -251,11 +253,34 @@ def _op_count(node, index, kind, in_shape, out_shape, kernel, groups) -> float:
         return 2.0 * out_elems * k
     if node.op_type == "Einsum":
         return 2.0 * _einsum_points(node, index)
+    if node.op_type == "Scan":
+        return _scan_ops(node, index)
     if kind == "global_pool":
         return float(math.prod(in_shape))
     if kind == "pool":
         return out_elems * kernel[0] * kernel[1]
     return out_elems * _PER_ELEMENT[kind]
+
+
+def _scan_ops(node: onnx.NodeProto, index: GraphIndex) -> float:
+    """A Scan's work: the steps (its first scan input's length along its scan axis, at the
+    pricing shape) times one step's work, each body MatMul by a constant [K, N] at
+    ``2 * rows * K * N`` (rows: one step's slice over its last dim) and every other body node at
+    one op per element of the step's slice."""
+    attrs = {a.name: a for a in node.attribute}
+    body = attrs["body"].g
+    scanned = node.input[len(node.input) - attrs["num_scan_inputs"].i]
+    axis = attrs["scan_input_axes"].ints[0] if "scan_input_axes" in attrs and attrs["scan_input_axes"].ints else 0
+    shape = index.static_shape(scanned) or [1]
+    steps = shape[axis] if axis < len(shape) else 1
+    step_elems = math.prod(shape) / max(steps, 1)
+    rows = step_elems / max(shape[-1], 1)
+    weights = {t.name: list(t.dims) for t in body.initializer}
+    per_step = 0.0
+    for inner in body.node:
+        dims = weights.get(inner.input[1]) if inner.op_type == "MatMul" and len(inner.input) > 1 else None
+        per_step += 2.0 * rows * math.prod(dims) if dims and len(dims) == 2 else step_elems
+    return steps * per_step
 
 
 def _einsum_points(node: onnx.NodeProto, index: GraphIndex) -> float:

@@ -8,7 +8,9 @@ What stays on the host, and why:
 
 * Gemm, LSTM/GRU/RNN and weighted BatchNormalization: the rewriters turn them into primitives
   first; what is left of them the rewriter could not rewrite (its reason is reported);
-* control flow (If/Loop/Scan): a block is straight-line code;
+* control flow (If/Loop): a block is straight-line code. A ``Scan`` whose body holds only ops
+  of this table (the recurrence over time of an LSTM/GRU/RNN of symbolic length) is the
+  accelerator running its cell block once per step, and runs in a block;
 * data-dependent selections (NonZero, TopK, NonMaxSuppression, Unique, Compress): the
   accelerator has no unit for them.
 
@@ -46,6 +48,8 @@ OP_KINDS: dict[str, str] = {
     "MeanVarianceNormalization": "norm",
     # a contraction priced like MatMul: 2 ops per point of its whole index space
     "Einsum": "fc",
+    # a recurrence over time: its body's matrix products and element-wise ops once per step
+    "Scan": "fc",
     # element-wise arithmetic and activations
     **{op: "eltwise" for op in (
         "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs",
@@ -108,8 +112,18 @@ def support_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     if node.op_type not in OP_KINDS:
         return f"{node.op_type} is not in the accelerator's op table"
     if any(subgraphs(a) for a in node.attribute):
-        return "nodes with subgraphs run on the host"
+        return _scan_reason(node) if node.op_type == "Scan" else "nodes with subgraphs run on the host"
     return _tensor_reason(node, index) or _special_reason(node, index)
+
+
+def _scan_reason(node: onnx.NodeProto) -> str | None:
+    """A Scan runs in a block when its body is straight-line code of the accelerator's ops."""
+    body = next(a.g for a in node.attribute if a.name == "body")
+    for inner in body.node:
+        if not is_default_domain(inner.domain) or inner.op_type not in OP_KINDS or inner.op_type == "Scan" \
+                or any(subgraphs(a) for a in inner.attribute):
+            return f"its body holds {inner.domain or 'ai.onnx'}::{inner.op_type}, which the accelerator cannot repeat"
+    return None
 
 
 def _special_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:

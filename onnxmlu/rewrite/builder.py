@@ -49,6 +49,14 @@ class Builder:
             self.graph, self.opset, self.names, f"{self.prefix}/{scope}", self.dtype, self._cache, self.weights
         )
 
+    def without_store(self) -> Builder:
+        """This builder with every new constant kept in the graph (a subgraph's weights)."""
+        return Builder(self.graph, self.opset, self.names, self.prefix, self.dtype, self._cache, None)
+
+    def in_graph(self, graph: gs.Graph, scope: str) -> Builder:
+        """A builder for ``graph`` (a subgraph): its own scalars, constants kept in it."""
+        return Builder(graph, self.opset, self.names, f"{self.prefix}/{scope}", self.dtype, {}, None)
+
     # ---------------------------------------------------------------- tensors
 
     def const(self, value: Any, name: str = "const", dtype: Any = None) -> gs.Constant:

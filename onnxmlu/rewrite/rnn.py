@@ -1,4 +1,5 @@
-"""LSTM / GRU / RNN -> unrolled per-time-step cells for a static sequence length.
+"""LSTM / GRU / RNN -> per-time-step cells: unrolled for a static sequence length, the body
+of a ``Scan`` over time when the length is symbolic.
 
 Notation as in the ONNX operator docs: ``X_t`` [batch, input], ``H`` hidden state [batch,
 hidden], ``W`` / ``R`` input / recurrence weights ([num_dir, gates*hidden, input|hidden]),
@@ -47,6 +48,17 @@ Outputs: Y [seq, num_dir, batch, hidden] (layout 1: [batch, seq, num_dir, hidden
 Concat of all step outputs + Reshape (+ Transpose for layout 0); Y_h / Y_c stack the final
 states of the directions. Empty output names are simply not produced.
 
+A symbolic sequence length (the fused model runs at every length the original accepts, so the
+time steps cannot be unrolled) lowers each direction to one ``Scan`` (opset 9 on) around the
+same cell: the hoisted projection is its scan input along the sequence axis (``layout``), read
+backwards for the reverse direction (``scan_input_directions``) and Y written backwards too
+(``scan_output_directions``), so Y stays in time order; the states are its loop-carried
+values. A missing initial state is zeros of [batch, hidden], batch read from X's shape at run
+time. With ``sequence_lens`` a step counter t rides along as one more carried value (0 up, or
+T-1 down) and the mask is ``lens > t`` per batch row, with the same ``Where`` selections as the
+unrolled form. The accelerator runs the Scan as the cell block repeated per step; it is priced
+at the pinned length (:mod:`onnxmlu.analyze.layers`).
+
 ``activation_alpha`` / ``activation_beta`` are consumed in list order by the activations that
 take them (LeakyRelu, ThresholdedRelu, Elu: alpha; Affine, ScaledTanh, HardSigmoid: both);
 missing values take the ONNX operator defaults (LeakyRelu 0.01, ThresholdedRelu 1.0,
@@ -70,6 +82,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from onnxmlu.rewrite.base import (
@@ -195,7 +208,7 @@ class Plan:
     hidden: int
     directions: tuple[str, ...]
     layout: int
-    seq_len: int
+    seq_len: int | None  # None: symbolic, lowered to a Scan over time
     dtype: np.dtype
     acts: list[list[Activation]]
     clip: float | None
@@ -223,7 +236,9 @@ def make_plan(node: gs.Node, ctx: RewriteContext) -> Plan:
     dtype = tensor_dtype(x)
     if dtype not in FLOAT_DTYPES:
         raise Refusal(f"input X has element type {x.dtype}, need float16/float/double")
-    seq_len = _static_seq_len(x, layout)
+    seq_len = _seq_len(x, layout)
+    if seq_len is None and ctx.opset < 9:
+        raise Refusal(f"the sequence length is symbolic and opset {ctx.opset} has no Scan (9) to loop over time")
     hidden = _hidden_size(node)
     lens = _constant_lens(node, seq_len)
     w_shape = tensor_shape(node.inputs[1])
@@ -246,17 +261,12 @@ def make_plan(node: gs.Node, ctx: RewriteContext) -> Plan:
     )
 
 
-def _static_seq_len(x: gs.Tensor, layout: int) -> int:
+def _seq_len(x: gs.Tensor, layout: int) -> int | None:
+    """The static sequence length of X, None when it is symbolic (a Scan loops over it)."""
     shape = tensor_shape(x)
-    if shape is None or len(shape) != 3:
-        raise Refusal(
-            "sequence length is not static: shape of X is unknown"
-            if shape is None
-            else f"X has rank {len(shape)}, expected 3"
-        )
-    seq = static_dim(shape[layout])
-    if seq is None:
-        raise Refusal(f"sequence length is not static (X shape {shape}); unrolling needs a fixed length")
+    if shape is not None and len(shape) != 3:
+        raise Refusal(f"X has rank {len(shape)}, expected 3")
+    seq = static_dim(shape[layout]) if shape is not None else None
     if seq == 0:
         raise Refusal("sequence length is 0")
     return seq
@@ -273,13 +283,14 @@ def _hidden_size(node: gs.Node) -> int:
     return int(hidden)
 
 
-def _constant_lens(node: gs.Node, seq_len: int) -> np.ndarray | None:
+def _constant_lens(node: gs.Node, seq_len: int | None) -> np.ndarray | None:
     lens_t = node_input(node, 4)
     if lens_t is None:
         return None
     lens = constant_value(lens_t)
-    if lens is not None and (np.any(lens < 0) or np.any(lens > seq_len)):
-        raise Refusal(f"sequence_lens {lens.tolist()} outside [0, {seq_len}]")
+    bound = seq_len if seq_len is not None else np.iinfo(np.int64).max
+    if lens is not None and (np.any(lens < 0) or np.any(lens > bound)):
+        raise Refusal(f"sequence_lens {lens.tolist()} outside [0, {seq_len if seq_len is not None else 'T'}]")
     return lens
 
 
@@ -489,6 +500,110 @@ def unroll(node: gs.Node, ctx: RewriteContext, plan: Plan) -> None:
             b.finish(_stack_directions(b, finals, plan.layout, "Y_h" if index == 0 else "Y_c"), out)
 
 
+# ------------------------------------------------------------------------------------------
+# A Scan over time (symbolic sequence length)
+
+
+def scan_over_time(node: gs.Node, ctx: RewriteContext, plan: Plan) -> None:
+    """Each direction one Scan around the cell (module docstring); Y, Y_h, Y_c as unrolled."""
+    b = ctx.builder(node, plan.dtype)
+    lens = node_input(node, 4)
+    results = []
+    for d, direction in enumerate(plan.directions):
+        bd = b.child("fw" if direction == "forward" else "bw") if plan.ndir == 2 else b
+        results.append(_scan_direction(bd, plan, node, d, lens))
+    y_out, yh_out = node_output(node, 0), node_output(node, 1)
+    yc_out = node_output(node, 2) if plan.op == "LSTM" else None
+    detach(node, ctx.graph)
+    if y_out is not None:
+        axis = 1 if plan.layout == 0 else 2  # Y_d is [T, B, H] (layout 0) or [B, T, H]
+        parts = [b.unsqueeze(ys, [axis], name=f"Y_d{d}") for d, (ys, _) in enumerate(results)]
+        b.finish(b.concat(parts, axis, name="Y"), y_out)
+    for index, out in ((0, yh_out), (1, yc_out)):
+        if out is not None:
+            finals = [state[index] for _, state in results]
+            b.finish(_stack_directions(b, finals, plan.layout, "Y_h" if index == 0 else "Y_c"), out)
+
+
+def _scan_direction(b: Builder, plan: Plan, node: gs.Node, d: int, lens: gs.Tensor | None) -> tuple:
+    """One direction as a Scan: (Y_d in time order, final states)."""
+    seq_axis, batch_axis = (0, 1) if plan.layout == 0 else (1, 0)
+    reverse = plan.directions[d] == "reverse"
+    w = prepare_weights(b.without_store(), plan, node, d)  # the body's weights live in the body
+    xw = b.matmul(node.inputs[0], w.w_t, name="XW")
+    if w.bias is not None:
+        xw = b.add(xw, w.bias, name="XW_bias")
+    x = node.inputs[0]
+    states = []
+    for index, name in ((5, "H0"), (6, "C0"))[: 2 if plan.op == "LSTM" else 1]:
+        given = _initial(b, node_input(node, index), d, plan.layout, name)
+        states.append(given if given is not None else _zeros_state(b, x, batch_axis, plan, name))
+    lens_col = None
+    if lens is not None:
+        lens_col = b.reshape(b.cast(lens, np.int64, name="lens64"), [-1, 1], name="lens_col")
+        states.append(_first_step(b, x, seq_axis, reverse))
+    body, y_axis = _cell_body(b, plan, w, d, lens_col), seq_axis
+    attrs = {"body": body, "num_scan_inputs": 1, "scan_input_axes": [seq_axis],
+             "scan_input_directions": [int(reverse)], "scan_output_axes": [y_axis],
+             "scan_output_directions": [int(reverse)]}
+    outs = b.op("Scan", [*states, xw], attrs=attrs, name="scan", outputs=len(states) + 1)
+    for out, state in zip(outs, states):
+        out.dtype = tensor_dtype(state)  # the step counter is int64
+    finals = tuple(outs[: 2 if plan.op == "LSTM" else 1])
+    return outs[-1], finals
+
+
+def _zeros_state(b: Builder, x: gs.Tensor, batch_axis: int, plan: Plan, name: str) -> gs.Tensor:
+    """Zeros of [batch, hidden], the batch read from X at run time (any batch size works)."""
+    batch = _dim_of(b, x, [batch_axis], f"{name}_batch")
+    dims = b.op("Concat", [batch, b.int64([plan.hidden])], attrs={"axis": 0}, name=f"{name}_dims", dtype=np.int64)
+    zero = onnx.numpy_helper.from_array(np.zeros(1, plan.dtype))
+    return b.op("ConstantOfShape", [dims], attrs={"value": zero}, name=name, dtype=plan.dtype)
+
+
+def _dim_of(b: Builder, x: gs.Tensor, axis, name: str) -> gs.Tensor:
+    """X's size along ``axis`` at run time: [size] for a list ``axis``, a scalar for an int."""
+    shape = b.op("Shape", [x], name=f"{name}_shape", dtype=np.int64)
+    index = b.int64(axis, f"{name}_axis") if isinstance(axis, list) else b.scalar(axis, np.int64)
+    return b.op("Gather", [shape, index], attrs={"axis": 0}, name=name, dtype=np.int64)
+
+
+def _first_step(b: Builder, x: gs.Tensor, seq_axis: int, reverse: bool) -> gs.Tensor:
+    """The step counter's first value: 0, or T-1 for the reverse direction."""
+    if not reverse:
+        return b.scalar(0, np.int64)
+    length = _dim_of(b, x, seq_axis, "T")
+    return b.op("Sub", [length, b.scalar(1, np.int64)], name="t0", dtype=np.int64)
+
+
+def _cell_body(outer: Builder, plan: Plan, w: Weights, d: int, lens_col: gs.Tensor | None) -> gs.Graph:
+    """The Scan body: carried states (and step counter), one projected step in; new states
+    (and counter), the step's Y out."""
+    gates, hid = plan.family.gates, plan.hidden
+    graph = gs.Graph(opset=outer.opset)
+    b = outer.in_graph(graph, "step")
+    prev = [gs.Variable(outer.names.tensor(f"{b.prefix}/{n}"), dtype=plan.dtype, shape=[None, hid])
+            for n in ("H_prev", "C_prev")[: 2 if plan.op == "LSTM" else 1]]
+    t = gs.Variable(outer.names.tensor(f"{b.prefix}/t"), dtype=np.int64, shape=[]) if lens_col is not None else None
+    xw_t = gs.Variable(outer.names.tensor(f"{b.prefix}/XW_t"), dtype=plan.dtype, shape=[None, gates * hid])
+    new = CELLS[plan.op](b, xw_t, tuple(prev), w, plan.acts[d], plan)
+    y, carried = new[0], list(new)
+    if t is not None:
+        valid = b.op("Greater", [lens_col, t], name="valid", dtype=np.bool_)  # [batch, 1]
+        if b.opset < 9:
+            valid = b.cast(valid, plan.dtype, name="valid_f")
+        y = b.select(valid, new[0], None, name="Y")
+        carried = [b.select(valid, n, p, name=f"keep{i}") for i, (n, p) in enumerate(zip(new, prev))]
+        step = 1 if plan.directions[d] == "forward" else -1
+        carried.append(b.op("Add", [t, b.scalar(step, np.int64)], name="t_next", dtype=np.int64))
+    carried = [b.op("Identity", [c], name=f"carry{i}") for i, c in enumerate(carried)]  # distinct body outputs
+    graph.inputs = [*prev, *([t] if t is not None else []), xw_t]
+    graph.outputs = [*carried, b.op("Identity", [y], name="Y_t")]
+    for out in graph.outputs:
+        out.dtype = out.dtype or plan.dtype
+    return graph
+
+
 class RecurrentRewriter:
     name = "rnn"
     op_types = ("LSTM", "GRU", "RNN")
@@ -504,4 +619,5 @@ class RecurrentRewriter:
         return None
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
-        unroll(node, ctx, make_plan(node, ctx))
+        plan = make_plan(node, ctx)
+        (unroll if plan.seq_len is not None else scan_over_time)(node, ctx, plan)

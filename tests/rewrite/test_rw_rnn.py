@@ -343,13 +343,63 @@ def test_scaled_tanh_without_values_is_refused():
     assert report.total == 0 and "ScaledTanh" in report.skipped[0].message
 
 
-def test_dynamic_sequence_length_is_refused_with_reason():
-    cfg = Cfg("LSTM")
-    model = build(cfg, _arrays(cfg), 0)
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+# ---------------------------------------------------------------------------------------------
+# A symbolic sequence length: one Scan per direction, checked at several lengths and batches
+
+
+def symbolic(model: onnx.ModelProto, cfg: Cfg) -> onnx.ModelProto:
+    """``model`` with X's sequence and batch dims (and the batch of the states and lengths)
+    symbolic: T and N."""
+    seq_axis, batch_axis = (0, 1) if cfg.layout == 0 else (1, 0)
+    state_batch = 1 if cfg.layout == 0 else 0
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name == "X":
+            dims[seq_axis].dim_param, dims[batch_axis].dim_param = "T", "N"
+        elif vi.name in ("initial_h", "initial_c"):
+            dims[state_batch].dim_param = "N"
+        elif vi.name == "sequence_lens":
+            dims[0].dim_param = "N"
+    return model
+
+
+def check_scan_case(cfg: Cfg, shapes: list[tuple[int, int]]) -> None:
+    """Rewrite the symbolic-length model once; run it at each (length, batch) in ``shapes``
+    with the same weights, against onnxruntime's kernel at that shape."""
+    first = _arrays(cfg)
+    model = symbolic(build(cfg, first, cfg.layout), cfg)
+    rewritten, report = rewrite_model(model, only=["rnn"])
+    assert report.applied == {"rnn": 1}, report.skipped
+    assert "Scan" in op_types(rewritten) and not {"LSTM", "GRU", "RNN"} & set(op_types(rewritten))
+    full_check(rewritten)
+    for seq, batch in shapes:
+        at = Cfg(**{**cfg.__dict__, "seq": seq, "batch": batch})
+        arrays = _arrays(at) | {k: v for k, v in first.items() if k in ("W", "R", "B", "P")}
+        if cfg.lens == "const":
+            arrays["sequence_lens"] = first["sequence_lens"]
+        got = run_ort(rewritten, {k: v for k, v in arrays.items() if k in {i.name for i in rewritten.graph.input}})
+        assert_close(got, expected_outputs(at, arrays), what=f"{at} (Scan) vs onnxruntime")
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@PROPERTY
+@given(data=st.data())
+def test_scan_over_time_matches_onnxruntime_at_every_length(op, data):
+    cfg = data.draw(configs(op).filter(lambda c: c.opset >= 9))
+    lengths = data.draw(st.lists(st.integers(1, 7), min_size=2, max_size=3))
+    if cfg.lens == "const":  # the model's own lengths, at most cfg.seq, for its own batch
+        lengths, batches = [max(n, cfg.seq) for n in lengths], [cfg.batch] * len(lengths)
+    else:
+        batches = data.draw(st.lists(st.integers(1, 3), min_size=len(lengths), max_size=len(lengths)))
+    check_scan_case(cfg, list(zip(lengths, batches)))
+
+
+def test_a_symbolic_length_before_opset_9_stays_with_its_reason():
+    cfg = Cfg("LSTM", opset=8)
+    model = symbolic(build(cfg, _arrays(cfg), 0), cfg)
     rewritten, report = rewrite_model(model)
     assert report.applied["rnn"] == 0
-    assert "sequence length is not static" in report.skipped[0].message
+    assert "has no Scan" in report.skipped[0].message
     assert op_types(rewritten) == ["LSTM"]
 
 
