@@ -59,7 +59,7 @@ def _run(passes, model: ModelLike, *, hardware: HardwareLike | None = None, prog
 def _result(ctx: Context) -> FuseResult:
     return FuseResult(ctx.fused, ctx.analysis, ctx.plan, ctx.hardware, ctx.rewrite_report, ctx.block_latency_us,
                       ctx.diagnostics, ctx.pass_seconds, ctx.output, calibration=calibration_report(ctx.bodies),
-                      auto=ctx.auto)
+                      auto=ctx.auto, profile=ctx.profile)
 
 
 def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
@@ -242,7 +242,7 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
         raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
     ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
                **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None))
-    report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto)
+    report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto, ctx.profile)
     if pareto is not None:
         from onnxmlu.precision.auto import write_pareto
 

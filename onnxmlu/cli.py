@@ -44,7 +44,9 @@ def _option(*flags: str, help: str):
 
 ModelArg = Annotated[Path, typer.Argument(help="ONNX model file.", show_default=False)]
 InputShapeOpt = Annotated[List[str], _option(
-    "--input-shape", help="Pin an input's shape, NAME:D1,D2,... (repeatable).")]
+    "--input-shape", help=(
+        "The shape to plan for, NAME:D1,D2,... (repeatable); a dim may be a range MIN..MAX or MIN/OPT/MAX "
+        "(priced at OPT, default MIN). Pins choose the plan: symbolic dims stay symbolic in the fused model."))]
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=(
     "Fusion/MP strategy: none, fixed-mp, dynamic-mp, all-fusion, fusion-fixed-mp, dlfusion, oracle, "
     "optimal, or one registered in Python. oracle/optimal search blocks of at most 256 layers plus whole "
@@ -267,8 +269,23 @@ def _show_fuse(result, portable: bool) -> None:
     if result.calibration is not None and not result.calibration["random"]:  # random: a diagnostic says so
         _plain(f"INT8 blocks calibrated on {result.calibration['description']} ({result.calibration['calibrator']})")
     _show_auto(result.auto)
+    _show_profile(result.profile)
     if result.check is not None:
         _show_check(result.check)
+
+
+def _show_profile(profile) -> None:
+    """The plan's simulated latency at min, opt and max of the --input-shape ranges; the
+    blocks whose best MP moves across them."""
+    if profile is None:
+        return
+    shapes = " · ".join(f"{p} {t:,.1f} µs" for p, t in profile.latency_us.items())
+    _plain(f"over the input ranges: {shapes}")
+    for point, why in profile.unpriced.items():
+        _plain(f"  not priced at {point}: {why}")
+    for b in (b for b in profile.blocks if b.mp_moves):
+        moves = ", ".join(f"{p} {m}" for p, m in b.best_mp.items())
+        _plain(f"  block {b.block} runs at mp={b.mp}; the best MP is {moves}")
 
 
 def _show_auto(auto) -> None:
@@ -346,9 +363,11 @@ def check(
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Run ORIGINAL (reference: onnxruntime, optimizations off) and FUSED on seeded inputs of
-    the shapes --input-shape pins (the same pins as `fuse`; other symbolic dims are 1), with
-    the arrays of --inputs for the inputs it names.
+    """Run ORIGINAL (reference: onnxruntime, optimizations off) and FUSED on seeded inputs at
+    several shapes: the --input-shape pins (the same pins as `fuse`; unpinned symbolic dims
+    take their defaults), the ends of every range, and one other batch and one other size of
+    every dim left free; with the arrays of --inputs for the inputs it names (then only their
+    shape). A shape the original refuses is skipped, and the report says which ran.
 
     Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
     """
@@ -370,6 +389,9 @@ def _show_check(report) -> None:
         table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}",
                       "[green]yes[/]" if d.ok else "[red]NO[/]")
     console.print(table)
+    for run in report.shapes:
+        shapes = ", ".join(f"{k} {v}" for k, v in run.shapes.items())
+        _plain(f"shape {run.label}: {shapes}: {run.status}" + (f" ({run.note})" if run.note else ""))
     if report.accuracy is not None:
         judged = f" · judged by {report.budget}" if report.budget is not None else ""
         top1 = "–" if math.isnan(report.accuracy.top1) else f"{report.accuracy.top1:.3f}"  # no class scores
@@ -508,6 +530,7 @@ def _show_plan(report) -> None:
     total = report.sim_latency_us
     console.print(f"{len(report.plan.blocks)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
     _show_auto(report.auto)
+    _show_profile(report.profile)
 
 
 @command

@@ -1,8 +1,8 @@
 """The pass pipeline: fusing a model is a fixed, visible list of passes over one context.
 
-    FUSE         = load → normalize → rewrite → analyze → plan → collapse → embed
-    FUSE_TO_FILE = load → normalize → rewrite → analyze → plan → collapse → write
-    PORTABLE     = load → normalize → rewrite → analyze → plan → collapse → embed → portable → write
+    FUSE         = load → normalize → rewrite → analyze → plan → profile → collapse → embed
+    FUSE_TO_FILE = load → normalize → rewrite → analyze → plan → profile → collapse → write
+    PORTABLE     = load → normalize → rewrite → analyze → plan → profile → collapse → embed → portable → write
 
 Every pass has a ``name``, a ``label(ctx)`` (the progress line shown while it runs) and
 ``run(ctx) -> None``: it reads what the passes before it left in the :class:`Context` and
@@ -50,11 +50,13 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused
 from onnxmlu.frontend.normalize import normalize_owned
-from onnxmlu.frontend.shapes import sizes_at
+from onnxmlu.frontend.pins import has_ranges
+from onnxmlu.frontend.shapes import pricing_shapes, sizes_at
 from onnxmlu.ir import copy_model
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.plan import Plan
+from onnxmlu.plan.profile import ShapeProfile, profile_plan
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike, plan_layers
 from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
 from onnxmlu.rewrite import RewriteReport, rewrite_owned
@@ -150,6 +152,7 @@ class Context:
     blocks: dict = field(default_factory=dict)  # collapse: fused node position -> (block, interface)
     bodies: "BlockBodies | None" = None  # plan (auto) or collapse: FP16/INT8 bodies (None: every block FP32)
     auto: "AutoResult | None" = None  # plan: what --precision auto chose, considered and measured
+    profile: ShapeProfile | None = None  # profile: the plan priced over the --input-shape ranges
 
     def note(self, diagnostic: Diagnostic) -> None:
         """Record ``diagnostic`` once."""
@@ -219,8 +222,9 @@ class Analyze:
         return "analysing: layer table"
 
     def run(self, ctx: Context) -> None:
-        sizes = sizes_at(ctx.model, ctx.options.input_shapes, ctx.note, ctx.weights)
-        ctx.analysis = analyze(ctx.model, ctx.weights, sizes)
+        shapes = pricing_shapes(ctx.model, ctx.options.input_shapes, ctx.note, ctx.weights)
+        sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights)
+        ctx.analysis = analyze(ctx.model, ctx.weights, sizes, shapes if sizes else None)
         ctx.diagnostics.extend(ctx.analysis.host_diagnostics())
 
 
@@ -306,6 +310,32 @@ def check_precision_option(precision: str | None) -> None:
     """An :class:`OnnxMluError` (one line) unless ``precision`` is None or a known choice."""
     if precision is not None and precision not in precision_choices():
         raise OnnxMluError(f"--precision must be one of {', '.join(precision_choices())}, not {precision!r}")
+
+
+class Profile:
+    """With ``--input-shape`` ranges: the plan priced at the ranges' min and max too
+    (:mod:`onnxmlu.plan.profile`); the layers are analysed again at each point's shapes."""
+
+    name = "profile"
+
+    def label(self, ctx: Context) -> str:
+        return "pricing the plan over the input ranges"
+
+    def run(self, ctx: Context) -> None:
+        pins = ctx.options.input_shapes
+        if not has_ranges(pins):
+            return
+        layers_at = {"opt": ctx.analysis.layers}
+        inputs = {"opt": ctx.analysis.input_shapes}
+        unpriced = {}
+        for point in ("min", "max"):
+            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point)
+            at = analyze(ctx.model, ctx.weights, sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights)).layers
+            if [layer.name for layer in at] == [layer.name for layer in ctx.analysis.layers]:
+                layers_at[point] = at
+            else:  # a sizing failed there: the layer table itself differs
+                unpriced[point] = "the layers cannot all be sized at this shape"
+        ctx.profile = profile_plan(ctx.plan, layers_at, ctx.hardware, inputs, unpriced)
 
 
 class Collapse:
@@ -396,7 +426,7 @@ class Write:
 
 
 #: The stages up to a plan (``prepare`` is the first three).
-PLAN = (Load(), Normalize(), Rewrite(), Analyze(), PlanPass())
+PLAN = (Load(), Normalize(), Rewrite(), Analyze(), PlanPass(), Profile())
 FUSE = (*PLAN, Collapse(), Embed())
 FUSE_TO_FILE = (*PLAN, Collapse(), Write())
 PORTABLE = (*PLAN, Collapse(), Embed(), Portable(), Write())

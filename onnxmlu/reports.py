@@ -20,6 +20,7 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.plan import Plan
+from onnxmlu.plan.profile import ShapeProfile
 
 #: Version of every JSON report's layout; bump it when a key changes meaning or goes away.
 SCHEMA_VERSION = 1
@@ -55,6 +56,8 @@ class FuseResult:
     calibration: dict | None = None
     #: What ``--precision auto`` chose and measured (:class:`~onnxmlu.precision.auto.AutoResult`).
     auto: Any = None
+    #: The plan priced over the ``--input-shape`` ranges (None without a range).
+    profile: ShapeProfile | None = None
 
     @property
     def sim_latency_us(self) -> float:
@@ -81,7 +84,7 @@ class FuseResult:
         payload.update({
             "strategy": self.plan.strategy, "hardware": self.hardware.name, "sim_latency_us": self.sim_latency_us,
             "sim_fps": self.sim_fps, "blocks": self.block_rows(), "host_nodes": self.analysis.host_nodes(),
-            "calibration": self.calibration, "auto": _auto(self.auto),
+            "calibration": self.calibration, "auto": _auto(self.auto), "profile": _profile(self.profile),
             "diagnostics": [d.to_dict() for d in self.diagnostics], "pass_seconds": dict(self.pass_seconds)})
         if self.check is not None:
             payload["check"] = tagged("check", self.check.to_dict())
@@ -90,6 +93,10 @@ class FuseResult:
 
 def _auto(result) -> dict | None:
     return None if result is None else result.to_dict()
+
+
+def _profile(profile: ShapeProfile | None) -> dict | None:
+    return None if profile is None else profile.to_dict()
 
 
 def calibration_report(bodies) -> dict | None:
@@ -111,6 +118,7 @@ class PlanReport:
     hardware: Hardware
     block_latency_us: list[float]
     auto: Any = None  # what --precision auto chose and measured
+    profile: ShapeProfile | None = None  # the plan priced over the --input-shape ranges
 
     @property
     def sim_latency_us(self) -> float:
@@ -130,7 +138,7 @@ class PlanReport:
         total = self.sim_latency_us
         return {"strategy": self.plan.strategy, "hardware": self.hardware.name, "layers": len(self.layers),
                 "sim_latency_us": total, "sim_fps": 1e6 / total if total > 0 else None, "blocks": self.rows(),
-                "auto": _auto(self.auto)}
+                "auto": _auto(self.auto), "profile": _profile(self.profile)}
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def test_pins_price_the_layers_and_leave_the_graph_symbolic(chain_model):
     pins = {"x": [2, 8, 16, 16]}
     model = normalize(chain_model, pins)
     assert GraphIndex.build(model.graph).shape("pooled") == ["N", 8, 1, 1]
-    sizes = sizes_at(model, pins, lambda d: None)
+    sizes = sizes_at(model, concrete_shapes(model, pins), lambda d: None)
     assert sizes["pooled"] == (TensorProto.FLOAT, [2, 8, 1, 1])
     assert GraphIndex.build(model.graph, sizes=sizes).static_shape("pooled") == [2, 8, 1, 1]
     with pytest.raises(OnnxMluError, match="not a model input"):

@@ -58,6 +58,8 @@ class Analysis:
     #: Weight dequantizations carried into a block: node -> the layer node whose block holds it
     #: (:mod:`onnxmlu.analyze.quantized`). Neither layers nor host nodes.
     carried: dict[int, int] = field(default_factory=dict)
+    #: The fed inputs' shapes the layers are priced at (the pins' ``opt``; empty: as declared).
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
 
     def node(self, layer: Layer) -> onnx.NodeProto:
         return self.model.graph.node[self.layer_nodes[layer.index]]
@@ -89,7 +91,8 @@ def layer_row(layer: Layer) -> dict:
 
 
 def analyze(model: onnx.ModelProto, weights: WeightStore | None = None,
-            sizes: dict[str, tuple[int, list[int]]] | None = None) -> Analysis:
+            sizes: dict[str, tuple[int, list[int]]] | None = None,
+            input_shapes: dict[str, list[int]] | None = None) -> Analysis:
     """Layer table of a normalized model (see :func:`onnxmlu.frontend.normalize.normalize`);
     ``weights`` holds the data of its marker initializers; ``sizes`` the tensors' concrete
     dims at the pricing shape (:func:`onnxmlu.frontend.shapes.priced_shapes`), which the
@@ -106,7 +109,7 @@ def analyze(model: onnx.ModelProto, weights: WeightStore | None = None,
     order, carried, left = carry_weight_expressions(order, index, expressions, lambda i: i not in host_reasons)
     host_reasons.update((i, CONSTANT_REASON) for i in left)
     layers, layer_nodes = _layer_table(nodes, index, order, host_reasons, carried)
-    return Analysis(model, index, order, layers, layer_nodes, host_reasons, carried)
+    return Analysis(model, index, order, layers, layer_nodes, host_reasons, carried, dict(input_shapes or {}))
 
 
 def declare_ranks(graph: onnx.GraphProto, sizes: dict[str, tuple[int, list[int]]]) -> int:

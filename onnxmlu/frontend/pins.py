@@ -183,6 +183,32 @@ def default_size(axis: int, dims: list) -> int:
     return DEFAULT_SPATIAL if len(dims) >= 4 else DEFAULT_LENGTH
 
 
+def defaulted_keys(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None = None) -> list[str]:
+    """The symbolic dims that no pin sizes (their name, or ``input:axis`` when unnamed): they
+    take :func:`default_size`."""
+    keys = []
+    for vi in fed_inputs(model.graph):
+        declared, pinned = declared_dims(vi), (pins or {}).get(vi.name)
+        dims = list(pinned) if pinned is not None else list(declared or [])
+        for axis, dim in enumerate(dims):
+            if _size_at(dim, "opt") is None:
+                symbol = declared[axis] if declared is not None and isinstance(declared[axis], str) else None
+                keys.append(symbol or f"{vi.name}:{axis}")
+    return list(dict.fromkeys(keys))
+
+
+def with_defaults(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None, size: int) -> Pins:
+    """``pins`` with every dim that takes a default (except a first dim, the batch) given ``size``."""
+    out: Pins = {}
+    for vi in fed_inputs(model.graph):
+        declared, pinned = declared_dims(vi), (pins or {}).get(vi.name)
+        if declared is None and pinned is None:
+            continue
+        dims = list(pinned) if pinned is not None else list(declared)
+        out[vi.name] = [size if axis > 0 and _size_at(d, "opt") is None else d for axis, d in enumerate(dims)]
+    return out
+
+
 def has_ranges(pins: Mapping[str, list[Dim]] | None) -> bool:
     return any(isinstance(d, DimRange) for dims in (pins or {}).values() for d in dims)
 

@@ -24,7 +24,7 @@ import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
-from onnxmlu.frontend.pins import Pins, concrete_shapes, symbolic_axes
+from onnxmlu.frontend.pins import Pins, concrete_shapes, defaulted_keys, symbolic_axes, with_defaults
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
 from onnxmlu.ir.weights import WeightStore, fill_tensor, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
 
@@ -195,13 +195,81 @@ def _set_value_info(graph: onnx.GraphProto, name: str, value: np.ndarray) -> Non
 Sized = tuple[int, list[int]]
 
 
-def sizes_at(model: onnx.ModelProto, pins: Pins | None, note: Note, weights: WeightStore | None = None,
-             point: str = "opt") -> dict[str, Sized]:
-    """:func:`priced_shapes` at ``point`` of the pins' profile (:mod:`onnxmlu.frontend.pins`);
-    empty for a model whose inputs are all fixed (its value infos already say every size)."""
+def sizes_at(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
+             weights: WeightStore | None = None) -> dict[str, Sized]:
+    """:func:`priced_shapes` at the fed inputs' ``shapes``; empty for a model whose inputs
+    are all fixed (its value infos already say every size)."""
     if not symbolic_axes(model):
         return {}
-    return priced_shapes(model, concrete_shapes(model, pins, point), note, weights)
+    return priced_shapes(model, shapes, note, weights)
+
+
+#: Sizes tried, in order, for the symbolic dims no pin sizes when the model does not run at
+#: their defaults (a text recognizer's height, an audio model's window): common image sides,
+#: then common lengths.
+FALLBACK_SIZES = (32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 1024, 2048, 4096, 16000)
+
+
+def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weights: WeightStore | None = None,
+                   point: str = "opt") -> dict[str, list[int]]:
+    """The fed inputs' shapes the planner prices at ``point`` of the pins' profile
+    (:func:`~onnxmlu.frontend.pins.concrete_shapes`). When dims no pin sizes took their
+    defaults and the model does not run on zeros at those shapes, each of
+    :data:`FALLBACK_SIZES` is tried for all of them (the batch stays 1) and the first the
+    model runs at is taken; a diagnostic says which (or that none ran: pass --input-shape)."""
+    shapes = concrete_shapes(model, pins, point)
+    keys = defaulted_keys(model, pins)
+    if not [k for k in keys if not k.endswith(":0")] or tensor_payload_bytes(model) > PROBE_MAX_BYTES:
+        return shapes
+    session = _zeros_runner(model, weights)
+    if session is None or session(shapes) is None:
+        return shapes
+    for size in FALLBACK_SIZES:
+        candidate = concrete_shapes(model, with_defaults(model, pins, size), point)
+        if session(candidate) is None:
+            note(Diagnostic("normalize", "default-shape", "", f"the model does not run at the default sizes of its "
+                            f"symbolic dims ({', '.join(keys)}); it is planned at {_shapes_text(candidate)}: pass "
+                            "--input-shape to plan at the sizes you run"))
+            return candidate
+    note(Diagnostic("normalize", "default-shape", "", f"the model runs at none of the sizes tried for its symbolic "
+                    f"dims ({', '.join(keys)}); it is planned at {_shapes_text(shapes)}: pass --input-shape"))
+    return shapes
+
+
+def _shapes_text(shapes: dict[str, list[int]]) -> str:
+    return " ".join(f"{name}:{','.join(map(str, dims))}" for name, dims in shapes.items())
+
+
+def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None):
+    """A function running ``model`` on zeros of the given input shapes: None when it runs, else
+    onnxruntime's one-line reason; None itself when no session can be made."""
+    import onnxruntime as ort
+
+    feeds_types = {}
+    for vi in fed_inputs(model.graph):
+        elem = vi.type.tensor_type.elem_type
+        if not elem or elem == onnx.TensorProto.STRING:
+            return None
+        feeds_types[vi.name] = onnx.helper.tensor_dtype_to_np_dtype(elem)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    try:
+        session = ort.InferenceSession(_with_weights(model, weights).SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - no session: the shapes stay as the defaults say
+        return None
+
+    def run(shapes: dict[str, list[int]]) -> str | None:
+        if set(shapes) != set(feeds_types):
+            return "an input has no shape"
+        try:
+            session.run(None, {n: np.zeros(shapes[n], t) for n, t in feeds_types.items()})
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal of this shape
+            return first_line(exc)
+        return None
+
+    return run
 
 
 def priced_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,

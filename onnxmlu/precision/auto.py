@@ -197,7 +197,7 @@ def plan_analysis(analysis, hw: Hardware, accuracy: str | None = None, *, calibr
     if calibration is not None:
         samples = load_calibration(calibration, model)
     else:
-        samples = random_calibration(model, options.random_samples)
+        samples = random_calibration(model, options.random_samples, shapes=analysis.input_shapes)
     evaluator = PlanEvaluator(analysis, samples, int8)
     return plan_auto(evaluator, hw, Budget.parse(accuracy or DEFAULT_BUDGET), options)
 

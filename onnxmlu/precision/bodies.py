@@ -92,7 +92,7 @@ class BlockBodies:
             if self._given is not None:
                 self.calibration = load_calibration(self._given, model)
             else:
-                self.calibration = random_calibration(model, *self._random)
+                self.calibration = random_calibration(model, *self._random, shapes=self.analysis.input_shapes)
                 self.diagnostics.append(Diagnostic(
                     "precision", "random-calibration", "",
                     f"INT8 blocks calibrated on {self.calibration.describe()}: their activation scales fit "

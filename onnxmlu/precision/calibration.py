@@ -80,15 +80,17 @@ def load_calibration(folder: str | os.PathLike, model: onnx.ModelProto | None = 
 
 
 def random_calibration(model: onnx.ModelProto, count: int = DEFAULT_RANDOM_SAMPLES, seed: int = DEFAULT_SEED,
-                       dims: Mapping[str, int] | None = None) -> CalibrationSet:
+                       dims: Mapping[str, int] | None = None,
+                       shapes: Mapping[str, list[int]] | None = None) -> CalibrationSet:
     """``count`` seeded random samples of ``model``'s inputs, seeds ``seed, seed+1, ...``
     (floats ~ N(0, 1), integers in [0, 10), booleans fair coins; symbolic dims from ``dims``,
-    else 1 -- the inputs ``onnxmlu check`` draws)."""
+    ``shapes`` by input name (the pricing shape), else the pins' defaults -- the inputs
+    ``onnxmlu check`` draws)."""
     from onnxmlu.tools.verify import random_inputs
 
     if count < 1:
         raise OnnxMluError(f"random calibration needs at least one sample, not {count}")
-    samples = tuple(random_inputs(model, seed + k, dims) for k in range(count))
+    samples = tuple(random_inputs(model, seed + k, dims, shapes) for k in range(count))
     return CalibrationSet(samples, "random", random=True, seed=seed)
 
 

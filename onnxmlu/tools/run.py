@@ -16,13 +16,15 @@ from onnxmlu.reports import RunReport
 def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input_shapes: dict | None, repeat: int,
               profile: bool, save: str | os.PathLike | None, progress) -> RunReport:
     from onnxmlu.frontend.load import load_model
+    from onnxmlu.frontend.pins import concrete_shapes
     from onnxmlu.runtime import InferenceSession
     from onnxmlu.tools.timing import time_interleaved
     from onnxmlu.tools.verify import random_inputs
 
     progress.say(f"loading {Path(model).name}")
     proto = load_model(model)
-    feeds = inputs if inputs is not None else random_inputs(proto, seed, shapes=input_shapes)
+    shapes = concrete_shapes(proto, input_shapes)  # a range runs at its opt
+    feeds = inputs if inputs is not None else random_inputs(proto, seed, shapes=shapes)
     progress.say("creating the session")
     session = InferenceSession(proto)
     names = [o.name for o in session.get_outputs()]

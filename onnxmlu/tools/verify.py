@@ -2,8 +2,15 @@
 
 The reference is the original model in onnxruntime with graph optimizations disabled, so
 onnxruntime's own fusions cannot hide a bug in ours. Inputs are drawn per element type:
-floats ~ N(0, 1), integers uniform in [0, 10), booleans fair coins. Symbolic dimensions take
-``dims[name]`` when given, else 1.
+floats ~ N(0, 1), integers uniform in [0, 10), booleans fair coins.
+
+Shapes (:func:`check_shapes`): a fused model must match the original at every shape the
+original accepts, so the check runs at several: the pricing shape of the pins (``opt``, or the
+defaults of :mod:`onnxmlu.frontend.pins` for unpinned dims); the ``min`` and ``max`` of every
+range; and, for the other symbolic dims (a pin without a range only prices them: the fused
+model keeps them symbolic), one other batch (the first dim + 1) and, for each other symbolic dim, one other
+size (twice its pricing size), dims sharing a name varied together. A shape the original itself refuses is reported
+as skipped, never as a failure; at least one shape must run.
 
 Error metrics per output: ``max_abs = max|f - r|`` and ``max_rel = max(|f - r| / (|r| + tiny))``;
 an output passes when ``|f - r| <= atol + rtol * |r|`` element-wise (numpy's allclose rule).
@@ -21,6 +28,7 @@ import numpy as np
 import onnx
 
 from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, has_ranges, symbolic_axes
 from onnxmlu.ir import fed_inputs
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 
@@ -34,17 +42,34 @@ class OutputDiff:
     ok: bool
 
 
+@dataclass(frozen=True)
+class ShapeRun:
+    """One input shape the check ran at (``label`` says why) and what it found there."""
+
+    label: str
+    shapes: dict[str, list[int]]
+    status: str  # "ok" | "failed" | "skipped" (the original refuses this shape)
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "inputs": {k: list(v) for k, v in self.shapes.items()},
+                "status": self.status, "note": self.note}
+
+
 @dataclass
 class CheckReport:
     atol: float
     rtol: float
     seeds: tuple[int, ...]
     diffs: list[OutputDiff] = field(default_factory=list)
+    shapes: list[ShapeRun] = field(default_factory=list)
     accuracy: Accuracy | None = None  # worst cosine and top-1 agreement over the seeds
     budget: Budget | None = None  # when given, it decides ``ok`` instead of the tolerances
 
     @property
     def ok(self) -> bool:
+        if any(run.status == "failed" for run in self.shapes):
+            return False
         if self.budget is not None:
             return self.accuracy is not None and self.budget.met(self.accuracy)
         return bool(self.diffs) and all(d.ok for d in self.diffs)
@@ -55,6 +80,7 @@ class CheckReport:
             "outputs": [d.__dict__ | {"shape": list(d.shape)} for d in self.diffs],
             "accuracy": None if self.accuracy is None else self.accuracy.to_dict(),
             "budget": None if self.budget is None else str(self.budget),
+            "shapes": [run.to_dict() for run in self.shapes],
         }
 
 
@@ -62,16 +88,20 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int]
                   shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
     """Seeded random feeds for the model's true inputs (initializers excluded).
 
-    ``shapes`` gives whole input shapes by input name; ``dims`` sizes symbolic dims by name.
+    ``shapes`` gives whole input shapes by input name; ``dims`` sizes symbolic dims by name;
+    other symbolic dims take the pricing defaults of :func:`onnxmlu.frontend.pins.concrete_shapes`.
     """
     rng = np.random.default_rng(seed)
     feeds = {}
+    defaults = concrete_shapes(model)
     for value in fed_inputs(model.graph):
         tensor_type = value.type.tensor_type
         if shapes and value.name in shapes:
             shape = [int(d) for d in shapes[value.name]]
+        elif dims:
+            shape = [_dim_size(d, dims) for d in tensor_type.shape.dim]
         else:
-            shape = [_dim_size(d, dims or {}) for d in tensor_type.shape.dim]
+            shape = defaults.get(value.name, [])
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
         feeds[value.name] = _random_array(rng, shape, dtype)
     return feeds
@@ -84,10 +114,59 @@ def _run(session, names: Sequence[str], feeds: dict, what: str) -> list:
         raise OnnxMluError(f"{what}: {first_line(exc)} (give valid values with --inputs FILE.npz)") from None
 
 
-def _pinned_shapes(pins: Mapping[str, Sequence[int | str]] | None) -> dict[str, list[int]] | None:
-    if not pins:
-        return None
-    return {name: [d if isinstance(d, int) else 1 for d in dims] for name, dims in pins.items()}
+def check_shapes(model: onnx.ModelProto, pins: Pins | None) -> list[tuple[str, dict[str, list[int]]]]:
+    """(label, input shapes) the check runs at, in order, without repeats (module docstring)."""
+    runs = [("pinned" if pins else "default", concrete_shapes(model, pins))]
+    if has_ranges(pins):
+        runs += [(point, concrete_shapes(model, pins, point)) for point in ("min", "max")]
+    free = _free_dims(model, pins)
+    base = runs[0][1]
+    if any(axis == 0 for _, axis in free.values()):
+        runs.append(("other batch", _varied(base, free, lambda key, size, axis: size + 1 if axis == 0 else size)))
+    first_of = {}
+    for (name, axis), (key, _) in free.items():
+        first_of.setdefault(key, (name, axis))
+    for key, (name, axis) in first_of.items():
+        if axis != 0:
+            runs.append((f"other {name}[{axis}]", _varied(base, free, _doubling(key))))
+    unique: list[tuple[str, dict[str, list[int]]]] = []
+    for label, shapes in runs:
+        if all(shapes != seen for _, seen in unique):
+            unique.append((label, shapes))
+    return unique
+
+
+def _doubling(key: str):
+    """A ``_varied`` change: the dims of ``key`` twice their size, the others as they are."""
+    return lambda k, size, axis: size * 2 if k == key else size
+
+
+def _free_dims(model: onnx.ModelProto, pins: Pins | None) -> dict[tuple[str, int], tuple[str, int]]:
+    """(input, axis) of each symbolic dim without a range -> (its variation key, axis):
+    dims sharing a name share a key, so they vary together."""
+    free = {}
+    for name, axes in symbolic_axes(model).items():
+        vi = next(v for v in fed_inputs(model.graph) if v.name == name)
+        declared = vi.type.tensor_type.shape.dim
+        pinned = (pins or {}).get(name)
+        for axis in axes:
+            pin = pinned[axis] if pinned is not None and axis < len(pinned) else None
+            if isinstance(pin, DimRange):  # its range is checked at its ends
+                continue
+            free[(name, axis)] = (declared[axis].dim_param or f"{name}:{axis}", axis)
+    return free
+
+
+def _varied(base: dict[str, list[int]], free: dict, change) -> dict[str, list[int]]:
+    """``base`` with each free dim resized by ``change(key, size, axis)``, once per key (the
+    first dim of a key sets its size for all)."""
+    sizes: dict[str, int] = {}
+    shapes = {name: list(dims) for name, dims in base.items()}
+    for (name, axis), (key, first_axis) in free.items():
+        if name in shapes and axis < len(shapes[name]):
+            sizes.setdefault(key, change(key, shapes[name][axis], first_axis))
+            shapes[name][axis] = sizes[key]
+    return shapes
 
 
 def _dim_size(dim: onnx.TensorShapeProto.Dimension, dims: Mapping[str, int]) -> int:
@@ -132,17 +211,16 @@ def _diff(name: str, f: np.ndarray, r: np.ndarray, atol: float, rtol: float) -> 
 
 def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Sequence[int] = (0,),
                  atol: float = 1e-4, rtol: float = 1e-4,
-                 dims: Mapping[str, int] | None = None,
-                 input_shapes: Mapping[str, Sequence[int | str]] | None = None,
+                 input_shapes: Pins | None = None,
                  inputs: Mapping[str, np.ndarray] | None = None, budget: Budget | None = None,
                  progress: Callable[[str], None] | None = None) -> CheckReport:
-    """Run both models on each seed; the report keeps the worst error per output.
+    """Run both models on each seed at each shape of :func:`check_shapes`; the report keeps
+    the worst error per output over all of them and says what ran at each shape.
 
-    ``input_shapes`` are the pins ``fuse`` was given (``--input-shape``): those inputs get
-    exactly those shapes (a dim left symbolic in a pin is 1), the rest sizes symbolic dims by
-    ``dims`` (1 when absent). ``inputs`` are fixed arrays for some inputs (a sample rate, token
-    ids, real data) used for every seed; the others are random. ``budget`` decides the verdict
-    instead of the tolerances (module docstring).
+    ``input_shapes`` are the pins ``fuse`` was given (``--input-shape``, ranges included).
+    ``inputs`` are fixed arrays for some inputs (a sample rate, token ids, real data) used for
+    every seed; the others are random, and only the shape those arrays have is checked.
+    ``budget`` decides the verdict instead of the tolerances (module docstring).
 
     ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
     seconds in each)."""
@@ -157,15 +235,57 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     report = CheckReport(atol, rtol, tuple(seeds), budget=budget)
     worst: dict[str, OutputDiff] = {}
     references, outputs = [], []
-    for seed in seeds:
-        feeds = random_inputs(original, seed, dims, _pinned_shapes(input_shapes)) | dict(inputs or {})
-        say(f"running both models, seed {seed}")
-        references.append(_run(ref, names, feeds, f"the original model fails on the inputs of seed {seed}"))
-        outputs.append(_run(sess, names, feeds, "the fused model fails"))
-        for d in compare_outputs(names, outputs[-1], references[-1], atol, rtol):
+    shapes = check_shapes(original, input_shapes)
+    if inputs:
+        shapes = shapes[:1]
+    for label, at in shapes:
+        run = _check_at(label, at, ref, sess, names, original, seeds, inputs, (atol, rtol), budget is None, say)
+        report.shapes.append(run.shape)
+        references += run.references
+        outputs += run.outputs
+        for d in run.diffs:
             prev = worst.get(d.name)
             if prev is None or (not d.ok, d.max_abs) > (not prev.ok, prev.max_abs):
                 worst[d.name] = d
+    if not references:
+        tried = "; ".join(f"{r.label} {r.shapes}: {r.note}" for r in report.shapes)
+        raise OnnxMluError(f"the original model fails at every shape tried ({tried}); "
+                           "give valid values with --inputs FILE.npz or sizes with --input-shape")
     report.diffs = [worst[n] for n in names]
     report.accuracy = measure(references, outputs) if seeds else None
     return report
+
+
+@dataclass
+class _AtShape:
+    shape: ShapeRun
+    references: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    diffs: list[OutputDiff] = field(default_factory=list)
+
+
+def _check_at(label: str, at: dict[str, list[int]], ref, sess, names: list[str], original: onnx.ModelProto,
+              seeds: Sequence[int], inputs, tolerances: tuple[float, float], by_tolerance: bool, say) -> _AtShape:
+    """Both models on every seed at the input shapes ``at``; the shape fails where the fused
+    model cannot run, or (``by_tolerance``: no budget decides) an output is off."""
+    result = _AtShape(ShapeRun(label, at, "ok"))
+    for seed in seeds:
+        feeds = random_inputs(original, seed, shapes=at) | dict(inputs or {})
+        shown = {k: list(np.shape(v)) for k, v in feeds.items()}
+        say(f"running both models at {label} shape, seed {seed}")
+        try:
+            reference = ref.run(names, feeds)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: this shape is not one the original takes
+            result.shape = ShapeRun(label, shown, "skipped", f"the original refuses it: {first_line(exc)}")
+            return result
+        try:
+            got = sess.run(names, feeds)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: the fused model fails where the original runs
+            result.shape = ShapeRun(label, shown, "failed", f"the fused model fails: {first_line(exc)}")
+            return result
+        result.references.append(reference)
+        result.outputs.append(got)
+        result.diffs += compare_outputs(names, got, reference, *tolerances)
+    failed = by_tolerance and any(not d.ok for d in result.diffs)
+    result.shape = ShapeRun(label, {k: list(np.shape(v)) for k, v in feeds.items()}, "failed" if failed else "ok")
+    return result
