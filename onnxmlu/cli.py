@@ -281,8 +281,6 @@ def _show_profile(profile) -> None:
         return
     shapes = " · ".join(f"{p} {t:,.1f} µs" for p, t in profile.latency_us.items())
     _plain(f"over the input ranges: {shapes}")
-    for point, why in profile.unpriced.items():
-        _plain(f"  not priced at {point}: {why}")
     for b in (b for b in profile.blocks if b.mp_moves):
         moves = ", ".join(f"{p} {m}" for p, m in b.best_mp.items())
         _plain(f"  block {b.block} runs at mp={b.mp}; the best MP is {moves}")

@@ -327,15 +327,15 @@ class Profile:
             return
         layers_at = {"opt": ctx.analysis.layers}
         inputs = {"opt": ctx.analysis.input_shapes}
-        unpriced = {}
         for point in ("min", "max"):
             inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point)
             at = analyze(ctx.model, ctx.weights, sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights)).layers
             if [layer.name for layer in at] == [layer.name for layer in ctx.analysis.layers]:
                 layers_at[point] = at
             else:  # a sizing failed there: the layer table itself differs
-                unpriced[point] = "the layers cannot all be sized at this shape"
-        ctx.profile = profile_plan(ctx.plan, layers_at, ctx.hardware, inputs, unpriced)
+                ctx.note(Diagnostic("plan", "profile-unpriced", "", f"the plan is not priced at the ranges' {point} "
+                                    f"({inputs[point]}): the layers cannot all be sized there"))
+        ctx.profile = profile_plan(ctx.plan, layers_at, ctx.hardware, inputs)
 
 
 class Collapse:

@@ -123,10 +123,22 @@ def host_node_file(tmp_path):
     return path
 
 
-def test_every_json_report_matches_its_schema(library, chain_file, training_bn_file, host_node_file, tmp_path):
+@pytest.fixture
+def dynamic_chain_file(tmp_path, chain_model):
+    """The chain with a symbolic batch: ranges, profiles and checks at several shapes."""
+    chain_model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    path = tmp_path / "dynamic_chain.onnx"
+    onnx.save(chain_model, path)
+    return path
+
+
+def test_every_json_report_matches_its_schema(library, chain_file, training_bn_file, host_node_file,
+                                              dynamic_chain_file, tmp_path):
     fused = tmp_path / "fused.onnx"
+    ranged = ("--input-shape", "x:1/2/8,8,16,16")
     reports = {
         "fuse": [json_of("fuse", chain_file, fused, "-s", "all-fusion", "--check", "--json", "-"),
+                 json_of("fuse", dynamic_chain_file, tmp_path / "f6.onnx", *ranged, "--check", "--json", "-"),
                  json_of("fuse", chain_file, tmp_path / "f2.onnx", "--json", "-"),
                  json_of("fuse", host_node_file, tmp_path / "f3.onnx", "-s", "all-fusion", "--json", "-"),
                  json_of("fuse", chain_file, tmp_path / "f4.onnx", "--precision", "int8", "--json", "-"),
@@ -135,6 +147,7 @@ def test_every_json_report_matches_its_schema(library, chain_file, training_bn_f
         "inspect": [json_of("inspect", chain_file, "--json", "-")],
         "rewrite": [json_of("rewrite", training_bn_file, tmp_path / "rw.onnx", "--json", "-")],
         "plan": [json_of("plan", chain_file, "-s", "optimal", "--json", "-"),
+                 json_of("plan", dynamic_chain_file, *ranged, "--json", "-"),
                  json_of("plan", chain_file, "--precision", "fp16", "--json", "-"),
                  json_of("plan", chain_file, "--precision", "auto", "--accuracy", "cosine>=0.99", "--json", "-")],
         "compare": [json_of("compare", chain_file, "--strategies", "dlfusion,oracle", "--json", "-"),

@@ -48,17 +48,15 @@ class ShapeProfile:
     inputs: dict[str, dict[str, list[int]]]  # point -> input -> shape
     latency_us: dict[str, float]  # point -> the plan's simulated latency there
     blocks: list[BlockAcross] = field(default_factory=list)
-    #: Points the layers could not be priced at (the shape does not run through the model).
-    unpriced: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"inputs": self.inputs, "sim_latency_us": self.latency_us, "unpriced": self.unpriced,
+        return {"inputs": self.inputs, "sim_latency_us": self.latency_us,
                 "blocks": [{"block": b.block, "mp": b.mp, "sim_latency_us": b.latency_us, "best_mp": b.best_mp}
                            for b in self.blocks]}
 
 
 def profile_plan(plan: Plan, layers_at: dict[str, Sequence[Layer]], hw: Hardware,
-                 inputs: dict[str, dict[str, list[int]]], unpriced: dict[str, str] | None = None) -> ShapeProfile:
+                 inputs: dict[str, dict[str, list[int]]]) -> ShapeProfile:
     """``plan`` priced on the layers analysed at each point of ``layers_at`` (point -> the
     layers at that point's shapes, the same layers in the same order)."""
     cost = make_cost(hw)
@@ -72,7 +70,7 @@ def profile_plan(plan: Plan, layers_at: dict[str, Sequence[Layer]], hw: Hardware
         best[point] = [_best_mp(cost, layers, b, mps) for b in plan.blocks]
     blocks = [BlockAcross(k, b.mp, {p: per_block[p][k] for p in points}, {p: best[p][k] for p in points})
               for k, b in enumerate(plan.blocks)]
-    return ShapeProfile(inputs, totals, blocks, dict(unpriced or {}))
+    return ShapeProfile({p: inputs[p] for p in points}, totals, blocks)
 
 
 def _best_mp(cost, layers: Sequence[Layer], block, mps: list[int]) -> int:

@@ -331,9 +331,34 @@ def fetch_all() -> list[ModelCase]:
     return [case for case in MODELS if not skip_reason(case)]
 
 
-def feeds(case: ModelCase, model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs of the pinned shapes: floats uniform in [-1, 1), ints and bools 0/1,
-    unless ``case.values`` says otherwise."""
+def other_shapes(case: ModelCase, model: onnx.ModelProto) -> list[tuple[str, dict[str, list[int]]]]:
+    """Shapes besides the pins a model with symbolic dims is run at: its first symbolic dim
+    (the batch, where it is symbolic) one larger, and every other symbolic dim twice its pin
+    (a wider image, a longer clip), dims sharing a name together. The original may refuse some
+    (a fixed chunk size the graph computes with); the test runs the others."""
+    symbolic = {}  # (input, axis) -> the dim's name (or input:axis)
+    for vi in model.graph.input:
+        if vi.name in case.pins:
+            for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+                if not d.HasField("dim_value"):
+                    symbolic[(vi.name, axis)] = d.dim_param or f"{vi.name}:{axis}"
+    batch = {key for (name, axis), key in symbolic.items() if axis == 0}
+    sized = {key for (name, axis), key in symbolic.items() if axis != 0} - batch
+    out = []
+    for label, keys, change in (("batch+1", batch, lambda n: n + 1), ("size x2", sized, lambda n: 2 * n)):
+        if keys:
+            shapes = {name: list(dims) for name, dims in case.pins.items()}
+            for (name, axis), key in symbolic.items():
+                if key in keys:
+                    shapes[name][axis] = change(case.pins[name][axis])
+            out.append((label, shapes))
+    return out
+
+
+def feeds(case: ModelCase, model: onnx.ModelProto, seed: int = 0,
+          shapes: dict[str, list[int]] | None = None) -> dict[str, np.ndarray]:
+    """Seeded inputs of the pinned shapes (or ``shapes``): floats uniform in [-1, 1), ints and
+    bools 0/1, unless ``case.values`` says otherwise."""
     rng = np.random.default_rng(seed)
     inits = {i.name for i in model.graph.initializer}
     result = {}
@@ -342,7 +367,9 @@ def feeds(case: ModelCase, model: onnx.ModelProto, seed: int = 0) -> dict[str, n
             continue
         tensor = vi.type.tensor_type
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-        if vi.name in case.pins:
+        if shapes and vi.name in shapes:
+            shape = tuple(shapes[vi.name])
+        elif vi.name in case.pins:
             shape = tuple(case.pins[vi.name])
         else:
             shape = tuple(d.dim_value for d in tensor.shape.dim)
