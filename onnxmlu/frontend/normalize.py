@@ -15,10 +15,11 @@ import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError, first_line
-from onnxmlu.frontend.pins import Pins, check_pins
+from onnxmlu.frontend.pins import Pins, check_pins, symbolic_axes
 from onnxmlu.frontend.fold import flatten_constant_ifs, fold_constant_nodes, fold_shape_ops, invalid_branch
 from onnxmlu.frontend.shapes import infer_shapes, probe_shapes
-from onnxmlu.ir import branch_attributes, copy_model, node_subgraphs, opset_version, sort_graphs, unresolved_names
+from onnxmlu.ir import branch_attributes, copy_model, iter_graphs, node_subgraphs, opset_version, sort_graphs
+from onnxmlu.ir import unresolved_names
 from onnxmlu.ir.weights import tensor_payload_bytes
 
 MIN_OPSET = 7
@@ -62,6 +63,8 @@ def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
         model = _inline_functions(model)
     check_nodes(model)
     check_pins(model, input_shapes)
+    if symbolic_axes(model):
+        forget_traced_sizes(model)
     sort_graphs(model.graph)
     if fold_constants and tensor_payload_bytes(model) <= LIGHT_INFERENCE_BYTES:
         model = _fold(model, note)  # graphsurgeon copies every weight: not for huge models
@@ -69,6 +72,27 @@ def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
         model = infer_shapes(model, note)
     probe_shapes(model, note)
     return model
+
+
+def forget_traced_sizes(model: onnx.ModelProto) -> int:
+    """Make every size an exporter recorded for a tensor other than a graph input unknown
+    (types and ranks stay); the count of dims forgotten.
+
+    Exporters that trace at one shape record that shape's sizes in ``value_info`` and in the
+    graph outputs even where a dim follows a symbolic input (a CRNN's sequence output declared
+    ``[1, 19]`` takes ``[1, 38]`` on a wider image; onnxruntime only warns). A block boundary
+    declared with such a size would be allocated at it, so inference decides every size anew."""
+    count = 0
+    for graph in iter_graphs(model.graph):
+        for vi in (*graph.value_info, *graph.output):
+            tt = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+                continue
+            for dim in tt.shape.dim:
+                if dim.HasField("dim_value") or dim.HasField("dim_param"):
+                    dim.Clear()
+                    count += 1
+    return count
 
 
 def _fold(model: onnx.ModelProto, note) -> onnx.ModelProto:

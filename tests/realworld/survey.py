@@ -1,12 +1,16 @@
 """Survey: fuse every corpus model with the onnxmlu CLI and compare it against the original.
 
-    .venv/bin/python tests/realworld/survey.py [--only ID ...] [--json out.json] [--timeout S]
+    .venv/bin/python tests/realworld/survey.py [--only ID ...] [--json out.json] [--timeout S] [--unpinned]
 
 Each model runs in its own worker process (so a crash or hang costs one row): the worker runs
 ``onnxmlu fuse MODEL OUT --input-shape ... --json -`` in a fresh temporary working directory,
 notes any file left there, counts MLUFusionBlock and host nodes (subgraphs included), and runs
 the original (graph optimizations disabled) and the fused model (custom-op library registered)
-in onnxruntime on the same seeded inputs. One line per model; errors show their first line only.
+in onnxruntime on the same seeded inputs, at the pins and at ``corpus.other_shapes`` (column
+``shapes``: matched / run there; shapes the original refuses are not counted). ``--unpinned``
+fuses each model a second time without its pins (columns ``blk-u``, ``host-u``): pins only
+choose the plan, so an unpinned model should fuse as well. One line per model; errors show
+their first line only.
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ import onnxmlu
 
 CLI = Path(sys.executable).with_name("onnxmlu")
 BLOCK = ("com.onnxmlu", "MLUFusionBlock")
-COLUMNS = ("id", "package", "fuse", "blocks", "host", "max_err", "orig", "fused", "secs", "cwd")
-WIDTHS = (24, 22, 4, 6, 5, 8, 7, 7, 6, 5)
-LEFT = {0, 1, 2, 9}  # left-aligned columns
+COLUMNS = ("id", "package", "fuse", "blocks", "host", "max_err", "shapes", "blk-u", "host-u", "orig", "fused",
+           "secs", "cwd")
+WIDTHS = (24, 22, 4, 6, 5, 8, 6, 5, 6, 7, 7, 6, 5)
+LEFT = {0, 1, 2, 12}  # left-aligned columns
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 ORT_LOG = re.compile(r"^\S+ \S+ \[[VIWEF]:onnxruntime:")  # onnxruntime's own log lines
 
@@ -63,8 +68,9 @@ def _count(graph) -> tuple[int, int]:
     return blocks, host
 
 
-def _compare(case: corpus.ModelCase, original: Path, fused: Path) -> float:
-    """Max abs difference over all outputs; raises on a shape mismatch."""
+def _compare(case: corpus.ModelCase, original: Path, fused: Path, shapes: dict | None = None) -> float:
+    """Max abs difference over all outputs at the pins (or ``shapes``); raises on a shape
+    mismatch, and where either model fails."""
 
     def session(path: Path, custom: bool) -> ort.InferenceSession:
         so = ort.SessionOptions()
@@ -74,7 +80,7 @@ def _compare(case: corpus.ModelCase, original: Path, fused: Path) -> float:
             so.register_custom_ops_library(onnxmlu.custom_ops_library())
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
-    feeds = corpus.feeds(case, onnx.load(original, load_external_data=False))
+    feeds = corpus.feeds(case, onnx.load(original, load_external_data=False), 0, shapes)
     ref_sess, fused_sess = session(original, False), session(fused, True)
     names = [o.name for o in ref_sess.get_outputs()]
     ref = ref_sess.run(None, feeds)
@@ -90,7 +96,43 @@ def _compare(case: corpus.ModelCase, original: Path, fused: Path) -> float:
     return err
 
 
-def work(case_id: str, timeout: float) -> dict:
+def _other_shapes(case: corpus.ModelCase, original: Path, fused: Path) -> str:
+    """``matched/run`` over ``corpus.other_shapes`` where the original runs."""
+    ran = matched = 0
+    for _, shapes in corpus.other_shapes(case, onnx.load(original, load_external_data=False)):
+        try:
+            _reference(case, original, shapes)
+        except Exception:  # noqa: BLE001 - the original refuses this shape: not counted
+            continue
+        ran += 1
+        try:
+            matched += _compare(case, original, fused, shapes) <= 1e-3
+        except Exception:  # noqa: BLE001 - the fused model fails where the original runs
+            pass
+    return f"{matched}/{ran}"
+
+
+def _reference(case: corpus.ModelCase, original: Path, shapes: dict) -> None:
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    sess = ort.InferenceSession(str(original), so, providers=["CPUExecutionProvider"])
+    sess.run(None, corpus.feeds(case, onnx.load(original, load_external_data=False), 0, shapes))
+
+
+def _unpinned(original: Path, outdir: Path, cwd: Path, timeout: float) -> tuple:
+    """(blocks, host nodes) of the model fused without pins, or ("x", "x") when that fails."""
+    out = outdir / "unpinned.onnx"
+    try:
+        proc = subprocess.run([str(CLI), "fuse", str(original), str(out), "-q"], cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "x", "x"
+    if proc.returncode != 0 or not out.is_file():
+        return "x", "x"
+    return _count(onnx.load(out, load_external_data=False).graph)
+
+
+def work(case_id: str, timeout: float, unpinned: bool = False) -> dict:
     """Fuse and compare one case (runs inside the worker process)."""
     case = next(c for c in corpus.MODELS if c.id == case_id)
     row = {"id": case.id, "package": case.package, "classes": list(case.classes)}
@@ -118,18 +160,21 @@ def work(case_id: str, timeout: float) -> dict:
         row["blocks"], row["host"] = _count(onnx.load(fused, load_external_data=False).graph)
         try:
             row["max_abs_err"] = _compare(case, original, fused)
+            row["shapes"] = _other_shapes(case, original, fused)
         except Exception as error:  # noqa: BLE001 - a diagnostic: report, don't stop
             message = _first_line(str(error)).replace(str(fused), fused.name)
             row["error"] = f"compare: {type(error).__name__}: {message}"
+        if unpinned and case.pins:
+            row["blocks_unpinned"], row["host_unpinned"] = _unpinned(original, outdir, cwd, timeout)
         return row
     finally:
         shutil.rmtree(outdir, ignore_errors=True)
         shutil.rmtree(cwd, ignore_errors=True)
 
 
-def run_one(case: corpus.ModelCase, timeout: float) -> dict:
+def run_one(case: corpus.ModelCase, timeout: float, unpinned: bool = False) -> dict:
     """Run :func:`work` for ``case`` in a fresh worker process and return its row."""
-    cmd = [sys.executable, __file__, "--worker", case.id, "--timeout", str(timeout)]
+    cmd = [sys.executable, __file__, "--worker", case.id, "--timeout", str(timeout), *(["--unpinned"] * unpinned)]
     base = {"id": case.id, "package": case.package, "classes": list(case.classes)}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=2 * timeout + 120)
@@ -156,7 +201,8 @@ def format_row(row: dict) -> str:
     cells = [
         row["id"], row["package"], "ok" if "error" not in row else "FAIL",
         str(row.get("blocks", "-")), str(row.get("host", "-")),
-        "-" if err is None else f"{err:.1e}",
+        "-" if err is None else f"{err:.1e}", str(row.get("shapes", "-")),
+        str(row.get("blocks_unpinned", "-")), str(row.get("host_unpinned", "-")),
         _size(row.get("orig_bytes")), _size(row.get("fused_bytes")),
         str(row.get("secs", "-")), "-" if left is None else ("clean" if not left else ",".join(left)),
     ]  # fmt: skip
@@ -172,10 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", metavar="ID", help="survey only this case (repeatable)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--timeout", type=float, default=300, help="seconds allowed for one fuse")
+    parser.add_argument("--unpinned", action="store_true", help="also fuse each pinned model without its pins")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(work(args.worker, args.timeout)))
+        print(json.dumps(work(args.worker, args.timeout, args.unpinned)))
         return 0
     cases = [c for c in corpus.MODELS if not args.only or c.id in args.only]
     if args.only and (unknown := set(args.only) - {c.id for c in cases}):
@@ -183,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     print(_line(COLUMNS) + "  error")
     rows = []
     for case in cases:
-        row = run_one(case, args.timeout)
+        row = run_one(case, args.timeout, args.unpinned)
         rows.append(row)
         print(format_row(row), flush=True)
     ok = sum("error" not in r for r in rows)
