@@ -272,7 +272,7 @@ def _check_at(label: str, at: dict[str, list[int]], ref, sess, names: list[str],
     for seed in seeds:
         feeds = random_inputs(original, seed, shapes=at) | dict(inputs or {})
         shown = {k: list(np.shape(v)) for k, v in feeds.items()}
-        say(f"running both models at {label} shape, seed {seed}")
+        say(f"running both models, seed {seed}, at the {label} shape")
         try:
             reference = ref.run(names, feeds)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: this shape is not one the original takes
