@@ -160,3 +160,22 @@ def _assert_check_agrees(case, original: onnx.ModelProto, src: Path, out: Path, 
         args += ["--inputs", str(fixed)]
     result = runner.invoke(app, [*args, "-q"])
     assert result.exit_code == 0, result.output
+
+
+UNPINNED = [c for c in corpus.MODELS if c.pins and "symbolic-dims" in c.classes]
+
+
+@pytest.mark.parametrize("case_model", UNPINNED, ids=[c.id for c in UNPINNED], indirect=True)
+def test_an_unpinned_model_fuses_as_well_as_pinned(case_model, tmp_path):
+    """Pins only choose the pricing shape: without them the same nodes stay on the host (the
+    blocks may be cut elsewhere, priced at the stated default sizes)."""
+    case, src = case_model
+    counts = {}
+    for label, args in (("pinned", case.shape_args()), ("unpinned", [])):
+        out = tmp_path / f"{label}.onnx"
+        result = runner.invoke(app, ["fuse", str(src), str(out), *args, "-q"])
+        assert result.exit_code == 0, result.output
+        nodes = onnx.load(out).graph.node
+        counts[label] = (sum(is_fusion_block(n) for n in nodes), sum(not is_fusion_block(n) for n in nodes))
+    assert counts["unpinned"][0] >= 1
+    assert counts["unpinned"][1] == counts["pinned"][1], counts
