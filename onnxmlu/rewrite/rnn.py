@@ -477,52 +477,45 @@ def _stack_directions(b: Builder, parts: list[gs.Tensor], layout: int, name: str
     return b.concat(expanded, axis, name=name)
 
 
-def unroll(node: gs.Node, ctx: RewriteContext, plan: Plan) -> None:
+def lower(node: gs.Node, ctx: RewriteContext, plan: Plan) -> None:
+    """Each direction unrolled (a static length) or as one Scan over time (a symbolic one);
+    then Y, Y_h and Y_c from the directions' results."""
     b = ctx.builder(node, plan.dtype)
-    masks = step_masks(b, plan, node_input(node, 4))
+    unrolled = plan.seq_len is not None
+    lens = node_input(node, 4)
+    masks = step_masks(b, plan, lens) if unrolled else lens
     results = []
     for d, direction in enumerate(plan.directions):
         bd = b.child("fw" if direction == "forward" else "bw") if plan.ndir == 2 else b
-        results.append(run_direction(bd, plan, node, d, masks))
+        results.append((run_direction if unrolled else _scan_direction)(bd, plan, node, d, masks))
     y_out, yh_out = node_output(node, 0), node_output(node, 1)
     yc_out = node_output(node, 2) if plan.op == "LSTM" else None
     detach(node, ctx.graph)
     if y_out is not None:
-        steps = [results[d][0][t] for t in range(plan.seq_len) for d in range(plan.ndir)]
-        flat = b.concat(steps, 1, name="Y_concat")  # [batch, seq * num_dir * hidden]
-        y = b.reshape(flat, [0, plan.seq_len, plan.ndir, plan.hidden], name="Y_reshape")
-        if plan.layout == 0:
-            y = b.transpose(y, [1, 2, 0, 3], name="Y_transpose")
-        b.finish(y, y_out)
+        b.finish((_unrolled_y if unrolled else _scanned_y)(b, plan, results), y_out)
     for index, out in ((0, yh_out), (1, yc_out)):
         if out is not None:
             finals = [state[index] for _, state in results]
             b.finish(_stack_directions(b, finals, plan.layout, "Y_h" if index == 0 else "Y_c"), out)
+
+
+def _unrolled_y(b: Builder, plan: Plan, results: list) -> gs.Tensor:
+    """Y from the step outputs of each direction: one Concat, a Reshape (+ a Transpose)."""
+    steps = [results[d][0][t] for t in range(plan.seq_len) for d in range(plan.ndir)]
+    flat = b.concat(steps, 1, name="Y_concat")  # [batch, seq * num_dir * hidden]
+    y = b.reshape(flat, [0, plan.seq_len, plan.ndir, plan.hidden], name="Y_reshape")
+    return b.transpose(y, [1, 2, 0, 3], name="Y_transpose") if plan.layout == 0 else y
 
 
 # ------------------------------------------------------------------------------------------
 # A Scan over time (symbolic sequence length)
 
 
-def scan_over_time(node: gs.Node, ctx: RewriteContext, plan: Plan) -> None:
-    """Each direction one Scan around the cell (module docstring); Y, Y_h, Y_c as unrolled."""
-    b = ctx.builder(node, plan.dtype)
-    lens = node_input(node, 4)
-    results = []
-    for d, direction in enumerate(plan.directions):
-        bd = b.child("fw" if direction == "forward" else "bw") if plan.ndir == 2 else b
-        results.append(_scan_direction(bd, plan, node, d, lens))
-    y_out, yh_out = node_output(node, 0), node_output(node, 1)
-    yc_out = node_output(node, 2) if plan.op == "LSTM" else None
-    detach(node, ctx.graph)
-    if y_out is not None:
-        axis = 1 if plan.layout == 0 else 2  # Y_d is [T, B, H] (layout 0) or [B, T, H]
-        parts = [b.unsqueeze(ys, [axis], name=f"Y_d{d}") for d, (ys, _) in enumerate(results)]
-        b.finish(b.concat(parts, axis, name="Y"), y_out)
-    for index, out in ((0, yh_out), (1, yc_out)):
-        if out is not None:
-            finals = [state[index] for _, state in results]
-            b.finish(_stack_directions(b, finals, plan.layout, "Y_h" if index == 0 else "Y_c"), out)
+def _scanned_y(b: Builder, plan: Plan, results: list) -> gs.Tensor:
+    """Y from each direction's scanned output ([T, B, H] for layout 0, [B, T, H] for 1)."""
+    axis = 1 if plan.layout == 0 else 2
+    parts = [b.unsqueeze(ys, [axis], name=f"Y_d{d}") for d, (ys, _) in enumerate(results)]
+    return b.concat(parts, axis, name="Y")
 
 
 def _scan_direction(b: Builder, plan: Plan, node: gs.Node, d: int, lens: gs.Tensor | None) -> tuple:
@@ -619,5 +612,4 @@ class RecurrentRewriter:
         return None
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
-        plan = make_plan(node, ctx)
-        (unroll if plan.seq_len is not None else scan_over_time)(node, ctx, plan)
+        lower(node, ctx, make_plan(node, ctx))
