@@ -191,6 +191,22 @@ TensorSignature ReadSignature(OrtTypeInfo* raw, const std::string& prefix, const
   return signature;
 }
 
+// A custom metadata entry of the body ("" when absent).
+std::string ReadBodyMetadata(const OrtSession* session, const char* key, const std::string& prefix) {
+  OrtModelMetadata* raw = nullptr;
+  Check(Api().SessionGetModelMetadata(session, &raw), prefix);
+  std::unique_ptr<OrtModelMetadata, void (*)(OrtModelMetadata*)> metadata(
+      raw, [](OrtModelMetadata* m) { Api().ReleaseModelMetadata(m); });
+  OrtAllocator* allocator = nullptr;
+  Check(Api().GetAllocatorWithDefaultOptions(&allocator), prefix);
+  char* value = nullptr;
+  Check(Api().ModelMetadataLookupCustomMetadataMap(metadata.get(), allocator, key, &value), prefix);
+  if (value == nullptr) return std::string();
+  std::string copy(value);
+  Check(Api().AllocatorFree(allocator, value), prefix);
+  return copy;
+}
+
 std::string ReadNodeName(const OrtKernelInfo* info) {
   size_t size = 0;
   OrtStatus* status = Api().KernelInfo_GetNodeName(info, nullptr, &size);
@@ -503,9 +519,44 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
 
   for (const auto& name : input_names_) input_name_ptrs_.push_back(name.c_str());
   for (const auto& name : output_names_) output_name_ptrs_.push_back(name.c_str());
+  bool dynamic = std::any_of(outputs_.begin(), outputs_.end(), [](const OutputPlan& o) { return !o.is_static; });
+  learn_shapes_ = dynamic && ReadBodyMetadata(session_.get(), kOutputShapesKey, prefix) == kFollowInputShapes;
 }
 
 std::string FusionBlockKernel::BlockName() const { return Prefix(node_name_); }
+
+std::optional<FusionBlockKernel::Shapes> FusionBlockKernel::LearnedShapes(const std::vector<int64_t>& key) const {
+  std::lock_guard<std::mutex> lock(learned_mutex_);
+  auto found = learned_.find(key);
+  if (found == learned_.end()) return std::nullopt;
+  return found->second;
+}
+
+void FusionBlockKernel::Learn(std::vector<int64_t> key, Shapes shapes) const {
+  std::lock_guard<std::mutex> lock(learned_mutex_);
+  if (learned_.size() < kMaxLearnedShapes) learned_.emplace(std::move(key), std::move(shapes));
+}
+
+namespace {
+
+// The input shapes of one run as a map key: per input its rank, then its dims.
+std::vector<int64_t> InputShapeKey(const std::vector<const OrtValue*>& inputs, const std::string& prefix) {
+  std::vector<int64_t> key;
+  for (const OrtValue* value : inputs) {
+    OrtTensorTypeAndShapeInfo* raw = nullptr;
+    Check(Api().GetTensorTypeAndShape(value, &raw), prefix);
+    OrtPtr<OrtTensorTypeAndShapeInfo> shape(raw);
+    size_t rank = 0;
+    Check(Api().GetDimensionsCount(shape.get(), &rank), prefix);
+    key.push_back(static_cast<int64_t>(rank));
+    size_t at = key.size();
+    key.resize(at + rank);
+    if (rank > 0) Check(Api().GetDimensions(shape.get(), key.data() + at, rank), prefix);
+  }
+  return key;
+}
+
+}  // namespace
 
 OrtStatusPtr FusionBlockKernel::ComputeV2(OrtKernelContext* context) const noexcept {
   try {
@@ -526,29 +577,42 @@ void FusionBlockKernel::Compute(OrtKernelContext* context) const {
   for (size_t i = 0; i < n_inputs; ++i) {
     if (OrtStatus* s = Api().KernelContext_GetInput(context, i, &inputs[i])) Check(s, BlockName());
   }
-  // Static outputs: the inner session writes into the node's own output buffers (no copy).
+  // Static outputs, and dynamic ones whose shapes a run at these input shapes taught us: the
+  // inner session writes into the node's own output buffers (no copy).
+  std::vector<int64_t> key;
+  std::optional<Shapes> learned;
+  if (learn_shapes_) {
+    key = InputShapeKey(inputs, BlockName());
+    learned = LearnedShapes(key);
+  }
+  std::vector<bool> in_place(n_outputs, false);
   std::vector<OrtValue*> outputs(n_outputs, nullptr);
   for (size_t i = 0; i < n_outputs; ++i) {
     const OutputPlan& plan = outputs_[i];
-    if (!plan.is_static) continue;
-    if (OrtStatus* s = Api().KernelContext_GetOutput(context, i, plan.dims.data(), plan.dims.size(), &outputs[i])) {
+    const std::vector<int64_t>* dims = plan.is_static ? &plan.dims : (learned ? &(*learned)[i] : nullptr);
+    if (dims == nullptr) continue;
+    if (OrtStatus* s = Api().KernelContext_GetOutput(context, i, dims->data(), dims->size(), &outputs[i])) {
       Check(s, BlockName());
     }
+    in_place[i] = true;
   }
   OrtStatus* status = Api().Run(session_.get(), nullptr, input_name_ptrs_.data(), inputs.data(), n_inputs,
                                 output_name_ptrs_.data(), n_outputs, outputs.data());
   // Outputs the inner session allocated are ours to release, whatever happens next.
   std::vector<OrtPtr<OrtValue>> owned(n_outputs);
   for (size_t i = 0; i < n_outputs; ++i) {
-    if (!outputs_[i].is_static) owned[i].reset(outputs[i]);
+    if (!in_place[i]) owned[i].reset(outputs[i]);
   }
   if (status != nullptr) Check(status, BlockName());
+  Shapes seen(n_outputs);
   for (size_t i = 0; i < n_outputs; ++i) {
-    if (!outputs_[i].is_static) CopyDynamicOutput(context, i, owned[i].get());
+    if (!in_place[i]) seen[i] = CopyDynamicOutput(context, i, owned[i].get());
   }
+  if (learn_shapes_ && !learned) Learn(std::move(key), std::move(seen));
 }
 
-void FusionBlockKernel::CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const {
+std::vector<int64_t> FusionBlockKernel::CopyDynamicOutput(OrtKernelContext* context, size_t index,
+                                                          const OrtValue* result) const {
   const std::string prefix = BlockName();
   if (result == nullptr) {
     throw BlockError(ORT_FAIL, prefix + "inner session returned no value for output " + std::to_string(index));
@@ -565,13 +629,14 @@ void FusionBlockKernel::CopyDynamicOutput(OrtKernelContext* context, size_t inde
   OrtValue* output = nullptr;  // owned by onnxruntime
   Check(Api().KernelContext_GetOutput(context, index, dims.data(), rank, &output), prefix);
   const size_t bytes = (count * outputs_[index].element_bits + 7) / 8;
-  if (bytes == 0) return;
+  if (bytes == 0) return dims;
   void* source = nullptr;
   void* target = nullptr;
   // GetTensorMutableData only reads the pointer; the inner result is not modified.
   Check(Api().GetTensorMutableData(const_cast<OrtValue*>(result), &source), prefix);
   Check(Api().GetTensorMutableData(output, &target), prefix);
   std::memcpy(target, source, bytes);
+  return dims;
 }
 
 OrtStatusPtr FusionBlockOp::CreateKernelV2(const OrtApi& /*api*/, const OrtKernelInfo* info, void** kernel) const noexcept {

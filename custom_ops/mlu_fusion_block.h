@@ -6,7 +6,9 @@
 // process's env, allocating from one CPU arena the library registers on that env for all inner
 // sessions (or the user's env allocator, if one was registered first); Compute hands the node's
 // inputs to that session unchanged and lets it write straight into the node's outputs when their
-// shapes are static. `mp` (the block's core count
+// shapes are static, or learned: a body whose output shapes follow its input shapes (metadata
+// kOutputShapesKey) remembers the output shapes of each set of input shapes it ran at and, at
+// those shapes again, allocates the outputs before the inner Run. `mp` (the block's core count
 // on the simulated accelerator) sets the inner session's intra-op thread count. Node inputs and
 // outputs map to the body's graph inputs and outputs by position.
 //
@@ -26,7 +28,10 @@
 #include <onnxruntime_cxx_api.h>
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,6 +45,13 @@ inline constexpr uint32_t kOrtApiVersion = 21;
 inline constexpr const char* kDigestAttribute = "body_crc32";
 // More cores than any plausible accelerator profile: almost certainly a corrupt attribute.
 inline constexpr int64_t kMaxMp = 1024;
+// Body metadata (written by onnxmlu's collapse, onnxmlu/collapse/outputs.py): with the value
+// kFollowInputShapes, every output's shape is a function of the input shapes alone, so output
+// shapes seen once at a set of input shapes can be allocated before later runs at those shapes.
+inline constexpr const char* kOutputShapesKey = "onnxmlu.output_shapes";
+inline constexpr const char* kFollowInputShapes = "input-shapes";
+// Sets of input shapes a kernel remembers the output shapes of (a bound on its memory).
+inline constexpr size_t kMaxLearnedShapes = 32;
 // Session config entry RegisterCustomOps sets in the options it registers into ("1").
 inline constexpr const char* kRegisteredKey = "onnxmlu.custom_ops_registered";
 // Overrides the inner sessions' intra-op thread count (benchmarking); 0 = onnxruntime default.
@@ -86,8 +98,8 @@ template <typename T>
 using OrtPtr = std::unique_ptr<T, OrtDeleter>;
 
 // The kernel of one MLUFusionBlock node: an inner session built from the body. Immutable after
-// construction, so concurrent ComputeV2 calls (one outer session shared by many threads) only
-// share the inner session, whose Run is thread-safe.
+// construction but for the learned output shapes (behind a mutex), so concurrent ComputeV2 calls
+// (one outer session shared by many threads) share the inner session, whose Run is thread-safe.
 // CRC-32 (ISO-HDLC: the checksum of zlib, gzip and PNG; reflected polynomial 0xEDB88320) of
 // `size` bytes, continuing from `crc` (0 to start); equals Python's zlib.crc32(data, crc).
 uint32_t Crc32(const void* data, size_t size, uint32_t crc = 0) noexcept;
@@ -105,8 +117,14 @@ class FusionBlockKernel {
     size_t element_bits = 0;      // for the copy of dynamically shaped outputs
   };
 
+  using Shapes = std::vector<std::vector<int64_t>>;
+
   void Compute(OrtKernelContext* context) const;
-  void CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const;
+  // The shape of every dynamic output (empty for a static one), as a previous run at the same
+  // input shapes gave them; nullopt when no run did (or the body's shapes follow values).
+  std::optional<Shapes> LearnedShapes(const std::vector<int64_t>& key) const;
+  void Learn(std::vector<int64_t> key, Shapes shapes) const;
+  std::vector<int64_t> CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const;
   std::string BlockName() const;
 
   std::string node_name_;
@@ -116,6 +134,9 @@ class FusionBlockKernel {
   std::vector<std::string> input_names_, output_names_;
   std::vector<const char*> input_name_ptrs_, output_name_ptrs_;
   std::vector<OutputPlan> outputs_;
+  bool learn_shapes_ = false;  // a dynamic output, and the body's output shapes follow its input shapes
+  mutable std::mutex learned_mutex_;
+  mutable std::map<std::vector<int64_t>, Shapes> learned_;  // input-shape key -> dynamic outputs' shapes
 };
 
 // The op definition. `nested == true` is the variant registered inside block bodies: creating

@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import api
+from onnxmlu.collapse.outputs import FOLLOW_INPUT_SHAPES, SHAPES_KEY, output_shapes_follow_inputs
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.pins import DimRange, parse_input_shapes
 from onnxmlu.runtime import InferenceSession, reference_session
@@ -188,3 +189,62 @@ def test_check_fails_where_the_fused_model_fails_and_the_original_runs(library, 
 def test_pins_the_model_contradicts_are_one_line_errors(pin, why):
     with pytest.raises(OnnxMluError, match=why):
         api.fuse(recognizer(), input_shapes=parse_input_shapes([pin]))
+
+
+# ------------------------------------------------------------------------------ outputs in place
+def _graph(nodes, inputs, inits=()):
+    outs = [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)]
+    return helper.make_graph(nodes, "body", inputs, outs, list(inits))
+
+
+def test_output_shapes_follow_input_shapes_unless_a_size_reads_an_input_value():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    t = helper.make_tensor_value_info("t", TensorProto.INT64, [2])
+    two = numpy_helper.from_array(np.array([-1, 2], np.int64), "two")
+    from_shape = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"])]
+    from_constant = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "two"], ["y"])]
+    from_input = [helper.make_node("Reshape", ["x", "t"], ["y"])]
+    from_values = [helper.make_node("Cast", ["x"], ["i"], to=TensorProto.INT64),
+                   helper.make_node("ReduceMax", ["i"], ["m"], keepdims=0),
+                   helper.make_node("Range", ["zero", "m", "one"], ["y"])]
+    scalars = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("zero", 0), ("one", 1))]
+    assert output_shapes_follow_inputs(_graph(from_shape, [x]))
+    assert output_shapes_follow_inputs(_graph(from_constant, [x], [two]))
+    assert not output_shapes_follow_inputs(_graph(from_input, [x, t]))
+    assert not output_shapes_follow_inputs(_graph(from_values, [x], scalars))
+
+
+def test_a_dynamic_block_learns_its_output_shapes_and_stays_exact_as_shapes_change(library):
+    """Bodies of the recognizer are marked; one session run at alternating shapes (the second
+    run at a shape writes in place at the learned shapes) matches the original every time."""
+    model = recognizer()
+    fused = api.fuse(model, input_shapes={"x": [1, 3, 8, 32]}).model
+    marks = [p.value for n in fused.graph.node if is_fusion_block(n) for p in body_model(n).metadata_props
+             if p.key == SHAPES_KEY]
+    assert marks and set(marks) == {FOLLOW_INPUT_SHAPES}
+    ref, sess = reference_session(model), InferenceSession(fused)
+    rng = np.random.default_rng(9)
+    for shape in [(1, 3, 8, 32), (1, 3, 8, 32), (2, 3, 8, 7), (1, 3, 8, 32), (2, 3, 8, 7), (2, 3, 8, 64)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        for want, got in zip(ref.run(None, {"x": x}), sess.run(None, {"x": x})):
+            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"at {shape}")
+
+
+def test_a_static_body_carries_no_mark(chain_model):
+    fused = api.fuse(chain_model).model
+    assert not [p for n in fused.graph.node if is_fusion_block(n) for p in body_model(n).metadata_props]
+
+
+def test_threads_sharing_a_dynamic_session_at_different_shapes_stay_exact(library):
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = detector()
+    fused = api.fuse(model, input_shapes={"x": [1, 3, 32, 32]}).model
+    ref, sess = reference_session(model), InferenceSession(fused)
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in [(1, 3, 32, 32), (2, 3, 16, 24)] * 8]
+    wants = [ref.run(None, {"x": x})[0] for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        gots = list(pool.map(lambda x: sess.run(None, {"x": x})[0], inputs))
+    for want, got in zip(wants, gots):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)

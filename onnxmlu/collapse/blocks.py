@@ -35,6 +35,7 @@ import onnx
 from onnx import helper
 
 from onnxmlu.analyze import Analysis
+from onnxmlu.collapse.outputs import mark_output_shapes
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir import topological_order
 from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
@@ -306,6 +307,7 @@ def fp32_body(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter |
     graph.output.extend(_value_info(analysis, n) for n in iface.outputs)
     _add_constants(graph, analysis, iface.constants, uses)
     graph.value_info.extend(index.value_infos[n] for n in sorted(internal) if n in index.value_infos)
+    mark_output_shapes(body)
     return body
 
 
