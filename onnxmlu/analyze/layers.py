@@ -33,6 +33,7 @@ from typing import Sequence
 import onnx
 
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.ir import opset_version
 from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.analyze.optable import CONV_WEIGHT_INPUT, MATMUL_OPS, OP_KINDS, support_reason
@@ -93,7 +94,8 @@ def analyze(model: onnx.ModelProto, weights: WeightStore | None = None) -> Analy
     ``weights`` holds the data of its marker initializers."""
     index = GraphIndex.build(model.graph, weights)
     nodes = model.graph.node
-    host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index))}
+    opset = opset_version(model)
+    host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index, opset))}
     constants = [i for i in constant_expressions(model.graph, index) if i not in host_reasons]
     expressions = weight_expressions(model.graph, index, constants)
     host_reasons.update((i, CONSTANT_REASON) for i in constants if i not in expressions)
