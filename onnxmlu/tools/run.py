@@ -22,7 +22,7 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
 
     progress.say(f"loading {Path(model).name}")
     proto = load_model(model)
-    feeds = inputs if inputs is not None else random_inputs(proto, seed, shapes=input_shapes)
+    feeds = random_inputs(proto, seed, shapes=input_shapes, given=inputs)
     progress.say("creating the session")
     session = InferenceSession(proto)
     names = [o.name for o in session.get_outputs()]

@@ -59,14 +59,19 @@ class CheckReport:
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int] | None = None,
-                  shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
-    """Seeded random feeds for the model's true inputs (initializers excluded).
+                  shapes: Mapping[str, Sequence[int]] | None = None,
+                  given: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Seeded random feeds for the model's true inputs (initializers excluded), with the arrays
+    in ``given`` in place of their inputs: an input the caller gives (a string input, which has
+    no random draw) is never drawn.
 
     ``shapes`` gives whole input shapes by input name; ``dims`` sizes symbolic dims by name.
     """
     rng = np.random.default_rng(seed)
-    feeds = {}
+    feeds = dict(given or {})
     for value in fed_inputs(model.graph):
+        if value.name in feeds:
+            continue
         tensor_type = value.type.tensor_type
         if shapes and value.name in shapes:
             shape = [int(d) for d in shapes[value.name]]
@@ -158,7 +163,7 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     worst: dict[str, OutputDiff] = {}
     references, outputs = [], []
     for seed in seeds:
-        feeds = random_inputs(original, seed, dims, _pinned_shapes(input_shapes)) | dict(inputs or {})
+        feeds = random_inputs(original, seed, dims, _pinned_shapes(input_shapes), given=inputs)
         say(f"running both models, seed {seed}")
         references.append(_run(ref, names, feeds, f"the original model fails on the inputs of seed {seed}"))
         outputs.append(_run(sess, names, feeds, "the fused model fails"))
