@@ -103,10 +103,13 @@ class FusionBlockKernel {
     bool is_static = false;       // shape fully known at creation: the inner Run writes in place
     std::vector<int64_t> dims;    // the static shape
     size_t element_bits = 0;      // for the copy of dynamically shaped outputs
+    // UNDEFINED, or the body's 16-bit float type where onnxruntime reads float (see narrow_to_)
+    ONNXTensorElementDataType widen_from = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   };
 
   void Compute(OrtKernelContext* context) const;
   void CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const;
+  OrtPtr<OrtValue> Narrow(const OrtValue* value, ONNXTensorElementDataType type) const;
   std::string BlockName() const;
 
   std::string node_name_;
@@ -116,6 +119,12 @@ class FusionBlockKernel {
   std::vector<std::string> input_names_, output_names_;
   std::vector<const char*> input_name_ptrs_, output_name_ptrs_;
   std::vector<OutputPlan> outputs_;
+  // Per input: UNDEFINED, or the 16-bit float type the body reads where onnxruntime feeds float.
+  // onnxruntime's CPU provider runs a float16 node that has no float16 kernel in float, between
+  // Casts, and drops a Cast next to a node that accepts any type (this one): the block then
+  // receives the float the Cast would have rounded, or must produce the float it would have
+  // widened (OutputPlan::widen_from).
+  std::vector<ONNXTensorElementDataType> narrow_to_;
 };
 
 // The op definition. `nested == true` is the variant registered inside block bodies: creating

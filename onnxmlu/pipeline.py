@@ -114,6 +114,7 @@ class Options:
     plan: PlanLike | None = None
     mp: int | None = None
     input_shapes: dict | None = None
+    inputs: dict | None = None  # the user's arrays by input name (--inputs): the shape probe runs them
     rewrite: bool = True
     bn_mode: str = "substitute"
     only: Sequence[str] | None = None
@@ -185,7 +186,8 @@ class Normalize:
         return "normalizing: functions, pins, folding, shapes"
 
     def run(self, ctx: Context) -> None:
-        ctx.model = normalize_owned(ctx.model, ctx.options.input_shapes, diagnostics=ctx.diagnostics)
+        ctx.model = normalize_owned(ctx.model, ctx.options.input_shapes, diagnostics=ctx.diagnostics,
+                                    probe_values=ctx.options.inputs)
         if ctx.weights is not None:  # the parsed tree dies here: protobuf frees a tree only whole
             ctx.model = ctx.weights.detach(ctx.model)
 

@@ -47,7 +47,8 @@ def normalize(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] |
 
 
 def normalize_owned(model: onnx.ModelProto, input_shapes: dict[str, list[int | str]] | None = None,
-                    fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
+                    fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None,
+                    probe_values: dict | None = None) -> onnx.ModelProto:
     """:func:`normalize` for a caller that gives ``model`` away: it is changed in place (no copy
     of every weight) and returned, or a new model when inlining or folding made one.
 
@@ -70,7 +71,7 @@ def normalize_owned(model: onnx.ModelProto, input_shapes: dict[str, list[int | s
         model = _fold(model, note)  # graphsurgeon copies every weight: not for huge models
     else:
         model = infer_shapes(model, note)
-    probe_shapes(model, note)
+    probe_shapes(model, note, probe_values)  # the user's --inputs, where given
     return model
 
 

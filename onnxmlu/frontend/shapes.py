@@ -121,17 +121,19 @@ def _knowledge(vi: onnx.ValueInfoProto) -> tuple[int, int, int]:
 
 
 # ----------------------------------------------------------------------------------- probe
-def probe_shapes(model: onnx.ModelProto, note: Note) -> int:
-    """Source 3 on the main graph of ``model``, in place: the number of tensors it completed."""
+def probe_shapes(model: onnx.ModelProto, note: Note, values: dict[str, np.ndarray] | None = None) -> int:
+    """Source 3 on the main graph of ``model``, in place: the number of tensors it completed.
+    ``values``: the user's arrays (``--inputs``), run instead of zeros where an input's shape
+    allows them (a length read from an input must be the user's, not 0)."""
     known = _value_infos(model.graph)
     # a dim inference named (NonZero, TopK by a computed k) depends on data: it must stay
     # symbolic, never become a probed number, so only what lacks a type, a rank or a dim's
-    # value and name is probed
+    # value and name is probed -- unless the user gave values: the plan is then for those
     wanted = [o for node in model.graph.node for o in node.output
-              if o and not _complete(known.get(o), symbolic_ok=True)]
+              if o and not _complete(known.get(o), symbolic_ok=not values)]
     if not wanted:
         return 0
-    feeds = _zero_feeds(model)
+    feeds = _zero_feeds(model, values or {})
     if feeds is None:
         return 0
     if tensor_payload_bytes(model) > PROBE_MAX_BYTES:
@@ -144,8 +146,9 @@ def probe_shapes(model: onnx.ModelProto, note: Note) -> int:
     return len(results)
 
 
-def _zero_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray] | None:
-    """Zeros for every graph input, or None when one has no concrete shape."""
+def _zero_feeds(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """Zeros (or the value given, when its shape is the input's) for every graph input, or None
+    when one has no concrete shape."""
     feeds = {}
     for vi in fed_inputs(model.graph):
         tt = vi.type.tensor_type
@@ -154,7 +157,9 @@ def _zero_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray] | None:
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
         if any(d < 0 for d in dims):
             return None
-        feeds[vi.name] = np.zeros(dims, dtype=onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        given = values.get(vi.name)
+        given = None if given is None or list(np.shape(given)) != dims else given
+        feeds[vi.name] = given if given is not None else np.zeros(dims, dtype=onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
     return feeds
 
 

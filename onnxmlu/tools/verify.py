@@ -174,3 +174,31 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     report.diffs = [worst[n] for n in names]
     report.accuracy = measure(references, outputs) if seeds else None
     return report
+
+
+#: Element types whose block boundaries onnxruntime may retype: its CPU provider runs a 16-bit
+#: float node that has no 16-bit kernel in float between Casts, and drops a Cast next to a block
+#: (a node of any type). The library converts; a fused model holding them is loaded to be sure.
+_RETYPED = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
+
+
+def needs_load_check(fused: onnx.ModelProto) -> bool:
+    """Whether a written fused model must be loaded before ``fuse`` trusts it: when a tensor of
+    its main graph has a type whose boundaries onnxruntime may retype (:data:`_RETYPED`). Other
+    models are sound by construction (collapse's invariants) and are not loaded, which would
+    cost every fuse an inner session per block."""
+    graph = fused.graph
+    return any(vi.type.tensor_type.elem_type in _RETYPED for vi in (*graph.input, *graph.output, *graph.value_info))
+
+
+def load_error(path) -> str | None:
+    """The first line of onnxruntime's refusal to load the fused model at ``path`` with the
+    library registered, or None when it loads."""
+    from onnxmlu.runtime import InferenceSession
+
+    try:
+        InferenceSession(str(path), block_layouts=False)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
+        return first_line(exc)
+    return None
+
