@@ -1,7 +1,8 @@
 """Analysis: the layer table the planner works on.
 
 Every node of the main graph is placed in a topological order (host nodes gathered between
-runs of accelerator nodes, see :func:`onnxmlu.ir.topological_order`). Accelerator nodes
+runs of accelerator nodes, see :func:`onnxmlu.ir.topological_order`; host nodes that no layer
+precedes before every layer, see :func:`hoisted_host_nodes`). Accelerator nodes
 become :class:`~onnxmlu.plan.perf.layers.Layer` records; consecutive ones share a ``segment``.
 
 Operation counts (``ops``; GOPs = ops / 1e9), with N the batch and symbolic dims taken as 1:
@@ -28,12 +29,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.ir import opset_version
+from onnxmlu.ir.graphs import kahn_order
 from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.analyze.optable import CONV_WEIGHT_INPUT, MATMUL_OPS, OP_KINDS, support_reason
@@ -99,7 +101,8 @@ def analyze(model: onnx.ModelProto, weights: WeightStore | None = None) -> Analy
     constants = [i for i in constant_expressions(model.graph, index) if i not in host_reasons]
     expressions = weight_expressions(model.graph, index, constants)
     host_reasons.update((i, CONSTANT_REASON) for i in constants if i not in expressions)
-    order = topological_order(model.graph, prefer=lambda i: i not in host_reasons, index=index)
+    is_layer = lambda i: i not in host_reasons  # noqa: E731
+    order = topological_order(model.graph, prefer=is_layer, index=index, early=hoisted_host_nodes(index, is_layer))
     order, carried, left = carry_weight_expressions(order, index, expressions, lambda i: i not in host_reasons)
     host_reasons.update((i, CONSTANT_REASON) for i in left)
     layers, layer_nodes = _layer_table(nodes, index, order, host_reasons, carried)
@@ -131,6 +134,19 @@ def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[
         layers.append(layer)
         layer_nodes.append(i)
     return layers, layer_nodes
+
+
+def hoisted_host_nodes(index: GraphIndex, is_layer) -> Callable[[int], bool]:
+    """The host nodes no layer precedes (a weight generator, a constant-only chain, work on an
+    input alone): the node order takes them before every layer, so they never cut a run of
+    layers in two (the planner's blocks live inside such runs). Host nodes that no layer
+    follows (an independent branch) already gather after the runs (Kahn's preference);
+    only host nodes on a path between two layers stay between them."""
+    producers = [[index.producer[name] for name in names if name in index.producer] for names in index.inputs]
+    after_layer = [False] * len(producers)
+    for i in kahn_order(producers):  # a cycle leaves nodes out: topological_order reports it
+        after_layer[i] = any(is_layer(p) or after_layer[p] for p in producers[i])
+    return lambda i: not is_layer(i) and not after_layer[i]
 
 
 CONSTANT_REASON = ("computes a constant that folding left (a large broadcast, or an op onnxruntime "
