@@ -263,6 +263,7 @@ def _show_fuse(result, portable: bool) -> None:
     _show_blocks(result)
     _show_diagnostics(result.diagnostics, result.analysis)
     note = " as ONNX functions, no custom-op library needed" if portable else ""
+    _show_coverage(result.coverage)
     console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{note}, "
                   f"{sum(result.pass_seconds.values()):.2f} s)")
     if result.calibration is not None and not result.calibration["random"]:  # random: a diagnostic says so
@@ -270,6 +271,21 @@ def _show_fuse(result, portable: bool) -> None:
     _show_auto(result.auto)
     if result.check is not None:
         _show_check(result.check)
+
+
+def _show_coverage(coverage) -> None:
+    """One line of shares, then each heavy node left on the host with its reason."""
+    gops = "n/a" if coverage.gops_share is None else f"{coverage.gops_share:.1%}"
+    _plain(f"coverage: {coverage.heavy_in_blocks}/{coverage.heavy_nodes} heavy nodes in blocks "
+           f"({coverage.heavy_share:.1%}), {gops} of their GOPs")
+    for row in coverage.heavy_on_host[:_MAX_HEAVY_SHOWN]:
+        where = f" in {row['graph']}" if row["graph"] else ""
+        _plain(f"heavy on host: {row['node']} ({row['op_type']}){where}: {row['reason']}")
+    if len(coverage.heavy_on_host) > _MAX_HEAVY_SHOWN:
+        _plain(f"... and {len(coverage.heavy_on_host) - _MAX_HEAVY_SHOWN} more (--json lists them all)")
+
+
+_MAX_HEAVY_SHOWN = 10
 
 
 def _show_auto(auto) -> None:

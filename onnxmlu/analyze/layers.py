@@ -68,7 +68,7 @@ class Analysis:
     def host_nodes(self) -> list[dict[str, str]]:
         """Each node left on the host with its reason, in node order."""
         nodes = self.model.graph.node
-        return [{"node": nodes[i].name or nodes[i].op_type, "op_type": nodes[i].op_type, "reason": reason}
+        return [{"node": node_label(nodes[i]), "op_type": nodes[i].op_type, "reason": reason}
                 for i, reason in sorted(self.host_reasons.items())]
 
     def host_diagnostics(self) -> list[Diagnostic]:
@@ -82,6 +82,14 @@ class Analysis:
         """The ``inspect`` report (docs/json.md): the layer table and the host nodes."""
         return {"layers": [layer_row(layer) for layer in self.layers], "host_nodes": self.host_nodes(),
                 "total_gops": self.total_gops}
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """A node's name, or ``OP->first output`` for an unnamed one (as the rewriters label it):
+    a diagnostic names one node, never every node of an op type."""
+    if node.name:
+        return node.name
+    return f"{node.op_type}->{next((o for o in node.output if o), '?')}"
 
 
 def layer_row(layer: Layer) -> dict:

@@ -4,7 +4,9 @@
 
 Each model runs in its own worker process (so a crash or hang costs one row): the worker runs
 ``onnxmlu fuse MODEL OUT --input-shape ... --json -`` in a fresh temporary working directory,
-notes any file left there, counts MLUFusionBlock and host nodes (subgraphs included), and runs
+notes any file left there, counts MLUFusionBlock and host nodes (subgraphs included) and the
+heavy nodes (Conv, MatMul, Gemm, LSTM, ... in every graph, block bodies included) inside blocks
+(``heavy``: in blocks / all, read from the fused file alone, so any version's output compares), and runs
 the original (graph optimizations disabled) and the fused model (custom-op library registered)
 in onnxruntime on the same seeded inputs. One line per model; errors show their first line only.
 """
@@ -29,10 +31,16 @@ import corpus
 import onnxmlu
 
 CLI = Path(sys.executable).with_name("onnxmlu")
+#: What carries a model's arithmetic (kept here, not imported, so any version's output reads).
+HEAVY_OPS = frozenset({
+    "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "QLinearConv", "ConvInteger",
+    "QLinearMatMul", "MatMulInteger", "QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
+    "DynamicQuantizeLSTM", "QAttention", "FusedConv", "FusedMatMul", "FusedGemm",
+})
 BLOCK = ("com.onnxmlu", "MLUFusionBlock")
-COLUMNS = ("id", "package", "fuse", "blocks", "host", "max_err", "orig", "fused", "secs", "cwd")
-WIDTHS = (24, 22, 4, 6, 5, 8, 7, 7, 6, 5)
-LEFT = {0, 1, 2, 9}  # left-aligned columns
+COLUMNS = ("id", "package", "fuse", "blocks", "host", "heavy", "max_err", "orig", "fused", "secs", "cwd")
+WIDTHS = (24, 22, 4, 6, 5, 9, 8, 7, 7, 6, 5)
+LEFT = {0, 1, 2, 10}  # left-aligned columns
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 ORT_LOG = re.compile(r"^\S+ \S+ \[[VIWEF]:onnxruntime:")  # onnxruntime's own log lines
 
@@ -61,6 +69,27 @@ def _count(graph) -> tuple[int, int]:
                 b, h = _count(sub)
                 blocks, host = blocks + b, host + h
     return blocks, host
+
+
+def _heavy(graph, in_block: bool = False) -> tuple[int, int]:
+    """(heavy nodes inside block bodies, heavy nodes) of ``graph`` and everything nested in
+    it, block bodies decoded (the file format: a uint8 ``body`` tensor holding a ModelProto)."""
+    inside = total = 0
+    for node in graph.node:
+        subs = [a.g for a in node.attribute if a.HasField("g")] + [g for a in node.attribute for g in a.graphs]
+        if (node.domain, node.op_type) == BLOCK:
+            body = next((a for a in node.attribute if a.name == "body"), None)
+            raw = body.t.raw_data if body is not None and body.HasField("t") else (body.s if body is not None else b"")
+            subs, in_here = [onnx.load_from_string(raw).graph] if raw else [], True
+        else:
+            in_here = in_block
+            if node.op_type in HEAVY_OPS:
+                total += 1
+                inside += in_block
+        for sub in subs:
+            i, t = _heavy(sub, in_here)
+            inside, total = inside + i, total + t
+    return inside, total
 
 
 def _compare(case: corpus.ModelCase, original: Path, fused: Path) -> float:
@@ -115,7 +144,10 @@ def work(case_id: str, timeout: float) -> dict:
         if proc.returncode != 0 or not fused.is_file():
             return row | {"error": _first_line(proc.stderr or proc.stdout)}
         row["fused_bytes"] = sum(p.stat().st_size for p in outdir.iterdir())  # external data too
-        row["blocks"], row["host"] = _count(onnx.load(fused, load_external_data=False).graph)
+        fused_model = onnx.load(fused)
+        row["blocks"], row["host"] = _count(fused_model.graph)
+        row["heavy_in_blocks"], row["heavy"] = _heavy(fused_model.graph)
+        del fused_model
         try:
             row["max_abs_err"] = _compare(case, original, fused)
         except Exception as error:  # noqa: BLE001 - a diagnostic: report, don't stop
@@ -156,6 +188,7 @@ def format_row(row: dict) -> str:
     cells = [
         row["id"], row["package"], "ok" if "error" not in row else "FAIL",
         str(row.get("blocks", "-")), str(row.get("host", "-")),
+        f"{row['heavy_in_blocks']}/{row['heavy']}" if "heavy" in row else "-",
         "-" if err is None else f"{err:.1e}",
         _size(row.get("orig_bytes")), _size(row.get("fused_bytes")),
         str(row.get("secs", "-")), "-" if left is None else ("clean" if not left else ",".join(left)),
