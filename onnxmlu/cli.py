@@ -461,7 +461,7 @@ def rewrite(
     model: ModelArg,
     output: OutputArg,
     bn: BnOpt = "substitute",
-    only: Annotated[Optional[str], _option("--only", help="Comma-separated subset of bn,gemm,rnn.")] = None,
+    only: Annotated[Optional[str], _option("--only", help="Comma-separated subset of bn,gemm,rnn,dqlstm.")] = None,
     input_shape: InputShapeOpt = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,

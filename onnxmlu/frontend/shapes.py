@@ -158,8 +158,8 @@ def _zero_feeds(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> dict[s
         if any(d < 0 for d in dims):
             return None
         given = values.get(vi.name)
-        given = None if given is None or list(np.shape(given)) != dims else given
-        feeds[vi.name] = given if given is not None else np.zeros(dims, dtype=onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        zeros = given is None or list(np.shape(given)) != dims
+        feeds[vi.name] = np.zeros(dims, dtype=onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)) if zeros else given
     return feeds
 
 
