@@ -137,9 +137,8 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     and saved whole; a model over protobuf's 2 GB limit is saved with external data.
     ``portable`` writes each block as a model-local ONNX function (the ``PORTABLE`` passes: no
     custom-op library needed to run it; ``check`` then compares that model). ``precision``,
-    ``calibration``, ``calibrator``, ``accuracy`` and ``inputs`` (default: ``check``'s) as for
-    :func:`fuse`. A written model whose soundness is not certain is loaded in onnxruntime
-    (:func:`_verify_loads`).
+    ``calibration``, ``calibrator``, ``accuracy`` and ``inputs`` (also ``check``'s) as for
+    :func:`fuse`. A model whose soundness is not certain is loaded (:func:`_verify_loads`).
     ``progress`` is told each pass as it starts (``say``; a plain callable works too).
     """
     out = Path(output)
@@ -147,35 +146,42 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     if not in_memory:
         _refuse_output(out, Path(model))
     streamed = not (in_memory or check is not None or portable)
-    if inputs is None and check is not None:
-        inputs = check.inputs
+    inputs, check = _shared_inputs(inputs, check)
     options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, inputs=inputs, rewrite=rewrite,
                       bn_mode=bn_mode, **_precision_options(precision, calibration, calibrator, accuracy))
     ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
                   progress=as_progress(progress), output=out)
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
     if check is None:
-        _verify_loads(result.model, out)
-    if check is not None:
-        original = model if in_memory else load_model(model)
-        if precision == "auto" and check.accuracy is None:  # auto's output is judged by its budget
-            check = replace(check, accuracy=str(ctx.auto.budget))
-        result.check = _check_models(original, result.model, check, input_shapes, ctx.progress)
+        return _verify_loads(result, out)
+    original = model if in_memory else load_model(model)
+    if precision == "auto" and check.accuracy is None:  # auto's output is judged by its budget
+        check = replace(check, accuracy=str(ctx.auto.budget))
+    result.check = _check_models(original, result.model, check, input_shapes, ctx.progress)
     return result
 
 
-def _verify_loads(fused: onnx.ModelProto, out: Path) -> None:
-    """Load the written model in onnxruntime where its soundness is not certain
-    (:func:`~onnxmlu.tools.verify.needs_load_check`); a model it refuses is removed and the
-    refusal is the error (``--check`` loads and runs it anyway)."""
+def _shared_inputs(inputs: dict | None, check: CheckOptions | None) -> tuple[dict | None, CheckOptions | None]:
+    """The user's arrays serve both the shape probe and the check: either one given is both."""
+    if check is None:
+        return inputs, None
+    if inputs is None:
+        return check.inputs, check
+    return inputs, check if check.inputs is not None else replace(check, inputs=inputs)
+
+
+def _verify_loads(result: FuseResult, out: Path) -> FuseResult:
+    """``result``, once the written model loads in onnxruntime where its soundness is not
+    certain (:func:`~onnxmlu.tools.verify.needs_load_check`); a model it refuses is removed and
+    the refusal is the error (``--check`` loads and runs it anyway)."""
     from onnxmlu.collapse.atomic import external_data_name
     from onnxmlu.tools.verify import load_error, needs_load_check
 
-    if not needs_load_check(fused):
-        return
+    if not needs_load_check(result.model):
+        return result
     error = load_error(out)
     if error is None:
-        return
+        return result
     out.unlink(missing_ok=True)
     out.with_name(external_data_name(out)).unlink(missing_ok=True)
     raise OnnxMluError(f"the fused model does not load in onnxruntime, so it was not kept: {error}")

@@ -243,8 +243,7 @@ def fuse(
         result = api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
                                   input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
                                   calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
-                                  inputs=_arrays(inputs),
-                                  check=api.CheckOptions(inputs=_arrays(inputs)) if check else None)
+                                  inputs=_arrays(inputs), check=api.CheckOptions() if check else None)
     _deliver_fuse(result, json_out, quiet, portable)
 
 
