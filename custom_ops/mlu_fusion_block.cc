@@ -207,6 +207,13 @@ std::string ReadBodyMetadata(const OrtSession* session, const char* key, const s
   return copy;
 }
 
+// Whether onnxruntime may hand a block float where its body has float16/bfloat16 (see
+// FusionBlockKernel::narrow_to_): the block converts, exactly as the Cast it dropped would.
+bool IsWidening(ONNXTensorElementDataType body, ONNXTensorElementDataType node) {
+  return node == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT &&
+         (body == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 || body == ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16);
+}
+
 std::string ReadNodeName(const OrtKernelInfo* info) {
   size_t size = 0;
   OrtStatus* status = Api().KernelInfo_GetNodeName(info, nullptr, &size);
@@ -478,7 +485,10 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
     if (inner.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING || outer.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) {
       throw BlockError(ORT_INVALID_GRAPH, prefix + "body " + what + " is a string tensor; string tensors cannot cross a block boundary");
     }
-    if (inner.type != outer.type) {
+    narrow_to_.push_back(ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED);
+    if (IsWidening(inner.type, outer.type)) {
+      narrow_to_.back() = inner.type;  // the Cast onnxruntime removed is done in Compute
+    } else if (inner.type != outer.type) {
       throw BlockError(ORT_INVALID_GRAPH, prefix + "body " + what + " is " + TypeName(inner.type) + " but the node's input " +
                                               std::to_string(i) + " is " + TypeName(outer.type));
     }
@@ -499,15 +509,18 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
     if (inner.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING || outer.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) {
       throw BlockError(ORT_INVALID_GRAPH, prefix + "body " + what + " is a string tensor; string tensors cannot cross a block boundary");
     }
-    if (inner.type != outer.type) {
+    OutputPlan plan;
+    plan.element_bits = ElementBits(inner.type);
+    if (IsWidening(inner.type, outer.type)) {
+      plan.widen_from = inner.type;  // the Cast onnxruntime removed is done after the run
+    } else if (inner.type != outer.type) {
       throw BlockError(ORT_INVALID_GRAPH, prefix + "body " + what + " is " + TypeName(inner.type) + " but the node's output " +
                                               std::to_string(i) + " is " + TypeName(outer.type) +
                                               " (check the outer graph's value_info)");
     }
-    OutputPlan plan;
-    plan.element_bits = ElementBits(inner.type);
-    // A rank-0 output has empty dims and is static too; zero or unknown dims take the copy path.
-    plan.is_static = std::all_of(inner.dims.begin(), inner.dims.end(), [](int64_t d) { return d > 0; });
+    // A rank-0 output has empty dims and is static too; zero or unknown dims take the copy path,
+    // and so does an output widened to float.
+    plan.is_static = plan.widen_from == ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED && std::all_of(inner.dims.begin(), inner.dims.end(), [](int64_t d) { return d > 0; });
     if (plan.is_static) {
       plan.dims = inner.dims;
     } else if (plan.element_bits == 0) {
@@ -577,6 +590,12 @@ void FusionBlockKernel::Compute(OrtKernelContext* context) const {
   for (size_t i = 0; i < n_inputs; ++i) {
     if (OrtStatus* s = Api().KernelContext_GetInput(context, i, &inputs[i])) Check(s, BlockName());
   }
+  std::vector<OrtPtr<OrtValue>> narrowed(n_inputs);
+  for (size_t i = 0; i < n_inputs; ++i) {
+    if (narrow_to_[i] == ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED) continue;
+    narrowed[i] = Narrow(inputs[i], narrow_to_[i]);
+    inputs[i] = narrowed[i].get();
+  }
   // Static outputs, and dynamic ones whose shapes a run at these input shapes taught us: the
   // inner session writes into the node's own output buffers (no copy).
   std::vector<int64_t> key;
@@ -589,7 +608,8 @@ void FusionBlockKernel::Compute(OrtKernelContext* context) const {
   std::vector<OrtValue*> outputs(n_outputs, nullptr);
   for (size_t i = 0; i < n_outputs; ++i) {
     const OutputPlan& plan = outputs_[i];
-    const std::vector<int64_t>* dims = plan.is_static ? &plan.dims : (learned ? &(*learned)[i] : nullptr);
+    const bool learnable = learned && plan.widen_from == ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;  // else converted after
+    const std::vector<int64_t>* dims = plan.is_static ? &plan.dims : (learnable ? &(*learned)[i] : nullptr);
     if (dims == nullptr) continue;
     if (OrtStatus* s = Api().KernelContext_GetOutput(context, i, dims->data(), dims->size(), &outputs[i])) {
       Check(s, BlockName());
@@ -609,6 +629,34 @@ void FusionBlockKernel::Compute(OrtKernelContext* context) const {
     if (!in_place[i]) seen[i] = CopyDynamicOutput(context, i, owned[i].get());
   }
   if (learn_shapes_ && !learned) Learn(std::move(key), std::move(seen));
+}
+
+// A float tensor rounded to float16 or bfloat16 (to nearest even, as onnxruntime's Cast does).
+OrtPtr<OrtValue> FusionBlockKernel::Narrow(const OrtValue* value, ONNXTensorElementDataType type) const {
+  const std::string prefix = BlockName();
+  OrtTensorTypeAndShapeInfo* raw_shape = nullptr;
+  Check(Api().GetTensorTypeAndShape(value, &raw_shape), prefix);
+  OrtPtr<OrtTensorTypeAndShapeInfo> shape(raw_shape);
+  size_t rank = 0, count = 0;
+  Check(Api().GetDimensionsCount(shape.get(), &rank), prefix);
+  std::vector<int64_t> dims(rank);
+  if (rank > 0) Check(Api().GetDimensions(shape.get(), dims.data(), rank), prefix);
+  Check(Api().GetTensorShapeElementCount(shape.get(), &count), prefix);
+  OrtAllocator* allocator = nullptr;
+  Check(Api().GetAllocatorWithDefaultOptions(&allocator), prefix);
+  OrtValue* raw = nullptr;
+  Check(Api().CreateTensorAsOrtValue(allocator, dims.data(), rank, type, &raw), prefix);
+  OrtPtr<OrtValue> result(raw);
+  void* source = nullptr;
+  void* target = nullptr;
+  Check(Api().GetTensorMutableData(const_cast<OrtValue*>(value), &source), prefix);
+  Check(Api().GetTensorMutableData(result.get(), &target), prefix);
+  const auto* from = static_cast<const float*>(source);
+  auto* to = static_cast<uint16_t*>(target);
+  for (size_t k = 0; k < count; ++k) {
+    to[k] = type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 ? Ort::Float16_t(from[k]).val : Ort::BFloat16_t(from[k]).val;
+  }
+  return result;
 }
 
 std::vector<int64_t> FusionBlockKernel::CopyDynamicOutput(OrtKernelContext* context, size_t index,
@@ -635,7 +683,17 @@ std::vector<int64_t> FusionBlockKernel::CopyDynamicOutput(OrtKernelContext* cont
   // GetTensorMutableData only reads the pointer; the inner result is not modified.
   Check(Api().GetTensorMutableData(const_cast<OrtValue*>(result), &source), prefix);
   Check(Api().GetTensorMutableData(output, &target), prefix);
-  std::memcpy(target, source, bytes);
+  const ONNXTensorElementDataType widen = outputs_[index].widen_from;
+  if (widen == ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED) {
+    std::memcpy(target, source, bytes);
+    return dims;
+  }
+  const auto* from = static_cast<const uint16_t*>(source);
+  auto* to = static_cast<float*>(target);
+  for (size_t k = 0; k < count; ++k) {  // exact: every 16-bit float is a float
+    to[k] = widen == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 ? Ort::Float16_t::FromBits(from[k]).ToFloat()
+                                                           : Ort::BFloat16_t::FromBits(from[k]).ToFloat();
+  }
   return dims;
 }
 

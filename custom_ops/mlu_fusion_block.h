@@ -115,6 +115,8 @@ class FusionBlockKernel {
     bool is_static = false;       // shape fully known at creation: the inner Run writes in place
     std::vector<int64_t> dims;    // the static shape
     size_t element_bits = 0;      // for the copy of dynamically shaped outputs
+    // UNDEFINED, or the body's 16-bit float type where onnxruntime reads float (see narrow_to_)
+    ONNXTensorElementDataType widen_from = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   };
 
   using Shapes = std::vector<std::vector<int64_t>>;
@@ -125,6 +127,7 @@ class FusionBlockKernel {
   std::optional<Shapes> LearnedShapes(const std::vector<int64_t>& key) const;
   void Learn(std::vector<int64_t> key, Shapes shapes) const;
   std::vector<int64_t> CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const;
+  OrtPtr<OrtValue> Narrow(const OrtValue* value, ONNXTensorElementDataType type) const;
   std::string BlockName() const;
 
   std::string node_name_;
@@ -137,6 +140,12 @@ class FusionBlockKernel {
   bool learn_shapes_ = false;  // a dynamic output, and the body's output shapes follow its input shapes
   mutable std::mutex learned_mutex_;
   mutable std::map<std::vector<int64_t>, Shapes> learned_;  // input-shape key -> dynamic outputs' shapes
+  // Per input: UNDEFINED, or the 16-bit float type the body reads where onnxruntime feeds float.
+  // onnxruntime's CPU provider runs a float16 node that has no float16 kernel in float, between
+  // Casts, and drops a Cast next to a node that accepts any type (this one): the block then
+  // receives the float the Cast would have rounded, or must produce the float it would have
+  // widened (OutputPlan::widen_from).
+  std::vector<ONNXTensorElementDataType> narrow_to_;
 };
 
 // The op definition. `nested == true` is the variant registered inside block bodies: creating

@@ -92,7 +92,7 @@ def _precision_options(precision: str | None = None, calibration: str | os.PathL
 def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
          bn_mode: str = "substitute", precision: str | None = None, calibration: str | os.PathLike | None = None,
-         calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
+         calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None, inputs: dict | None = None,
          progress: Progress | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 
@@ -101,9 +101,10 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     seeded random samples, flagged by a diagnostic) with the ``calibrator`` (``minmax``,
     ``entropy``, ``percentile``). ``precision="auto"`` chooses blocks, MPs and a precision per
     block that keep the ``accuracy`` budget (``"cosine>=0.999"`` by default, or ``"top1>=X"``),
-    measured on those samples (:mod:`onnxmlu.precision.auto`)."""
+    measured on those samples (:mod:`onnxmlu.precision.auto`). ``inputs``: arrays by input name
+    (``--inputs``) that the shape probe runs instead of zeros, where values set shapes."""
     return _result(_run(FUSE, model, hardware=hardware, progress=progress, strategy=strategy, plan=plan, mp=mp,
-                        input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode,
+                        input_shapes=input_shapes, inputs=inputs, rewrite=rewrite, bn_mode=bn_mode,
                         **_precision_options(precision, calibration, calibrator, accuracy)))
 
 
@@ -123,7 +124,8 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                  input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
                  precision: str | None = None, calibration: str | os.PathLike | None = None,
                  calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
-                 check: CheckOptions | None = None, portable: bool = False, progress=None) -> FuseResult:
+                 check: CheckOptions | None = None, portable: bool = False, inputs: dict | None = None,
+                 progress=None) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     A model file is fused holding the weights about once plus one block in memory: right after
@@ -135,7 +137,8 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     and saved whole; a model over protobuf's 2 GB limit is saved with external data.
     ``portable`` writes each block as a model-local ONNX function (the ``PORTABLE`` passes: no
     custom-op library needed to run it; ``check`` then compares that model). ``precision``,
-    ``calibration``, ``calibrator`` and ``accuracy`` as for :func:`fuse`.
+    ``calibration``, ``calibrator``, ``accuracy`` and ``inputs`` (also ``check``'s) as for
+    :func:`fuse`. A model whose soundness is not certain is loaded (:func:`_verify_loads`).
     ``progress`` is told each pass as it starts (``say``; a plain callable works too).
     """
     out = Path(output)
@@ -143,17 +146,45 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     if not in_memory:
         _refuse_output(out, Path(model))
     streamed = not (in_memory or check is not None or portable)
-    options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, rewrite=rewrite,
+    inputs, check = _shared_inputs(inputs, check)
+    options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, inputs=inputs, rewrite=rewrite,
                       bn_mode=bn_mode, **_precision_options(precision, calibration, calibrator, accuracy))
     ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
                   progress=as_progress(progress), output=out)
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
-    if check is not None:
-        original = model if in_memory else load_model(model)
-        if precision == "auto" and check.accuracy is None:  # auto's output is judged by its budget
-            check = replace(check, accuracy=str(ctx.auto.budget))
-        result.check = _check_models(original, result.model, check, input_shapes, ctx.progress)
+    if check is None:
+        return _verify_loads(result, out)
+    original = model if in_memory else load_model(model)
+    if precision == "auto" and check.accuracy is None:  # auto's output is judged by its budget
+        check = replace(check, accuracy=str(ctx.auto.budget))
+    result.check = _check_models(original, result.model, check, input_shapes, ctx.progress)
     return result
+
+
+def _shared_inputs(inputs: dict | None, check: CheckOptions | None) -> tuple[dict | None, CheckOptions | None]:
+    """The user's arrays serve both the shape probe and the check: either one given is both."""
+    if check is None:
+        return inputs, None
+    if inputs is None:
+        return check.inputs, check
+    return inputs, check if check.inputs is not None else replace(check, inputs=inputs)
+
+
+def _verify_loads(result: FuseResult, out: Path) -> FuseResult:
+    """``result``, once the written model loads in onnxruntime where its soundness is not
+    certain (:func:`~onnxmlu.tools.verify.needs_load_check`); a model it refuses is removed and
+    the refusal is the error (``--check`` loads and runs it anyway)."""
+    from onnxmlu.collapse.atomic import external_data_name
+    from onnxmlu.tools.verify import load_error, needs_load_check
+
+    if not needs_load_check(result.model):
+        return result
+    error = load_error(out)
+    if error is None:
+        return result
+    out.unlink(missing_ok=True)
+    out.with_name(external_data_name(out)).unlink(missing_ok=True)
+    raise OnnxMluError(f"the fused model does not load in onnxruntime, so it was not kept: {error}")
 
 
 def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: CheckOptions, input_shapes, progress):

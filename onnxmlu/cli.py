@@ -245,7 +245,7 @@ def fuse(
         result = api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
                                   input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
                                   calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
-                                  check=api.CheckOptions(inputs=_arrays(inputs)) if check else None)
+                                  inputs=_arrays(inputs), check=api.CheckOptions() if check else None)
     _deliver_fuse(result, json_out, quiet, portable)
 
 
@@ -264,6 +264,7 @@ def _show_fuse(result, portable: bool) -> None:
     _show_blocks(result)
     _show_diagnostics(result.diagnostics, result.analysis)
     note = " as ONNX functions, no custom-op library needed" if portable else ""
+    _show_coverage(result.coverage)
     console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{note}, "
                   f"{sum(result.pass_seconds.values()):.2f} s)")
     if result.calibration is not None and not result.calibration["random"]:  # random: a diagnostic says so
@@ -284,6 +285,19 @@ def _show_profile(profile) -> None:
     for b in (b for b in profile.blocks if b.mp_moves):
         moves = ", ".join(f"{p} {m}" for p, m in b.best_mp.items())
         _plain(f"  block {b.block} runs at mp={b.mp}; the best MP is {moves}")
+def _show_coverage(coverage) -> None:
+    """One line of shares, then each heavy node left on the host with its reason."""
+    gops = "n/a" if coverage.gops_share is None else f"{coverage.gops_share:.1%}"
+    _plain(f"coverage: {coverage.heavy_in_blocks}/{coverage.heavy_nodes} heavy nodes in blocks "
+           f"({coverage.heavy_share:.1%}), {gops} of their GOPs")
+    for row in coverage.heavy_on_host[:_MAX_HEAVY_SHOWN]:
+        where = f" in {row['graph']}" if row["graph"] else ""
+        _plain(f"heavy on host: {row['node']} ({row['op_type']}){where}: {row['reason']}")
+    if len(coverage.heavy_on_host) > _MAX_HEAVY_SHOWN:
+        _plain(f"... and {len(coverage.heavy_on_host) - _MAX_HEAVY_SHOWN} more (--json lists them all)")
+
+
+_MAX_HEAVY_SHOWN = 10
 
 
 def _show_auto(auto) -> None:
@@ -464,7 +478,7 @@ def rewrite(
     model: ModelArg,
     output: OutputArg,
     bn: BnOpt = "substitute",
-    only: Annotated[Optional[str], _option("--only", help="Comma-separated subset of bn,gemm,rnn.")] = None,
+    only: Annotated[Optional[str], _option("--only", help="Comma-separated subset of bn,gemm,rnn,dqlstm.")] = None,
     input_shape: InputShapeOpt = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,

@@ -117,6 +117,7 @@ class Options:
     plan: PlanLike | None = None
     mp: int | None = None
     input_shapes: dict | None = None
+    inputs: dict | None = None  # the user's arrays by input name (--inputs): the shape probe runs them
     rewrite: bool = True
     bn_mode: str = "substitute"
     only: Sequence[str] | None = None
@@ -194,7 +195,8 @@ class Normalize:
         return "normalizing: functions, pins, folding, shapes"
 
     def run(self, ctx: Context) -> None:
-        ctx.model = normalize_owned(ctx.model, ctx.options.input_shapes, diagnostics=ctx.diagnostics)
+        ctx.model = normalize_owned(ctx.model, ctx.options.input_shapes, diagnostics=ctx.diagnostics,
+                                    probe_values=ctx.options.inputs)
         if ctx.weights is not None:  # the parsed tree dies here: protobuf frees a tree only whole
             ctx.model = ctx.weights.detach(ctx.model)
 
@@ -222,8 +224,9 @@ class Analyze:
         return "analysing: layer table"
 
     def run(self, ctx: Context) -> None:
-        shapes = pricing_shapes(ctx.model, ctx.options.input_shapes, ctx.note, ctx.weights)
-        sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights)
+        values = ctx.options.inputs
+        shapes = pricing_shapes(ctx.model, ctx.options.input_shapes, ctx.note, ctx.weights, values=values)
+        sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights, values)
         ctx.analysis = analyze(ctx.model, ctx.weights, sizes, shapes if sizes else None)
         ctx.diagnostics.extend(ctx.analysis.host_diagnostics())
 
@@ -328,8 +331,9 @@ class Profile:
         layers_at = {"opt": ctx.analysis.layers}
         inputs = {"opt": ctx.analysis.input_shapes}
         for point in ("min", "max"):
-            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point)
-            at = analyze(ctx.model, ctx.weights, sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights)).layers
+            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point, ctx.options.inputs)
+            sizes = sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights, ctx.options.inputs)
+            at = analyze(ctx.model, ctx.weights, sizes).layers
             if [layer.name for layer in at] == [layer.name for layer in ctx.analysis.layers]:
                 layers_at[point] = at
             else:  # a sizing failed there: the layer table itself differs

@@ -67,6 +67,13 @@ class FuseResult:
     def sim_fps(self) -> float:
         return _fps(self.sim_latency_us)
 
+    @property
+    def coverage(self):
+        """How much of the heavy work runs in blocks (:mod:`onnxmlu.analyze.coverage`)."""
+        from onnxmlu.analyze.coverage import coverage
+
+        return coverage(self.analysis)
+
     def block_rows(self) -> list[dict]:
         rows = []
         for b, (block, latency) in enumerate(zip(self.plan.blocks, self.block_latency_us)):
@@ -84,6 +91,7 @@ class FuseResult:
         payload.update({
             "strategy": self.plan.strategy, "hardware": self.hardware.name, "sim_latency_us": self.sim_latency_us,
             "sim_fps": self.sim_fps, "blocks": self.block_rows(), "host_nodes": self.analysis.host_nodes(),
+            "coverage": self.coverage.to_dict(),
             "calibration": self.calibration, "auto": _auto(self.auto), "profile": _profile(self.profile),
             "diagnostics": [d.to_dict() for d in self.diagnostics], "pass_seconds": dict(self.pass_seconds)})
         if self.check is not None:

@@ -106,7 +106,8 @@ def training_bn_file(tmp_path):
 
 @pytest.fixture
 def host_node_file(tmp_path):
-    """relu -> Mod (not in the accelerator's op table) -> relu: two blocks around a host node."""
+    """relu -> Mod (not in the accelerator's op table) -> relu: two blocks around a host node;
+    a com.microsoft FusedMatMul (a heavy node outside the standard domain) stays on the host too."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
@@ -116,10 +117,14 @@ def host_node_file(tmp_path):
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"),
              helper.make_node("Mod", ["a", "three"], ["b"], name="mod", fmod=1),
-             helper.make_node("Relu", ["b"], ["y"], name="relu1")]
+             helper.make_node("Relu", ["b"], ["y"], name="relu1"),
+             helper.make_node("FusedMatMul", ["x", "eye"], ["z"], name="fused_mm", domain="com.microsoft")]
     three = numpy_helper.from_array(np.full(4, 3.0, np.float32), "three")
+    eye = numpy_helper.from_array(np.eye(4, dtype=np.float32), "eye")
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph(nodes, "host", [x], [y, z], [three, eye])
     path = tmp_path / "host.onnx"
-    path.write_bytes(make_model(helper.make_graph(nodes, "host", [x], [y], [three])).SerializeToString())
+    path.write_bytes(make_model(graph, extra_opsets={"com.microsoft": 1}).SerializeToString())
     return path
 
 

@@ -1,7 +1,8 @@
 """Analysis: the layer table the planner works on.
 
 Every node of the main graph is placed in a topological order (host nodes gathered between
-runs of accelerator nodes, see :func:`onnxmlu.ir.topological_order`). Accelerator nodes
+runs of accelerator nodes, see :func:`onnxmlu.ir.topological_order`; host nodes that no layer
+precedes before every layer, see :func:`hoisted_host_nodes`). Accelerator nodes
 become :class:`~onnxmlu.plan.perf.layers.Layer` records; consecutive ones share a ``segment``.
 
 Operation counts (``ops``; GOPs = ops / 1e9), with N the batch and symbolic dims taken as 1:
@@ -28,11 +29,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import onnx
 
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.ir import opset_version
+from onnxmlu.ir.graphs import kahn_order
 from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.analyze.optable import CONV_WEIGHT_INPUT, MATMUL_OPS, OP_KINDS, support_reason
@@ -67,7 +70,7 @@ class Analysis:
     def host_nodes(self) -> list[dict[str, str]]:
         """Each node left on the host with its reason, in node order."""
         nodes = self.model.graph.node
-        return [{"node": nodes[i].name or nodes[i].op_type, "op_type": nodes[i].op_type, "reason": reason}
+        return [{"node": node_label(nodes[i]), "op_type": nodes[i].op_type, "reason": reason}
                 for i, reason in sorted(self.host_reasons.items())]
 
     def host_diagnostics(self) -> list[Diagnostic]:
@@ -81,6 +84,14 @@ class Analysis:
         """The ``inspect`` report (docs/json.md): the layer table and the host nodes."""
         return {"layers": [layer_row(layer) for layer in self.layers], "host_nodes": self.host_nodes(),
                 "total_gops": self.total_gops}
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """A node's name, or ``OP->first output`` for an unnamed one (as the rewriters label it):
+    a diagnostic names one node, never every node of an op type."""
+    if node.name:
+        return node.name
+    return f"{node.op_type}->{next((o for o in node.output if o), '?')}"
 
 
 def layer_row(layer: Layer) -> dict:
@@ -101,11 +112,13 @@ def analyze(model: onnx.ModelProto, weights: WeightStore | None = None,
         declare_ranks(model.graph, sizes)
     index = GraphIndex.build(model.graph, weights, sizes)
     nodes = model.graph.node
-    host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index))}
+    opset = opset_version(model)
+    host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index, opset))}
     constants = [i for i in constant_expressions(model.graph, index) if i not in host_reasons]
     expressions = weight_expressions(model.graph, index, constants)
     host_reasons.update((i, CONSTANT_REASON) for i in constants if i not in expressions)
-    order = topological_order(model.graph, prefer=lambda i: i not in host_reasons, index=index)
+    is_layer = lambda i: i not in host_reasons  # noqa: E731
+    order = topological_order(model.graph, prefer=is_layer, index=index, early=hoisted_host_nodes(index, is_layer))
     order, carried, left = carry_weight_expressions(order, index, expressions, lambda i: i not in host_reasons)
     host_reasons.update((i, CONSTANT_REASON) for i in left)
     layers, layer_nodes = _layer_table(nodes, index, order, host_reasons, carried)
@@ -165,6 +178,19 @@ def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[
         layers.append(layer)
         layer_nodes.append(i)
     return layers, layer_nodes
+
+
+def hoisted_host_nodes(index: GraphIndex, is_layer) -> Callable[[int], bool]:
+    """The host nodes no layer precedes (a weight generator, a constant-only chain, work on an
+    input alone): the node order takes them before every layer, so they never cut a run of
+    layers in two (the planner's blocks live inside such runs). Host nodes that no layer
+    follows (an independent branch) already gather after the runs (Kahn's preference);
+    only host nodes on a path between two layers stay between them."""
+    producers = [[index.producer[name] for name in names if name in index.producer] for names in index.inputs]
+    after_layer = [False] * len(producers)
+    for i in kahn_order(producers):  # a cycle leaves nodes out: topological_order reports it
+        after_layer[i] = any(is_layer(p) or after_layer[p] for p in producers[i])
+    return lambda i: not is_layer(i) and not after_layer[i]
 
 
 CONSTANT_REASON = ("computes a constant that folding left (a large broadcast, or an op onnxruntime "

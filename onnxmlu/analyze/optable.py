@@ -23,6 +23,8 @@ a block whose output size follows from it hands the output on at the size the ru
   The standard INT8 ones -- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
   QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger -- run inside INT8 blocks with the
   model's own quantization parameters (docs/precision.md, "Models that arrive quantized");
+* onnxruntime's own operators in the standard domain below the opset ONNX adopted them at
+  (:mod:`onnxmlu.frontend.extensions`);
 * random ops, string ops, sequences and anything outside the standard domain.
 """
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from onnxmlu.frontend.extensions import extension_reason
 from onnxmlu.ir import GraphIndex
 from onnxmlu.ir import is_default_domain, subgraphs
 
@@ -105,14 +108,18 @@ _INT8_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.UINT8})
 _STRING = onnx.TensorProto.STRING
 
 
-def support_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
-    """Why ``node`` must stay on the host, or None if the accelerator runs it."""
+def support_reason(node: onnx.NodeProto, index: GraphIndex, opset: int | None = None) -> str | None:
+    """Why ``node`` must stay on the host, or None if the accelerator runs it (``opset``: the
+    model's standard opset, to tell onnxruntime's own operators from ONNX's)."""
     if not is_default_domain(node.domain):
         return f"op {node.domain}::{node.op_type} is outside the standard domain"
     if node.op_type not in OP_KINDS:
         return f"{node.op_type} is not in the accelerator's op table"
     if any(subgraphs(a) for a in node.attribute):
         return _scan_reason(node) if node.op_type == "Scan" else "nodes with subgraphs run on the host"
+    extension = extension_reason(node, opset)
+    if extension is not None:
+        return extension
     return _tensor_reason(node, index) or _special_reason(node, index)
 
 

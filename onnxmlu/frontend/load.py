@@ -27,7 +27,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         model = onnx.load(str(p), load_external_data=True)
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, OSError for missing external data, ...
         raise ModelLoadError(f"cannot read {p} as an ONNX model: {first_line(exc)}") from None
-    if not model.HasField("graph") or not model.graph.node:
+    if not model.HasField("graph") or not (model.graph.node or model.graph.output):  # folded: outputs only
         raise ModelLoadError(f"{p} holds no ONNX graph (is it an ONNX model?)")
     return model
 

@@ -16,6 +16,7 @@ import onnx
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.frontend.pins import Pins, check_pins, symbolic_axes
+from onnxmlu.frontend.extensions import is_runtime_extension
 from onnxmlu.frontend.fold import flatten_constant_ifs, fold_constant_nodes, fold_shape_ops, invalid_branch
 from onnxmlu.frontend.shapes import infer_shapes, probe_shapes
 from onnxmlu.ir import branch_attributes, copy_model, iter_graphs, node_subgraphs, opset_version, sort_graphs
@@ -46,7 +47,8 @@ def normalize(model: onnx.ModelProto, input_shapes: Pins | None = None,
 
 
 def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
-                    fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None) -> onnx.ModelProto:
+                    fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None,
+                    probe_values: dict | None = None) -> onnx.ModelProto:
     """:func:`normalize` for a caller that gives ``model`` away: it is changed in place (no copy
     of every weight) and returned, or a new model when inlining or folding made one.
 
@@ -70,7 +72,7 @@ def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
         model = _fold(model, note)  # graphsurgeon copies every weight: not for huge models
     else:
         model = infer_shapes(model, note)
-    probe_shapes(model, note)
+    probe_shapes(model, note, probe_values)  # the user's --inputs, where given
     return model
 
 
@@ -249,10 +251,11 @@ def check_nodes(model: onnx.ModelProto) -> None:
     ctx = onnx.checker.C.CheckerContext()
     ctx.ir_version = model.ir_version or onnx.IR_VERSION
     ctx.opset_imports = {imp.domain: imp.version for imp in model.opset_import}
+    opset = opset_version(model)  # an onnxruntime operator onnx lacks: checked by onnxruntime
     producers: dict[str, str] = {}
     for node in model.graph.node:
         label = f"node {node.name or node.op_type!r} ({node.op_type})"
-        if not node_subgraphs(node):
+        if not node_subgraphs(node) and not is_runtime_extension(node, opset):
             try:
                 onnx.checker.check_node(node, ctx)
             except onnx.checker.ValidationError as exc:

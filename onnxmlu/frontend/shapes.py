@@ -17,6 +17,7 @@ inference saves a file there when it cannot finish, so its steps are driven here
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable
 
 import numpy as np
@@ -122,20 +123,21 @@ def _knowledge(vi: onnx.ValueInfoProto) -> tuple[int, int, int]:
 
 
 # ----------------------------------------------------------------------------------- probe
-def probe_shapes(model: onnx.ModelProto, note: Note, inputs: dict[str, np.ndarray] | None = None) -> int:
-    """Source 3 on the main graph of ``model``, in place: the number of tensors it completed."""
+def probe_shapes(model: onnx.ModelProto, note: Note, values: dict[str, np.ndarray] | None = None) -> int:
+    """Source 3 on the main graph of ``model``, in place: the number of tensors it completed.
+    ``values``: the user's arrays (``--inputs``), run instead of zeros where an input's shape
+    allows them (a length read from an input must be the user's, not 0)."""
     known = _value_infos(model.graph)
     # a dim inference named (NonZero, TopK by a computed k) depends on data: it must stay
     # symbolic, never become a probed number, so only what lacks a type, a rank or a dim's
-    # value and name is probed
+    # value and name is probed -- unless the user gave values: the plan is then for those
     wanted = [o for node in model.graph.node for o in node.output
-              if o and not _complete(known.get(o), symbolic_ok=True)]
+              if o and not _complete(known.get(o), symbolic_ok=not values)]
     if not wanted:
         return 0
-    feeds = _zero_feeds(model)
+    feeds = _zero_feeds(model, values or {})
     if feeds is None:
         return 0
-    feeds.update((k, v) for k, v in (inputs or {}).items() if k in feeds)
     if tensor_payload_bytes(model) > PROBE_MAX_BYTES:
         note(Diagnostic("normalize", "probe-skipped", "", f"{len(wanted)} tensors have unknown shapes; "
                         "the model is too large to probe them"))
@@ -146,8 +148,9 @@ def probe_shapes(model: onnx.ModelProto, note: Note, inputs: dict[str, np.ndarra
     return len(results)
 
 
-def _zero_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray] | None:
-    """Zeros for every graph input, or None when one has no concrete shape."""
+def _zero_feeds(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """Zeros (or the value given, when its shape is the input's) for every graph input, or None
+    when one has no concrete shape."""
     feeds = {}
     for vi in fed_inputs(model.graph):
         tt = vi.type.tensor_type
@@ -156,7 +159,9 @@ def _zero_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray] | None:
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
         if any(d < 0 for d in dims):
             return None
-        feeds[vi.name] = np.zeros(dims, dtype=onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        given = values.get(vi.name)
+        zeros = given is None or list(np.shape(given)) != dims
+        feeds[vi.name] = np.zeros(dims, dtype=onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)) if zeros else given
     return feeds
 
 
@@ -171,7 +176,9 @@ def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note
     options.log_severity_level = 3
     try:
         session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        values = session.run(names, feeds)
+        quiet = ort.RunOptions()
+        quiet.log_severity_level = 4  # a failed probe is a diagnostic, not a log line
+        values = session.run(names, feeds, quiet)
     except Exception as exc:  # noqa: BLE001 - the probe is an aid; analysis reports what stays unknown
         note(Diagnostic("normalize", "probe-failed", "", f"running the model on zeros to learn {len(names)} "
                         f"shapes failed: {first_line(exc)}"))
@@ -196,36 +203,45 @@ Sized = tuple[int, list[int]]
 
 
 def sizes_at(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
-             weights: WeightStore | None = None) -> dict[str, Sized]:
+             weights: WeightStore | None = None, values: dict[str, np.ndarray] | None = None) -> dict[str, Sized]:
     """:func:`priced_shapes` at the fed inputs' ``shapes``; empty for a model whose inputs
     are all fixed (its value infos already say every size)."""
     if not symbolic_axes(model):
         return {}
-    return priced_shapes(model, shapes, note, weights)
+    return priced_shapes(model, shapes, note, weights, values)
 
 
 #: Sizes tried, in order, for the symbolic dims no pin sizes when the model does not run at
 #: their defaults (a text recognizer's height, an audio model's window): common image sides,
 #: then common lengths.
 FALLBACK_SIZES = (32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 1024, 2048, 4096, 16000)
+#: A fallback whose inputs would hold more elements than this is not tried (a run on zeros of
+#: 16000 x 16000 images costs more than the whole fuse).
+FALLBACK_MAX_ELEMENTS = 1 << 22
 
 
 def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weights: WeightStore | None = None,
-                   point: str = "opt") -> dict[str, list[int]]:
+                   point: str = "opt", values: dict[str, np.ndarray] | None = None) -> dict[str, list[int]]:
     """The fed inputs' shapes the planner prices at ``point`` of the pins' profile
     (:func:`~onnxmlu.frontend.pins.concrete_shapes`). When dims no pin sizes took their
     defaults and the model does not run on zeros at those shapes, each of
     :data:`FALLBACK_SIZES` is tried for all of them (the batch stays 1) and the first the
-    model runs at is taken; a diagnostic says which (or that none ran: pass --input-shape)."""
+    model runs at is taken; a diagnostic says which (or that none ran: pass --input-shape).
+    An unpinned input the user gave ``values`` for (``--inputs``) is priced at their shape, and
+    the runs use them."""
+    values = values or {}
+    pins = {**{n: list(np.shape(v)) for n, v in values.items()}, **(pins or {})}
     shapes = concrete_shapes(model, pins, point)
     keys = defaulted_keys(model, pins)
     if not [k for k in keys if not k.endswith(":0")] or tensor_payload_bytes(model) > PROBE_MAX_BYTES:
         return shapes
-    session = _zeros_runner(model, weights)
+    session = _zeros_runner(model, weights, values)
     if session is None or session(shapes) is None:
         return shapes
     for size in FALLBACK_SIZES:
         candidate = concrete_shapes(model, with_defaults(model, pins, size), point)
+        if sum(math.prod(dims) for dims in candidate.values()) > FALLBACK_MAX_ELEMENTS:
+            break  # the sizes only grow from here
         if session(candidate) is None:
             note(Diagnostic("normalize", "default-shape", "", f"the model does not run at the default sizes of its "
                             f"symbolic dims ({', '.join(keys)}); it is planned at {_shapes_text(candidate)}: pass "
@@ -236,13 +252,21 @@ def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weight
     return shapes
 
 
+def _value_or_zeros(value: np.ndarray | None, shape: list[int], elem: int) -> np.ndarray:
+    """The user's ``value`` when it has ``shape``, else zeros of ``shape`` and type ``elem``."""
+    if value is not None and list(np.shape(value)) == list(shape):
+        return value
+    return np.zeros(shape, dtype=onnx.helper.tensor_dtype_to_np_dtype(elem))
+
+
 def _shapes_text(shapes: dict[str, list[int]]) -> str:
     return " ".join(f"{name}:{','.join(map(str, dims))}" for name, dims in shapes.items())
 
 
-def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None):
-    """A function running ``model`` on zeros of the given input shapes: None when it runs, else
-    onnxruntime's one-line reason; None itself when no session can be made."""
+def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: dict[str, np.ndarray]):
+    """A function running ``model`` on zeros of the given input shapes (the user's ``values``
+    where their shape is the one asked): None when it runs, else onnxruntime's one-line
+    reason; None itself when no session can be made."""
     import onnxruntime as ort
 
     feeds_types = {}
@@ -250,7 +274,7 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None):
         elem = vi.type.tensor_type.elem_type
         if not elem or elem == onnx.TensorProto.STRING:
             return None
-        feeds_types[vi.name] = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        feeds_types[vi.name] = elem
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4
@@ -260,11 +284,15 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None):
     except Exception:  # noqa: BLE001 - no session: the shapes stay as the defaults say
         return None
 
+    quiet = ort.RunOptions()
+    quiet.log_severity_level = 4  # a refused shape is an expected answer, not a log line
+
     def run(shapes: dict[str, list[int]]) -> str | None:
         if set(shapes) != set(feeds_types):
             return "an input has no shape"
         try:
-            session.run(None, {n: np.zeros(shapes[n], t) for n, t in feeds_types.items()})
+            session.run(None, {n: _value_or_zeros(values.get(n), shapes[n], e) for n, e in feeds_types.items()},
+                        quiet)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal of this shape
             return first_line(exc)
         return None
@@ -273,7 +301,7 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None):
 
 
 def priced_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
-                  weights: WeightStore | None = None) -> dict[str, Sized]:
+                  weights: WeightStore | None = None, values: dict[str, np.ndarray] | None = None) -> dict[str, Sized]:
     """Every main-graph tensor's type and concrete dims when the fed inputs have ``shapes``
     (docs/architecture.md, "Dynamic shapes"): the graph itself keeps its symbolic dims.
 
@@ -286,7 +314,7 @@ def priced_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], note: No
     sized = _sized(inferred.graph)
     wanted = [o for node in model.graph.node for o in node.output if o and o not in sized]
     if wanted and set(shapes) >= {vi.name for vi in fed_inputs(model.graph)}:
-        sized.update(_probe_sizes(model, wanted, shapes, note, weights))
+        sized.update(_probe_sizes(model, wanted, shapes, note, weights, values or {}))
     return sized
 
 
@@ -314,7 +342,7 @@ def _sized(graph: onnx.GraphProto) -> dict[str, Sized]:
 
 
 def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, list[int]], note: Note,
-                 weights: WeightStore | None) -> dict[str, Sized]:
+                 weights: WeightStore | None, values: dict[str, np.ndarray]) -> dict[str, Sized]:
     if tensor_payload_bytes(model) + (weights.nbytes if weights is not None else 0) > PROBE_MAX_BYTES:
         note(Diagnostic("normalize", "probe-skipped", "", f"{len(names)} tensors have unknown shapes at the "
                         "pricing shape; the model is too large to probe them"))
@@ -325,7 +353,7 @@ def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, lis
         elem = vi.type.tensor_type.elem_type
         if not elem or elem == onnx.TensorProto.STRING:
             return {}
-        feeds[vi.name] = np.zeros(shapes[vi.name], dtype=onnx.helper.tensor_dtype_to_np_dtype(elem))
+        feeds[vi.name] = _value_or_zeros(values.get(vi.name), shapes[vi.name], elem)
     values = _run_probe(runnable, names, feeds, note)
     return {n: (onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in values.items()}
 

@@ -140,34 +140,39 @@ def _kahn_order(graph: onnx.GraphProto) -> list[int] | None:
     return order if len(order) == len(graph.node) else None
 
 
-def kahn_order(deps: Sequence[Iterable[int]], prefer: Callable[[int], bool] | None = None) -> list[int]:
+def kahn_order(deps: Sequence[Iterable[int]], prefer: Callable[[int], bool] | None = None,
+               early: Callable[[int], bool] | None = None) -> list[int]:
     """Kahn's algorithm over node indices: node ``i`` waits for every index in ``deps[i]`` (one
     listed twice is waited for twice). Ties keep the index order. With ``prefer``, two ready
     queues: while the current run is of preferred nodes it keeps taking ready preferred ones,
-    so the others gather between runs instead of splitting them. Nodes on a cycle are left out
-    of the order."""
+    so the others gather between runs instead of splitting them. A ready ``early`` node is
+    taken before anything else (work that no preferred node precedes goes before their runs
+    instead of waiting until a run needs it). Nodes on a cycle are left out of the order."""
     wanted = prefer if prefer is not None else (lambda i: True)
+    first = early if early is not None else (lambda i: False)
     indegree = [0] * len(deps)
     consumers: list[list[int]] = [[] for _ in deps]
     for i, waits in enumerate(deps):
         for d in waits:
             indegree[i] += 1
             consumers[d].append(i)
-    ready: tuple[list[int], list[int]] = ([], [])  # (preferred, others), heaps of indices
+    ready: tuple[list[int], list[int], list[int]] = ([], [], [])  # (early, preferred, others) heaps
+    queue_of = lambda i: 0 if first(i) else 1 if wanted(i) else 2  # noqa: E731
     for i, deg in enumerate(indegree):
         if deg == 0:
-            heapq.heappush(ready[0 if wanted(i) else 1], i)
+            heapq.heappush(ready[queue_of(i)], i)
     order: list[int] = []
     in_preferred_run = True
-    while ready[0] or ready[1]:
-        queue = ready[0] if (ready[0] and (in_preferred_run or not ready[1])) else ready[1]
+    while any(ready):
+        early_q, preferred, others = ready
+        queue = early_q or (preferred if (preferred and (in_preferred_run or not others)) else others)
         i = heapq.heappop(queue)
-        in_preferred_run = queue is ready[0]
+        in_preferred_run = queue is preferred or (in_preferred_run and queue is early_q)
         order.append(i)
         for c in consumers[i]:
             indegree[c] -= 1
             if indegree[c] == 0:
-                heapq.heappush(ready[0 if wanted(c) else 1], c)
+                heapq.heappush(ready[queue_of(c)], c)
     return order
 
 

@@ -34,7 +34,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from onnxmlu.ir.graphs import iter_graphs, node_subgraphs
+from onnxmlu.ir.graphs import iter_graphs, node_subgraphs, sort_graphs
 from onnxmlu.ir.weights import WeightStore, copy_field, is_marker, skeleton
 
 _GRAPH_DATA = ("node", "initializer", "sparse_initializer", "value_info", "input", "output")
@@ -190,10 +190,16 @@ def _refresh_value_info(model: onnx.ModelProto) -> None:
 
 
 def export_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
-    """The rewritten graph with the model-level fields of ``original``."""
-    graph.cleanup().toposort()
+    """The rewritten graph with the model-level fields of ``original``.
+
+    The nodes are put in order by :func:`~onnxmlu.ir.sort_graphs` (Kahn's algorithm, a loop)
+    after export, not by graphsurgeon's ``toposort``: that one recurses once per node along a
+    dependency chain, and an unrolled reverse LSTM of a few hundred steps whose consumer is
+    listed first goes past Python's recursion limit."""
+    graph.cleanup()
     model = onnx.ModelProto()
     _export_graph_into(model.graph, graph)
+    sort_graphs(model.graph)
     for fd, value in original.ListFields():
         if fd.name != "graph":
             copy_field(model, fd, value)

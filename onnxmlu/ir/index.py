@@ -123,8 +123,9 @@ def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
 
 
 def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool],
-                      index: GraphIndex | None = None) -> list[int]:
-    """A topological order of the node indices that keeps ``prefer``-ed nodes in long runs.
+                      index: GraphIndex | None = None, early: Callable[[int], bool] | None = None) -> list[int]:
+    """A topological order of the node indices that keeps ``prefer``-ed nodes in long runs
+    (``early`` nodes first: see :func:`~onnxmlu.ir.graphs.kahn_order`).
 
     :func:`~onnxmlu.ir.graphs.kahn_order` (the one topological sort, also behind
     :func:`~onnxmlu.ir.sort_graphs`): host nodes gather between runs of accelerator nodes
@@ -141,7 +142,7 @@ def topological_order(graph: onnx.GraphProto, prefer: Callable[[int], bool],
             node = graph.node[i]
             raise OnnxMluError(f"node {node.name or node.op_type!r} reads tensor {unknown!r}, "
                                "which no node, input or initializer provides")
-    order = kahn_order(deps, prefer)
+    order = kahn_order(deps, prefer, early)
     if len(order) != len(graph.node):
         placed = set(order)
         stuck = [graph.node[i].name or graph.node[i].op_type for i in range(len(graph.node)) if i not in placed]

@@ -5,7 +5,9 @@ all its subgraphs and returns a new model plus a :class:`RewriteReport`:
 
 * ``bn``   weighted BatchNormalization -> BN-norm + Mul + Add (or folded, ``bn_mode="fold"``);
 * ``gemm`` Gemm -> (Transpose) MatMul (+ Mul) (+ Add), constants pre-transposed and pre-scaled;
-* ``rnn``  LSTM / GRU / RNN -> unrolled per-step cells of MatMul/Add/Mul/activations.
+* ``rnn``  LSTM / GRU / RNN -> unrolled per-step cells of MatMul/Add/Mul/activations;
+* ``dqlstm`` com.microsoft DynamicQuantizeLSTM -> the same cells with INT8 products
+  (DynamicQuantizeLinear + MatMulInteger), as onnxruntime computes them.
 
 Each family lives in its own module whose docstring states the maths; ``base`` holds the
 rewriter protocol and the driver. Nodes a rewriter refuses stay on the host; each is a
@@ -19,12 +21,13 @@ from typing import Collection
 import onnx
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.ir import copy_model, is_default_domain, iter_graphs, opset_version
+from onnxmlu.ir import copy_model, iter_graphs, opset_version
 from onnxmlu.ir.graphsurgeon import export_model, import_graph
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.registry import Registry
-from onnxmlu.rewrite.base import NameAllocator, RewriteContext, RewriteReport, constant_value, run_rewriter
+from onnxmlu.rewrite.base import NameAllocator, RewriteContext, RewriteReport, constant_value, in_domain, run_rewriter
 from onnxmlu.rewrite.batchnorm import BatchNormRewriter
+from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
 from onnxmlu.rewrite.rnn import RecurrentRewriter
 
@@ -39,7 +42,8 @@ __all__ = [
 
 #: name -> rewriter class (called with the rewrite options); they run in this order.
 REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("gemm", GemmRewriter),
-                                                  ("rnn", RecurrentRewriter)])
+                                                  ("rnn", RecurrentRewriter),
+                                                  ("dqlstm", DynamicQuantizeLSTMRewriter)])
 REWRITER_NAMES = REWRITERS.names()
 
 BN_MODES = ("substitute", "fold")
@@ -95,6 +99,5 @@ def rewrite_owned(model: onnx.ModelProto, *, bn_mode: str = "substitute", only: 
 
 def _has_candidates(model: onnx.ModelProto, rewriters) -> bool:
     """Whether any graph holds a default-domain node one of ``rewriters`` looks at."""
-    ops = {op for r in rewriters for op in r.op_types}
-    return any(node.op_type in ops and is_default_domain(node.domain)
-               for graph in iter_graphs(model.graph) for node in graph.node)
+    return any(node.op_type in r.op_types and in_domain(node.domain, r)
+               for graph in iter_graphs(model.graph) for node in graph.node for r in rewriters)

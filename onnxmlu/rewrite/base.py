@@ -244,13 +244,20 @@ class Rewriter(Protocol):
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None: ...
 
 
+def in_domain(domain: str | None, rewriter) -> bool:
+    """Whether a node of ``domain`` is the rewriter's: the standard domain unless the rewriter
+    names another in its ``domain`` attribute (com.microsoft's contrib ops)."""
+    wanted = getattr(rewriter, "domain", "")
+    return is_default_domain(domain) if is_default_domain(wanted) else domain == wanted
+
+
 def run_rewriter(rewriter: Rewriter, ctx: RewriteContext, report: RewriteReport) -> int:
     """Apply ``rewriter`` to every matching node of ``ctx.graph`` and its subgraphs."""
     count = 0
     for node in list(ctx.graph.nodes):
         for sub in gs_subgraphs(node):
             count += run_rewriter(rewriter, ctx.for_graph(sub), report)
-        if node.op not in rewriter.op_types or not is_default_domain(node.domain):
+        if node.op not in rewriter.op_types or not in_domain(node.domain, rewriter):
             continue
         if not node.outputs:  # already replaced as part of another rewrite
             continue

@@ -25,9 +25,13 @@ Modes:
 
   Otherwise it becomes ``Mul(a)`` + ``Add(b)``.
 
+Parameters that are not compile-time constants (computed by nodes that folding left, such as
+the ``ConstantOfShape`` weights of caffe2 exports) give the affine form in both modes, with
+``a`` and ``b`` computed by nodes (float arithmetic in the model's type rather than float64).
+
 The node is left on the host, with the reason, when it runs in training mode
 (``training_mode=1``), when a training output (running / saved mean and variance) is consumed,
-when any of scale / B / mean / var is not a compile-time constant, or when the input rank
+when non-constant parameters have another element type than the input, or when the input rank
 (needed for the broadcast shape) is unknown.
 """
 
@@ -69,14 +73,16 @@ class BatchNormRewriter:
             return f"input {x.name} has element type {x.dtype}, need float16/float/double"
         params = [node_input(node, i) for i in range(1, 5)]
         dynamic = [n for n, t in zip(PARAM_NAMES, params) if constant_value(t) is None]
-        if dynamic:
-            return f"non-constant {'/'.join(dynamic)}: statistics/parameters are not compile-time constants"
+        mixed = [n for n, t in zip(PARAM_NAMES, params) if tensor_dtype(t) != tensor_dtype(x)]
+        if dynamic and mixed:
+            return (f"non-constant {'/'.join(dynamic)} and {'/'.join(mixed)} of another element type than "
+                    f"{x.name}: the affine form would need casts")
         shape = tensor_shape(x)
         if shape is None:
             return f"rank of input {x.name} is unknown (shape inference gave no shape)"
         if len(shape) < 2:
             return f"input {x.name} has rank {len(shape)} < 2"
-        if self.mode == "substitute" and _is_trivial(params):
+        if not dynamic and self.mode == "substitute" and _is_trivial(params):
             return "already normalization-only (scale=1, B=0)"
         return None
 
@@ -85,6 +91,9 @@ class BatchNormRewriter:
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         x = node.inputs[0]
         dtype = tensor_dtype(x)
+        if any(constant_value(node_input(node, i)) is None for i in range(1, 5)):
+            self._affine_nodes(node, ctx, ctx.builder(node, dtype))
+            return
         scale, bias, mean, var = (
             constant_value(node_input(node, i)).astype(np.float64) for i in range(1, 5)
         )
@@ -105,6 +114,24 @@ class BatchNormRewriter:
         y = detach(node, ctx.graph)[0]
         scaled = b.mul(x, b.const(a.reshape(pshape), "scale"), name="scale")
         b.finish(b.add(scaled, b.const(shift.reshape(pshape), "shift"), name="shift"), y)
+
+    @staticmethod
+    def _affine_nodes(node, ctx, b) -> None:
+        """Parameters that are not constants (computed by nodes: ``ConstantOfShape`` weights
+        folding left, a weight chain): ``a`` and ``b`` of the affine form are computed by nodes
+        too. Their inputs are constant or host work, which the node order places before the
+        layers (:func:`onnxmlu.analyze.layers.hoisted_host_nodes`), so ``x * a + b`` stays in the
+        block of its neighbours."""
+        x = node.inputs[0]
+        scale, bias, mean, var = (node_input(node, i) for i in range(1, 5))
+        eps = float(node.attrs.get("epsilon", 1e-5))
+        a = b.op("Div", [scale, b.unary("Sqrt", b.add(var, b.scalar(eps), name="var_eps"), name="std")], name="a")
+        shift = b.sub(bias, b.mul(mean, a, name="mean_a"), name="shift")
+        if int(node.attrs.get("spatial", 1)):  # per-channel [C] -> [C, 1, ..., 1]
+            trailing = [1] * (len(tensor_shape(x)) - 2)
+            a, shift = b.reshape(a, [-1, *trailing], name="a_c"), b.reshape(shift, [-1, *trailing], name="shift_c")
+        y = detach(node, ctx.graph)[0]
+        b.finish(b.add(b.mul(x, a, name="scale"), shift, name="shift_add"), y)
 
     @staticmethod
     def _substitute(node, ctx, b, params, pshape, param_dtype) -> None:

@@ -45,17 +45,18 @@ class Builder:
         self.weights = weights  # where large new constants go (None: into the graph)
 
     def child(self, scope: str) -> Builder:
-        return Builder(
+        """A builder of the same kind for a named scope of this graph."""
+        return type(self)(
             self.graph, self.opset, self.names, f"{self.prefix}/{scope}", self.dtype, self._cache, self.weights
         )
 
     def without_store(self) -> Builder:
         """This builder with every new constant kept in the graph (a subgraph's weights)."""
-        return Builder(self.graph, self.opset, self.names, self.prefix, self.dtype, self._cache, None)
+        return type(self)(self.graph, self.opset, self.names, self.prefix, self.dtype, self._cache, None)
 
     def in_graph(self, graph: gs.Graph, scope: str) -> Builder:
-        """A builder for ``graph`` (a subgraph): its own scalars, constants kept in it."""
-        return Builder(graph, self.opset, self.names, f"{self.prefix}/{scope}", self.dtype, {}, None)
+        """A builder of the same kind for ``graph`` (a subgraph): its own scalars, constants kept in it."""
+        return type(self)(graph, self.opset, self.names, f"{self.prefix}/{scope}", self.dtype, {}, None)
 
     # ---------------------------------------------------------------- tensors
 

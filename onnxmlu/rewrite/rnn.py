@@ -444,10 +444,11 @@ def _initial(b: Builder, tensor: gs.Tensor | None, d: int, layout: int, name: st
     return None if tensor is None else b.gather(tensor, d, axis=layout, name=name)
 
 
-def run_direction(b: Builder, plan: Plan, node: gs.Node, d: int, masks) -> tuple[list, tuple]:
+def run_direction(b: Builder, plan: Plan, node: gs.Node, d: int, masks,
+                  prepare: Callable[..., Weights] = prepare_weights) -> tuple[list, tuple]:
     """Unroll one direction; returns (Y_t per time index, final state)."""
     seq_axis = 0 if plan.layout == 0 else 1
-    w = prepare_weights(b, plan, node, d)
+    w = prepare(b, plan, node, d)
     xw = b.matmul(node.inputs[0], w.w_t, name="XW")
     if w.bias is not None:
         xw = b.add(xw, w.bias, name="XW_bias")
@@ -477,17 +478,19 @@ def _stack_directions(b: Builder, parts: list[gs.Tensor], layout: int, name: str
     return b.concat(expanded, axis, name=name)
 
 
-def lower(node: gs.Node, ctx: RewriteContext, plan: Plan) -> None:
+def lower(node: gs.Node, ctx: RewriteContext, plan: Plan, b: Builder | None = None,
+          prepare: Callable[..., Weights] = prepare_weights) -> None:
     """Each direction unrolled (a static length) or as one Scan over time (a symbolic one);
-    then Y, Y_h and Y_c from the directions' results."""
-    b = ctx.builder(node, plan.dtype)
+    then Y, Y_h and Y_c from the directions' results. ``b`` and ``prepare``: the builder and
+    the weights of a variant of the cell (:mod:`onnxmlu.rewrite.dqlstm`'s quantized products)."""
+    b = b if b is not None else ctx.builder(node, plan.dtype)
     unrolled = plan.seq_len is not None
     lens = node_input(node, 4)
     masks = step_masks(b, plan, lens) if unrolled else lens
     results = []
     for d, direction in enumerate(plan.directions):
         bd = b.child("fw" if direction == "forward" else "bw") if plan.ndir == 2 else b
-        results.append((run_direction if unrolled else _scan_direction)(bd, plan, node, d, masks))
+        results.append((run_direction if unrolled else _scan_direction)(bd, plan, node, d, masks, prepare))
     y_out, yh_out = node_output(node, 0), node_output(node, 1)
     yc_out = node_output(node, 2) if plan.op == "LSTM" else None
     detach(node, ctx.graph)
@@ -518,11 +521,12 @@ def _scanned_y(b: Builder, plan: Plan, results: list) -> gs.Tensor:
     return b.concat(parts, axis, name="Y")
 
 
-def _scan_direction(b: Builder, plan: Plan, node: gs.Node, d: int, lens: gs.Tensor | None) -> tuple:
+def _scan_direction(b: Builder, plan: Plan, node: gs.Node, d: int, lens: gs.Tensor | None,
+                    prepare: Callable[..., Weights] = prepare_weights) -> tuple:
     """One direction as a Scan: (Y_d in time order, final states)."""
     seq_axis, batch_axis = (0, 1) if plan.layout == 0 else (1, 0)
     reverse = plan.directions[d] == "reverse"
-    w = prepare_weights(b.without_store(), plan, node, d)  # the body's weights live in the body
+    w = prepare(b.without_store(), plan, node, d)  # the body's weights live in the body
     xw = b.matmul(node.inputs[0], w.w_t, name="XW")
     if w.bias is not None:
         xw = b.add(xw, w.bias, name="XW_bias")

@@ -24,7 +24,7 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
     progress.say(f"loading {Path(model).name}")
     proto = load_model(model)
     shapes = concrete_shapes(proto, input_shapes)  # a range runs at its opt
-    feeds = inputs if inputs is not None else random_inputs(proto, seed, shapes=shapes)
+    feeds = random_inputs(proto, seed, shapes=shapes, given=inputs)
     progress.say("creating the session")
     session = InferenceSession(proto)
     names = [o.name for o in session.get_outputs()]

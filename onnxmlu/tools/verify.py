@@ -85,16 +85,21 @@ class CheckReport:
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int] | None = None,
-                  shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
-    """Seeded random feeds for the model's true inputs (initializers excluded).
+                  shapes: Mapping[str, Sequence[int]] | None = None,
+                  given: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Seeded random feeds for the model's true inputs (initializers excluded), with the arrays
+    in ``given`` in place of their inputs: an input the caller gives (a string input, which has
+    no random draw) is never drawn.
 
     ``shapes`` gives whole input shapes by input name; ``dims`` sizes symbolic dims by name;
     other symbolic dims take the pricing defaults of :func:`onnxmlu.frontend.pins.concrete_shapes`.
     """
     rng = np.random.default_rng(seed)
-    feeds = {}
+    feeds = dict(given or {})
     defaults = concrete_shapes(model)
     for value in fed_inputs(model.graph):
+        if value.name in feeds:
+            continue
         tensor_type = value.type.tensor_type
         if shapes and value.name in shapes:
             shape = [int(d) for d in shapes[value.name]]
@@ -105,13 +110,6 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
         feeds[value.name] = _random_array(rng, shape, dtype)
     return feeds
-
-
-def _run(session, names: Sequence[str], feeds: dict, what: str) -> list:
-    try:
-        return session.run(names, feeds)
-    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
-        raise OnnxMluError(f"{what}: {first_line(exc)} (give valid values with --inputs FILE.npz)") from None
 
 
 def check_shapes(model: onnx.ModelProto, pins: Pins | None) -> list[tuple[str, dict[str, list[int]]]]:
@@ -270,7 +268,7 @@ def _check_at(label: str, at: dict[str, list[int]], ref, sess, names: list[str],
     model cannot run, or (``by_tolerance``: no budget decides) an output is off."""
     result = _AtShape(ShapeRun(label, at, "ok"))
     for seed in seeds:
-        feeds = random_inputs(original, seed, shapes=at) | dict(inputs or {})
+        feeds = random_inputs(original, seed, shapes=at, given=inputs)
         shown = {k: list(np.shape(v)) for k, v in feeds.items()}
         say(f"running both models, seed {seed}, at the {label} shape")
         try:
@@ -289,3 +287,29 @@ def _check_at(label: str, at: dict[str, list[int]], ref, sess, names: list[str],
     failed = by_tolerance and any(not d.ok for d in result.diffs)
     result.shape = ShapeRun(label, {k: list(np.shape(v)) for k, v in feeds.items()}, "failed" if failed else "ok")
     return result
+#: Element types whose block boundaries onnxruntime may retype: its CPU provider runs a 16-bit
+#: float node that has no 16-bit kernel in float between Casts, and drops a Cast next to a block
+#: (a node of any type). The library converts; a fused model holding them is loaded to be sure.
+_RETYPED = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
+
+
+def needs_load_check(fused: onnx.ModelProto) -> bool:
+    """Whether a written fused model must be loaded before ``fuse`` trusts it: when a tensor of
+    its main graph has a type whose boundaries onnxruntime may retype (:data:`_RETYPED`). Other
+    models are sound by construction (collapse's invariants) and are not loaded, which would
+    cost every fuse an inner session per block."""
+    graph = fused.graph
+    return any(vi.type.tensor_type.elem_type in _RETYPED for vi in (*graph.input, *graph.output, *graph.value_info))
+
+
+def load_error(path) -> str | None:
+    """The first line of onnxruntime's refusal to load the fused model at ``path`` with the
+    library registered, or None when it loads."""
+    from onnxmlu.runtime import InferenceSession
+
+    try:
+        InferenceSession(str(path), block_layouts=False)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
+        return first_line(exc)
+    return None
+

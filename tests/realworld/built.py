@@ -4,8 +4,9 @@ Each builder returns an ``onnx.ModelProto`` (deterministic: fixed seeds) that mi
 exporter emits: model-local functions (``export_modules_as_functions``), weights computed by
 ConstantOfShape/Unsqueeze/Expand chains, shape arithmetic on a symbolic batch, LSTMs inside If
 branches of a main graph stored out of topological order (branch weights from outer-scope
-Constants), and onnxruntime-quantized graphs (QOperator and dynamic quantization, com.microsoft
-contrib ops). :data:`BUILDERS` maps a name to
+Constants), onnxruntime-quantized graphs (QOperator, QDQ and dynamic quantization, com.microsoft
+contrib ops), a float16 model, onnxruntime's own LayerNormalization in an opset-14 model, a
+200-step bidirectional LSTM and a string input. :data:`BUILDERS` maps a name to
 its builder; ``corpus.py`` caches the built files next to the downloaded ones.
 """
 
@@ -226,9 +227,9 @@ def _lstm_matmul() -> onnx.ModelProto:
     return _model(graph)
 
 
-def _quantize(model: onnx.ModelProto, static: bool) -> onnx.ModelProto:
-    """Run onnxruntime's quantizer on ``model`` (static QOperator with fixed calibration data,
-    or dynamic) and return the result."""
+def _quantize(model: onnx.ModelProto, static: bool, qdq: bool = False) -> onnx.ModelProto:
+    """Run onnxruntime's quantizer on ``model`` (static QOperator, or QDQ with ``qdq``, with
+    fixed calibration data, or dynamic) and return the result."""
     from onnxruntime import quantization as q
 
     logging.getLogger().setLevel(logging.ERROR)  # the quantizer logs pre-processing advice
@@ -246,7 +247,7 @@ def _quantize(model: onnx.ModelProto, static: bool) -> onnx.ModelProto:
                 def get_next(self):
                     return next(self._it, None)
 
-            q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QOperator,
+            q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ if qdq else q.QuantFormat.QOperator,
                               activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)  # fmt: skip
         else:
             q.quantize_dynamic(src, dst, weight_type=q.QuantType.QUInt8)
@@ -268,8 +269,77 @@ def ort_dynamic_quant_lstm() -> onnx.ModelProto:
     return _quantize(_lstm_matmul(), static=False)
 
 
+def ort_qdq_cnn() -> onnx.ModelProto:
+    """:func:`conv_bn_relu_gemm` (batch 1) statically quantized by onnxruntime in QDQ format:
+    QuantizeLinear/DequantizeLinear pairs around the float operators."""
+    model = conv_bn_relu_gemm()
+    for vi in (*model.graph.input, *model.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_value = 1
+    return _quantize(model, static=True, qdq=True)
+
+
+def fp16_conv_chain() -> onnx.ModelProto:
+    """A float16 model (input, weights, output) with a symbolic length: Relu -> Conv -> Relu ->
+    Conv -> Relu; onnxruntime's CPU provider runs its Convs in float between Casts."""
+    rng = np.random.default_rng(8)
+    half = TensorProto.FLOAT16
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Conv", ["a", "w1"], ["b"], pads=[1, 1]),
+             helper.make_node("Relu", ["b"], ["c"]), helper.make_node("Conv", ["c", "w2"], ["d"], pads=[1, 1]),
+             helper.make_node("Relu", ["d"], ["y"])]
+    inits = [_init("w1", _rand(rng, 8, 8, 3).astype(np.float16)), _init("w2", _rand(rng, 8, 8, 3).astype(np.float16))]
+    graph = helper.make_graph(nodes, "fp16_conv_chain", [helper.make_tensor_value_info("x", half, [1, 8, "L"])],
+                              [helper.make_tensor_value_info("y", half, [1, 8, "L"])], inits)
+    return _model(graph)
+
+
+def ort_optimized_layernorm14() -> onnx.ModelProto:
+    """What onnxruntime's optimizer saves for an opset-14 transformer block: its own
+    LayerNormalization (ONNX has it from opset 17) between two MatMuls."""
+    rng = np.random.default_rng(9)
+    d = 32
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]),
+             helper.make_node("LayerNormalization", ["h", "g", "b"], ["n"], axis=-1, epsilon=1e-5),
+             helper.make_node("MatMul", ["n", "W2"], ["y"])]
+    inits = [_init("W1", _rand(rng, d, d)), _init("W2", _rand(rng, d, d)),
+             _init("g", (1 + _rand(rng, d)).astype(np.float32)), _init("b", _rand(rng, d))]
+    graph = helper.make_graph(nodes, "layernorm14", [helper.make_tensor_value_info("x", FLOAT, [1, 16, d])],
+                              [helper.make_tensor_value_info("y", FLOAT, [1, 16, d])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], producer_name="onnxmlu-tests")
+    model.ir_version = 7
+    return model
+
+
+def long_bidirectional_lstm() -> onnx.ModelProto:
+    """A bidirectional LSTM over 200 steps between two Relus (an EEG model's shape): the
+    unrolled reverse direction is a dependency chain hundreds of nodes deep."""
+    rng = np.random.default_rng(10)
+    steps, feat, hidden = 200, 8, 8
+    nodes = [helper.make_node("Relu", ["x"], ["xr"]),
+             helper.make_node("LSTM", ["xr", "W", "R", "B"], ["Y"], hidden_size=hidden, direction="bidirectional"),
+             helper.make_node("Relu", ["Y"], ["y"])]
+    inits = [_init("W", _rand(rng, 2, 4 * hidden, feat, scale=0.3)), _init("R", _rand(rng, 2, 4 * hidden, hidden, scale=0.3)),
+             _init("B", _rand(rng, 2, 8 * hidden))]
+    graph = helper.make_graph(nodes, "long_bilstm", [helper.make_tensor_value_info("x", FLOAT, [steps, 1, feat])],
+                              [helper.make_tensor_value_info("y", FLOAT, None)], inits)
+    return _model(graph)
+
+
+def string_input_mlp() -> onnx.ModelProto:
+    """A model with a string input beside its float one (a tokenizer's pass-through)."""
+    rng = np.random.default_rng(11)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"]),
+             helper.make_node("Identity", ["text"], ["text_out"])]
+    graph = helper.make_graph(
+        nodes, "string_input", [helper.make_tensor_value_info("x", FLOAT, [1, 16]),
+                                helper.make_tensor_value_info("text", TensorProto.STRING, [1])],
+        [helper.make_tensor_value_info("y", FLOAT, [1, 16]), helper.make_tensor_value_info("text_out", TensorProto.STRING, [1])],
+        [_init("W", _rand(rng, 16, 16))])
+    return _model(graph)
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
-              lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm)
+              lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm, ort_qdq_cnn, fp16_conv_chain,
+              ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp)
 }  # fmt: skip

@@ -187,6 +187,11 @@ MODELS: list[ModelCase] = [
     _case("built_qoperator_cnn", "built", "ort_static_quant_cnn", classes=("contrib-ops", "quantized")),
     _case("built_dynquant_lstm", "built", "ort_dynamic_quant_lstm", {"x": [8, 1, 16]},
           ("contrib-ops", "quantized", "lstm")),
+    _case("built_qdq_cnn", "built", "ort_qdq_cnn", classes=("qdq", "quantized")),
+    _case("built_fp16_conv", "built", "fp16_conv_chain", {"x": [1, 8, 32]}, ("fp16", "symbolic-dims")),
+    _case("built_layernorm14", "built", "ort_optimized_layernorm14", classes=("ort-optimizer", "opset14")),
+    _case("built_long_bilstm", "built", "long_bidirectional_lstm", classes=("lstm", "bidirectional", "long")),
+    _case("built_string_input", "built", "string_input_mlp", classes=("string-input",), values={"text": "hello"}),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)

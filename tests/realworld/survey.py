@@ -4,7 +4,9 @@
 
 Each model runs in its own worker process (so a crash or hang costs one row): the worker runs
 ``onnxmlu fuse MODEL OUT --input-shape ... --json -`` in a fresh temporary working directory,
-notes any file left there, counts MLUFusionBlock and host nodes (subgraphs included), and runs
+notes any file left there, counts MLUFusionBlock and host nodes (subgraphs included) and the
+heavy nodes (Conv, MatMul, Gemm, LSTM, ... in every graph, block bodies included) inside blocks
+(``heavy``: in blocks / all, read from the fused file alone, so any version's output compares), and runs
 the original (graph optimizations disabled) and the fused model (custom-op library registered)
 in onnxruntime on the same seeded inputs, at the pins and at ``corpus.other_shapes`` (column
 ``shapes``: matched / run there; shapes the original refuses are not counted). ``--unpinned``
@@ -33,11 +35,17 @@ import corpus
 import onnxmlu
 
 CLI = Path(sys.executable).with_name("onnxmlu")
+#: What carries a model's arithmetic (kept here, not imported, so any version's output reads).
+HEAVY_OPS = frozenset({
+    "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "QLinearConv", "ConvInteger",
+    "QLinearMatMul", "MatMulInteger", "QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
+    "DynamicQuantizeLSTM", "QAttention", "FusedConv", "FusedMatMul", "FusedGemm",
+})
 BLOCK = ("com.onnxmlu", "MLUFusionBlock")
-COLUMNS = ("id", "package", "fuse", "blocks", "host", "max_err", "shapes", "blk-u", "host-u", "orig", "fused",
-           "secs", "cwd")
-WIDTHS = (24, 22, 4, 6, 5, 8, 6, 5, 6, 7, 7, 6, 5)
-LEFT = {0, 1, 2, 12}  # left-aligned columns
+COLUMNS = ("id", "package", "fuse", "blocks", "host", "heavy", "max_err", "shapes", "blk-u", "host-u", "orig",
+           "fused", "secs", "cwd")
+WIDTHS = (24, 22, 4, 6, 5, 9, 8, 6, 5, 6, 7, 7, 6, 5)
+LEFT = {0, 1, 2, 13}  # left-aligned columns
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 ORT_LOG = re.compile(r"^\S+ \S+ \[[VIWEF]:onnxruntime:")  # onnxruntime's own log lines
 
@@ -68,6 +76,27 @@ def _count(graph) -> tuple[int, int]:
     return blocks, host
 
 
+def _heavy(graph, in_block: bool = False) -> tuple[int, int]:
+    """(heavy nodes inside block bodies, heavy nodes) of ``graph`` and everything nested in
+    it, block bodies decoded (the file format: a uint8 ``body`` tensor holding a ModelProto)."""
+    inside = total = 0
+    for node in graph.node:
+        subs = [a.g for a in node.attribute if a.HasField("g")] + [g for a in node.attribute for g in a.graphs]
+        if (node.domain, node.op_type) == BLOCK:
+            body = next((a for a in node.attribute if a.name == "body"), None)
+            raw = body.t.raw_data if body is not None and body.HasField("t") else (body.s if body is not None else b"")
+            subs, in_here = [onnx.load_from_string(raw).graph] if raw else [], True
+        else:
+            in_here = in_block
+            if node.op_type in HEAVY_OPS:
+                total += 1
+                inside += in_block
+        for sub in subs:
+            i, t = _heavy(sub, in_here)
+            inside, total = inside + i, total + t
+    return inside, total
+
+
 def _compare(case: corpus.ModelCase, original: Path, fused: Path, shapes: dict | None = None) -> float:
     """Max abs difference over all outputs at the pins (or ``shapes``); raises on a shape
     mismatch, and where either model fails."""
@@ -90,7 +119,9 @@ def _compare(case: corpus.ModelCase, original: Path, fused: Path, shapes: dict |
     for name, a, b in zip(names, ref, got):
         if a.shape != b.shape:
             raise ValueError(f"output {name}: shape {list(b.shape)}, expected {list(a.shape)}")
-        if a.size:
+        if a.dtype.kind in "OUS":  # strings: equal or not
+            err = max(err, 0.0 if np.array_equal(a, b) else float("inf"))
+        elif a.size:
             diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
             err = max(err, float(np.nanmax(np.where(np.isnan(a) & np.isnan(b), 0, diff))))
     return err
@@ -132,6 +163,17 @@ def _unpinned(original: Path, outdir: Path, cwd: Path, timeout: float) -> tuple:
     return _count(onnx.load(out, load_external_data=False).graph)
 
 
+def _fixed_inputs(case: corpus.ModelCase, original: Path, outdir: Path) -> list[str]:
+    """``--inputs`` with the values the case fixes (a sample rate), as the corpus test passes them."""
+    fixed = [name for name, value in case.values.items() if not isinstance(value, tuple)]
+    if not fixed:
+        return []
+    feeds = corpus.feeds(case, onnx.load(original, load_external_data=False))
+    path = outdir / "inputs.npz"  # removed with outdir; not counted in fused_bytes
+    np.savez(path, **{n: np.asarray(feeds[n], dtype=str) if feeds[n].dtype == object else feeds[n] for n in fixed})
+    return ["--inputs", str(path)]
+
+
 def work(case_id: str, timeout: float, unpinned: bool = False) -> dict:
     """Fuse and compare one case (runs inside the worker process)."""
     case = next(c for c in corpus.MODELS if c.id == case_id)
@@ -144,7 +186,8 @@ def work(case_id: str, timeout: float, unpinned: bool = False) -> dict:
     outdir, cwd = Path(tempfile.mkdtemp(prefix="survey-out-")), Path(tempfile.mkdtemp(prefix="survey-cwd-"))
     try:
         fused = outdir / f"{case.id}.fused.onnx"
-        cmd = [str(CLI), "fuse", str(original), str(fused), *case.shape_args(), "--json", "-"]
+        cmd = [str(CLI), "fuse", str(original), str(fused), *case.shape_args(), *_fixed_inputs(case, original, outdir),
+               "--json", "-"]
         start = time.perf_counter()
         try:
             proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
@@ -156,8 +199,11 @@ def work(case_id: str, timeout: float, unpinned: bool = False) -> dict:
             return row | {"error": f"fuse timed out after {timeout:g} s"}
         if proc.returncode != 0 or not fused.is_file():
             return row | {"error": _first_line(proc.stderr or proc.stdout)}
-        row["fused_bytes"] = sum(p.stat().st_size for p in outdir.iterdir())  # external data too
-        row["blocks"], row["host"] = _count(onnx.load(fused, load_external_data=False).graph)
+        row["fused_bytes"] = sum(p.stat().st_size for p in outdir.iterdir() if p.suffix != ".npz")  # external data too
+        fused_model = onnx.load(fused)
+        row["blocks"], row["host"] = _count(fused_model.graph)
+        row["heavy_in_blocks"], row["heavy"] = _heavy(fused_model.graph)
+        del fused_model
         try:
             row["max_abs_err"] = _compare(case, original, fused)
             row["shapes"] = _other_shapes(case, original, fused)
@@ -201,6 +247,7 @@ def format_row(row: dict) -> str:
     cells = [
         row["id"], row["package"], "ok" if "error" not in row else "FAIL",
         str(row.get("blocks", "-")), str(row.get("host", "-")),
+        f"{row['heavy_in_blocks']}/{row['heavy']}" if "heavy" in row else "-",
         "-" if err is None else f"{err:.1e}", str(row.get("shapes", "-")),
         str(row.get("blocks_unpinned", "-")), str(row.get("host_unpinned", "-")),
         _size(row.get("orig_bytes")), _size(row.get("fused_bytes")),

@@ -34,7 +34,7 @@ FEEDS = {"x": np.random.default_rng(1).uniform(-1, 1, (2, 3)).astype(np.float32)
 
 
 def test_public_names():
-    assert REWRITER_NAMES == ("bn", "gemm", "rnn")
+    assert REWRITER_NAMES == ("bn", "gemm", "rnn", "dqlstm")
     assert callable(constant_value)
 
 
@@ -174,7 +174,7 @@ def _lstm_body_model(ir_version=8, opset=14):
 def test_subgraphs_are_rewritten(ir_version, opset):
     model = _lstm_body_model(ir_version, opset)
     rewritten, report = rewrite_model(model)
-    assert report.applied == {"bn": 0, "gemm": 3, "rnn": 1}, report.skipped
+    assert report.applied == {"bn": 0, "gemm": 3, "rnn": 1, "dqlstm": 0}, report.skipped
     assert not {"Gemm", "LSTM"} & set(op_types(rewritten))
     full_check(rewritten)
     x = np.random.default_rng(3).uniform(-1, 1, (2, 3)).astype(np.float32)

@@ -199,9 +199,30 @@ def test_weights_behind_constant_and_identity_nodes():
         check_equivalent(model, feeds, mode)
 
 
+@pytest.mark.parametrize("source", ["inputs", "constant_of_shape"])
+def test_non_constant_parameters_give_the_affine_form(source):
+    """Parameters computed by nodes (caffe2 exports' ConstantOfShape weights) or fed as inputs:
+    ``a`` and ``b`` are computed by nodes, ``x * a + b`` matches onnxruntime's BN."""
+    rng = np.random.default_rng(6)
+    c, params = 3, _bn_params(rng, 3)
+    nodes, inputs, inits = [_bn_node(15, x="x")], [helper.make_tensor_value_info("x", F, [2, c, 4, 4])], {}
+    feeds = {"x": rng.uniform(-1, 1, (2, c, 4, 4)).astype(np.float32)}
+    if source == "inputs":
+        inputs += [helper.make_tensor_value_info(k, F, [c]) for k in params]
+        feeds.update(params)
+    else:  # ConstantOfShape of a constant shape: a constant that folding did not produce
+        inits["shape_c"] = np.array([c], np.int64)
+        nodes = [helper.make_node("ConstantOfShape", ["shape_c"], [k], value=numpy_helper.from_array(
+                 np.array([float(v[0])], np.float32))) for k, v in params.items()] + nodes
+    model = _model(nodes, inputs, [helper.make_tensor_value_info("y", F, None)], inits, 15)
+    for mode in ("substitute", "fold"):
+        rewritten = check_equivalent(model, feeds, mode)
+        assert "BatchNormalization" not in op_types(rewritten)
+
+
 @pytest.mark.parametrize(
     ("case", "reason"),
-    [("training", "training"), ("dynamic", "non-constant var"), ("rank", "rank"),
+    [("training", "training"), ("dynamic", "another element type"), ("rank", "rank"),
      ("outputs", "training outputs"), ("trivial", "already normalization-only")],
 )  # fmt: skip
 def test_refusals(case, reason):
@@ -211,9 +232,9 @@ def test_refusals(case, reason):
     inputs = [helper.make_tensor_value_info("x", F, [1, 2, 3] if case != "rank" else None)]
     if case == "training":
         attrs, outputs = {"training_mode": 1}, ["y", "rm", "rv"]
-    if case == "dynamic":
-        inputs.append(helper.make_tensor_value_info("var", F, [2]))
-        del params["var"]
+    if case == "dynamic":  # mean/var (T2) of float16 for a float input: the affine form needs casts
+        inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT16, [2]) for n in ("mean", "var")]
+        del params["var"], params["mean"]
     if case == "outputs":
         opset, outputs = 9, ["y", "rm"]
     if case == "trivial":

@@ -443,3 +443,25 @@ def test_bad_options():
     model = build(cfg, _arrays(cfg), 0)
     with pytest.raises(OnnxMluError):
         rewrite_model(model, only=["lstm"])
+
+
+@pytest.mark.parametrize("op,steps", [("LSTM", 300), ("GRU", 300), ("RNN", 400)])
+def test_long_reverse_recurrence_with_a_consumer_rewrites(op, steps):
+    """Length is never a reason to fail: a reverse recurrence unrolled to hundreds of steps, read
+    by a node listed after it, once made the export's recursive sort exceed Python's stack."""
+    rng = np.random.default_rng(3)
+    gates, inp, hidden = GATES[op], 2, 3
+    w = (rng.standard_normal((1, gates * hidden, inp)) * 0.3).astype(np.float32)
+    r = (rng.standard_normal((1, gates * hidden, hidden)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["xr"]),
+             helper.make_node(op, ["xr", "W", "R"], ["y"], hidden_size=hidden, direction="reverse"),
+             helper.make_node("Relu", ["y"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "long", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, inp])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(w, "W"), onnx.numpy_helper.from_array(r, "R")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rewritten, _ = rewrite_model(model)
+    assert op not in op_types(rewritten)
+    x = rng.standard_normal((steps, 1, inp)).astype(np.float32)
+    assert_close(run_ort(rewritten, {"x": x}), run_ort(model, {"x": x}), what=f"{op} x{steps}")

@@ -1,0 +1,115 @@
+"""Coverage: how much of a model's heavy work the plan puts on the accelerator.
+
+"Fuses" is not "accelerated": a model whose convolutions stay on the host fuses and matches
+and gains nothing. *Heavy* nodes are those that carry the arithmetic: Conv, ConvTranspose,
+MatMul, Gemm, Einsum, LSTM/GRU/RNN and their quantized forms (:data:`HEAVY_OPS`, any domain).
+They are counted in every graph after the rewrite: the main graph's layers (each in a block),
+its host nodes, and every node inside a host node's subgraphs (an ``If`` branch, a ``Loop``
+body), which runs on the host with its parent. A rewritten LSTM counts as the MatMuls of its
+cells. Shares:
+
+* ``heavy_share = heavy nodes in blocks / heavy nodes`` (1.0 for a model without any);
+* ``gops_share = heavy GOPs in blocks / (heavy GOPs in blocks + GOPs of the heavy host
+  nodes)``, the host nodes priced like layers (DLFusion Eq. 1-2) where their op and sizes
+  allow; the others (a Gemm or LSTM the rewriters refused, a node in a branch) are counted in
+  ``unpriced`` and left out of the share.
+
+Each heavy node on the host is listed with the reason the analysis gave it (or its parent's,
+for a node inside a subgraph).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx
+
+from onnxmlu.analyze.layers import Analysis, describe_layer, node_label
+from onnxmlu.analyze.optable import OP_KINDS, support_reason
+from onnxmlu.ir import node_subgraphs
+
+#: Op types that carry a model's arithmetic, in any domain (com.microsoft's quantized forms).
+HEAVY_OPS: frozenset[str] = frozenset({
+    "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN",
+    "QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger", "QGemm", "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention", "FusedConv", "FusedMatMul", "FusedGemm",
+})
+
+
+@dataclass
+class Coverage:
+    heavy_nodes: int = 0
+    heavy_in_blocks: int = 0
+    gops_in_blocks: float = 0.0
+    gops_on_host: float = 0.0
+    unpriced: int = 0  # heavy host nodes whose work could not be sized
+    heavy_on_host: list[dict] = field(default_factory=list)
+
+    @property
+    def heavy_share(self) -> float:
+        return self.heavy_in_blocks / self.heavy_nodes if self.heavy_nodes else 1.0
+
+    @property
+    def gops_share(self) -> float | None:
+        """None when no heavy work could be priced (every heavy node on the host unsized)."""
+        total = self.gops_in_blocks + self.gops_on_host
+        if total > 0:
+            return self.gops_in_blocks / total
+        return None if self.unpriced else 1.0
+
+    def to_dict(self) -> dict:
+        return {"heavy_nodes": self.heavy_nodes, "heavy_in_blocks": self.heavy_in_blocks,
+                "heavy_share": self.heavy_share, "gops_in_blocks": self.gops_in_blocks,
+                "gops_on_host": self.gops_on_host, "gops_share": self.gops_share, "unpriced": self.unpriced,
+                "heavy_on_host": list(self.heavy_on_host)}
+
+
+def coverage(analysis: Analysis) -> Coverage:
+    """The coverage of a plan over ``analysis`` (every layer is in a block)."""
+    found = Coverage()
+    for layer in analysis.layers:
+        if layer.op_type in HEAVY_OPS:
+            found.heavy_nodes += 1
+            found.heavy_in_blocks += 1
+        found.gops_in_blocks += layer.gops if layer.op_type in HEAVY_OPS else 0.0
+    nodes = analysis.model.graph.node
+    for i, reason in sorted(analysis.host_reasons.items()):
+        node = nodes[i]
+        if node.op_type in HEAVY_OPS:
+            _count_host(found, node, reason, "", _gops(node, analysis))
+        for sub in node_subgraphs(node):
+            _count_subgraph(found, sub, f"{node_label(node)} ({node.op_type})")
+    return found
+
+
+def _count_host(found: Coverage, node: onnx.NodeProto, reason: str, graph: str, gops: float | None) -> None:
+    found.heavy_nodes += 1
+    found.heavy_on_host.append({"node": node_label(node), "op_type": node.op_type, "graph": graph, "reason": reason})
+    if gops is None:
+        found.unpriced += 1
+    else:
+        found.gops_on_host += gops
+
+
+def _count_subgraph(found: Coverage, graph: onnx.GraphProto, parent: str) -> None:
+    reason = f"inside {parent}, whose subgraphs run on the host"
+    for node in graph.node:
+        if node.op_type in HEAVY_OPS:
+            _count_host(found, node, reason, graph.name, None)
+        for sub in node_subgraphs(node):
+            _count_subgraph(found, sub, parent)
+
+
+def _gops(node: onnx.NodeProto, analysis: Analysis) -> float | None:
+    """The node's GOPs priced as a layer, or None when its op or sizes do not allow it."""
+    if node.op_type not in OP_KINDS or node.domain not in ("", "ai.onnx"):
+        return None
+    reason = support_reason(node, analysis.index)
+    if reason is not None and "cannot size" in reason:
+        return None
+    try:
+        return describe_layer(node, analysis.index, 0, 0).gops
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
+
+
