@@ -229,11 +229,17 @@ class WeightStore:
         data = _as_bytes(self._arrays[key])
         if release:
             del self._arrays[key]
-        name, dims, data_type = marker.name, list(marker.dims), marker.data_type
-        target.Clear()
-        target.name, target.data_type = name, data_type
-        target.dims.extend(dims)
+        header = self.header(marker)
+        target.CopyFrom(header)
         target.raw_data = data
+
+    def header(self, marker: onnx.TensorProto) -> onnx.TensorProto:
+        """The tensor ``marker`` stands for, all but its data: name, element type, dims. With
+        ``raw_data`` the bytes of :meth:`array` it is what :meth:`fill` makes (a writer that
+        frames the bytes itself, :mod:`onnxmlu.collapse.wire`, never joins them)."""
+        header = onnx.TensorProto(name=marker.name, data_type=marker.data_type)
+        header.dims.extend(marker.dims)
+        return header
 
     def release(self, marker: onnx.TensorProto) -> None:
         self._arrays.pop(_key(marker), None)
@@ -252,13 +258,20 @@ def _as_bytes(array: np.ndarray) -> bytes:
     """The array's data in C order as ONNX raw data: the bytes object it views when it views
     one whole (a weight as read), else a new copy (a transposed view, a computed weight).
     Each copy of a 500 MB weight costs ~0.5 s here, mostly in page faults."""
+    whole = viewed_bytes(array)
+    return whole if whole is not None else array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def viewed_bytes(array: np.ndarray) -> bytes | None:
+    """The ``bytes`` object ``array`` views whole, in C order and little-endian (a weight as
+    read from its raw data), else None: those bytes are the weight's ONNX raw data as they are."""
     base = array.base
     while isinstance(base, np.ndarray):
         base = base.base
     little = array.dtype.newbyteorder("<")
     if isinstance(base, bytes) and len(base) == array.nbytes and array.flags.c_contiguous and array.dtype == little:
         return base
-    return array.astype(little, copy=False).tobytes()
+    return None
 
 
 def _key(marker: onnx.TensorProto) -> str:

@@ -1,0 +1,166 @@
+"""Protobuf wire format written around buffers protobuf never copies: one pass to the file.
+
+Saving a fused model used to pass over every weight three times before the disk saw it:
+``ndarray.tobytes`` (the weight as bytes), ``SerializeToString`` of the block body (the bytes
+copied into the body) and of the node carrying the body (copied again). The wire format lets
+us skip all three. A length-delimited field is
+
+    key = varint(field_number << 3 | 2),  varint(len(payload)),  payload
+
+and protobuf serializes a message's known fields in increasing field number (repeated fields
+in order, each occurrence framed as above). So a message with one length-delimited field whose
+payload we hold elsewhere is exactly: protobuf's bytes of the message *without* that field, cut
+where the field's number falls (:func:`insertion_offset`), with the field's framing and its
+payload in the cut (:func:`splice`). Nesting ``splice`` builds a block body around its weights,
+the body attribute around the body and the node around the attribute, as a list of *pieces*:
+small ``bytes`` that protobuf serialized, and :class:`ArrayBytes` that stand for a weight's
+buffer and are only read when written. Only the framing is ours; every other byte is still
+protobuf's, so the file is byte-identical to serializing the whole tree.
+
+The sizes of the payloads are known before any byte is read (a weight's size is its shape
+times its item size); only ``body_crc32`` needs a pass over the body's bytes, and it reads the
+same chunks that are then written (:func:`crc32`).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence, Union
+
+import numpy as np
+
+from onnxmlu.ir.weights import viewed_bytes
+
+#: Wire types (protobuf encoding): varint, 64-bit, length-delimited, start/end group, 32-bit.
+VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
+#: A weight that is not one contiguous buffer (a transposed view) is copied this many bytes at
+#: a time while it is written, never whole: a 411 MB transposed FC weight stays a view.
+CHUNK_BYTES = 2**24
+
+
+@dataclass(frozen=True)
+class ArrayBytes:
+    """The raw (C-order, little-endian) bytes of ``array``, read only when written."""
+
+    array: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.array.nbytes
+
+    def chunks(self) -> Iterator[memoryview]:
+        array = self.array
+        whole = viewed_bytes(array)
+        if whole is not None:
+            yield memoryview(whole)
+            return
+        little = array.dtype.newbyteorder("<")
+        if array.ndim == 0 or (array.flags.c_contiguous and array.dtype == little):
+            yield _raw(np.ascontiguousarray(array, dtype=little))
+            return
+        row_bytes = array.itemsize * math.prod(array.shape[1:])
+        rows = max(1, CHUNK_BYTES // max(1, row_bytes))
+        for start in range(0, max(1, len(array)), rows):  # a row at a time: C order
+            yield _raw(np.ascontiguousarray(array[start : start + rows], dtype=little))
+
+
+Piece = Union[bytes, ArrayBytes]
+
+
+def size(pieces: Iterable[Piece]) -> int:
+    return sum(p.nbytes if isinstance(p, ArrayBytes) else len(p) for p in pieces)
+
+
+def buffers(pieces: Iterable[Piece]) -> Iterator[bytes | memoryview]:
+    """The bytes the pieces stand for, in order, as buffers ``write`` takes as they are."""
+    for p in pieces:
+        if isinstance(p, ArrayBytes):
+            yield from p.chunks()
+        else:
+            yield p
+
+
+def crc32(pieces: Iterable[Piece]) -> int:
+    """zlib's CRC-32 of the concatenated pieces (what :func:`onnxmlu.schema.body_digest` gives
+    for the joined bytes), computed chunk by chunk."""
+    value = 0
+    for buf in buffers(pieces):
+        value = zlib.crc32(buf, value)
+    return value
+
+
+def varint(value: int) -> bytes:
+    """Base-128 little-endian varint of a non-negative int (negative int64s: two's complement)."""
+    value &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def key(field: int, wire_type: int = LEN) -> bytes:
+    return varint(field << 3 | wire_type)
+
+
+def framed(field: int, pieces: Sequence[Piece]) -> list[Piece]:
+    """One occurrence of length-delimited ``field`` holding ``pieces``."""
+    return [key(field) + varint(size(pieces)), *pieces]
+
+
+def splice(message, field: int, entries: Sequence[Sequence[Piece]]) -> list[Piece]:
+    """``message`` serialized with each of ``entries`` appended as one more occurrence of its
+    length-delimited ``field`` (a sub-message or bytes field): what protobuf would write for
+    ``message`` holding them, as pieces. Occurrences ``message`` already has come first."""
+    data = message.SerializeToString()
+    at = insertion_offset(data, field)
+    out: list[Piece] = [data[:at]]
+    for entry in entries:
+        out.extend(framed(field, entry))
+    out.append(data[at:])
+    return out
+
+
+def insertion_offset(data: bytes, field: int) -> int:
+    """Where occurrences of ``field`` go in the serialized message ``data``: before its first
+    field with a larger number (protobuf writes fields in increasing number), else at the end."""
+    pos = 0
+    while pos < len(data):
+        start = pos
+        tag, pos = _read_varint(data, pos)
+        if tag >> 3 > field:
+            return start
+        pos = _skip(data, pos, tag & 7)
+    return len(data)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _skip(data: bytes, pos: int, wire_type: int) -> int:
+    if wire_type == VARINT:
+        return _read_varint(data, pos)[1]
+    if wire_type == I64:
+        return pos + 8
+    if wire_type == I32:
+        return pos + 4
+    if wire_type == LEN:
+        length, pos = _read_varint(data, pos)
+        return pos + length
+    raise ValueError(f"unsupported protobuf wire type {wire_type} (groups are not used by ONNX)")
+
+
+def _raw(array: np.ndarray) -> memoryview:
+    """A C-contiguous array's buffer as bytes (no copy)."""
+    return memoryview(array.reshape(-1).view(np.uint8))
