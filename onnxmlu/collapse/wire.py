@@ -38,6 +38,10 @@ VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
 #: A weight that is not one contiguous buffer (a transposed view) is copied this many bytes at
 #: a time while it is written, never whole: a 411 MB transposed FC weight stays a view.
 CHUNK_BYTES = 2**24
+#: Columns copied at once from a transposed view: the rows of that many source columns stay in
+#: cache while they are read (measured on a 4096x25088 float32 view: 64 -> 0.43 s, one numpy
+#: copy of the whole view 2.2 s).
+TILE_COLUMNS = 64
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class ArrayBytes:
         row_bytes = array.itemsize * math.prod(array.shape[1:])
         rows = max(1, CHUNK_BYTES // max(1, row_bytes))
         for start in range(0, max(1, len(array)), rows):  # a row at a time: C order
-            yield _raw(np.ascontiguousarray(array[start : start + rows], dtype=little))
+            yield _raw(_contiguous(array[start : start + rows], little))
 
 
 Piece = Union[bytes, ArrayBytes]
@@ -159,6 +163,19 @@ def _skip(data: bytes, pos: int, wire_type: int) -> int:
         length, pos = _read_varint(data, pos)
         return pos + length
     raise ValueError(f"unsupported protobuf wire type {wire_type} (groups are not used by ONNX)")
+
+
+def _contiguous(part: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A C-contiguous copy of ``part``. When its last axis is not the one adjacent in memory
+    (a transposed weight) the copy goes a few columns at a time: numpy's one-call copy walks the
+    source a column at a time, a cache line (and often a page) per element, 4x slower on
+    VGG-19's 411 MB fc6 weight."""
+    if part.ndim < 2 or abs(part.strides[-1]) == part.itemsize:
+        return np.ascontiguousarray(part, dtype=dtype)
+    out = np.empty(part.shape, dtype)
+    for col in range(0, part.shape[-1], TILE_COLUMNS):
+        out[..., col : col + TILE_COLUMNS] = part[..., col : col + TILE_COLUMNS]
+    return out
 
 
 def _raw(array: np.ndarray) -> memoryview:
