@@ -206,7 +206,7 @@ def fill_body_attribute(attr: onnx.AttributeProto, data: bytes) -> None:
 
 def fill_body_header(attr: onnx.AttributeProto, size: int) -> None:
     """Make ``attr`` the ``body`` attribute of a ``size``-byte body, all but the bytes
-    (``t.raw_data``), for a writer that frames them itself (:mod:`onnxmlu.collapse.wire`)."""
+    (``t.raw_data``), for a writer that frames them itself (:mod:`onnxmlu.ir.wire`)."""
     attr.name, attr.type = "body", onnx.AttributeProto.TENSOR
     attr.t.name, attr.t.data_type = "body", onnx.TensorProto.UINT8
     attr.t.dims.append(size)

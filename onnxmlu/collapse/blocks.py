@@ -44,7 +44,7 @@ from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.planner import int8_where_quantized
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.precision.own import OWN_INT8_NOTE, mark_own_int8
-from onnxmlu.collapse import wire
+from onnxmlu.ir import wire
 from onnxmlu.schema import DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, fill_body_header
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def _block_node_pieces(node: onnx.NodeProto, analysis: Analysis, b: int, iface: 
                        bodies: "BlockBodies | None") -> list[wire.Piece]:
     """The piece of the file holding block ``b``'s node (a model whose graph holds only that
     node) with its body and ``body_crc32``: the bytes :func:`_add_body` and ``SerializeToString``
-    give, framed by hand around the weights' own buffers (:mod:`onnxmlu.collapse.wire`), so each
+    give, framed by hand around the weights' own buffers (:mod:`onnxmlu.ir.wire`), so each
     weight is read once for the digest and once by the file's ``write``, never copied."""
     body = _body_pieces(analysis, b, iface, uses, bodies)
     target = onnx.NodeProto()

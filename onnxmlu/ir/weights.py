@@ -26,13 +26,16 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from onnxmlu.ir.graphs import iter_graphs, nested_graphs
+
+if TYPE_CHECKING:
+    from onnxmlu.ir.mapped import MappedModel
 
 #: Initializers at least this large become graph inputs in the skeleton; smaller ones stay
 #: (shape tensors such as a Reshape's target must keep their values for inference). Every
@@ -198,15 +201,19 @@ class WeightStore:
     def array(self, marker: onnx.TensorProto) -> np.ndarray:
         return self._arrays[_key(marker)]
 
-    def detach(self, model: onnx.ModelProto) -> onnx.ModelProto:
+    def detach(self, model: onnx.ModelProto, source: "MappedModel | None" = None) -> onnx.ModelProto:
         """A new model whose large main-graph initializers are markers into this store. The
-        caller drops ``model`` afterwards: only then does protobuf free its weights."""
+        caller drops ``model`` afterwards: only then does protobuf free its weights. With the
+        mapped file ``model`` was parsed from, a weight whose bytes are still the file's is
+        held as a view of the file (:meth:`MappedModel.array`), not as a copy."""
         light = onnx.ModelProto()
         _copy_fields(light, model, skip="graph")
         _copy_fields(light.graph, model.graph, skip="initializer")
         for t in model.graph.initializer:
             if t.data_type in _STORABLE and tensor_bytes(t) >= self.min_bytes and not is_marker(t):
-                light.graph.initializer.append(self.put(t.name, _stored_array(t), t.data_type))
+                array = source.array(t, _raw_dtype(t)) if source is not None else None
+                light.graph.initializer.append(self.put(t.name, _stored_array(t) if array is None else array,
+                                                        t.data_type))
             else:
                 light.graph.initializer.append(t)
         return light
@@ -236,7 +243,7 @@ class WeightStore:
     def header(self, marker: onnx.TensorProto) -> onnx.TensorProto:
         """The tensor ``marker`` stands for, all but its data: name, element type, dims. With
         ``raw_data`` the bytes of :meth:`array` it is what :meth:`fill` makes (a writer that
-        frames the bytes itself, :mod:`onnxmlu.collapse.wire`, never joins them)."""
+        frames the bytes itself, :mod:`onnxmlu.ir.wire`, never joins them)."""
         header = onnx.TensorProto(name=marker.name, data_type=marker.data_type)
         header.dims.extend(marker.dims)
         return header
@@ -250,8 +257,12 @@ def _stored_array(t: onnx.TensorProto) -> np.ndarray:
     :func:`_as_bytes` hands back as is), or numpy_helper's array for typed-field data."""
     if not t.HasField("raw_data"):
         return numpy_helper.to_array(t)
-    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
-    return np.frombuffer(t.raw_data, dtype=dtype).reshape(tuple(t.dims))
+    return np.frombuffer(t.raw_data, dtype=_raw_dtype(t)).reshape(tuple(t.dims))
+
+
+def _raw_dtype(t: onnx.TensorProto) -> np.dtype:
+    """The numpy type of ``t``'s raw data (little-endian, as ONNX stores it)."""
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
 
 
 def _as_bytes(array: np.ndarray) -> bytes:

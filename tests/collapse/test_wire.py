@@ -1,4 +1,4 @@
-"""The hand-written protobuf framing of streamed bodies (onnxmlu.collapse.wire): every byte it
+"""The hand-written protobuf framing of streamed bodies (onnxmlu.ir.wire): every byte it
 writes must be the byte protobuf would have written. Checked three ways: the primitives against
 protobuf on generated messages, whole fused files against the in-memory model serialized by
 protobuf, in the streamed layout (zoo models: transposed weights written in chunks, FP16/INT8 bodies, subgraphs), and
@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from onnxmlu import api
-from onnxmlu.collapse import blocks, wire
+from onnxmlu.collapse import blocks
+from onnxmlu.ir import wire
 from onnxmlu.schema import body_digest, body_model, ensure_registered, is_fusion_block
 from onnxmlu.tools.testing import zoo_model
 

@@ -134,14 +134,15 @@ def insertion_offset(data: bytes, field: int) -> int:
     pos = 0
     while pos < len(data):
         start = pos
-        tag, pos = _read_varint(data, pos)
+        tag, pos = read_varint(data, pos)
         if tag >> 3 > field:
             return start
-        pos = _skip(data, pos, tag & 7)
+        pos = skip(data, pos, tag & 7)
     return len(data)
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The varint at ``data[pos]`` and the position after it."""
     value = shift = 0
     while True:
         byte = data[pos]
@@ -152,15 +153,16 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _skip(data: bytes, pos: int, wire_type: int) -> int:
+def skip(data: bytes | memoryview, pos: int, wire_type: int) -> int:
+    """The position after the value of a field of ``wire_type`` starting at ``data[pos]``."""
     if wire_type == VARINT:
-        return _read_varint(data, pos)[1]
+        return read_varint(data, pos)[1]
     if wire_type == I64:
         return pos + 8
     if wire_type == I32:
         return pos + 4
     if wire_type == LEN:
-        length, pos = _read_varint(data, pos)
+        length, pos = read_varint(data, pos)
         return pos + length
     raise ValueError(f"unsupported protobuf wire type {wire_type} (groups are not used by ONNX)")
 
