@@ -200,7 +200,8 @@ def _constant_pieces(analysis: Analysis, name: str, uses: Counter) -> list[wire.
     uses[name] -= 1
     if uses[name] == 0:
         store.release(tensor)  # ``array`` lives on in the pieces until the block is written
-    return wire.splice(store.header(tensor), _field(onnx.TensorProto, "raw_data"), [[wire.ArrayBytes(array)]])
+    piece = wire.ArrayBytes(array, release=store.releaser(array))  # a view of the input file: pages dropped once read
+    return wire.splice(store.header(tensor), _field(onnx.TensorProto, "raw_data"), [[piece]])
 
 
 def _field(message_type, name: str) -> int:

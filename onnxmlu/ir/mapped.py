@@ -23,11 +23,18 @@ file by a rename, the mapped one lives on until the process ends).
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
+from typing import Callable
 
 import numpy as np
 import onnx
+
+try:  # numpy >= 2.0
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # numpy 1.x
+    from numpy import byte_bounds
 
 from onnxmlu.ir.wire import LEN, read_varint, skip
 
@@ -50,6 +57,7 @@ class MappedModel:
             self.map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         #: main-graph initializer name -> (offset, length) of its raw data in the file
         self.raw: dict[str, tuple[int, int]] = {}
+        self._address: int | None = None  # of the map's first byte, for :meth:`releaser`
 
     def parse(self) -> onnx.ModelProto:
         """The model the file holds (as ``onnx.load`` without external data would give it);
@@ -105,6 +113,16 @@ class MappedModel:
         if count * dtype.itemsize != length or not self._holds(tensor.raw_data, offset):
             return None
         return np.frombuffer(self.map, dtype=dtype, count=count, offset=offset).reshape(tuple(tensor.dims))
+
+    def releaser(self, array: np.ndarray) -> Callable[[], None] | None:
+        """A function dropping from memory the file's pages under ``array`` (a view of this
+        map, as :meth:`array` gives), for a writer done with them; None for another array."""
+        if self._address is None:
+            self._address = np.frombuffer(self.map, np.uint8).__array_interface__["data"][0]
+        low, high = byte_bounds(array)
+        if not self._address <= low <= high <= self._address + len(self.map):
+            return None
+        return functools.partial(self._release, low - self._address, high - self._address)
 
     def _holds(self, data: bytes, offset: int) -> bool:
         """Whether the file holds ``data`` at ``offset`` (compared a piece at a time, each

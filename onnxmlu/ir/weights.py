@@ -178,6 +178,7 @@ class WeightStore:
         self._arrays: dict[str, np.ndarray] = {}
         self._keys = itertools.count()
         self.min_bytes = STORE_MIN_TENSOR_BYTES if min_bytes is None else min_bytes
+        self._source: "MappedModel | None" = None  # the mapped file some arrays view (detach)
 
     def holds(self, array: np.ndarray) -> bool:
         """Whether a constant with this value belongs in the store rather than in the graph."""
@@ -201,11 +202,17 @@ class WeightStore:
     def array(self, marker: onnx.TensorProto) -> np.ndarray:
         return self._arrays[_key(marker)]
 
+    def releaser(self, array: np.ndarray) -> "Callable[[], None] | None":
+        """For an array that views the mapped source file: a function dropping the file's pages
+        under it from memory (:meth:`MappedModel.releaser`); None for an array in memory."""
+        return self._source.releaser(array) if self._source is not None else None
+
     def detach(self, model: onnx.ModelProto, source: "MappedModel | None" = None) -> onnx.ModelProto:
         """A new model whose large main-graph initializers are markers into this store. The
         caller drops ``model`` afterwards: only then does protobuf free its weights. With the
         mapped file ``model`` was parsed from, a weight whose bytes are still the file's is
         held as a view of the file (:meth:`MappedModel.array`), not as a copy."""
+        self._source = source if source is not None else self._source
         light = onnx.ModelProto()
         _copy_fields(light, model, skip="graph")
         _copy_fields(light.graph, model.graph, skip="initializer")

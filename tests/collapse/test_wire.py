@@ -164,3 +164,24 @@ def test_corpus_streamed_file_loads_checks_and_is_protobufs_bytes(case, tmp_path
     monkeypatch.setattr(blocks, "_block_node_pieces", protobuf_node_piece)
     api.fuse_to_file(source, reference, input_shapes=case.pins or None)
     assert out.read_bytes() == reference.read_bytes()
+
+
+def test_a_transposed_weight_is_copied_once_for_the_digest_and_the_write(monkeypatch):
+    """crc32 keeps the copies it makes for the write that follows; the source's pages are
+    released once, after their last read (the copies for a view, the write for a buffer)."""
+    copies, released = [], []
+    real = wire._contiguous
+    monkeypatch.setattr(wire, "_contiguous", lambda part, dtype: copies.append(1) or real(part, dtype))
+    monkeypatch.setattr(wire, "CHUNK_BYTES", 256)
+    base = np.arange(40 * 30, dtype=np.float32).reshape(40, 30)
+    view = wire.ArrayBytes(base.T, release=lambda: released.append("view"))
+    whole = wire.ArrayBytes(base, release=lambda: released.append("whole"))
+    pieces = [b"head", view, whole]
+    digest = wire.crc32(pieces)
+    assert released == ["view"] and len(copies) > 1
+    made = len(copies)
+    data = joined(pieces)
+    assert data == b"head" + base.T.tobytes() + base.tobytes()
+    assert digest == body_digest(data)
+    assert len(copies) == made  # the write used the kept copies
+    assert released == ["view", "whole"]
