@@ -53,7 +53,8 @@ from onnxmlu.frontend.normalize import normalize_owned
 from onnxmlu.frontend.pins import has_ranges
 from onnxmlu.frontend.shapes import pricing_shapes, sizes_at
 from onnxmlu.ir import copy_model
-from onnxmlu.ir.weights import WeightStore
+from onnxmlu.ir.mapped import MappedModel
+from onnxmlu.ir.weights import WeightStore, all_tensors
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile, profile_plan
@@ -140,6 +141,7 @@ class Context:
     hardware: Hardware | None
     options: Options = field(default_factory=Options)
     weights: WeightStore | None = None
+    source_map: MappedModel | None = None  # load (a model file with a weight store), until normalize
     diagnostics: list[Diagnostic] = field(default_factory=list)
     progress: Progress = field(default_factory=Say)
     output: Path | None = None
@@ -183,9 +185,33 @@ class Load:
     def run(self, ctx: Context) -> None:
         ensure_registered()
         source = ctx.source
-        model = copy_model(source) if isinstance(source, onnx.ModelProto) else load_model(source)
+        if isinstance(source, onnx.ModelProto):
+            model = copy_model(source)
+        else:
+            model = (_load_mapped(ctx) if ctx.weights is not None else None) or load_model(source)
         refuse_fused(model)
         ctx.model = model
+
+
+def _load_mapped(ctx: Context) -> onnx.ModelProto | None:
+    """The model file parsed through a memory map (:class:`~onnxmlu.ir.mapped.MappedModel`,
+    kept in ``ctx.source_map`` so the weight store can view the weights in the file), or None
+    where :func:`load_model` reads it: a file it cannot parse (load_model's one-line errors), a
+    text format, a model with external data (load_model reads those files)."""
+    from onnx.serialization import registry
+
+    if registry.get_format_from_file_extension(Path(ctx.source).suffix) not in (None, "protobuf"):
+        return None
+    try:
+        mapped = MappedModel(ctx.source)
+        model = mapped.parse()
+    except Exception:  # noqa: BLE001 - load_model says what is wrong with the file
+        return None
+    if not model.HasField("graph") or not model.graph.node or any(
+            t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model.graph)):
+        return None
+    ctx.source_map = mapped
+    return model
 
 
 class Normalize:
@@ -198,7 +224,8 @@ class Normalize:
         ctx.model = normalize_owned(ctx.model, ctx.options.input_shapes, diagnostics=ctx.diagnostics,
                                     probe_values=ctx.options.inputs)
         if ctx.weights is not None:  # the parsed tree dies here: protobuf frees a tree only whole
-            ctx.model = ctx.weights.detach(ctx.model)
+            ctx.model = ctx.weights.detach(ctx.model, ctx.source_map)
+            ctx.source_map = None  # the store's views keep the mapped file
 
 
 class Rewrite:

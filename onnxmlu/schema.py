@@ -200,7 +200,13 @@ def set_body_digest(node: onnx.NodeProto, data: bytes) -> None:
 def fill_body_attribute(attr: onnx.AttributeProto, data: bytes) -> None:
     """Make ``attr`` the ``body`` attribute holding ``data`` (a serialized ModelProto) as a 1-D
     uint8 tensor, in place: ``make_tensor``/``make_attribute`` would copy the bytes twice more."""
+    fill_body_header(attr, len(data))
+    attr.t.raw_data = data
+
+
+def fill_body_header(attr: onnx.AttributeProto, size: int) -> None:
+    """Make ``attr`` the ``body`` attribute of a ``size``-byte body, all but the bytes
+    (``t.raw_data``), for a writer that frames them itself (:mod:`onnxmlu.ir.wire`)."""
     attr.name, attr.type = "body", onnx.AttributeProto.TENSOR
     attr.t.name, attr.t.data_type = "body", onnx.TensorProto.UINT8
-    attr.t.dims.append(len(data))
-    attr.t.raw_data = data
+    attr.t.dims.append(size)

@@ -44,7 +44,8 @@ from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.planner import int8_where_quantized
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.precision.own import OWN_INT8_NOTE, mark_own_int8
-from onnxmlu.schema import DOMAIN, OP_TYPE, VERSION, add_body
+from onnxmlu.ir import wire
+from onnxmlu.schema import DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, fill_body_header
 
 if TYPE_CHECKING:
     from onnxmlu.precision.bodies import BlockBodies
@@ -138,15 +139,74 @@ def stream_pieces(analysis: Analysis, fused: onnx.ModelProto,
     yield data
     del data
     for position, node in enumerate(fused.graph.node):
-        piece = onnx.ModelProto()
-        target = piece.graph.node.add()
-        target.CopyFrom(node)
         if position in blocks:
-            _add_body(target, analysis, *blocks[position], uses=uses, bodies=bodies)
-        data = piece.SerializeToString()
-        del piece, target  # the body's bytes: once in ``data`` while it is written, not twice
-        yield data
-        del data
+            pieces = _block_node_pieces(node, analysis, *blocks[position], uses=uses, bodies=bodies)
+            yield from wire.buffers(pieces)
+            del pieces  # the weights this block released from the store leave memory here
+            continue
+        piece = onnx.ModelProto()
+        piece.graph.node.add().CopyFrom(node)
+        yield piece.SerializeToString()
+
+
+def _block_node_pieces(node: onnx.NodeProto, analysis: Analysis, b: int, iface: BlockInterface, uses: Counter,
+                       bodies: "BlockBodies | None") -> list[wire.Piece]:
+    """The piece of the file holding block ``b``'s node (a model whose graph holds only that
+    node) with its body and ``body_crc32``: the bytes :func:`_add_body` and ``SerializeToString``
+    give, framed by hand around the weights' own buffers (:mod:`onnxmlu.ir.wire`), so each
+    weight is read once for the digest and once by the file's ``write``, never copied."""
+    body = _body_pieces(analysis, b, iface, uses, bodies)
+    target = onnx.NodeProto()
+    target.CopyFrom(node)
+    note = bodies.note(iface.precision) if bodies is not None and not iface.quantized else ""
+    if note:
+        target.doc_string += f" ({note})"
+    length = wire.size(body)
+    if length > MAX_BODY_BYTES:
+        raise OnnxMluError(f"block {b} serializes to {length} bytes, over the 2 GB "
+                           "protobuf limit of one body; split it with a plan of smaller blocks")
+    header = onnx.AttributeProto()
+    fill_body_header(header, length)
+    tensor = wire.splice(header.t, _field(onnx.TensorProto, "raw_data"), [body])
+    header.ClearField("t")  # framed by hand in ``tensor``, around the body
+    attribute = wire.splice(header, _field(onnx.AttributeProto, "t"), [tensor])
+    digest = helper.make_attribute(DIGEST, wire.crc32(body)).SerializeToString()
+    node_pieces = wire.splice(target, _field(onnx.NodeProto, "attribute"), [attribute, [digest]])
+    return wire.framed(_field(onnx.ModelProto, "graph"), wire.framed(_field(onnx.GraphProto, "node"), node_pieces))
+
+
+def _body_pieces(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter,
+                 bodies: "BlockBodies | None") -> list[wire.Piece]:
+    """Block ``b``'s serialized body as pieces. An FP32 body is framed around its weights'
+    buffers: the body without its constants, serialized by protobuf, with each constant spliced
+    in (a weight-store marker as its header and its array, released after its last block). An
+    FP16/INT8 body is transformed as a whole proto and serialized by protobuf."""
+    if iface.quantized or iface.precision != DEFAULT_PRECISION:
+        return [_body_bytes(analysis, b, iface, uses, bodies)]
+    body = fp32_body(analysis, b, replace(iface, constants=()))
+    entries = [_constant_pieces(analysis, name, uses) for name in iface.constants]
+    graph = wire.splice(body.graph, _field(onnx.GraphProto, "initializer"), entries)
+    body.ClearField("graph")
+    return wire.splice(body, _field(onnx.ModelProto, "graph"), [graph])
+
+
+def _constant_pieces(analysis: Analysis, name: str, uses: Counter) -> list[wire.Piece]:
+    """One constant of a body as pieces (what :func:`_add_constants` puts in the graph)."""
+    tensor = analysis.index.initializers[name]
+    if not is_marker(tensor):
+        return [tensor.SerializeToString()]
+    store = analysis.index.weights
+    array = store.array(tensor)
+    uses[name] -= 1
+    if uses[name] == 0:
+        store.release(tensor)  # ``array`` lives on in the pieces until the block is written
+    piece = wire.ArrayBytes(array, release=store.releaser(array))  # a view of the input file: pages dropped once read
+    return wire.splice(store.header(tensor), _field(onnx.TensorProto, "raw_data"), [[piece]])
+
+
+def _field(message_type, name: str) -> int:
+    """The field number of ``name`` in a protobuf message type."""
+    return message_type.DESCRIPTOR.fields_by_name[name].number
 
 
 def _release_unused(analysis: Analysis, uses: Counter) -> None:

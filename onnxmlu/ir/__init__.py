@@ -9,6 +9,8 @@
 * facts: :class:`GraphIndex` (producers, consumers, constants, types, shapes of one graph);
 * models: :func:`copy_model`, :func:`copy_model_fields`, :func:`fed_inputs`, :func:`opset_version`;
 * domains: :data:`DEFAULT_DOMAINS`, :func:`is_default_domain`, :func:`is_fusion_block`.
+* bytes: :mod:`onnxmlu.ir.wire` (protobuf framing written around buffers), :mod:`onnxmlu.ir.mapped`
+  (a model file parsed through a memory map); imported by their users, not here.
 """
 
 from onnxmlu.ir.graphs import (

@@ -26,13 +26,16 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from onnxmlu.ir.graphs import iter_graphs, nested_graphs
+
+if TYPE_CHECKING:
+    from onnxmlu.ir.mapped import MappedModel
 
 #: Initializers at least this large become graph inputs in the skeleton; smaller ones stay
 #: (shape tensors such as a Reshape's target must keep their values for inference). Every
@@ -175,6 +178,7 @@ class WeightStore:
         self._arrays: dict[str, np.ndarray] = {}
         self._keys = itertools.count()
         self.min_bytes = STORE_MIN_TENSOR_BYTES if min_bytes is None else min_bytes
+        self._source: "MappedModel | None" = None  # the mapped file some arrays view (detach)
 
     def holds(self, array: np.ndarray) -> bool:
         """Whether a constant with this value belongs in the store rather than in the graph."""
@@ -198,15 +202,25 @@ class WeightStore:
     def array(self, marker: onnx.TensorProto) -> np.ndarray:
         return self._arrays[_key(marker)]
 
-    def detach(self, model: onnx.ModelProto) -> onnx.ModelProto:
+    def releaser(self, array: np.ndarray) -> "Callable[[], None] | None":
+        """For an array that views the mapped source file: a function dropping the file's pages
+        under it from memory (:meth:`MappedModel.releaser`); None for an array in memory."""
+        return self._source.releaser(array) if self._source is not None else None
+
+    def detach(self, model: onnx.ModelProto, source: "MappedModel | None" = None) -> onnx.ModelProto:
         """A new model whose large main-graph initializers are markers into this store. The
-        caller drops ``model`` afterwards: only then does protobuf free its weights."""
+        caller drops ``model`` afterwards: only then does protobuf free its weights. With the
+        mapped file ``model`` was parsed from, a weight whose bytes are still the file's is
+        held as a view of the file (:meth:`MappedModel.array`), not as a copy."""
+        self._source = source if source is not None else self._source
         light = onnx.ModelProto()
         _copy_fields(light, model, skip="graph")
         _copy_fields(light.graph, model.graph, skip="initializer")
         for t in model.graph.initializer:
             if t.data_type in _STORABLE and tensor_bytes(t) >= self.min_bytes and not is_marker(t):
-                light.graph.initializer.append(self.put(t.name, _stored_array(t), t.data_type))
+                array = source.array(t, _raw_dtype(t)) if source is not None else None
+                light.graph.initializer.append(self.put(t.name, _stored_array(t) if array is None else array,
+                                                        t.data_type))
             else:
                 light.graph.initializer.append(t)
         return light
@@ -229,11 +243,17 @@ class WeightStore:
         data = _as_bytes(self._arrays[key])
         if release:
             del self._arrays[key]
-        name, dims, data_type = marker.name, list(marker.dims), marker.data_type
-        target.Clear()
-        target.name, target.data_type = name, data_type
-        target.dims.extend(dims)
+        header = self.header(marker)
+        target.CopyFrom(header)
         target.raw_data = data
+
+    def header(self, marker: onnx.TensorProto) -> onnx.TensorProto:
+        """The tensor ``marker`` stands for, all but its data: name, element type, dims. With
+        ``raw_data`` the bytes of :meth:`array` it is what :meth:`fill` makes (a writer that
+        frames the bytes itself, :mod:`onnxmlu.ir.wire`, never joins them)."""
+        header = onnx.TensorProto(name=marker.name, data_type=marker.data_type)
+        header.dims.extend(marker.dims)
+        return header
 
     def release(self, marker: onnx.TensorProto) -> None:
         self._arrays.pop(_key(marker), None)
@@ -244,21 +264,32 @@ def _stored_array(t: onnx.TensorProto) -> np.ndarray:
     :func:`_as_bytes` hands back as is), or numpy_helper's array for typed-field data."""
     if not t.HasField("raw_data"):
         return numpy_helper.to_array(t)
-    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
-    return np.frombuffer(t.raw_data, dtype=dtype).reshape(tuple(t.dims))
+    return np.frombuffer(t.raw_data, dtype=_raw_dtype(t)).reshape(tuple(t.dims))
+
+
+def _raw_dtype(t: onnx.TensorProto) -> np.dtype:
+    """The numpy type of ``t``'s raw data (little-endian, as ONNX stores it)."""
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
 
 
 def _as_bytes(array: np.ndarray) -> bytes:
     """The array's data in C order as ONNX raw data: the bytes object it views when it views
     one whole (a weight as read), else a new copy (a transposed view, a computed weight).
     Each copy of a 500 MB weight costs ~0.5 s here, mostly in page faults."""
+    whole = viewed_bytes(array)
+    return whole if whole is not None else array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def viewed_bytes(array: np.ndarray) -> bytes | None:
+    """The ``bytes`` object ``array`` views whole, in C order and little-endian (a weight as
+    read from its raw data), else None: those bytes are the weight's ONNX raw data as they are."""
     base = array.base
     while isinstance(base, np.ndarray):
         base = base.base
     little = array.dtype.newbyteorder("<")
     if isinstance(base, bytes) and len(base) == array.nbytes and array.flags.c_contiguous and array.dtype == little:
         return base
-    return array.astype(little, copy=False).tobytes()
+    return None
 
 
 def _key(marker: onnx.TensorProto) -> str:
