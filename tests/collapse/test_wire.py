@@ -160,10 +160,21 @@ def test_corpus_streamed_file_loads_checks_and_is_protobufs_bytes(case, tmp_path
     ensure_registered()
     out, reference = tmp_path / "fused.onnx", tmp_path / "reference.onnx"
     api.fuse_to_file(source, out, input_shapes=case.pins or None)
-    onnx.checker.check_model(onnx.load(out), full_check=True)
+    if _checker_accepts(onnx.load(source)):  # a model only onnxruntime runs stays such (built_layernorm14)
+        onnx.checker.check_model(onnx.load(out), full_check=True)
     monkeypatch.setattr(blocks, "_block_node_pieces", protobuf_node_piece)
     api.fuse_to_file(source, reference, input_shapes=case.pins or None)
     assert out.read_bytes() == reference.read_bytes()
+
+
+def _checker_accepts(model: onnx.ModelProto) -> bool:
+    """False for a model holding an op onnx has no schema for at its opset (one onnxruntime
+    registers): the fused model keeps it on the host, and the checker refuses both alike."""
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as error:
+        return "No Op registered" not in str(error)
+    return True
 
 
 def test_a_transposed_weight_is_copied_once_for_the_digest_and_the_write(monkeypatch):
