@@ -6,6 +6,9 @@
 #   make sanitize  the ASan + UBSan build of the library, then tests/test_runtime.py under it
 #   make test      the CI test suite (real-world corpus included)
 #   make lint      ruff over the package, tests and scripts (rules in pyproject.toml); CI runs it first
+#   make smoke     scripts/smoke.sh (zoo, fuse, check, run, int8) on .venv: the latest versions
+#   make smoke-lowest  the same on .venv-lowest, holding exactly the lowest dependency versions
+#                  pyproject.toml allows (scripts/lowest_requirements.py); CI runs both
 #   make demo      zoo ResNet-18 -> fuse -> check -> latency
 #   make bench       full benchmark -> BENCHMARKS.md (runtime overhead, fuse speed vs onnxslim/
 #                    onnxsim/onnxoptimizer, scaling, planner, LSTM unrolling; ~20-30 min on 2 cores)
@@ -19,6 +22,8 @@ PY     := $(VENV)/bin/python
 BENCH_VENV ?= .venv-bench
 BENCH_PY   := $(BENCH_VENV)/bin/python
 BENCH_ARGS ?=
+LOWEST_VENV ?= .venv-lowest
+LOWEST_PY   := $(LOWEST_VENV)/bin/python
 OUT    ?= out
 DIST   ?= dist
 CMAKE  ?= cmake
@@ -28,7 +33,7 @@ LIB_SOURCES := pyproject.toml custom_ops/CMakeLists.txt custom_ops/exports.map $
                scripts/fetch_ort_headers.sh
 ASAN_LIB := build/sanitize/libonnxmlu_ops_asan.so
 
-.PHONY: install lib wheel sanitize lint test test-slow test-realworld demo bench bench-quick clean
+.PHONY: install lib wheel sanitize lint test test-slow test-realworld smoke smoke-lowest demo bench bench-quick clean
 
 install: $(VENV)/.installed
 
@@ -65,6 +70,22 @@ test: install
 	$(PY) -m pytest -q -n 2 -m "not slow and not browser and not heavy and not wheel" $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m "(heavy or wheel) and not slow" $(PYTEST_ARGS)
 
+smoke: install
+	bash scripts/smoke.sh $(PY)
+
+# The lowest allowed versions of every runtime dependency, nothing else: the package runs
+# from this source tree (PYTHONPATH) with the library .venv built (it talks to onnxruntime
+# through the C API only), so no second build. Re-installed when pyproject.toml changes.
+$(LOWEST_VENV)/.installed: pyproject.toml scripts/lowest_requirements.py
+	test -x $(LOWEST_PY) || $(PYTHON) -m venv $(LOWEST_VENV)
+	$(PYTHON) scripts/lowest_requirements.py > $(LOWEST_VENV)/requirements.txt
+	$(LOWEST_PY) -m pip install -q --disable-pip-version-check -r $(LOWEST_VENV)/requirements.txt
+	touch $@
+
+smoke-lowest: install $(LOWEST_VENV)/.installed
+	PYTHONPATH=$(CURDIR) ONNXMLU_CUSTOM_OPS_LIBRARY="$$($(PY) -c 'import onnxmlu; print(onnxmlu.custom_ops_library())')" \
+	    bash scripts/smoke.sh $(CURDIR)/$(LOWEST_PY)
+
 test-slow: install
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
@@ -95,4 +116,4 @@ bench-quick: $(BENCH_VENV)/.installed
 	$(BENCH_PY) scripts/bench.py --quick $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .venv-build onnxmlu/_lib build $(DIST) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(LOWEST_VENV) .venv-build onnxmlu/_lib build $(DIST) $(OUT) .pytest_cache

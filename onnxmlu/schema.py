@@ -19,8 +19,12 @@ Format (version 1) — one node per fused block:
   for people (Netron) and reports.
 
 Registering the schema (``ensure_registered``) lets ``onnx.checker.check_model(full_check=True)``
-and ``onnx.shape_inference`` handle fused models; its inference function reads output types
-from the body.
+check a fused node's attributes. The schema deliberately has no Python inference function:
+onnx keeps such a function in its C++ registry, whose static destructor runs after the
+interpreter has finalized -- onnx 1.19 then waits forever for the GIL at exit, 1.20 to 1.22
+segfault, and 1.17/1.18 have no ``set_type_and_shape_inference_function`` at all. The block's
+output types come from its body instead, by :func:`infer_shapes` (:func:`type_block_outputs`
+then onnx's own inference), which needs no registration and no callback across the boundary.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from onnx import defs
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir.graphs import FUSION_DOMAIN as DOMAIN
 from onnxmlu.ir.graphs import FUSION_OP_TYPE as OP_TYPE
+from onnxmlu.ir.graphs import copy_model
 from onnxmlu.ir.graphs import is_fusion_block  # noqa: F401 - the format's predicate, read here too
 
 VERSION = 1
@@ -72,8 +77,7 @@ def ensure_registered() -> None:
             defs.OpSchema.Attribute("sim_latency_us", defs.OpSchema.AttrType.FLOAT, "Simulated latency, us.", required=False),
         ],
     )
-    schema.set_type_and_shape_inference_function(_infer_outputs)
-    defs.register_schema(schema)
+    defs.register_schema(schema)  # no inference function: see the module docstring
 
 
 def _variadic(name: str, doc: str) -> defs.OpSchema.FormalParameter:
@@ -83,20 +87,36 @@ def _variadic(name: str, doc: str) -> defs.OpSchema.FormalParameter:
     )
 
 
-def _infer_outputs(ctx) -> None:
-    attr = ctx.get_attribute("body")
-    digest = ctx.get_attribute(DIGEST)  # an AttributeProto, or None
-    if digest is not None and attr is not None and not (attr.type == onnx.AttributeProto.TENSOR and attr.t.external_data):
-        problem = _digest_problem(_body_bytes(attr), _digest_value(digest))
-        if problem:
-            raise onnx.shape_inference.InferenceError(f"MLUFusionBlock {problem}")
-    body = body_model_from_attribute(attr)
-    outputs = body.graph.output
-    if len(outputs) != ctx.get_num_outputs():
-        raise onnx.shape_inference.InferenceError(
-            f"MLUFusionBlock body has {len(outputs)} outputs, node has {ctx.get_num_outputs()}")
-    for i, value in enumerate(outputs):
-        ctx.set_output_type(i, value.type)
+def type_block_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (changed in place) with a ``value_info`` for every MLUFusionBlock output that
+    has no type yet, read from the block's body (outputs match the body's by position), so
+    onnx's inference types everything downstream of a block. Checks each body's digest and
+    output count; raises ``onnx.shape_inference.InferenceError`` naming the block."""
+    typed = {v.name for v in (*model.graph.value_info, *model.graph.output) if v.type.HasField("tensor_type")}
+    for node in model.graph.node:
+        if not is_fusion_block(node):
+            continue
+        try:
+            outputs = body_model(node).graph.output
+        except (BodyDigestError, ValueError) as exc:
+            raise onnx.shape_inference.InferenceError(str(exc)) from exc
+        if len(outputs) != len(node.output):
+            raise onnx.shape_inference.InferenceError(
+                f"MLUFusionBlock {node.name!r}: body has {len(outputs)} outputs, node has {len(node.output)}")
+        for name, value in zip(node.output, outputs):
+            if name and name not in typed:
+                info = model.graph.value_info.add()
+                info.name = name
+                info.type.CopyFrom(value.type)
+    return model
+
+
+def infer_shapes(model: onnx.ModelProto, strict_mode: bool = False, data_prop: bool = False) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes`` for a model that may hold MLUFusionBlock nodes:
+    their outputs typed from their bodies first (:func:`type_block_outputs`); ``model`` is
+    not changed."""
+    return onnx.shape_inference.infer_shapes(type_block_outputs(copy_model(model)), strict_mode=strict_mode,
+                                             data_prop=data_prop)
 
 
 def _body_bytes(attr: onnx.AttributeProto) -> bytes:
