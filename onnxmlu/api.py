@@ -228,6 +228,14 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
     return _run(PLAN[:4], model, input_shapes=input_shapes, rewrite=rewrite, progress=progress).analysis
 
 
+def inspect_fused(model: ModelLike):
+    """What a fused model holds (blocks, host nodes, the metadata it was written with): a
+    :class:`~onnxmlu.tools.fused_info.FusedSummary`, or None when ``model`` holds no block."""
+    from onnxmlu.tools.fused_info import summarize_fused
+
+    return summarize_fused(as_model(model))
+
+
 def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
          calibration: str | os.PathLike | None = None, accuracy: str | None = None,

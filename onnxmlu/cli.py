@@ -386,14 +386,41 @@ def inspect(
     quiet: QuietOpt = False,
 ) -> None:
     """Print the layer table (topological order): op, GOPs, channels, bytes; and host nodes.
+    For a fused model: its blocks (mp, precision, layers, simulated us, body size), host nodes
+    and the metadata it was written with.
 
-    Example: onnxmlu inspect resnet18.onnx --rewrite
+    Example: onnxmlu inspect resnet18.onnx --rewrite; onnxmlu inspect resnet18.fused.onnx
     """
     from onnxmlu import api
 
     with _steps(quiet) as steps:
-        analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=rewrite, progress=steps)
+        steps.say(f"loading {model.name}")
+        proto = api.load_model(model)
+        fused = api.inspect_fused(proto)
+        if fused is None:
+            analysis = api.inspect(proto, input_shapes=_shapes(input_shape), rewrite=rewrite, progress=steps)
+    if fused is not None:
+        _deliver("inspect-fused", fused, json_out, quiet, _show_fused)
+        return
     _deliver("inspect", analysis, json_out, quiet, _show_layers)
+
+
+def _show_fused(summary) -> None:
+    report = summary.to_dict()
+    total = report["sim_latency_us"]
+    table = Table(title=f"{len(report['blocks'])} MLUFusionBlock nodes"
+                        + (f" · simulated {total:.1f} us" if total is not None else ""))
+    for col in ("block", "mp", "precision", "layers", "sim us", "body KB"):
+        table.add_column(col, justify="left" if col in ("block", "precision") else "right")
+    for b in report["blocks"]:
+        sim = "–" if b["sim_latency_us"] is None else f"{b['sim_latency_us']:.1f}"
+        table.add_row(b["block"], str(b["mp"]), b["precision"], str(b["layers"]), sim, f"{b['body_bytes'] / 1024:.0f}")
+    console.print(table)
+    for h in report["host_nodes"]:
+        console.print(f"host: {h['node']} ({h['op_type']})", highlight=False)
+    for key, value in report["metadata"].items():
+        if key.startswith("onnxmlu."):
+            console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
 
 
 def _show_layers(analysis) -> None:

@@ -18,6 +18,12 @@ Format (version 1) — one node per fused block:
 * ``layers``, ``op_types`` (STRINGS), ``gops``, ``sim_latency_us`` (FLOAT): metadata
   for people (Netron) and reports.
 
+A fused model describes itself (:func:`describe_fused_model`): ``producer_name`` ``onnxmlu``
+and its version, and ``metadata_props`` keys ``onnxmlu.*`` (:data:`METADATA_KEYS`) naming the
+library that runs the blocks and how to get it, the hardware profile, strategy and precisions
+-- so a user whose plain onnxruntime says ``MLUFusionBlock is not a registered function/op``
+finds the answer in the file (Netron shows the properties).
+
 Registering the schema (``ensure_registered``) lets ``onnx.checker.check_model(full_check=True)``
 check a fused node's attributes. The schema deliberately has no Python inference function:
 onnx keeps such a function in its C++ registry, whose static destructor runs after the
@@ -55,6 +61,39 @@ DOC = (
     "A block of accelerator layers fused by onnxmlu. Runs `body` (a serialized ONNX model "
     "held in a uint8 tensor) on `mp` cores of the simulated MLU accelerator."
 )
+
+
+#: metadata_props a fused model carries (the source model's own properties are kept beside them).
+METADATA_KEYS = ("onnxmlu.runtime", "onnxmlu.version", "onnxmlu.hardware", "onnxmlu.strategy", "onnxmlu.precision",
+                 "onnxmlu.blocks")
+RUNTIME_NOTE = (
+    "The com.onnxmlu::MLUFusionBlock nodes run in onnxruntime with onnxmlu's custom-op library: "
+    "pip install onnxmlu; then onnxmlu.InferenceSession(path), or "
+    "SessionOptions.register_custom_ops_library(onnxmlu.custom_ops_library()) in plain onnxruntime. "
+    "Without it: `onnxmlu fuse --portable` writes a model that needs no library."
+)
+
+
+def describe_fused_model(model: onnx.ModelProto, *, hardware: str, strategy: str, precisions: list[str]) -> None:
+    """Stamp ``model`` (in place) as written by onnxmlu: producer, and the ``onnxmlu.*``
+    metadata_props (replacing any from an earlier run); ``precisions``: one per block."""
+    from onnxmlu import __version__
+
+    model.producer_name, model.producer_version = "onnxmlu", __version__
+    kept = [p for p in model.metadata_props if p.key not in METADATA_KEYS]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    counts = {p: precisions.count(p) for p in dict.fromkeys(precisions)}
+    values = (RUNTIME_NOTE, __version__, hardware or "default", strategy or "custom",
+              ", ".join(f"{p} x{n}" for p, n in counts.items()) if len(counts) > 1 else next(iter(counts), "fp32"),
+              str(len(precisions)))
+    for key, value in zip(METADATA_KEYS, values):
+        model.metadata_props.add(key=key, value=value)
+
+
+def model_metadata(model: onnx.ModelProto) -> dict[str, str]:
+    """The model's metadata_props as a dict."""
+    return {p.key: p.value for p in model.metadata_props}
 
 
 def ensure_registered() -> None:

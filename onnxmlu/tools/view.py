@@ -57,6 +57,7 @@ def explode(model: onnx.ModelProto) -> onnx.ModelProto:
     view.ir_version = max(view.ir_version, _FUNCTIONS_IR_VERSION)
     props = {p.key: p.value for p in view.metadata_props}
     props["onnxmlu.exploded"] = EXPLODED_NOTE
+    props.pop("onnxmlu.runtime", None)  # that note names the library this copy does without
     helper.set_model_props(view, props)
     return view
 
