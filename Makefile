@@ -3,7 +3,8 @@
 #                  library is built by the same backend as `pip install .` (scikit-build-core +
 #                  CMake, custom_ops/CMakeLists.txt) and re-built when its sources change
 #   make wheel     dist/: the sdist and a manylinux wheel (python -m build + auditwheel repair)
-#   make sanitize  the ASan + UBSan build of the library, then tests/test_runtime.py under it
+#   make sanitize  the ASan + UBSan build of the library, then tests/test_runtime.py and
+#                  tests/test_hostile_models.py under it
 #   make test      the CI test suite (real-world corpus included)
 #   make lint      ruff over the package, tests and scripts (rules in pyproject.toml); CI runs it first
 #   make smoke     scripts/smoke.sh (zoo, fuse, check, run, int8) on .venv: the latest versions
@@ -60,7 +61,7 @@ sanitize: install
 	ONNXMLU_CUSTOM_OPS_LIBRARY=$(CURDIR)/$(ASAN_LIB) \
 	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(readlink -f $$(g++ -print-file-name=libstdc++.so))" \
 	ASAN_OPTIONS=detect_leaks=0 \
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py tests/test_hostile_models.py $(PYTEST_ARGS)
 
 lint: install
 	$(PY) -m ruff check onnxmlu tests scripts

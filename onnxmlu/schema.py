@@ -43,7 +43,7 @@ from onnx import defs
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir.graphs import FUSION_DOMAIN as DOMAIN
 from onnxmlu.ir.graphs import FUSION_OP_TYPE as OP_TYPE
-from onnxmlu.ir.graphs import copy_model
+from onnxmlu.ir.graphs import copy_model, iter_graphs, node_subgraphs
 from onnxmlu.ir.graphs import is_fusion_block  # noqa: F401 - the format's predicate, read here too
 
 VERSION = 1
@@ -137,7 +137,7 @@ def type_block_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
             continue
         try:
             outputs = body_model(node).graph.output
-        except (BodyDigestError, ValueError) as exc:
+        except (OnnxMluError, ValueError) as exc:  # damaged, or refers to a file
             raise onnx.shape_inference.InferenceError(str(exc)) from exc
         if len(outputs) != len(node.output):
             raise onnx.shape_inference.InferenceError(
@@ -186,16 +186,70 @@ def block_precision(node: onnx.NodeProto) -> str:
 
 def body_model(node: onnx.NodeProto) -> onnx.ModelProto:
     """The block model held by an MLUFusionBlock node; raises :class:`BodyDigestError` when
-    the body's bytes do not match the node's ``body_crc32``."""
+    the body's bytes do not match the node's ``body_crc32``, :class:`BodyFileReferenceError`
+    when the body refers to a file (every Python reader comes through here)."""
     attrs = {a.name: a for a in node.attribute}
     if "body" not in attrs:
         raise ValueError(f"MLUFusionBlock {node.name!r} has no body attribute")
     verify_body(node)
-    return body_model_from_attribute(attrs["body"])
+    body = body_model_from_attribute(attrs["body"])
+    refuse_file_references(node, body)
+    return body
 
 
 class BodyDigestError(OnnxMluError):
     """A block's body does not match its ``body_crc32``: the file is damaged."""
+
+
+class BodyFileReferenceError(OnnxMluError):
+    """A block's body refers to a file (a tensor with external data): refused, never read."""
+
+
+def file_references(body: onnx.ModelProto) -> list[str]:
+    """Every tensor of ``body`` that keeps its data in a file, described ("initializer 'w' in
+    'secret.txt'"): initializers, sparse initializers and tensor attributes, in every subgraph
+    and local function. A body must hold its weights inline: loaded from bytes, a relative
+    location would resolve against the process's working directory, not the model's folder."""
+    graphs = [*iter_graphs(body.graph), *(g for f in body.functions for n in f.node for sub in node_subgraphs(n)
+                                          for g in iter_graphs(sub))]
+    found = [f"{where} in {_location(t)!r}" for g in graphs for where, t in _graph_tensors(g) if _is_external(t)]
+    found += [f"{where} in {_location(t)!r}" for f in body.functions for where, t in _node_tensors(f.node)
+              if _is_external(t)]
+    return found
+
+
+def _graph_tensors(graph: onnx.GraphProto):
+    yield from ((f"initializer {t.name!r}", t) for t in graph.initializer)
+    yield from ((f"sparse initializer {s.values.name!r}", t) for s in graph.sparse_initializer
+                for t in (s.values, s.indices))
+    yield from _node_tensors(graph.node)
+
+
+def _node_tensors(nodes):
+    for node in nodes:
+        for a in node.attribute:
+            sparse = ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors)
+            tensors = ([a.t] if a.HasField("t") else []) + list(a.tensors) + [t for s in sparse for t in (s.values, s.indices)]
+            yield from ((f"attribute {a.name!r} of node {node.name or node.op_type!r}", t) for t in tensors)
+
+
+def _is_external(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.external_data) > 0
+
+
+def _location(tensor: onnx.TensorProto) -> str:
+    return next((e.value for e in tensor.external_data if e.key == "location"), "?")
+
+
+def refuse_file_references(node: onnx.NodeProto, body: onnx.ModelProto) -> None:
+    """Raise :class:`BodyFileReferenceError` (naming the block and the first tensor) when the
+    body refers to a file; the library refuses the same bodies at session creation."""
+    found = file_references(body)
+    if found:
+        raise BodyFileReferenceError(
+            f"MLUFusionBlock {node.name or '<unnamed>'!r}: body refers to a file ({found[0]}"
+            f"{f' and {len(found) - 1} more' if len(found) > 1 else ''}); a block body must hold its weights "
+            "inline, and onnxmlu never reads files for it")
 
 
 def body_digest(data: bytes) -> int:
