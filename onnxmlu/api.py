@@ -248,6 +248,10 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
     latency-accuracy chart of the plans it considered to ``pareto``."""
     if pareto is not None and precision != "auto":
         raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
+    if plot is not None or pareto is not None:
+        from onnxmlu.tools.plots import require_plotting
+
+        require_plotting()
     ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
                **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None))
     report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto)
@@ -335,6 +339,10 @@ def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Se
 
     if (model is None) == (not zoo):
         raise OnnxMluError("give either a MODEL or --zoo")
+    if plot is not None:
+        from onnxmlu.tools.plots import require_plotting
+
+        require_plotting()
     names = list(strategies) if strategies else strategy_names()
     if accuracy is not None and "auto" not in precisions:
         raise OnnxMluError("--accuracy is the budget of the auto column; add auto to --precision")

@@ -1,7 +1,8 @@
 """``onnxmlu`` command line: thin wrappers that parse options and call :mod:`onnxmlu.api`.
 
 Exit codes: 0 success, 1 a check or comparison failed, 2 usage or input error. Errors print
-one line; ``--debug`` (before the command) shows the traceback instead.
+one line; ``--debug`` shows the traceback instead. ``--debug``, ``-v/--verbose`` (onnxruntime's
+own log lines, hidden otherwise) and ``-h`` work before or after the command name.
 
 Streams: tables go to stdout, progress (rich, transient) and errors to stderr. ``--json -``
 owns stdout: the report is then the only thing printed there, so it can be piped. Every JSON
@@ -30,9 +31,13 @@ from onnxmlu.errors import OnnxMluError
 
 app = typer.Typer(
     name="onnxmlu", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Compile ONNX models for a simulated multi-core MLU100-class accelerator.",
 )
-console = Console()
+# On a terminal rich fits tables to its width; into a file or pipe it would cut them at 80
+# columns ("fc/m…"), so there they keep their natural width.
+_PIPED_WIDTH = 100_000
+console = Console(width=None if sys.stdout.isatty() else _PIPED_WIDTH)
 err_console = Console(stderr=True)
 _state = {"debug": False}
 
@@ -89,10 +94,25 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Let onnxruntime log warnings and errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
     _state["debug"] = debug
+    _quiet_onnxruntime(verbose)
+
+
+def _quiet_onnxruntime(verbose: bool) -> None:
+    """onnxruntime's default logger prints its own coloured lines (a failed session's error, the
+    shape probe's warnings) before our one ``error:`` line says the same; only FATAL unless
+    --verbose. Inner sessions share the process's env, so the library's blocks follow too."""
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(2 if verbose else 4)
+
+
+#: Options of the whole program, accepted after the command name too (`onnxmlu fuse ... --debug`).
+GLOBAL_FLAGS = ("--debug", "--verbose", "-v")
 
 
 def command(fn: Callable) -> Callable:
@@ -364,11 +384,14 @@ def check(
 
 def _show_check(report) -> None:
     table = Table(title=f"check · seeds {list(report.seeds)} · atol={report.atol:g} rtol={report.rtol:g}")
-    for col in ("output", "shape", "max abs err", "max rel err", "ok"):
+    # A budget decides the verdict (FP16/INT8): the tolerance column is then information, not a
+    # verdict, so it must not read like one ("ok NO" above "check passed").
+    judged_by_budget = report.budget is not None
+    for col in ("output", "shape", "max abs err", "max rel err", "within tol" if judged_by_budget else "ok"):
         table.add_column(col)
     for d in report.diffs:
-        table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}",
-                      "[green]yes[/]" if d.ok else "[red]NO[/]")
+        verdict = ("yes" if d.ok else "no") if judged_by_budget else ("[green]yes[/]" if d.ok else "[red]NO[/]")
+        table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", verdict)
     console.print(table)
     if report.accuracy is not None:
         judged = f" · judged by {report.budget}" if report.budget is not None else ""
@@ -671,7 +694,15 @@ def view(
 
 
 def main() -> None:
-    app()
+    app(args=hoist_global_flags(sys.argv[1:]))
+
+
+def hoist_global_flags(args: list[str]) -> list[str]:
+    """``args`` with the program's own flags (:data:`GLOBAL_FLAGS`) moved before the command
+    name, wherever they were given (up to a ``--``), so every command accepts them."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in GLOBAL_FLAGS]
+    return flags + [a for a in args[:end] if a not in GLOBAL_FLAGS] + args[end:]
 
 
 if __name__ == "__main__":
