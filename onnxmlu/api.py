@@ -34,6 +34,7 @@ from onnxmlu.reports import (
     StrategyResult,
     ZooReport,
     calibration_report,
+    tagged,
 )
 
 HardwareLike = str | Hardware
@@ -454,3 +455,32 @@ def view(model: str | os.PathLike, *, explode: bool = False, port: int = 8080, b
 def hardware_profiles() -> list[Hardware]:
     """The built-in hardware profiles."""
     return [load_hardware(name) for name in profile_names()]
+
+
+def report(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
+           hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
+           calibration: str | os.PathLike | None = None, accuracy: str | None = None, check: bool = False,
+           progress=None) -> Path:
+    """Write ``onnxmlu report``'s self-contained HTML page about ``model`` to ``output``: for a
+    model, the plan :func:`fuse_to_file` makes of it (with the check's results when ``check``,
+    and the plans ``--precision auto`` considered); for a fused file, what it holds
+    (:func:`inspect_fused`). The destination is checked before any work."""
+    import tempfile
+
+    from onnxmlu.collapse.atomic import check_destination
+    from onnxmlu.tools.fused_info import summarize_fused
+    from onnxmlu.tools.html_report import write_report
+
+    output = Path(output)
+    check_destination(output)
+    proto = as_model(model)
+    name = Path(str(model)).name if not isinstance(model, onnx.ModelProto) else (proto.graph.name or "model")
+    summary = summarize_fused(proto)
+    if summary is not None:
+        return write_report(tagged("inspect-fused", summary.to_dict()), output, f"{name}: fused model")
+    with tempfile.TemporaryDirectory(prefix="onnxmlu-report-") as folder:
+        result = fuse_to_file(proto, Path(folder) / "fused.onnx", strategy=strategy, hardware=hardware,
+                              input_shapes=input_shapes, precision=precision, calibration=calibration,
+                              accuracy=accuracy, check=CheckOptions() if check else None, progress=progress)
+        payload = tagged("fuse", result.to_dict())
+    return write_report(payload, output, f"{name}: {payload['strategy']} plan on {payload['hardware']}")

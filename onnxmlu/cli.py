@@ -461,6 +461,34 @@ def _show_layers(analysis) -> None:
 
 
 @command
+def report(
+    model: Annotated[Path, typer.Argument(help="ONNX model, or a fused model.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
+    strategy: StrategyOpt = "dlfusion",
+    hw: HwOpt = "mlu100",
+    input_shape: InputShapeOpt = None,
+    precision: PrecisionOpt = None,
+    accuracy: AccuracyOpt = None,
+    calibration: CalibrationOpt = None,
+    check: CheckOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write one self-contained HTML page (no network: styles and charts inline) about a model's
+    plan -- timeline of blocks, per-block table, host nodes and reasons, coverage, the plans
+    --precision auto considered, the check -- or about what a fused model holds.
+
+    Example: onnxmlu report resnet18.onnx -o report.html --check
+    """
+    from onnxmlu import api
+
+    with _steps(quiet) as steps:
+        path = api.report(model, output, strategy=strategy, hardware=hw, input_shapes=_shapes(input_shape),
+                          precision=precision, accuracy=accuracy, calibration=calibration, check=check, progress=steps)
+    if not quiet:
+        console.print(f"wrote {path}", highlight=False)
+
+
+@command
 def zoo(
     name: Annotated[str, typer.Argument(help="resnet18, resnet50, vgg19, alexnet, mobilenetv2, lstm; "
                                              "several comma-separated, or 'all'.")],
