@@ -441,6 +441,7 @@ def view(model: str | os.PathLike, *, explode: bool = False, port: int = 8080, b
     (``announce`` is called before serving it)."""
     from onnxmlu.tools import view as netron
 
+    netron.require_netron()  # before the model is read and exploded
     path = Path(model)
     if not path.is_file():  # Netron would serve an error page instead of failing here
         raise OnnxMluError(f"model file {path} does not exist" if not path.exists() else f"{path} is not a file")

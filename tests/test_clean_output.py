@@ -98,3 +98,15 @@ def test_a_missing_plot_dependency_fails_before_any_work(monkeypatch, tmp_path):
     with pytest.raises(OnnxMluError, match="plots need matplotlib"):
         api.plan(conv_chain_model(), plot=tmp_path / "p.png", progress=said.append)
     assert said == [] and not (tmp_path / "p.png").exists()
+
+
+def test_a_missing_netron_fails_before_the_model_is_read(monkeypatch, tmp_path):
+    import importlib.util
+
+    from onnxmlu.tools import view
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "netron" else real(name, *a))
+    monkeypatch.setattr(view, "explode", lambda model: pytest.fail("the model was exploded first"))
+    with pytest.raises(OnnxMluError, match="viewing needs netron"):
+        api.view(tmp_path / "missing.onnx", explode=True, browse=False)

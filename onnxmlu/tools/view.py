@@ -79,6 +79,14 @@ def _as_function_call(node: onnx.NodeProto, function_name: str) -> None:
     node.op_type, node.domain = function_name, VIEW_DOMAIN
 
 
+def require_netron() -> None:
+    """The one-line error for a missing netron, raised before a model is loaded or exploded."""
+    import importlib.util
+
+    if importlib.util.find_spec("netron") is None:
+        raise OnnxMluError("viewing needs netron: pip install 'onnxmlu[view]'")
+
+
 def serve(path: str | Path, port: int = 8080, browse: bool = True, data: bytes | None = None) -> None:
     """Serve a model with Netron on 127.0.0.1 until interrupted: the file at ``path``, or
     ``data`` (a serialized model held in memory, shown under ``path``'s name; nothing is
