@@ -7,6 +7,8 @@
 # segfault there, after the work was done -- an exit status is checked, not just the output.
 set -uo pipefail
 PY=${1:-.venv/bin/python}
+# Absolute (without resolving the venv's symlink): every step runs in a scratch folder.
+if [[ "$PY" == */* ]]; then PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"; fi
 LIMIT=${SMOKE_TIMEOUT:-300}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
