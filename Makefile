@@ -3,9 +3,13 @@
 #                  library is built by the same backend as `pip install .` (scikit-build-core +
 #                  CMake, custom_ops/CMakeLists.txt) and re-built when its sources change
 #   make wheel     dist/: the sdist and a manylinux wheel (python -m build + auditwheel repair)
-#   make sanitize  the ASan + UBSan build of the library, then tests/test_runtime.py under it
+#   make sanitize  the ASan + UBSan build of the library, then tests/test_runtime.py and
+#                  tests/test_hostile_models.py under it
 #   make test      the CI test suite (real-world corpus included)
 #   make lint      ruff over the package, tests and scripts (rules in pyproject.toml); CI runs it first
+#   make smoke     scripts/smoke.sh (zoo, fuse, check, run, int8) on .venv: the latest versions
+#   make smoke-lowest  the same on .venv-lowest, holding exactly the lowest dependency versions
+#                  pyproject.toml allows (scripts/lowest_requirements.py); CI runs both
 #   make demo      zoo ResNet-18 -> fuse -> check -> latency
 #   make bench       full benchmark -> BENCHMARKS.md (runtime overhead, fuse speed vs onnxslim/
 #                    onnxsim/onnxoptimizer, scaling, planner, LSTM unrolling; ~20-30 min on 2 cores)
@@ -19,6 +23,8 @@ PY     := $(VENV)/bin/python
 BENCH_VENV ?= .venv-bench
 BENCH_PY   := $(BENCH_VENV)/bin/python
 BENCH_ARGS ?=
+LOWEST_VENV ?= .venv-lowest
+LOWEST_PY   := $(LOWEST_VENV)/bin/python
 OUT    ?= out
 DIST   ?= dist
 CMAKE  ?= cmake
@@ -28,7 +34,7 @@ LIB_SOURCES := pyproject.toml custom_ops/CMakeLists.txt custom_ops/exports.map $
                scripts/fetch_ort_headers.sh
 ASAN_LIB := build/sanitize/libonnxmlu_ops_asan.so
 
-.PHONY: install lib wheel sanitize lint test test-slow test-realworld demo bench bench-quick clean
+.PHONY: install lib wheel sanitize lint test test-slow test-realworld smoke smoke-lowest demo bench bench-quick clean
 
 install: $(VENV)/.installed
 
@@ -55,7 +61,7 @@ sanitize: install
 	ONNXMLU_CUSTOM_OPS_LIBRARY=$(CURDIR)/$(ASAN_LIB) \
 	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(readlink -f $$(g++ -print-file-name=libstdc++.so))" \
 	ASAN_OPTIONS=detect_leaks=0 \
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py tests/test_hostile_models.py $(PYTEST_ARGS)
 
 lint: install
 	$(PY) -m ruff check onnxmlu tests scripts
@@ -64,6 +70,22 @@ lint: install
 test: install
 	$(PY) -m pytest -q -n 2 -m "not slow and not browser and not heavy and not wheel" $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m "(heavy or wheel) and not slow" $(PYTEST_ARGS)
+
+smoke: install
+	bash scripts/smoke.sh $(PY)
+
+# The lowest allowed versions of every runtime dependency, nothing else: the package runs
+# from this source tree (PYTHONPATH) with the library .venv built (it talks to onnxruntime
+# through the C API only), so no second build. Re-installed when pyproject.toml changes.
+$(LOWEST_VENV)/.installed: pyproject.toml scripts/lowest_requirements.py
+	test -x $(LOWEST_PY) || $(PYTHON) -m venv $(LOWEST_VENV)
+	$(PYTHON) scripts/lowest_requirements.py > $(LOWEST_VENV)/requirements.txt
+	$(LOWEST_PY) -m pip install -q --disable-pip-version-check -r $(LOWEST_VENV)/requirements.txt
+	touch $@
+
+smoke-lowest: install $(LOWEST_VENV)/.installed
+	PYTHONPATH=$(CURDIR) ONNXMLU_CUSTOM_OPS_LIBRARY="$$($(PY) -c 'import onnxmlu; print(onnxmlu.custom_ops_library())')" \
+	    bash scripts/smoke.sh $(CURDIR)/$(LOWEST_PY)
 
 test-slow: install
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
@@ -95,4 +117,4 @@ bench-quick: $(BENCH_VENV)/.installed
 	$(BENCH_PY) scripts/bench.py --quick $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .venv-build onnxmlu/_lib build $(DIST) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(LOWEST_VENV) .venv-build onnxmlu/_lib build $(DIST) $(OUT) .pytest_cache

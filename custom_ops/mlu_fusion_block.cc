@@ -14,6 +14,7 @@
 #include <optional>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -332,6 +333,122 @@ void VerifyDigest(const std::string& body, const OrtKernelInfo* info, const std:
   }
 }
 
+// --- file references -------------------------------------------------------------------------
+// A body must hold its weights inline. A tensor with external data names a file that the inner
+// session (made from bytes, with no model path) would resolve against the process's working
+// directory, not the model's folder: a downloaded model could read ./secret.txt into its output.
+// The body is scanned in protobuf's wire format, descending only into the messages that can hold
+// a tensor (onnx.proto field numbers), before onnxruntime parses it.
+enum class Message { kModel, kGraph, kFunction, kNode, kAttribute, kSparseTensor, kTensor, kEntry };
+
+// The message type of field `field` of a `parent`, when it is one that can lead to a tensor.
+std::optional<Message> ChildMessage(Message parent, uint64_t field) {
+  switch (parent) {
+    case Message::kModel:  // graph, functions
+      return field == 7 ? std::optional(Message::kGraph) : field == 25 ? std::optional(Message::kFunction) : std::nullopt;
+    case Message::kGraph:  // node, initializer, sparse_initializer
+      if (field == 1) return Message::kNode;
+      if (field == 5) return Message::kTensor;
+      return field == 15 ? std::optional(Message::kSparseTensor) : std::nullopt;
+    case Message::kFunction:  // node
+      return field == 7 ? std::optional(Message::kNode) : std::nullopt;
+    case Message::kNode:  // attribute
+      return field == 5 ? std::optional(Message::kAttribute) : std::nullopt;
+    case Message::kAttribute:  // t, g, tensors, graphs, sparse_tensor, sparse_tensors
+      if (field == 5 || field == 10) return Message::kTensor;
+      if (field == 6 || field == 11) return Message::kGraph;
+      return field == 22 || field == 23 ? std::optional(Message::kSparseTensor) : std::nullopt;
+    case Message::kSparseTensor:  // values, indices
+      return field == 1 || field == 2 ? std::optional(Message::kTensor) : std::nullopt;
+    case Message::kTensor:  // external_data (13) is read by WireScanner itself
+    case Message::kEntry:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+class WireScanner {
+ public:
+  // Depth past which the body is refused: protobuf's own default recursion limit.
+  static constexpr int kMaxDepth = 100;
+
+  // The first tensor in `data` (a serialized `kind`) that refers to a file, described ("tensor
+  // 'w' keeps its data in external file 'secret.txt'"); empty when there is none, or when the
+  // bytes are not well-formed protobuf (onnxruntime then refuses them itself).
+  std::string Find(std::string_view data, Message kind, int depth = 0) {
+    if (depth > kMaxDepth) {
+      too_deep_ = true;
+      return "";
+    }
+    std::string name, entry_key, entry_value, found;
+    bool external = false;
+    const char* p = data.data();
+    const char* end = p + data.size();
+    while (p < end && found.empty() && !too_deep_) {
+      uint64_t key = 0, value = 0;
+      if (!Varint(p, end, key)) return "";
+      const uint64_t field = key >> 3, wire = key & 7;
+      if (wire == 2) {
+        if (!Varint(p, end, value) || value > static_cast<uint64_t>(end - p)) return "";
+        const std::string_view payload(p, static_cast<size_t>(value));
+        p += value;
+        if (kind == Message::kTensor && field == 8) name = payload;
+        if (kind == Message::kEntry) (field == 1 ? entry_key : entry_value) = payload;
+        if (kind == Message::kTensor && field == 13) {  // an external_data entry: the tensor refers to a file
+          external = true;
+          if (std::string file = Find(payload, Message::kEntry, depth + 1); !file.empty()) entry_value = file;
+        } else if (auto child = ChildMessage(kind, field)) {
+          found = Find(payload, *child, depth + 1);
+        }
+      } else if (wire == 0) {
+        if (!Varint(p, end, value)) return "";
+        if (kind == Message::kTensor && field == 14 && value == 1) external = true;  // data_location: EXTERNAL
+      } else if (wire == 1 || wire == 5) {
+        const size_t size = wire == 1 ? 8 : 4;
+        if (static_cast<size_t>(end - p) < size) return "";
+        p += size;
+      } else {
+        return "";  // groups (3, 4) and invalid wire types: not an ONNX model
+      }
+    }
+    if (kind == Message::kEntry) return entry_key == "location" ? entry_value : "";
+    if (external) {
+      return "tensor '" + name + "' keeps its data in external file '" + (entry_value.empty() ? "?" : entry_value) + "'";
+    }
+    return found;
+  }
+
+  bool too_deep() const { return too_deep_; }
+
+ private:
+  static bool Varint(const char*& p, const char* end, uint64_t& value) {
+    value = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+      const auto byte = static_cast<unsigned char>(*p++);
+      value |= static_cast<uint64_t>(byte & 0x7F) << shift;
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  }
+
+  bool too_deep_ = false;
+};
+
+// Refuses a body that refers to a file (see WireScanner), or nests too deep to be scanned.
+void RefuseFileReferences(const std::string& body, const std::string& prefix) {
+  WireScanner scanner;
+  const std::string found = scanner.Find(body, Message::kModel);
+  if (scanner.too_deep()) {
+    throw BlockError(ORT_INVALID_GRAPH, prefix + "body nests subgraphs more than " +
+                                            std::to_string(WireScanner::kMaxDepth) + " messages deep; refusing to run it");
+  }
+  if (!found.empty()) {
+    throw BlockError(ORT_INVALID_GRAPH, prefix + "body refers to a file (" + found +
+                                            "); a block body must hold its weights inline and the library never "
+                                            "reads files for it; refusing to run it");
+  }
+}
+
 // Hardware threads this process may use: the CPU affinity mask (containers, taskset) when it
 // is narrower than what std::thread::hardware_concurrency reports.
 int64_t HardwareThreads() {
@@ -428,6 +545,7 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   mp_ = ReadMp(info, prefix);
   std::string body = ReadBody(info, prefix);
   VerifyDigest(body, info, prefix);
+  RefuseFileReferences(body, prefix);
 
   OrtEnv* env = nullptr;  // CreateEnv hands back the process's existing env (ref-counted)
   Check(Api().CreateEnv(ORT_LOGGING_LEVEL_WARNING, "onnxmlu", &env), prefix);

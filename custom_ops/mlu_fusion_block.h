@@ -16,8 +16,12 @@
 // body's bytes; a body whose bytes do not match it is refused before it is parsed, so a bit flip
 // in a weight fails session creation instead of running with the wrong weight.
 //
-// Everything that can go wrong with a node (bad `mp`, missing or corrupt body, body/node
-// mismatch, nested blocks, string tensors at the boundary) is reported as an OrtStatus from
+// A body must hold its weights inline: one with a tensor in external data (a file reference,
+// which an inner session made from bytes would resolve against the working directory) is refused
+// before onnxruntime parses it, and so is one nesting messages deeper than protobuf parses.
+//
+// Everything that can go wrong with a node (bad `mp`, missing, corrupt or file-reading body,
+// body/node mismatch, nested blocks, string tensors at the boundary) is reported as an OrtStatus from
 // CreateKernelV2, so onnxruntime fails session creation with a readable message instead of the
 // process crashing. Nothing throws across the C boundary.
 #pragma once

@@ -34,6 +34,7 @@ from onnxmlu.reports import (
     StrategyResult,
     ZooReport,
     calibration_report,
+    tagged,
 )
 
 HardwareLike = str | Hardware
@@ -259,6 +260,14 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
     return _run(PLAN[:4], model, input_shapes=input_shapes, rewrite=rewrite, progress=progress).analysis
 
 
+def inspect_fused(model: ModelLike):
+    """What a fused model holds (blocks, host nodes, the metadata it was written with): a
+    :class:`~onnxmlu.tools.fused_info.FusedSummary`, or None when ``model`` holds no block."""
+    from onnxmlu.tools.fused_info import summarize_fused
+
+    return summarize_fused(as_model(model))
+
+
 def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
          calibration: str | os.PathLike | None = None, accuracy: str | None = None,
@@ -271,6 +280,10 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
     latency-accuracy chart of the plans it considered to ``pareto``."""
     if pareto is not None and precision != "auto":
         raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
+    if plot is not None or pareto is not None:
+        from onnxmlu.tools.plots import require_plotting
+
+        require_plotting()
     ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
                **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None))
     report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto, ctx.profile)
@@ -358,6 +371,10 @@ def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Se
 
     if (model is None) == (not zoo):
         raise OnnxMluError("give either a MODEL or --zoo")
+    if plot is not None:
+        from onnxmlu.tools.plots import require_plotting
+
+        require_plotting()
     names = list(strategies) if strategies else strategy_names()
     if accuracy is not None and "auto" not in precisions:
         raise OnnxMluError("--accuracy is the budget of the auto column; add auto to --precision")
@@ -455,6 +472,7 @@ def view(model: str | os.PathLike, *, explode: bool = False, port: int = 8080, b
     (``announce`` is called before serving it)."""
     from onnxmlu.tools import view as netron
 
+    netron.require_netron()  # before the model is read and exploded
     path = Path(model)
     if not path.is_file():  # Netron would serve an error page instead of failing here
         raise OnnxMluError(f"model file {path} does not exist" if not path.exists() else f"{path} is not a file")
@@ -469,3 +487,32 @@ def view(model: str | os.PathLike, *, explode: bool = False, port: int = 8080, b
 def hardware_profiles() -> list[Hardware]:
     """The built-in hardware profiles."""
     return [load_hardware(name) for name in profile_names()]
+
+
+def report(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
+           hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
+           calibration: str | os.PathLike | None = None, accuracy: str | None = None, check: bool = False,
+           progress=None) -> Path:
+    """Write ``onnxmlu report``'s self-contained HTML page about ``model`` to ``output``: for a
+    model, the plan :func:`fuse_to_file` makes of it (with the check's results when ``check``,
+    and the plans ``--precision auto`` considered); for a fused file, what it holds
+    (:func:`inspect_fused`). The destination is checked before any work."""
+    import tempfile
+
+    from onnxmlu.collapse.atomic import check_destination
+    from onnxmlu.tools.fused_info import summarize_fused
+    from onnxmlu.tools.html_report import write_report
+
+    output = Path(output)
+    check_destination(output)
+    proto = as_model(model)
+    name = Path(str(model)).name if not isinstance(model, onnx.ModelProto) else (proto.graph.name or "model")
+    summary = summarize_fused(proto)
+    if summary is not None:
+        return write_report(tagged("inspect-fused", summary.to_dict()), output, f"{name}: fused model")
+    with tempfile.TemporaryDirectory(prefix="onnxmlu-report-") as folder:
+        result = fuse_to_file(proto, Path(folder) / "fused.onnx", strategy=strategy, hardware=hardware,
+                              input_shapes=input_shapes, precision=precision, calibration=calibration,
+                              accuracy=accuracy, check=CheckOptions() if check else None, progress=progress)
+        payload = tagged("fuse", result.to_dict())
+    return write_report(payload, output, f"{name}: {payload['strategy']} plan on {payload['hardware']}")

@@ -1,7 +1,8 @@
 """``onnxmlu`` command line: thin wrappers that parse options and call :mod:`onnxmlu.api`.
 
 Exit codes: 0 success, 1 a check or comparison failed, 2 usage or input error. Errors print
-one line; ``--debug`` (before the command) shows the traceback instead.
+one line; ``--debug`` shows the traceback instead. ``--debug``, ``-v/--verbose`` (onnxruntime's
+own log lines, hidden otherwise) and ``-h`` work before or after the command name.
 
 Streams: tables go to stdout, progress (rich, transient) and errors to stderr. ``--json -``
 owns stdout: the report is then the only thing printed there, so it can be piped. Every JSON
@@ -30,9 +31,13 @@ from onnxmlu.errors import OnnxMluError
 
 app = typer.Typer(
     name="onnxmlu", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Compile ONNX models for a simulated multi-core MLU100-class accelerator.",
 )
-console = Console()
+# On a terminal rich fits tables to its width; into a file or pipe it would cut them at 80
+# columns ("fc/m…"), so there they keep their natural width.
+_PIPED_WIDTH = 100_000
+console = Console(width=None if sys.stdout.isatty() else _PIPED_WIDTH)
 err_console = Console(stderr=True)
 _state = {"debug": False}
 
@@ -91,10 +96,25 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Let onnxruntime log warnings and errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
     _state["debug"] = debug
+    _quiet_onnxruntime(verbose)
+
+
+def _quiet_onnxruntime(verbose: bool) -> None:
+    """onnxruntime's default logger prints its own coloured lines (a failed session's error, the
+    shape probe's warnings) before our one ``error:`` line says the same; only FATAL unless
+    --verbose. Inner sessions share the process's env, so the library's blocks follow too."""
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(2 if verbose else 4)
+
+
+#: Options of the whole program, accepted after the command name too (`onnxmlu fuse ... --debug`).
+GLOBAL_FLAGS = ("--debug", "--verbose", "-v")
 
 
 def command(fn: Callable) -> Callable:
@@ -395,11 +415,14 @@ def check(
 
 def _show_check(report) -> None:
     table = Table(title=f"check · seeds {list(report.seeds)} · atol={report.atol:g} rtol={report.rtol:g}")
-    for col in ("output", "shape", "max abs err", "max rel err", "ok"):
+    # A budget decides the verdict (FP16/INT8): the tolerance column is then information, not a
+    # verdict, so it must not read like one ("ok NO" above "check passed").
+    judged_by_budget = report.budget is not None
+    for col in ("output", "shape", "max abs err", "max rel err", "within tol" if judged_by_budget else "ok"):
         table.add_column(col)
     for d in report.diffs:
-        table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}",
-                      "[green]yes[/]" if d.ok else "[red]NO[/]")
+        verdict = ("yes" if d.ok else "no") if judged_by_budget else ("[green]yes[/]" if d.ok else "[red]NO[/]")
+        table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", verdict)
     console.print(table)
     for run in report.shapes:
         shapes = ", ".join(f"{k} {v}" for k, v in run.shapes.items())
@@ -420,14 +443,41 @@ def inspect(
     quiet: QuietOpt = False,
 ) -> None:
     """Print the layer table (topological order): op, GOPs, channels, bytes; and host nodes.
+    For a fused model: its blocks (mp, precision, layers, simulated us, body size), host nodes
+    and the metadata it was written with.
 
-    Example: onnxmlu inspect resnet18.onnx --rewrite
+    Example: onnxmlu inspect resnet18.onnx --rewrite; onnxmlu inspect resnet18.fused.onnx
     """
     from onnxmlu import api
 
     with _steps(quiet) as steps:
-        analysis = api.inspect(model, input_shapes=_shapes(input_shape), rewrite=rewrite, progress=steps)
+        steps.say(f"loading {model.name}")
+        proto = api.load_model(model)
+        fused = api.inspect_fused(proto)
+        if fused is None:
+            analysis = api.inspect(proto, input_shapes=_shapes(input_shape), rewrite=rewrite, progress=steps)
+    if fused is not None:
+        _deliver("inspect-fused", fused, json_out, quiet, _show_fused)
+        return
     _deliver("inspect", analysis, json_out, quiet, _show_layers)
+
+
+def _show_fused(summary) -> None:
+    report = summary.to_dict()
+    total = report["sim_latency_us"]
+    table = Table(title=f"{len(report['blocks'])} MLUFusionBlock nodes"
+                        + (f" · simulated {total:.1f} us" if total is not None else ""))
+    for col in ("block", "mp", "precision", "layers", "sim us", "body KB"):
+        table.add_column(col, justify="left" if col in ("block", "precision") else "right")
+    for b in report["blocks"]:
+        sim = "–" if b["sim_latency_us"] is None else f"{b['sim_latency_us']:.1f}"
+        table.add_row(b["block"], str(b["mp"]), b["precision"], str(b["layers"]), sim, f"{b['body_bytes'] / 1024:.0f}")
+    console.print(table)
+    for h in report["host_nodes"]:
+        console.print(f"host: {h['node']} ({h['op_type']})", highlight=False)
+    for key, value in report["metadata"].items():
+        if key.startswith("onnxmlu."):
+            console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
 
 
 def _show_layers(analysis) -> None:
@@ -442,6 +492,34 @@ def _show_layers(analysis) -> None:
     console.print(table)
     for h in report["host_nodes"]:
         console.print(f"host: {h['node']} ({h['op_type']}): {h['reason']}")
+
+
+@command
+def report(
+    model: Annotated[Path, typer.Argument(help="ONNX model, or a fused model.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
+    strategy: StrategyOpt = "dlfusion",
+    hw: HwOpt = "mlu100",
+    input_shape: InputShapeOpt = None,
+    precision: PrecisionOpt = None,
+    accuracy: AccuracyOpt = None,
+    calibration: CalibrationOpt = None,
+    check: CheckOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write one self-contained HTML page (no network: styles and charts inline) about a model's
+    plan -- timeline of blocks, per-block table, host nodes and reasons, coverage, the plans
+    --precision auto considered, the check -- or about what a fused model holds.
+
+    Example: onnxmlu report resnet18.onnx -o report.html --check
+    """
+    from onnxmlu import api
+
+    with _steps(quiet) as steps:
+        path = api.report(model, output, strategy=strategy, hardware=hw, input_shapes=_shapes(input_shape),
+                          precision=precision, accuracy=accuracy, calibration=calibration, check=check, progress=steps)
+    if not quiet:
+        console.print(f"wrote {path}", highlight=False)
 
 
 @command
@@ -679,7 +757,15 @@ def view(
 
 
 def main() -> None:
-    app()
+    app(args=hoist_global_flags(sys.argv[1:]))
+
+
+def hoist_global_flags(args: list[str]) -> list[str]:
+    """``args`` with the program's own flags (:data:`GLOBAL_FLAGS`) moved before the command
+    name, wherever they were given (up to a ``--``), so every command accepts them."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in GLOBAL_FLAGS]
+    return flags + [a for a in args[:end] if a not in GLOBAL_FLAGS] + args[end:]
 
 
 if __name__ == "__main__":

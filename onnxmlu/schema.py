@@ -18,9 +18,19 @@ Format (version 1) — one node per fused block:
 * ``layers``, ``op_types`` (STRINGS), ``gops``, ``sim_latency_us`` (FLOAT): metadata
   for people (Netron) and reports.
 
+A fused model describes itself (:func:`describe_fused_model`): ``producer_name`` ``onnxmlu``
+and its version, and ``metadata_props`` keys ``onnxmlu.*`` (:data:`METADATA_KEYS`) naming the
+library that runs the blocks and how to get it, the hardware profile, strategy and precisions
+-- so a user whose plain onnxruntime says ``MLUFusionBlock is not a registered function/op``
+finds the answer in the file (Netron shows the properties).
+
 Registering the schema (``ensure_registered``) lets ``onnx.checker.check_model(full_check=True)``
-and ``onnx.shape_inference`` handle fused models; its inference function reads output types
-from the body.
+check a fused node's attributes. The schema deliberately has no Python inference function:
+onnx keeps such a function in its C++ registry, whose static destructor runs after the
+interpreter has finalized -- onnx 1.19 then waits forever for the GIL at exit, 1.20 to 1.22
+segfault, and 1.17/1.18 have no ``set_type_and_shape_inference_function`` at all. The block's
+output types come from its body instead, by :func:`infer_shapes` (:func:`type_block_outputs`
+then onnx's own inference), which needs no registration and no callback across the boundary.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from onnx import defs
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir.graphs import FUSION_DOMAIN as DOMAIN
 from onnxmlu.ir.graphs import FUSION_OP_TYPE as OP_TYPE
+from onnxmlu.ir.graphs import copy_model, iter_graphs, node_subgraphs
 from onnxmlu.ir.graphs import is_fusion_block  # noqa: F401 - the format's predicate, read here too
 
 VERSION = 1
@@ -50,6 +61,39 @@ DOC = (
     "A block of accelerator layers fused by onnxmlu. Runs `body` (a serialized ONNX model "
     "held in a uint8 tensor) on `mp` cores of the simulated MLU accelerator."
 )
+
+
+#: metadata_props a fused model carries (the source model's own properties are kept beside them).
+METADATA_KEYS = ("onnxmlu.runtime", "onnxmlu.version", "onnxmlu.hardware", "onnxmlu.strategy", "onnxmlu.precision",
+                 "onnxmlu.blocks")
+RUNTIME_NOTE = (
+    "The com.onnxmlu::MLUFusionBlock nodes run in onnxruntime with onnxmlu's custom-op library: "
+    "pip install onnxmlu; then onnxmlu.InferenceSession(path), or "
+    "SessionOptions.register_custom_ops_library(onnxmlu.custom_ops_library()) in plain onnxruntime. "
+    "Without it: `onnxmlu fuse --portable` writes a model that needs no library."
+)
+
+
+def describe_fused_model(model: onnx.ModelProto, *, hardware: str, strategy: str, precisions: list[str]) -> None:
+    """Stamp ``model`` (in place) as written by onnxmlu: producer, and the ``onnxmlu.*``
+    metadata_props (replacing any from an earlier run); ``precisions``: one per block."""
+    from onnxmlu import __version__
+
+    model.producer_name, model.producer_version = "onnxmlu", __version__
+    kept = [p for p in model.metadata_props if p.key not in METADATA_KEYS]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    counts = {p: precisions.count(p) for p in dict.fromkeys(precisions)}
+    values = (RUNTIME_NOTE, __version__, hardware or "default", strategy or "custom",
+              ", ".join(f"{p} x{n}" for p, n in counts.items()) if len(counts) > 1 else next(iter(counts), "fp32"),
+              str(len(precisions)))
+    for key, value in zip(METADATA_KEYS, values):
+        model.metadata_props.add(key=key, value=value)
+
+
+def model_metadata(model: onnx.ModelProto) -> dict[str, str]:
+    """The model's metadata_props as a dict."""
+    return {p.key: p.value for p in model.metadata_props}
 
 
 def ensure_registered() -> None:
@@ -72,8 +116,7 @@ def ensure_registered() -> None:
             defs.OpSchema.Attribute("sim_latency_us", defs.OpSchema.AttrType.FLOAT, "Simulated latency, us.", required=False),
         ],
     )
-    schema.set_type_and_shape_inference_function(_infer_outputs)
-    defs.register_schema(schema)
+    defs.register_schema(schema)  # no inference function: see the module docstring
 
 
 def _variadic(name: str, doc: str) -> defs.OpSchema.FormalParameter:
@@ -83,20 +126,36 @@ def _variadic(name: str, doc: str) -> defs.OpSchema.FormalParameter:
     )
 
 
-def _infer_outputs(ctx) -> None:
-    attr = ctx.get_attribute("body")
-    digest = ctx.get_attribute(DIGEST)  # an AttributeProto, or None
-    if digest is not None and attr is not None and not (attr.type == onnx.AttributeProto.TENSOR and attr.t.external_data):
-        problem = _digest_problem(_body_bytes(attr), _digest_value(digest))
-        if problem:
-            raise onnx.shape_inference.InferenceError(f"MLUFusionBlock {problem}")
-    body = body_model_from_attribute(attr)
-    outputs = body.graph.output
-    if len(outputs) != ctx.get_num_outputs():
-        raise onnx.shape_inference.InferenceError(
-            f"MLUFusionBlock body has {len(outputs)} outputs, node has {ctx.get_num_outputs()}")
-    for i, value in enumerate(outputs):
-        ctx.set_output_type(i, value.type)
+def type_block_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (changed in place) with a ``value_info`` for every MLUFusionBlock output that
+    has no type yet, read from the block's body (outputs match the body's by position), so
+    onnx's inference types everything downstream of a block. Checks each body's digest and
+    output count; raises ``onnx.shape_inference.InferenceError`` naming the block."""
+    typed = {v.name for v in (*model.graph.value_info, *model.graph.output) if v.type.HasField("tensor_type")}
+    for node in model.graph.node:
+        if not is_fusion_block(node):
+            continue
+        try:
+            outputs = body_model(node).graph.output
+        except (OnnxMluError, ValueError) as exc:  # damaged, or refers to a file
+            raise onnx.shape_inference.InferenceError(str(exc)) from exc
+        if len(outputs) != len(node.output):
+            raise onnx.shape_inference.InferenceError(
+                f"MLUFusionBlock {node.name!r}: body has {len(outputs)} outputs, node has {len(node.output)}")
+        for name, value in zip(node.output, outputs):
+            if name and name not in typed:
+                info = model.graph.value_info.add()
+                info.name = name
+                info.type.CopyFrom(value.type)
+    return model
+
+
+def infer_shapes(model: onnx.ModelProto, strict_mode: bool = False, data_prop: bool = False) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes`` for a model that may hold MLUFusionBlock nodes:
+    their outputs typed from their bodies first (:func:`type_block_outputs`); ``model`` is
+    not changed."""
+    return onnx.shape_inference.infer_shapes(type_block_outputs(copy_model(model)), strict_mode=strict_mode,
+                                             data_prop=data_prop)
 
 
 def _body_bytes(attr: onnx.AttributeProto) -> bytes:
@@ -127,16 +186,70 @@ def block_precision(node: onnx.NodeProto) -> str:
 
 def body_model(node: onnx.NodeProto) -> onnx.ModelProto:
     """The block model held by an MLUFusionBlock node; raises :class:`BodyDigestError` when
-    the body's bytes do not match the node's ``body_crc32``."""
+    the body's bytes do not match the node's ``body_crc32``, :class:`BodyFileReferenceError`
+    when the body refers to a file (every Python reader comes through here)."""
     attrs = {a.name: a for a in node.attribute}
     if "body" not in attrs:
         raise ValueError(f"MLUFusionBlock {node.name!r} has no body attribute")
     verify_body(node)
-    return body_model_from_attribute(attrs["body"])
+    body = body_model_from_attribute(attrs["body"])
+    refuse_file_references(node, body)
+    return body
 
 
 class BodyDigestError(OnnxMluError):
     """A block's body does not match its ``body_crc32``: the file is damaged."""
+
+
+class BodyFileReferenceError(OnnxMluError):
+    """A block's body refers to a file (a tensor with external data): refused, never read."""
+
+
+def file_references(body: onnx.ModelProto) -> list[str]:
+    """Every tensor of ``body`` that keeps its data in a file, described ("initializer 'w' in
+    'secret.txt'"): initializers, sparse initializers and tensor attributes, in every subgraph
+    and local function. A body must hold its weights inline: loaded from bytes, a relative
+    location would resolve against the process's working directory, not the model's folder."""
+    graphs = [*iter_graphs(body.graph), *(g for f in body.functions for n in f.node for sub in node_subgraphs(n)
+                                          for g in iter_graphs(sub))]
+    found = [f"{where} in {_location(t)!r}" for g in graphs for where, t in _graph_tensors(g) if _is_external(t)]
+    found += [f"{where} in {_location(t)!r}" for f in body.functions for where, t in _node_tensors(f.node)
+              if _is_external(t)]
+    return found
+
+
+def _graph_tensors(graph: onnx.GraphProto):
+    yield from ((f"initializer {t.name!r}", t) for t in graph.initializer)
+    yield from ((f"sparse initializer {s.values.name!r}", t) for s in graph.sparse_initializer
+                for t in (s.values, s.indices))
+    yield from _node_tensors(graph.node)
+
+
+def _node_tensors(nodes):
+    for node in nodes:
+        for a in node.attribute:
+            sparse = ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors)
+            tensors = ([a.t] if a.HasField("t") else []) + list(a.tensors) + [t for s in sparse for t in (s.values, s.indices)]
+            yield from ((f"attribute {a.name!r} of node {node.name or node.op_type!r}", t) for t in tensors)
+
+
+def _is_external(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.external_data) > 0
+
+
+def _location(tensor: onnx.TensorProto) -> str:
+    return next((e.value for e in tensor.external_data if e.key == "location"), "?")
+
+
+def refuse_file_references(node: onnx.NodeProto, body: onnx.ModelProto) -> None:
+    """Raise :class:`BodyFileReferenceError` (naming the block and the first tensor) when the
+    body refers to a file; the library refuses the same bodies at session creation."""
+    found = file_references(body)
+    if found:
+        raise BodyFileReferenceError(
+            f"MLUFusionBlock {node.name or '<unnamed>'!r}: body refers to a file ({found[0]}"
+            f"{f' and {len(found) - 1} more' if len(found) > 1 else ''}); a block body must hold its weights "
+            "inline, and onnxmlu never reads files for it")
 
 
 def body_digest(data: bytes) -> int:

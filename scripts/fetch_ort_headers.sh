@@ -7,8 +7,11 @@
 #
 # Lookup order:
 #   1. $ORT_INCLUDE_DIR, if it holds onnxruntime_c_api.h and onnxruntime_cxx_api.h;
-#   2. /usr/include/onnxruntime;
-#   3. <repo>/.cache/ort-headers/usr/include/onnxruntime, filled on first use by downloading
+#   2. <repo>/custom_ops/third_party/onnxruntime/include: the four headers the library needs,
+#      vendored (MIT, licence beside them) and carried by the sdist, so a source build needs
+#      no network;
+#   3. /usr/include/onnxruntime;
+#   4. <repo>/.cache/ort-headers/usr/include/onnxruntime, filled on first use by downloading
 #      libonnxruntime-dev with a PRIVATE apt configuration (the system's apt sources, lists
 #      and caches are never touched; no root needed).
 set -euo pipefail
@@ -26,12 +29,17 @@ if [[ -n "${ORT_INCLUDE_DIR:-}" ]]; then
     exit 0
 fi
 
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if has_headers "$repo_root/custom_ops/third_party/onnxruntime/include"; then
+    echo "$repo_root/custom_ops/third_party/onnxruntime/include"
+    exit 0
+fi
+
 if has_headers /usr/include/onnxruntime; then
     echo /usr/include/onnxruntime
     exit 0
 fi
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 C="$repo_root/.cache/ort-headers"
 include_dir="$C/usr/include/onnxruntime"
 if has_headers "$include_dir"; then

@@ -150,6 +150,7 @@ def test_every_json_report_matches_its_schema(library, chain_file, training_bn_f
                  json_of("fuse", chain_file, tmp_path / "f5.onnx", "--precision", "auto", "--json", "-")],
         "check": [json_of("check", chain_file, fused, "--seed", "0", "--seed", "1", "--json", "-")],
         "inspect": [json_of("inspect", chain_file, "--json", "-")],
+        "inspect-fused": [json_of("inspect", fused, "--json", "-"), json_of("inspect", tmp_path / "f3.onnx", "--json", "-")],
         "rewrite": [json_of("rewrite", training_bn_file, tmp_path / "rw.onnx", "--json", "-")],
         "plan": [json_of("plan", chain_file, "-s", "optimal", "--json", "-"),
                  json_of("plan", dynamic_chain_file, *ranged, "--json", "-"),

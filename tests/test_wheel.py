@@ -8,6 +8,7 @@ minutes: a build, a venv and pip)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -46,6 +47,26 @@ def run(args, cwd, env, timeout=900) -> str:
     return proc.stdout
 
 
+VENDORED = "custom_ops/third_party/onnxruntime"
+VENDORED_FILES = ("LICENSE", "include/onnxruntime_c_api.h", "include/onnxruntime_cxx_api.h",
+                  "include/onnxruntime_cxx_inline.h", "include/onnxruntime_float16.h")
+
+
+def test_the_header_lookup_needs_no_network(tmp_path):
+    """A source tree (or unpacked sdist) with nothing else: the lookup answers with the vendored
+    headers, before any system folder or download (no apt-get on PATH here)."""
+    tree = tmp_path / "src"
+    shutil.copytree(ROOT / VENDORED, tree / VENDORED)
+    (tree / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "fetch_ort_headers.sh", tree / "scripts")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    found = subprocess.run(["bash", tree / "scripts" / "fetch_ort_headers.sh"], capture_output=True, text=True,
+                           env=env, check=True).stdout.strip()
+    assert found == str(tree / VENDORED / "include")
+    with pytest.raises(FileNotFoundError):
+        (tree / ".cache").stat()  # nothing was fetched
+
+
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ONNXMLU_CUSTOM_OPS_LIBRARY", "PYTHONHOME")}
@@ -63,6 +84,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path):
         members = {m.split("/", 1)[1] for m in archive.getnames() if "/" in m}
     assert {"custom_ops/CMakeLists.txt", "custom_ops/mlu_fusion_block.cc", "scripts/fetch_ort_headers.sh",
             "pyproject.toml"} <= members
+    assert {f"{VENDORED}/{name}" for name in VENDORED_FILES} <= members  # the sdist builds offline
 
     work = tmp_path / "user"
     work.mkdir()

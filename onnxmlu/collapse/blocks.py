@@ -45,7 +45,7 @@ from onnxmlu.plan.planner import int8_where_quantized
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.precision.own import OWN_INT8_NOTE, mark_own_int8
 from onnxmlu.ir import wire
-from onnxmlu.schema import DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, fill_body_header
+from onnxmlu.schema import DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, describe_fused_model, fill_body_header
 
 if TYPE_CHECKING:
     from onnxmlu.precision.bodies import BlockBodies
@@ -242,6 +242,8 @@ def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[Block
             _fill_fusion_node(fused.graph.node.add(), analysis, plan, b, interfaces[b], fig)
     _finish_outer(fused, analysis, interfaces)
     _assert_acyclic(fused)
+    describe_fused_model(fused, hardware=plan.hardware, strategy=plan.strategy,
+                         precisions=[b.precision for b in plan.blocks])
     return fused, blocks
 
 

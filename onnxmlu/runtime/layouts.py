@@ -37,7 +37,7 @@ import onnxruntime as ort
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.ir import copy_model, is_fusion_block, sort_graphs
-from onnxmlu.schema import BodyDigestError, set_body_digest, verify_body
+from onnxmlu.schema import BodyDigestError, file_references, set_body_digest, verify_body
 
 _NCHWC = "com.microsoft.nchwc"
 _NCHWC_CHANNEL_MULTIPLE = 16  # largest MLAS NCHWc block size: shapes stay equal below it
@@ -83,11 +83,19 @@ def _optimized_block(node: onnx.NodeProto, per_session_threads: bool, notes: lis
     attribute, body = _body_attribute(node)
     if body is None or not _digest_matches(node, body, notes):
         return None
+    try:
+        original = onnx.load_from_string(body)
+    except Exception as exc:  # noqa: BLE001 - not a model: the library refuses it, naming the block
+        notes.append(Diagnostic("layout", "body-not-optimized", node.name, f"body does not parse: {first_line(exc)}"))
+        return None
+    if file_references(original):  # never let onnxruntime open a file for a body (the library refuses it)
+        notes.append(Diagnostic("layout", "body-file-reference", node.name, "body refers to a file"))
+        return None
     optimized = _ort_optimized(body, per_session_threads, node.name, notes)
     if optimized is None or not _same_interface(node, optimized):
         return None
     try:
-        removed = _fold_residual_adds(optimized, onnx.load_from_string(body))
+        removed = _fold_residual_adds(optimized, original)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
         notes.append(Diagnostic("layout", "body-untyped", node.name, f"onnx cannot type the body: {first_line(exc)}"))
         return None  # e.g. a missing opset import: the library decides

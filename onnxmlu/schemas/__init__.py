@@ -1,6 +1,7 @@
 """JSON Schemas (draft 2020-12) of onnxmlu's ``--json`` reports and of hardware profiles.
 
-One file per report command — ``fuse``, ``check``, ``inspect``, ``rewrite``, ``plan``,
+One file per report command — ``fuse``, ``check``, ``inspect`` (``inspect-fused`` for a fused
+model), ``rewrite``, ``plan``,
 ``compare``, ``run``, ``zoo`` — named by the report's ``"schema"`` tag (``"onnxmlu.fuse/1"``
 -> ``fuse.json``), and ``hardware.json`` for hardware profiles (``--hw FILE.json``, what
 ``onnxmlu hw show`` prints). Each file stands alone (``fuse.json`` carries the ``check``
@@ -19,7 +20,7 @@ import json
 from importlib import resources
 
 #: The report commands, in docs/json.md's order, then the hardware profile.
-REPORTS = ("fuse", "check", "inspect", "rewrite", "plan", "compare", "run", "zoo")
+REPORTS = ("fuse", "check", "inspect", "inspect-fused", "rewrite", "plan", "compare", "run", "zoo")
 NAMES = REPORTS + ("hardware",)
 
 

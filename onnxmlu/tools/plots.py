@@ -16,6 +16,15 @@ from typing import Mapping, Sequence
 from onnxmlu.errors import OnnxMluError
 
 
+def require_plotting() -> None:
+    """Raise the one-line error now when matplotlib is missing: a command asked for a chart
+    checks before any work, not after it (compare --plot spent 20 s first)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise OnnxMluError("plots need matplotlib: pip install 'onnxmlu[plot]'")
+
+
 def _pyplot():
     try:
         import matplotlib

@@ -57,6 +57,7 @@ def explode(model: onnx.ModelProto) -> onnx.ModelProto:
     view.ir_version = max(view.ir_version, _FUNCTIONS_IR_VERSION)
     props = {p.key: p.value for p in view.metadata_props}
     props["onnxmlu.exploded"] = EXPLODED_NOTE
+    props.pop("onnxmlu.runtime", None)  # that note names the library this copy does without
     helper.set_model_props(view, props)
     return view
 
@@ -76,6 +77,14 @@ def _as_function_call(node: onnx.NodeProto, function_name: str) -> None:
     del node.attribute[:]
     node.attribute.extend(keep)
     node.op_type, node.domain = function_name, VIEW_DOMAIN
+
+
+def require_netron() -> None:
+    """The one-line error for a missing netron, raised before a model is loaded or exploded."""
+    import importlib.util
+
+    if importlib.util.find_spec("netron") is None:
+        raise OnnxMluError("viewing needs netron: pip install 'onnxmlu[view]'")
 
 
 def serve(path: str | Path, port: int = 8080, browse: bool = True, data: bytes | None = None) -> None:

@@ -1,13 +1,14 @@
 """Layer tables of the zoo CNNs for the performance-model and planner tests.
 
-``zoo_layers(name)`` prefers the real pipeline -- ``onnxmlu.tools.zoo.build_model`` ->
+``zoo_layers(name)`` runs the real pipeline -- ``onnxmlu.tools.zoo.build_model`` ->
 ``onnxmlu.api.prepare`` (normalize + ``onnxmlu.rewrite.rewrite_model``) ->
-``onnxmlu.analyze.analyze`` -- whenever it runs (set ``ONNXMLU_SYNTHETIC_ZOO=1`` to skip it), so the findings are checked on exactly what ``onnxmlu compare`` plans.
-While they are being written (or if they fail to import), it falls back to tables built
-here from the published architectures (torchvision layouts, 224x224, batch 1, fp32), in
-the shape the rewriter produces: every BatchNormalization becomes norm-only BN + Mul + Add
-(three layers after each Conv), every Gemm a MatMul + bias Add.  ``synthetic_layers(name)``
-always returns the fallback tables (used to cross-check the two paths).
+``onnxmlu.analyze.analyze`` -- so the findings are checked on exactly what ``onnxmlu compare``
+plans. A failure there is a test failure, never a silent switch to other tables: the tables
+built here (``synthetic_layers``) are used only when asked for, by ``ONNXMLU_SYNTHETIC_ZOO=1``
+or by the tests that cross-check the two paths. They follow the published architectures
+(torchvision layouts, 224x224, batch 1, fp32) in the shape the rewriter produces: every
+BatchNormalization becomes norm-only BN + Mul + Add (three layers after each Conv), every
+Gemm a MatMul + bias Add.
 
 Operation counts of the fallback follow DLFusion Eq. 1-2 for Conv/FC (2 * MAC, groups
 respected) and small per-element counts for the rest: 1 for Relu/Add/Mul/Clip, 2
@@ -30,44 +31,22 @@ _F32 = 4
 
 
 def zoo_layers(name: str) -> list[Layer]:
-    """Layers of a zoo CNN: the real analysis when available, else the synthetic table."""
-    real = _real_layers(name)
-    return list(real) if real is not None else synthetic_layers(name)
+    """Layers of a zoo CNN: the real analysis, or the synthetic table when ONNXMLU_SYNTHETIC_ZOO is set."""
+    return list(_real_layers(name)) if using_real_pipeline() else synthetic_layers(name)
 
 
 def using_real_pipeline() -> bool:
-    return _real_pipeline() is not None
+    return not os.environ.get("ONNXMLU_SYNTHETIC_ZOO")
 
 
 @functools.lru_cache(maxsize=None)
-def _real_pipeline():
-    if os.environ.get("ONNXMLU_SYNTHETIC_ZOO"):
-        return None
-    try:  # the real zoo, rewriters and analysis (api.prepare = normalize + rewrite)
-        from onnxmlu.analyze import analyze
-        from onnxmlu.api import prepare
-        from onnxmlu.rewrite import REWRITER_NAMES, REWRITERS
-        from onnxmlu.tools.zoo import build_model
+def _real_layers(name: str) -> tuple[Layer, ...]:
+    from onnxmlu.analyze import analyze
+    from onnxmlu.api import prepare
+    from onnxmlu.tools.zoo import build_model
 
-        for name in REWRITER_NAMES:  # all rewriters must exist (Gemm -> MatMul for the FCs)
-            REWRITERS.get(name)()
-    except Exception:  # noqa: BLE001 - anything missing: use the tables below
-        return None
-    return analyze, prepare, build_model
-
-
-@functools.lru_cache(maxsize=None)
-def _real_layers(name: str):
-    pipeline = _real_pipeline()
-    if pipeline is None:
-        return None
-    analyze, prepare, build_model = pipeline
-    try:
-        model, _ = prepare(build_model(name))
-        layers = analyze(model).layers
-    except Exception:  # noqa: BLE001 - e.g. a rewriter module not written yet
-        return None
-    return tuple(layers)
+    model, _ = prepare(build_model(name))
+    return tuple(analyze(model).layers)
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus  # noqa: E402
+from ci import unavailable  # noqa: E402
 
 from onnxmlu import api  # noqa: E402
 from onnxmlu.frontend.load import load_model  # noqa: E402
@@ -29,7 +30,7 @@ def test_auto_meets_its_budget_on_real_classifiers(case, library):
     try:
         path = corpus.model_path(case)
     except corpus.FetchError as error:
-        pytest.skip(str(error))
+        unavailable(str(error))
     budget = Budget("cosine", 0.999)
     result = api.fuse(path, precision="auto", accuracy=str(budget), input_shapes=case.pins or None)
     auto = result.auto
@@ -54,7 +55,7 @@ def test_the_quantizers_warnings_on_computed_weights_become_diagnostics(library,
     try:
         path = corpus.model_path(case)
     except corpus.FetchError as error:
-        pytest.skip(str(error))
+        unavailable(str(error))
     with caplog.at_level(logging.WARNING):
         result = api.fuse(path, precision="int8")
     said = [d.message for d in result.diagnostics if d.rule == "int8-quantizer"]

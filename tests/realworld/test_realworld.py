@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus  # noqa: E402
+from ci import unavailable  # noqa: E402
 
 from onnxmlu.analyze.layers import node_label  # noqa: E402
 from onnxmlu.analyze.optable import QUANTIZED_OPS  # noqa: E402
@@ -120,7 +121,7 @@ def case_model(request):
     try:
         return case, corpus.model_path(case)
     except corpus.FetchError as error:
-        pytest.skip(str(error))
+        unavailable(str(error))
 
 
 @pytest.mark.parametrize("case_model", corpus.MODELS, ids=[c.id for c in corpus.MODELS], indirect=True)

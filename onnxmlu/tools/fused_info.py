@@ -1,0 +1,74 @@
+"""What a fused model holds, read from the file alone: ``onnxmlu inspect FUSED.onnx``.
+
+One row per MLUFusionBlock node (mp, precision, layers, simulated µs, body size) in graph
+order, the host nodes between them, and the ``onnxmlu.*`` metadata the model was written with
+(:func:`onnxmlu.schema.describe_fused_model`). Every body goes through
+:func:`onnxmlu.schema.body_model`, so a damaged body or one that refers to a file is refused
+here as in the library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+
+from onnxmlu.schema import block_precision, body_model, is_fusion_block, model_metadata
+
+
+@dataclass(frozen=True)
+class BlockRow:
+    name: str
+    mp: int | None
+    precision: str
+    layers: int
+    sim_latency_us: float | None
+    body_bytes: int
+
+
+@dataclass
+class FusedSummary:
+    """The ``inspect`` report of a fused model (schema ``onnxmlu.inspect-fused/1``)."""
+
+    producer: str
+    metadata: dict[str, str]
+    blocks: list[BlockRow]
+    host_nodes: list[dict[str, str]]
+
+    def to_dict(self) -> dict:
+        simulated = [b.sim_latency_us for b in self.blocks if b.sim_latency_us is not None]
+        return {
+            "producer": self.producer,
+            "metadata": dict(self.metadata),
+            "blocks": [{"block": b.name, "mp": b.mp, "precision": b.precision, "layers": b.layers,
+                        "sim_latency_us": b.sim_latency_us, "body_bytes": b.body_bytes} for b in self.blocks],
+            "host_nodes": list(self.host_nodes),
+            "sim_latency_us": sum(simulated) if len(simulated) == len(self.blocks) else None,
+        }
+
+
+def summarize_fused(model: onnx.ModelProto) -> FusedSummary | None:
+    """The summary of ``model``, or None when it holds no MLUFusionBlock node."""
+    if not any(is_fusion_block(n) for n in model.graph.node):
+        return None
+    blocks = [_block_row(n) for n in model.graph.node if is_fusion_block(n)]
+    host = [{"node": n.name or n.op_type, "op_type": n.op_type, "domain": n.domain or "ai.onnx"}
+            for n in model.graph.node if not is_fusion_block(n)]
+    producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
+    return FusedSummary(producer, model_metadata(model), blocks, host)
+
+
+def _block_row(node: onnx.NodeProto) -> BlockRow:
+    body = body_model(node)  # digest and file references checked
+    attrs = {a.name: a for a in node.attribute}
+    layers = attrs.get("layers")
+    latency = attrs.get("sim_latency_us")
+    mp = attrs.get("mp")
+    return BlockRow(
+        name=node.name or "<unnamed>",
+        mp=mp.i if mp is not None and mp.type == onnx.AttributeProto.INT else None,
+        precision=block_precision(node),
+        layers=len(layers.strings) if layers is not None else len(body.graph.node),
+        sim_latency_us=latency.f if latency is not None and latency.type == onnx.AttributeProto.FLOAT else None,
+        body_bytes=body.ByteSize(),
+    )
