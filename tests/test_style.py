@@ -49,5 +49,6 @@ def test_the_two_fuse_pipelines_differ_only_in_their_last_pass():
     from onnxmlu.pipeline import FUSE, FUSE_TO_FILE
 
     names = [p.name for p in FUSE], [p.name for p in FUSE_TO_FILE]
-    assert names[0][:-1] == names[1][:-1] == ["load", "normalize", "rewrite", "analyze", "plan", "collapse"]
+    assert names[0][:-1] == names[1][:-1] == ["load", "normalize", "rewrite", "analyze", "plan", "profile",
+                                                "collapse"]
     assert (names[0][-1], names[1][-1]) == ("embed", "write")

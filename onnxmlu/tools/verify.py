@@ -231,27 +231,30 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     sess = InferenceSession(fused)
     names = [o.name for o in sess.get_outputs()]
     report = CheckReport(atol, rtol, tuple(seeds), budget=budget)
-    worst: dict[str, OutputDiff] = {}
-    references, outputs = [], []
     shapes = check_shapes(original, input_shapes)
-    if inputs:
-        shapes = shapes[:1]
-    for label, at in shapes:
-        run = _check_at(label, at, ref, sess, names, original, seeds, inputs, (atol, rtol), budget is None, say)
-        report.shapes.append(run.shape)
-        references += run.references
-        outputs += run.outputs
-        for d in run.diffs:
-            prev = worst.get(d.name)
-            if prev is None or (not d.ok, d.max_abs) > (not prev.ok, prev.max_abs):
-                worst[d.name] = d
+    runs = [_check_at(label, at, ref, sess, names, original, seeds, inputs, (atol, rtol), budget is None, say)
+            for label, at in (shapes[:1] if inputs else shapes)]  # given arrays: only their shape
+    report.shapes = [run.shape for run in runs]
+    references = [r for run in runs for r in run.references]
+    outputs = [o for run in runs for o in run.outputs]
     if not references:
         tried = "; ".join(f"{r.label} {r.shapes}: {r.note}" for r in report.shapes)
         raise OnnxMluError(f"the original model fails at every shape tried ({tried}); "
                            "give valid values with --inputs FILE.npz or sizes with --input-shape")
-    report.diffs = [worst[n] for n in names]
+    report.diffs = _worst_per_output(names, [d for run in runs for d in run.diffs])
     report.accuracy = measure(references, outputs) if seeds else None
     return report
+
+
+def _worst_per_output(names: Sequence[str], diffs: Sequence[OutputDiff]) -> list[OutputDiff]:
+    """Per output name, in ``names`` order, the worst of ``diffs``: a failure first, then the
+    largest absolute error."""
+    worst: dict[str, OutputDiff] = {}
+    for d in diffs:
+        prev = worst.get(d.name)
+        if prev is None or (not d.ok, d.max_abs) > (not prev.ok, prev.max_abs):
+            worst[d.name] = d
+    return [worst[n] for n in names if n in worst]
 
 
 @dataclass
