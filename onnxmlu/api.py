@@ -91,7 +91,7 @@ def _precision_options(precision: str | None = None, calibration: str | os.PathL
 # ---------------------------------------------------------------------------------- fuse
 def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
-         bn_mode: str = "substitute", precision: str | None = None, calibration: str | os.PathLike | None = None,
+         bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
          calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
          progress: Progress | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
@@ -120,7 +120,7 @@ class CheckOptions:
 
 def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
                  plan=None, mp: int | None = None, hardware: HardwareLike = DEFAULT_PROFILE,
-                 input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
+                 input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str | None = None,
                  precision: str | None = None, calibration: str | os.PathLike | None = None,
                  calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
                  check: CheckOptions | None = None, portable: bool = False, progress=None) -> FuseResult:

@@ -211,6 +211,9 @@ def _plain(text: str) -> None:
 
 OutputArg = Annotated[Path, typer.Argument(help="Where to write the result.", show_default=False)]
 BnOpt = Annotated[str, typer.Option("--bn", help="BatchNormalization rewrite: substitute (norm + Mul + Add) or fold.")]
+FuseBnOpt = Annotated[Optional[str], typer.Option(
+    "--bn", help="BatchNormalization rewrite: substitute (norm + Mul + Add) or fold "
+    "[default: fold under --precision int8/auto, else substitute].", show_default=False)]
 
 
 # ---- commands -----------------------------------------------------------------------------
@@ -223,7 +226,7 @@ def fuse(
     plan: PlanOpt = None,
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
-    bn: BnOpt = "substitute",
+    bn: FuseBnOpt = None,
     precision: PrecisionOpt = None,
     calibration: CalibrationOpt = None,
     calibrator: CalibratorOpt = "minmax",

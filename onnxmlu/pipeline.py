@@ -108,14 +108,18 @@ class Options:
     blocks at their own precision); ``"fp32"``, ``"fp16"`` or ``"int8"`` puts every block at
     that precision (:func:`plan_fixed_precision`). ``calibration``: a folder of calibration
     samples for INT8 blocks (None: the seeded random fallback); ``int8``: how INT8 blocks are
-    quantized (None: :class:`~onnxmlu.precision.int8.Int8Options` defaults, MinMax)."""
+    quantized (None: :class:`~onnxmlu.precision.int8.Int8Options` defaults, MinMax).
+    ``bn_mode`` None folds BatchNormalization into its producer when INT8 may be chosen
+    (``int8``, ``auto``): the part quantizes a convolution's weights per output channel, so a
+    folded normalization is quantized with them, where a separate scale layer would be an
+    element-wise INT8 layer of its own (docs/precision.md); otherwise ``substitute``."""
 
     strategy: StrategyLike = DEFAULT_STRATEGY
     plan: PlanLike | None = None
     mp: int | None = None
     input_shapes: dict | None = None
     rewrite: bool = True
-    bn_mode: str = "substitute"
+    bn_mode: str | None = None  # None: bn_for(precision)
     only: Sequence[str] | None = None
     precision: str | None = None
     calibration: str | os.PathLike | None = None
@@ -126,6 +130,17 @@ class Options:
     def __post_init__(self) -> None:
         check_precision_option(self.precision)
         check_auto_options(self)
+        if self.bn_mode is None:
+            self.bn_mode = bn_for(self.precision)
+
+
+#: Precisions under which BatchNormalization is folded unless ``--bn`` says otherwise.
+FOLD_BN_FOR = ("int8", "auto")
+
+
+def bn_for(precision: str | None) -> str:
+    """The BatchNormalization rewrite a run at ``precision`` gets by default."""
+    return "fold" if precision in FOLD_BN_FOR else "substitute"
 
 
 @dataclass
