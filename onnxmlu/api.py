@@ -64,7 +64,7 @@ def _result(ctx: Context) -> FuseResult:
 
 def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
                        calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
-                       pareto: bool = False) -> dict:
+                       pareto: bool = False, validation: str | os.PathLike | None = None) -> dict:
     """The precision keywords of :class:`Options`, checked before any pass runs (a one-line
     :class:`OnnxMluError` for an unknown precision or calibrator, and for a calibration folder
     that does not exist or holds no readable sample: nothing is written then)."""
@@ -80,12 +80,17 @@ def _precision_options(precision: str | None = None, calibration: str | os.PathL
         from onnxmlu.precision.calibration import load_calibration
 
         load_calibration(calibration)  # samples are checked against the model's inputs when used
+    if validation is not None:
+        from onnxmlu.precision.calibration import load_calibration
+
+        load_calibration(validation, what="validation")
     auto = None
     if pareto:  # the Pareto plot shows every frontier plan measured
         from onnxmlu.precision.auto import AutoOptions
 
         auto = AutoOptions(measure_frontier=True)
-    return {"precision": precision, "calibration": calibration, "int8": int8, "accuracy": accuracy, "auto": auto}
+    return {"precision": precision, "calibration": calibration, "int8": int8, "accuracy": accuracy, "auto": auto,
+            "validation": validation}
 
 
 # ---------------------------------------------------------------------------------- fuse
@@ -93,7 +98,7 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
          bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
          calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
-         progress: Progress | None = None) -> FuseResult:
+         validation: str | os.PathLike | None = None, progress: Progress | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 
     ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts every block at that
@@ -101,10 +106,18 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     seeded random samples, flagged by a diagnostic) with the ``calibrator`` (``minmax``,
     ``entropy``, ``percentile``). ``precision="auto"`` chooses blocks, MPs and a precision per
     block that keep the ``accuracy`` budget (``"cosine>=0.999"`` by default, or ``"top1>=X"``),
-    measured on those samples (:mod:`onnxmlu.precision.auto`)."""
+    judged on the ``validation`` folder's samples (None: held out from the calibration samples,
+    :func:`~onnxmlu.precision.calibration.split_samples`; :mod:`onnxmlu.precision.auto`)."""
+    _refuse_validation(validation, precision, check=False)
     return _result(_run(FUSE, model, hardware=hardware, progress=progress, strategy=strategy, plan=plan, mp=mp,
                         input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode,
-                        **_precision_options(precision, calibration, calibrator, accuracy)))
+                        **_precision_options(precision, calibration, calibrator, accuracy, validation=validation)))
+
+
+def _refuse_validation(validation, precision: str | None, check: bool) -> None:
+    if validation is not None and precision != "auto" and not check:
+        raise OnnxMluError("--validation holds the samples that judge --precision auto's budget and --check; "
+                           "add one of them")
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,7 @@ class CheckOptions:
     rtol: float = 1e-4
     inputs: dict | None = None  # fixed arrays by input name (--inputs)
     accuracy: str | None = None  # a budget ("cosine>=0.999") that decides instead of atol/rtol
+    samples: str | os.PathLike | None = None  # a folder of samples (--inputs DIR), run instead of the seeds
 
 
 def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
@@ -123,7 +137,8 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                  input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str | None = None,
                  precision: str | None = None, calibration: str | os.PathLike | None = None,
                  calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
-                 check: CheckOptions | None = None, portable: bool = False, progress=None) -> FuseResult:
+                 check: CheckOptions | None = None, portable: bool = False, progress=None,
+                 validation: str | os.PathLike | None = None) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     A model file is fused holding the weights about once plus one block in memory: right after
@@ -142,9 +157,11 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     in_memory = isinstance(model, onnx.ModelProto)
     if not in_memory:
         _refuse_output(out, Path(model))
+    _refuse_validation(validation, precision, check is not None)
     streamed = not (in_memory or check is not None or portable)
     options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, rewrite=rewrite,
-                      bn_mode=bn_mode, **_precision_options(precision, calibration, calibrator, accuracy))
+                      bn_mode=bn_mode, **_precision_options(precision, calibration, calibrator, accuracy,
+                                                            validation=validation))
     ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
                   progress=as_progress(progress), output=out)
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
@@ -152,17 +169,43 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
         original = model if in_memory else load_model(model)
         if precision == "auto" and check.accuracy is None:  # auto's output is judged by its budget
             check = replace(check, accuracy=str(ctx.auto.budget))
-        result.check = _check_models(original, result.model, check, input_shapes, ctx.progress)
+        data = _check_data(original, check, validation, calibration, ctx.auto)
+        result.check = _check_models(original, result.model, check, input_shapes, ctx.progress, data)
     return result
 
 
-def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: CheckOptions, input_shapes, progress):
+def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, calibration, auto) -> tuple | None:
+    """``fuse --check``'s samples and what they are, the first that applies: ``--inputs DIR``,
+    ``--validation DIR``, the samples that judged ``--precision auto`` (held out), the
+    calibration samples (real data, but in-sample: they set the INT8 scales); None: the seeds."""
+    from onnxmlu.precision.calibration import load_calibration
+
+    if check.samples is not None:
+        found = load_calibration(check.samples, original, "inputs")
+        return found.samples, f"{len(found)} samples from {found.source} (--inputs)"
+    if validation is not None:
+        found = load_calibration(validation, original, "validation")
+        return found.samples, f"{len(found)} validation samples from {found.source}"
+    if auto is not None:
+        judged = auto.evaluator.validation
+        return judged.samples, f"the {len(judged)} samples that judged auto: {auto.rule or judged.describe()}"
+    if calibration is not None:
+        found = load_calibration(calibration, original)
+        return found.samples, (f"{len(found)} calibration samples from {found.source} (in-sample: they set the "
+                               "INT8 scales; give --validation DIR for held-out data)")
+    return None
+
+
+def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: CheckOptions, input_shapes, progress,
+                  data: tuple | None = None):
     from onnxmlu.precision.accuracy import Budget
     from onnxmlu.tools.verify import check_models
 
     budget = None if check.accuracy is None else Budget.parse(check.accuracy)
+    samples, described = data if data is not None else (None, "")
     return check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol, input_shapes=input_shapes,
-                        inputs=check.inputs, budget=budget, progress=lambda stage: progress.say(f"check: {stage}"))
+                        inputs=check.inputs, budget=budget, progress=lambda stage: progress.say(f"check: {stage}"),
+                        samples=samples, data=described)
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
@@ -222,17 +265,20 @@ def rewrite_to_file(model: str | os.PathLike, output: str | os.PathLike, *, bn_m
     return ctx.rewrite_report
 
 
-def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = False, progress=None) -> Analysis:
-    """The layer table (load → normalize → rewrite if asked → analyze); its ``to_dict()`` is
-    the ``inspect`` report."""
-    return _run(PLAN[:4], model, input_shapes=input_shapes, rewrite=rewrite, progress=progress).analysis
+def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = False, progress=None,
+            bn_mode: str | None = None) -> Analysis:
+    """The layer table (load → normalize → rewrite if asked, BN by ``bn_mode`` → analyze); its
+    ``to_dict()`` is the ``inspect`` report."""
+    return _run(PLAN[:4], model, input_shapes=input_shapes, rewrite=rewrite, progress=progress,
+                bn_mode=bn_mode).analysis
 
 
 def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
          calibration: str | os.PathLike | None = None, accuracy: str | None = None,
          output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None,
-         pareto: str | os.PathLike | None = None, progress=None) -> PlanReport:
+         pareto: str | os.PathLike | None = None, progress=None,
+         validation: str | os.PathLike | None = None) -> PlanReport:
     """Plan ``model`` (the passes up to ``plan``) without collapsing it, every block at
     ``precision`` when given (the strategy planning at it; ``auto``: under the ``accuracy``
     budget, measured on the ``calibration`` samples, as for :func:`fuse`); write the editable
@@ -240,8 +286,10 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
     latency-accuracy chart of the plans it considered to ``pareto``."""
     if pareto is not None and precision != "auto":
         raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
+    _refuse_validation(validation, precision, check=False)
     ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
-               **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None))
+               **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None,
+                                    validation=validation))
     report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto)
     if pareto is not None:
         from onnxmlu.precision.auto import write_pareto
@@ -376,18 +424,25 @@ def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
 # ---------------------------------------------------------------------------------- tools
 def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Sequence[int] = (0,), atol: float = 1e-4,
           rtol: float = 1e-4, input_shapes: dict | None = None, inputs: dict | None = None,
-          accuracy: str | None = None, progress=None):
+          accuracy: str | None = None, progress=None, samples: str | os.PathLike | None = None):
     """Run the original (reference: onnxruntime, optimizations off) and the fused model on
-    seeded inputs; the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`). An
+    seeded inputs, or on the samples of the ``samples`` folder (``--inputs DIR``, the
+    calibration layout); the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`). An
     ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``."""
     if accuracy is not None:
         from onnxmlu.precision.accuracy import Budget
 
         Budget.parse(accuracy)  # a bad budget is refused before anything runs
+    if samples is not None:
+        from onnxmlu.precision.calibration import load_calibration
+
+        load_calibration(samples, what="inputs")  # a bad folder is refused before any model loads
     steps = as_progress(progress)
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)
-    return _check_models(*models, CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy), input_shapes, steps)
+    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples)
+    data = None if samples is None else _check_data(models[0], options, None, None, None)
+    return _check_models(*models, options, input_shapes, steps, data)
 
 
 def run(model: str | os.PathLike, *, inputs: dict | None = None, seed: int = 0, input_shapes: dict | None = None,

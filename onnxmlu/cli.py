@@ -67,6 +67,10 @@ AccuracyOpt = Annotated[Optional[str], _option("--accuracy", help=(
 CalibrationOpt = Annotated[Optional[Path], _option("--calibration", help=(
     "Folder of calibration samples for INT8 blocks: NAME.npz files (arrays by input name) or sub-folders of "
     "TensorProto *.pb files (default: seeded random samples, flagged in the report)."))]
+ValidationOpt = Annotated[Optional[Path], _option("--validation", help=(
+    "Folder of validation samples (same layout as --calibration) that judge --precision auto's budget and "
+    "--check (default: every other calibration sample is held out; without --calibration, other seeded "
+    "random samples)."))]
 ParetoOpt = Annotated[Optional[Path], _option("--pareto", help=(
     "With --precision auto: simulated latency against measured accuracy of the plans considered (PNG)."))]
 CalibratorOpt = Annotated[str, typer.Option("--calibrator", help="INT8 calibrator: minmax, entropy or percentile.")]
@@ -229,6 +233,7 @@ def fuse(
     bn: FuseBnOpt = None,
     precision: PrecisionOpt = None,
     calibration: CalibrationOpt = None,
+    validation: ValidationOpt = None,
     calibrator: CalibratorOpt = "minmax",
     accuracy: AccuracyOpt = None,
     check: CheckOpt = False,
@@ -246,8 +251,17 @@ def fuse(
         result = api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
                                   input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
                                   calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
-                                  check=api.CheckOptions(inputs=_arrays(inputs)) if check else None)
+                                  validation=validation, check=_check_options(inputs) if check else None)
     _deliver_fuse(result, json_out, quiet, portable)
+
+
+def _check_options(inputs: Optional[Path]):
+    """``fuse --check``'s data: --inputs as a folder of samples, or a .npz of fixed arrays."""
+    from onnxmlu import api
+
+    if inputs is not None and inputs.is_dir():
+        return api.CheckOptions(samples=inputs)
+    return api.CheckOptions(inputs=_arrays(inputs))
 
 
 def _deliver_fuse(result, json_out: Optional[Path], quiet: bool, portable: bool) -> None:
@@ -278,12 +292,19 @@ def _show_auto(auto) -> None:
     """One line: the budget, met or not, measured and estimated; the speed-up it bought."""
     if auto is None:
         return
-    metric = auto.budget.metric
+    metric, evaluator = auto.budget.metric, auto.evaluator
     verdict = "met" if auto.budget.met(auto.chosen.measured) else "NOT met"
-    _plain(f"auto: {auto.budget} {verdict}: measured {auto.chosen.measured.value(metric):.6f} (estimated "
-           f"{auto.chosen.estimated.value(metric):.6f}) on {len(auto.evaluator.calibration)} samples; "
+    where = "held-out" if evaluator.held_out else "in-sample"
+    inside = "" if auto.in_sample is None or not evaluator.held_out else \
+        f", in-sample {auto.in_sample.value(metric):.6f} on {len(evaluator.calibration)} calibration samples"
+    bound = auto.chosen.measured.top1_bound()
+    bound = f" (95 % lower bound {bound:.4f})" if metric == "top1" and not math.isnan(bound) else ""
+    _plain(f"auto: {auto.budget} {verdict}: {where} {auto.chosen.measured.value(metric):.6f}{bound} on "
+           f"{len(evaluator.validation)} samples{inside}; estimated {auto.chosen.estimated.value(metric):.6f}; "
            f"{auto.speedup:.2f}x the FP32 optimum ({auto.chosen.latency_us:,.0f} vs {auto.fp32_latency_us:,.0f} µs "
            f"simulated); {len(auto.candidates)} plans considered, {auto.evaluator.runs} runs, {auto.seconds:.1f} s")
+    if auto.rule:
+        _plain(f"auto: judged on {auto.rule}")
     if auto.evaluator.calibration.random:
         _plain("auto: measured on seeded random samples, not the model's data: give --calibration DIR")
 
@@ -343,7 +364,9 @@ def check(
     atol: AtolOpt = 1e-4,
     rtol: RtolOpt = 1e-4,
     input_shape: InputShapeOpt = None,
-    inputs: InputsOpt = None,
+    inputs: Annotated[Optional[Path], _option("--inputs", help=(
+        "A .npz of arrays by input name (used with every seed), or a folder of samples in the --calibration "
+        "layout, run instead of the seeds."))] = None,
     accuracy: Annotated[Optional[str], _option("--accuracy", help=(
         "Judge by a budget instead of --atol/--rtol: cosine>=X or top1>=X (for FP16/INT8 models)."))] = None,
     json_out: JsonOpt = None,
@@ -358,15 +381,17 @@ def check(
     from onnxmlu import api
 
     with _steps(quiet) as steps:
+        folder = inputs is not None and inputs.is_dir()
         report = api.check(original, fused, seeds=seed, atol=atol, rtol=rtol, input_shapes=_shapes(input_shape),
-                           inputs=_arrays(inputs), accuracy=accuracy, progress=steps)
+                           inputs=None if folder else _arrays(inputs), accuracy=accuracy, progress=steps,
+                           samples=inputs if folder else None)
     _deliver("check", report, json_out, quiet, _show_check)
     if not report.ok:
         raise typer.Exit(1)
 
 
 def _show_check(report) -> None:
-    table = Table(title=f"check · seeds {list(report.seeds)} · atol={report.atol:g} rtol={report.rtol:g}")
+    table = Table(title=f"check · {report.data} · atol={report.atol:g} rtol={report.rtol:g}")
     for col in ("output", "shape", "max abs err", "max rel err", "ok"):
         table.add_column(col)
     for d in report.diffs:
@@ -481,6 +506,7 @@ def plan(
     input_shape: InputShapeOpt = None,
     precision: PrecisionOpt = None,
     calibration: CalibrationOpt = None,
+    validation: ValidationOpt = None,
     accuracy: AccuracyOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
     pareto: ParetoOpt = None,
@@ -498,7 +524,7 @@ def plan(
     with _steps(quiet) as steps:
         report = api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
                           precision=precision, calibration=calibration, accuracy=accuracy, output=output, plot=plot,
-                          pareto=pareto, progress=steps)
+                          pareto=pareto, progress=steps, validation=validation)
     if quiet and output is None and json_out is None:
         sys.stdout.write(report.plan_json())
     _deliver("plan", report, json_out, quiet, _show_plan)

@@ -123,6 +123,7 @@ class Options:
     only: Sequence[str] | None = None
     precision: str | None = None
     calibration: str | os.PathLike | None = None
+    validation: str | os.PathLike | None = None  # samples that judge --precision auto (None: split, see split_samples)
     int8: "Int8Options | None" = None
     accuracy: str | None = None  # --precision auto's budget, e.g. "cosine>=0.999" (None: the default)
     auto: "AutoOptions | None" = None  # how hard --precision auto looks (None: the defaults)

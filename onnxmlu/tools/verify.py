@@ -42,6 +42,7 @@ class CheckReport:
     diffs: list[OutputDiff] = field(default_factory=list)
     accuracy: Accuracy | None = None  # worst cosine and top-1 agreement over the seeds
     budget: Budget | None = None  # when given, it decides ``ok`` instead of the tolerances
+    data: str = ""  # what the models ran on
 
     @property
     def ok(self) -> bool:
@@ -54,7 +55,7 @@ class CheckReport:
             "ok": self.ok, "atol": self.atol, "rtol": self.rtol, "seeds": list(self.seeds),
             "outputs": [d.__dict__ | {"shape": list(d.shape)} for d in self.diffs],
             "accuracy": None if self.accuracy is None else self.accuracy.to_dict(),
-            "budget": None if self.budget is None else str(self.budget),
+            "budget": None if self.budget is None else str(self.budget), "data": self.data,
         }
 
 
@@ -135,14 +136,16 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
                  dims: Mapping[str, int] | None = None,
                  input_shapes: Mapping[str, Sequence[int | str]] | None = None,
                  inputs: Mapping[str, np.ndarray] | None = None, budget: Budget | None = None,
-                 progress: Callable[[str], None] | None = None) -> CheckReport:
+                 progress: Callable[[str], None] | None = None,
+                 samples: Sequence[Mapping[str, np.ndarray]] | None = None, data: str = "") -> CheckReport:
     """Run both models on each seed; the report keeps the worst error per output.
 
     ``input_shapes`` are the pins ``fuse`` was given (``--input-shape``): those inputs get
     exactly those shapes (a dim left symbolic in a pin is 1), the rest sizes symbolic dims by
     ``dims`` (1 when absent). ``inputs`` are fixed arrays for some inputs (a sample rate, token
     ids, real data) used for every seed; the others are random. ``budget`` decides the verdict
-    instead of the tolerances (module docstring).
+    instead of the tolerances (module docstring). ``samples`` (real data: validation samples,
+    ``--inputs DIR``) are run instead of the seeds; ``data`` says what they are, for the report.
 
     ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
     seconds in each)."""
@@ -154,18 +157,23 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     say("fused session")
     sess = InferenceSession(fused)
     names = [o.name for o in sess.get_outputs()]
-    report = CheckReport(atol, rtol, tuple(seeds), budget=budget)
+    if samples is not None:
+        seeds = ()
+    runs = [(f"seed {seed}", random_inputs(original, seed, dims, _pinned_shapes(input_shapes))) for seed in seeds]
+    runs += [(f"sample {k}", dict(sample)) for k, sample in enumerate(samples or ())]
+    data = data or f"seeded random inputs (seeds {', '.join(map(str, seeds))})"
+    report = CheckReport(atol, rtol, tuple(seeds), budget=budget, data=data)
     worst: dict[str, OutputDiff] = {}
     references, outputs = [], []
-    for seed in seeds:
-        feeds = random_inputs(original, seed, dims, _pinned_shapes(input_shapes)) | dict(inputs or {})
-        say(f"running both models, seed {seed}")
-        references.append(_run(ref, names, feeds, f"the original model fails on the inputs of seed {seed}"))
+    for label, feeds in runs:
+        feeds = feeds | dict(inputs or {})
+        say(f"running both models, {label}")
+        references.append(_run(ref, names, feeds, f"the original model fails on the inputs of {label}"))
         outputs.append(_run(sess, names, feeds, "the fused model fails"))
         for d in compare_outputs(names, outputs[-1], references[-1], atol, rtol):
             prev = worst.get(d.name)
             if prev is None or (not d.ok, d.max_abs) > (not prev.ok, prev.max_abs):
                 worst[d.name] = d
     report.diffs = [worst[n] for n in names]
-    report.accuracy = measure(references, outputs) if seeds else None
+    report.accuracy = measure(references, outputs) if runs else None
     return report
