@@ -50,7 +50,7 @@ def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike =
     if mp is not None:
         chosen = _forced_mp(chosen, mp, hw)
     chosen.validate(layers, hw.cores)
-    return int8_where_quantized(chosen, layers)
+    return fp32_where_nothing_quantizes(int8_where_quantized(chosen, layers), layers)
 
 
 def _at(layers: Sequence[Layer], precision: str | None) -> Sequence[Layer]:
@@ -73,6 +73,23 @@ def plan_layers(layers: Sequence[Layer], hw: Hardware, **how) -> tuple[Plan, lis
 
     chosen = split_oversized_blocks(make_plan(layers, hw, **how), layers, BODY_WEIGHT_LIMIT_BYTES)
     return chosen, block_latencies(layers, chosen, make_cost(hw))
+
+
+def fp32_where_nothing_quantizes(plan: Plan, layers: Sequence[Layer]) -> Plan:
+    """``plan`` with every INT8 block that holds no operator INT8 computes
+    (:data:`~onnxmlu.precision.INT8_OPS`) and no layer arriving quantized at FP32: its body would
+    hold no quantized arithmetic, so its label and price say FP32 (a Sin -> Cos block asked at
+    INT8 runs, and is, FP32). ``plan`` itself when nothing changes."""
+    from onnxmlu.precision import INT8_OPS
+
+    def computes_int8(block) -> bool:
+        return any(layer.quantized or layer.op_type in INT8_OPS for layer in block.layers(layers))
+
+    blocks = tuple(replace(b, precision=DEFAULT_PRECISION) if b.precision == "int8" and not computes_int8(b) else b
+                   for b in plan.blocks)
+    if blocks == plan.blocks:
+        return plan
+    return Plan(blocks, plan.strategy, plan.hardware, dict(plan.notes))
 
 
 def int8_where_quantized(plan: Plan, layers: Sequence[Layer]) -> Plan:

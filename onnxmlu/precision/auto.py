@@ -230,7 +230,10 @@ def auto_planner(analysis, hw: Hardware, options) -> "Planned":
 
     result = plan_analysis(analysis, hw, options.accuracy, calibration=options.calibration, int8=options.int8,
                            options=options.auto, validation=options.validation)
-    plan = split_oversized_blocks(result.plan, analysis.layers, BODY_WEIGHT_LIMIT_BYTES)
+    from onnxmlu.plan.planner import fp32_where_nothing_quantizes
+
+    plan = split_oversized_blocks(fp32_where_nothing_quantizes(result.plan, analysis.layers), analysis.layers,
+                                  BODY_WEIGHT_LIMIT_BYTES)
     latencies = block_latencies(analysis.layers, plan, make_cost(hw))
     return Planned(plan, latencies, result.evaluator.bodies_for(plan), result, result.diagnostics)
 
