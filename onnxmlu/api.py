@@ -154,6 +154,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     ``progress`` is told each pass as it starts (``say``; a plain callable works too).
     """
     out = Path(output)
+    writable(out, "output")  # before any work: a bad path must not cost a planning run
     in_memory = isinstance(model, onnx.ModelProto)
     if not in_memory:
         _refuse_output(out, Path(model))
@@ -226,6 +227,18 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: s
     return write_model_atomic(model, out, external_data=external_data)
 
 
+def writable(path: Path, what: str) -> None:
+    """A one-line :class:`OnnxMluError` unless a file can be written at ``path``: its folder
+    exists and ``path`` is not a folder (checked before any work, so a typo costs nothing)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise OnnxMluError(f"{what} {path} is a folder; give a file path")
+    if not folder.is_dir():
+        raise OnnxMluError(f"{what} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise OnnxMluError(f"{what} {path}: folder {folder} is not writable")
+
+
 def _refuse_output(out: Path, input_path: Path) -> None:
     if _same_file(out, input_path):
         raise OnnxMluError(f"output {out} is the input file; choose another output path")
@@ -287,6 +300,9 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
     if pareto is not None and precision != "auto":
         raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
     _refuse_validation(validation, precision, check=False)
+    for path, what in ((output, "--output"), (plot, "--plot"), (pareto, "--pareto")):
+        if path is not None:
+            writable(Path(path), what)
     ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
                **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None,
                                     validation=validation))
