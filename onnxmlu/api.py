@@ -98,7 +98,8 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
          bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
          calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
-         validation: str | os.PathLike | None = None, progress: Progress | None = None) -> FuseResult:
+         validation: str | os.PathLike | None = None, progress: Progress | None = None,
+         keep_fp32: Sequence[str] = ()) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 
     ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts every block at that
@@ -110,7 +111,7 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     :func:`~onnxmlu.precision.calibration.split_samples`; :mod:`onnxmlu.precision.auto`)."""
     _refuse_validation(validation, precision, check=False)
     return _result(_run(FUSE, model, hardware=hardware, progress=progress, strategy=strategy, plan=plan, mp=mp,
-                        input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode,
+                        input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, keep_fp32=tuple(keep_fp32),
                         **_precision_options(precision, calibration, calibrator, accuracy, validation=validation)))
 
 
@@ -138,7 +139,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                  precision: str | None = None, calibration: str | os.PathLike | None = None,
                  calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
                  check: CheckOptions | None = None, portable: bool = False, progress=None,
-                 validation: str | os.PathLike | None = None) -> FuseResult:
+                 validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = ()) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     A model file is fused holding the weights about once plus one block in memory: right after
@@ -161,7 +162,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     _refuse_validation(validation, precision, check is not None)
     streamed = not (in_memory or check is not None or portable)
     options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, rewrite=rewrite,
-                      bn_mode=bn_mode, **_precision_options(precision, calibration, calibrator, accuracy,
+                      bn_mode=bn_mode, keep_fp32=tuple(keep_fp32), **_precision_options(precision, calibration, calibrator, accuracy,
                                                             validation=validation))
     ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
                   progress=as_progress(progress), output=out)
@@ -291,7 +292,7 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
          calibration: str | os.PathLike | None = None, accuracy: str | None = None,
          output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None,
          pareto: str | os.PathLike | None = None, progress=None,
-         validation: str | os.PathLike | None = None) -> PlanReport:
+         validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = ()) -> PlanReport:
     """Plan ``model`` (the passes up to ``plan``) without collapsing it, every block at
     ``precision`` when given (the strategy planning at it; ``auto``: under the ``accuracy``
     budget, measured on the ``calibration`` samples, as for :func:`fuse`); write the editable
@@ -304,6 +305,7 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
         if path is not None:
             writable(Path(path), what)
     ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
+               keep_fp32=tuple(keep_fp32),
                **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None,
                                     validation=validation))
     report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto)

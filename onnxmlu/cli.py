@@ -71,6 +71,9 @@ ValidationOpt = Annotated[Optional[Path], _option("--validation", help=(
     "Folder of validation samples (same layout as --calibration) that judge --precision auto's budget and "
     "--check (default: every other calibration sample is held out; without --calibration, other seeded "
     "random samples)."))]
+KeepFp32Opt = Annotated[Optional[List[str]], _option("--keep-fp32", help=(
+    "Keep this layer at FP32 under --precision fp16/int8/auto: a node name or a shell pattern "
+    "(layer4.*); repeatable. A lower-precision block is cut around kept layers."))]
 ParetoOpt = Annotated[Optional[Path], _option("--pareto", help=(
     "With --precision auto: simulated latency against measured accuracy of the plans considered (PNG)."))]
 CalibratorOpt = Annotated[str, typer.Option("--calibrator", help="INT8 calibrator: minmax, entropy or percentile.")]
@@ -234,6 +237,7 @@ def fuse(
     precision: PrecisionOpt = None,
     calibration: CalibrationOpt = None,
     validation: ValidationOpt = None,
+    keep_fp32: KeepFp32Opt = None,
     calibrator: CalibratorOpt = "minmax",
     accuracy: AccuracyOpt = None,
     check: CheckOpt = False,
@@ -251,7 +255,8 @@ def fuse(
         result = api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
                                   input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
                                   calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
-                                  validation=validation, check=_check_options(inputs) if check else None)
+                                  validation=validation, check=_check_options(inputs) if check else None,
+                                  keep_fp32=keep_fp32 or ())
     _deliver_fuse(result, json_out, quiet, portable)
 
 
@@ -507,6 +512,7 @@ def plan(
     precision: PrecisionOpt = None,
     calibration: CalibrationOpt = None,
     validation: ValidationOpt = None,
+    keep_fp32: KeepFp32Opt = None,
     accuracy: AccuracyOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
     pareto: ParetoOpt = None,
@@ -524,7 +530,7 @@ def plan(
     with _steps(quiet) as steps:
         report = api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
                           precision=precision, calibration=calibration, accuracy=accuracy, output=output, plot=plot,
-                          pareto=pareto, progress=steps, validation=validation)
+                          pareto=pareto, progress=steps, validation=validation, keep_fp32=keep_fp32 or ())
     if quiet and output is None and json_out is None:
         sys.stdout.write(report.plan_json())
     _deliver("plan", report, json_out, quiet, _show_plan)

@@ -127,6 +127,7 @@ class Options:
     int8: "Int8Options | None" = None
     accuracy: str | None = None  # --precision auto's budget, e.g. "cosine>=0.999" (None: the default)
     auto: "AutoOptions | None" = None  # how hard --precision auto looks (None: the defaults)
+    keep_fp32: Sequence[str] = ()  # node names or shell patterns of layers kept at FP32 (--keep-fp32)
 
     def __post_init__(self) -> None:
         check_precision_option(self.precision)
@@ -271,7 +272,7 @@ def plan_fixed_precision(analysis: Analysis, hw: Hardware, options: Options) -> 
     """The strategy's plan (or the plan file), every block at ``options.precision`` when one is
     given, the strategy planning on the layers at that precision (:func:`plan_layers`)."""
     return Planned(*plan_layers(analysis.layers, hw, strategy=options.strategy, plan=options.plan, mp=options.mp,
-                                precision=options.precision))
+                                precision=options.precision, keep_fp32=options.keep_fp32))
 
 
 def plan_auto_precision(analysis: Analysis, hw: Hardware, options: Options) -> Planned:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -156,6 +156,7 @@ class AutoOptions:
     advance: int = 2
     measure_frontier: bool = False  # run every frontier plan (for the Pareto plot)
     random_samples: int = DEFAULT_RANDOM_SAMPLES  # seeded random samples when no calibration folder is given
+    keep_fp32: tuple[str, ...] = ()  # layers (node names or shell patterns) no plan may lower (--keep-fp32)
 
 
 def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: AutoOptions | None = None) -> AutoResult:
@@ -174,6 +175,10 @@ def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: A
     if not budget.certifiable(rows):
         return _uncertified(evaluator, search, budget, rows, start)
     units, pinned, diagnostics = sensitivity_units(layers, search, options.max_units)
+    if options.keep_fp32:  # before any measurement: a pattern that matches nothing is an error now
+        from onnxmlu.plan.planner import kept_layers
+
+        pinned = pinned | np.array(kept_layers(layers, options.keep_fp32), dtype=bool)
     measured = measure_units(evaluator, layers, units, options.sensitivity_samples, search.gain)
     search.set_sensitivity(layer_deficits(measured, search.gain, len(layers)), pinned)
     frontier = search.frontier()
@@ -228,8 +233,9 @@ def auto_planner(analysis, hw: Hardware, options) -> "Planned":
     from onnxmlu.pipeline import Planned
     from onnxmlu.plan.planner import BODY_WEIGHT_LIMIT_BYTES, block_latencies
 
+    effort = replace(options.auto or AutoOptions(), keep_fp32=tuple(options.keep_fp32))
     result = plan_analysis(analysis, hw, options.accuracy, calibration=options.calibration, int8=options.int8,
-                           options=options.auto, validation=options.validation)
+                           options=effort, validation=options.validation)
     from onnxmlu.plan.planner import fp32_where_nothing_quantizes
 
     plan = split_oversized_blocks(fp32_where_nothing_quantizes(result.plan, analysis.layers), analysis.layers,

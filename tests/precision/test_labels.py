@@ -102,3 +102,28 @@ def test_the_library_refuses_an_unknown_precision_when_the_session_is_created(li
     session = plain_session(fused, library)
     x = np.zeros((1, 3, 12, 12), np.float32)
     assert session.run(None, {"x": x})
+
+
+# ------------------------------------------------------------------------------ --keep-fp32
+def _precision_of(result, name: str) -> str:
+    k = next(i for i, layer in enumerate(result.analysis.layers) if layer.name == name)
+    return next(b.precision for b in result.plan.blocks if b.start <= k < b.stop)
+
+
+def test_keep_fp32_cuts_a_fixed_precision_block_around_the_kept_layers():
+    model = residual_model(seed=2)
+    result = api.fuse(model, precision="int8", strategy="all-fusion", keep_fp32=["conv2", "fc*"])
+    assert _precision_of(result, "conv2") == "fp32" and _precision_of(result, "fc") == "fp32"
+    assert _precision_of(result, "fc_bias") == "fp32"  # fc* matches it too
+    assert _precision_of(result, "conv1") == "int8" and _precision_of(result, "conv3") == "int8"
+    assert [b.precision for b in result.plan.blocks] == ["int8", "fp32", "int8", "fp32"]
+    assert {block_precision(n) for n in _blocks(result.model)} == {"int8", "fp32"}
+
+
+def test_keep_fp32_is_honoured_by_auto_and_a_pattern_matching_nothing_is_refused():
+    model = residual_model(seed=2)
+    result = api.fuse(model, precision="auto", accuracy="cosine>=0.99", keep_fp32=["conv*"])
+    for name in ("conv1", "conv2", "conv3"):
+        assert _precision_of(result, name) == "fp32"
+    with pytest.raises(Exception, match="--keep-fp32 'nothing_here' matches no layer"):
+        api.fuse(model, precision="int8", keep_fp32=["nothing_here"])
