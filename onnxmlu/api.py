@@ -64,7 +64,8 @@ def _result(ctx: Context) -> FuseResult:
 
 def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
                        calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
-                       pareto: bool = False, validation: str | os.PathLike | None = None) -> dict:
+                       pareto: bool = False, validation: str | os.PathLike | None = None,
+                       metric: str | None = None) -> dict:
     """The precision keywords of :class:`Options`, checked before any pass runs (a one-line
     :class:`OnnxMluError` for an unknown precision or calibrator, and for a calibration folder
     that does not exist or holds no readable sample: nothing is written then)."""
@@ -90,7 +91,7 @@ def _precision_options(precision: str | None = None, calibration: str | os.PathL
 
         auto = AutoOptions(measure_frontier=True)
     return {"precision": precision, "calibration": calibration, "int8": int8, "accuracy": accuracy, "auto": auto,
-            "validation": validation}
+            "validation": validation, "metric": metric}
 
 
 # ---------------------------------------------------------------------------------- fuse
@@ -99,7 +100,7 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
          bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
          calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
          validation: str | os.PathLike | None = None, progress: Progress | None = None,
-         keep_fp32: Sequence[str] = ()) -> FuseResult:
+         keep_fp32: Sequence[str] = (), metric: str | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 
     ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts every block at that
@@ -112,7 +113,8 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     _refuse_validation(validation, precision, check=False)
     return _result(_run(FUSE, model, hardware=hardware, progress=progress, strategy=strategy, plan=plan, mp=mp,
                         input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, keep_fp32=tuple(keep_fp32),
-                        **_precision_options(precision, calibration, calibrator, accuracy, validation=validation)))
+                        **_precision_options(precision, calibration, calibrator, accuracy, validation=validation,
+                                             metric=metric)))
 
 
 def _refuse_validation(validation, precision: str | None, check: bool) -> None:
@@ -139,7 +141,8 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                  precision: str | None = None, calibration: str | os.PathLike | None = None,
                  calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
                  check: CheckOptions | None = None, portable: bool = False, progress=None,
-                 validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = ()) -> FuseResult:
+                 validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
+                 metric: str | None = None) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     A model file is fused holding the weights about once plus one block in memory: right after
@@ -163,7 +166,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     streamed = not (in_memory or check is not None or portable)
     options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, rewrite=rewrite,
                       bn_mode=bn_mode, keep_fp32=tuple(keep_fp32), **_precision_options(precision, calibration, calibrator, accuracy,
-                                                            validation=validation))
+                                                            validation=validation, metric=metric))
     ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
                   progress=as_progress(progress), output=out)
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
@@ -292,7 +295,8 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
          calibration: str | os.PathLike | None = None, accuracy: str | None = None,
          output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None,
          pareto: str | os.PathLike | None = None, progress=None,
-         validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = ()) -> PlanReport:
+         validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
+         metric: str | None = None) -> PlanReport:
     """Plan ``model`` (the passes up to ``plan``) without collapsing it, every block at
     ``precision`` when given (the strategy planning at it; ``auto``: under the ``accuracy``
     budget, measured on the ``calibration`` samples, as for :func:`fuse`); write the editable
@@ -307,7 +311,7 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
     ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
                keep_fp32=tuple(keep_fp32),
                **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None,
-                                    validation=validation))
+                                    validation=validation, metric=metric))
     report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto)
     if pareto is not None:
         from onnxmlu.precision.auto import write_pareto

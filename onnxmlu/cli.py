@@ -74,6 +74,9 @@ ValidationOpt = Annotated[Optional[Path], _option("--validation", help=(
 KeepFp32Opt = Annotated[Optional[List[str]], _option("--keep-fp32", help=(
     "Keep this layer at FP32 under --precision fp16/int8/auto: a node name or a shell pattern "
     "(layer4.*); repeatable. A lower-precision block is cut around kept layers."))]
+MetricOpt = Annotated[Optional[str], _option("--metric", help=(
+    "A user metric module:function(reference_outputs, outputs) -> score, called per sample; its mean "
+    "judges --accuracy metric>=X under --precision auto."))]
 ParetoOpt = Annotated[Optional[Path], _option("--pareto", help=(
     "With --precision auto: simulated latency against measured accuracy of the plans considered (PNG)."))]
 CalibratorOpt = Annotated[str, typer.Option("--calibrator", help="INT8 calibrator: minmax, entropy or percentile.")]
@@ -238,6 +241,7 @@ def fuse(
     calibration: CalibrationOpt = None,
     validation: ValidationOpt = None,
     keep_fp32: KeepFp32Opt = None,
+    metric: MetricOpt = None,
     calibrator: CalibratorOpt = "minmax",
     accuracy: AccuracyOpt = None,
     check: CheckOpt = False,
@@ -256,7 +260,7 @@ def fuse(
                                   input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
                                   calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
                                   validation=validation, check=_check_options(inputs) if check else None,
-                                  keep_fp32=keep_fp32 or ())
+                                  keep_fp32=keep_fp32 or (), metric=metric)
     _deliver_fuse(result, json_out, quiet, portable)
 
 
@@ -513,6 +517,7 @@ def plan(
     calibration: CalibrationOpt = None,
     validation: ValidationOpt = None,
     keep_fp32: KeepFp32Opt = None,
+    metric: MetricOpt = None,
     accuracy: AccuracyOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
     pareto: ParetoOpt = None,
@@ -530,7 +535,8 @@ def plan(
     with _steps(quiet) as steps:
         report = api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
                           precision=precision, calibration=calibration, accuracy=accuracy, output=output, plot=plot,
-                          pareto=pareto, progress=steps, validation=validation, keep_fp32=keep_fp32 or ())
+                          pareto=pareto, progress=steps, validation=validation, keep_fp32=keep_fp32 or (),
+                          metric=metric)
     if quiet and output is None and json_out is None:
         sys.stdout.write(report.plan_json())
     _deliver("plan", report, json_out, quiet, _show_plan)

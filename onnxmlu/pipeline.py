@@ -128,6 +128,7 @@ class Options:
     accuracy: str | None = None  # --precision auto's budget, e.g. "cosine>=0.999" (None: the default)
     auto: "AutoOptions | None" = None  # how hard --precision auto looks (None: the defaults)
     keep_fp32: Sequence[str] = ()  # node names or shell patterns of layers kept at FP32 (--keep-fp32)
+    metric: str | None = None  # a user metric module:function judging --precision auto (--metric)
 
     def __post_init__(self) -> None:
         check_precision_option(self.precision)
@@ -303,13 +304,19 @@ def check_auto_options(options: Options) -> None:
     if options.precision != "auto":
         if options.accuracy is not None:
             raise OnnxMluError("--accuracy is the budget of --precision auto; add --precision auto")
+        if options.metric is not None:
+            raise OnnxMluError("--metric judges --precision auto; add --precision auto")
         return
     if options.plan is not None or options.mp is not None:
         raise OnnxMluError("--precision auto chooses blocks and MPs itself; drop --plan / --mp")
-    if options.accuracy is not None:
-        from onnxmlu.precision.accuracy import Budget
+    from onnxmlu.precision.accuracy import Budget, load_metric
 
-        Budget.parse(options.accuracy)
+    if options.accuracy is not None:
+        budget = Budget.parse(options.accuracy)
+        if budget.metric == "metric" and options.metric is None:
+            raise OnnxMluError("--accuracy metric>=X judges by a user metric: give --metric module:function")
+    if options.metric is not None:
+        load_metric(options.metric)  # before any pass: a metric that cannot be loaded is one line now
 
 
 def check_precision_option(precision: str | None) -> None:

@@ -24,6 +24,12 @@ A :class:`Budget` is what the user asks for: ``cosine>=0.999`` or ``top1>=0.99``
 on the binomial tail (no scipy). With ``k = n`` it is ``(1 - CONFIDENCE)^(1/n)``, so
 ``top1>=0.99`` needs at least 299 rows even when every one agrees
 (:func:`rows_to_certify`). The ``cosine`` budget is a worst case over the samples, no bound.
+
+**A user metric** (``--metric module:function``, :func:`load_metric`), as NNCF's and Neural
+Compressor's accuracy-aware modes take one: ``function(reference, outputs) -> float`` is called
+once per sample with the FP32 model's outputs and the candidate's (lists of arrays, in output
+order); the figure is the **mean** over the samples (a dataset metric, e.g. a detection score).
+The budget ``metric>=X`` then decides; cosine and top-1 are still measured and reported.
 """
 
 from __future__ import annotations
@@ -31,13 +37,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from onnxmlu.errors import OnnxMluError
 
-METRICS: tuple[str, ...] = ("cosine", "top1")
+METRICS: tuple[str, ...] = ("cosine", "top1", "metric")
+#: A user metric: FP32 outputs and candidate outputs of one sample -> a score.
+Metric = Callable[[list, list], float]
 _BUDGET = re.compile(r"^\s*([a-z0-9]+)\s*>=\s*([-+0-9.eE]+)\s*$")
 
 Outputs = Sequence[np.ndarray]
@@ -55,9 +63,10 @@ class Accuracy:
     cosine: float
     top1: float
     rows: int = 0
+    metric: float = math.nan  # the user metric's mean over the samples (nan without one)
 
     def value(self, metric: str) -> float:
-        return self.cosine if metric == "cosine" else self.top1
+        return {"cosine": self.cosine, "top1": self.top1}.get(metric, self.metric)
 
     def top1_bound(self) -> float:
         """The one-sided 95 % Clopper–Pearson lower bound on the top-1 agreement (nan without
@@ -82,12 +91,13 @@ class Budget:
         """``"cosine>=0.999"`` -> Budget("cosine", 0.999); a readable error otherwise."""
         match = _BUDGET.match(text)
         if match is None:
-            raise OnnxMluError(f"--accuracy must read METRIC>=VALUE (e.g. cosine>=0.999 or top1>=0.99), not {text!r}")
+            raise OnnxMluError(f"--accuracy must read METRIC>=VALUE (e.g. cosine>=0.999, top1>=0.99 or metric>=X "
+                               f"with --metric), not {text!r}")
         metric, value = match.group(1), float(match.group(2))
         if metric not in METRICS:
             raise OnnxMluError(f"accuracy metric must be one of {', '.join(METRICS)}, not {metric!r}")
         low = -1.0 if metric == "cosine" else 0.0
-        if not low <= value <= 1.0:
+        if metric != "metric" and not low <= value <= 1.0:  # a user metric has its own scale
             raise OnnxMluError(f"{metric} budget must lie in [{low:g}, 1], not {value:g}")
         return cls(metric, value)
 
@@ -106,14 +116,42 @@ class Budget:
         return f"{self.metric}>={self.threshold:g}"
 
 
-def measure(reference: Sequence[Outputs], outputs: Sequence[Outputs]) -> Accuracy:
-    """Both metrics of ``outputs`` against ``reference`` (one list of output arrays per sample)."""
+def measure(reference: Sequence[Outputs], outputs: Sequence[Outputs], metric: Metric | None = None) -> Accuracy:
+    """Both metrics of ``outputs`` against ``reference`` (one list of output arrays per sample),
+    and the user ``metric``'s mean when one is given."""
     if len(reference) != len(outputs) or not reference:
         raise ValueError("measure() needs the same, non-zero number of samples on both sides")
     pairs = [(r, y) for ref, out in zip(reference, outputs) for r, y in zip(ref, out) if _is_float(r)]
     cosine = min((cosine_similarity(r, y) for r, y in pairs), default=1.0)
     top1, rows = top1_counts(reference, outputs)
-    return Accuracy(cosine, top1, rows)
+    custom = math.nan if metric is None else float(np.mean([_score(metric, r, y) for r, y in zip(reference, outputs)]))
+    return Accuracy(cosine, top1, rows, custom)
+
+
+def load_metric(spec: str) -> Metric:
+    """The function ``module:function`` names (``--metric``); a one-line error when it cannot be had."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise OnnxMluError(f"--metric must read module:function (e.g. mymetrics:map50), not {spec!r}")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise OnnxMluError(f"--metric {spec}: cannot load it: {exc}") from None
+    if not callable(found):
+        raise OnnxMluError(f"--metric {spec} is not a function")
+    return found
+
+
+def _score(metric: Metric, reference: Outputs, outputs: Outputs) -> float:
+    try:
+        score = float(metric(list(reference), list(outputs)))
+    except Exception as exc:  # noqa: BLE001 - the user's code: its failure as one line
+        raise OnnxMluError(f"the --metric function failed: {type(exc).__name__}: {exc}") from None
+    if not math.isfinite(score):
+        raise OnnxMluError(f"the --metric function returned {score}, not a finite number")
+    return score
 
 
 def cosine_similarity(reference: np.ndarray, output: np.ndarray) -> float:

@@ -60,7 +60,7 @@ from onnxmlu.plan.perf.model import make_cost, plan_block_latencies_us
 from onnxmlu.plan.plan import Block, Plan, segments, split_oversized_blocks
 from onnxmlu.plan.strategies.search import max_block_length, whole_segments
 from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
-from onnxmlu.precision.accuracy import Accuracy, Budget, measure, rows_to_certify
+from onnxmlu.precision.accuracy import Accuracy, Budget, load_metric, measure, rows_to_certify
 from onnxmlu.precision.bodies import runnable_model
 from onnxmlu.precision.calibration import DEFAULT_RANDOM_SAMPLES, split_samples
 from onnxmlu.precision.evaluate import PlanEvaluator
@@ -144,6 +144,7 @@ class AutoResult:
                                "rule": self.rule},
                 "in_sample": None if self.in_sample is None else self.in_sample.to_dict(),
                 "top1_lower_bound": _number(self.chosen.measured.top1_bound()),
+                "metric": _number(self.chosen.measured.metric),
                 "units": [u.to_dict() for u in self.units], "candidates": [c.to_dict() for c in self.candidates]}
 
 
@@ -167,6 +168,8 @@ def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: A
     if budget.metric == "top1" and math.isnan(measure(evaluator.reference[:1], evaluator.reference[:1]).top1):
         raise OnnxMluError("top1 needs an output with class scores on its last axis; this model has none: "
                            "use --accuracy cosine>=X")
+    if budget.metric == "metric" and evaluator.metric is None:
+        raise OnnxMluError("--accuracy metric>=X judges by a user metric: give --metric module:function")
     if not layers:  # nothing runs on the accelerator: nothing to choose
         empty = Candidate(Plan((), STRATEGY, hw.name), 0.0, Accuracy(1.0, 1.0), Accuracy(1.0, 1.0))
         return AutoResult(empty, budget, 0.0, [empty], [], evaluator, time.perf_counter() - start)
@@ -235,7 +238,7 @@ def auto_planner(analysis, hw: Hardware, options) -> "Planned":
 
     effort = replace(options.auto or AutoOptions(), keep_fp32=tuple(options.keep_fp32))
     result = plan_analysis(analysis, hw, options.accuracy, calibration=options.calibration, int8=options.int8,
-                           options=effort, validation=options.validation)
+                           options=effort, validation=options.validation, metric=options.metric)
     from onnxmlu.plan.planner import fp32_where_nothing_quantizes
 
     plan = split_oversized_blocks(fp32_where_nothing_quantizes(result.plan, analysis.layers), analysis.layers,
@@ -245,15 +248,17 @@ def auto_planner(analysis, hw: Hardware, options) -> "Planned":
 
 
 def plan_analysis(analysis, hw: Hardware, accuracy: str | None = None, *, calibration=None, int8=None,
-                  options: AutoOptions | None = None, validation=None) -> AutoResult:
+                  options: AutoOptions | None = None, validation=None, metric: str | None = None) -> AutoResult:
     """:func:`plan_auto` of an analysed model under the ``accuracy`` budget (default
     :data:`DEFAULT_BUDGET`): INT8 calibrated and accuracy judged on the samples
     :func:`~onnxmlu.precision.calibration.split_samples` draws from the ``calibration`` and
     ``validation`` folders (else ``options.random_samples`` seeded random ones of each);
-    ``int8``: how INT8 blocks are quantized."""
+    ``int8``: how INT8 blocks are quantized; ``metric``: a user metric ``module:function``
+    (:func:`~onnxmlu.precision.accuracy.load_metric`) measured beside cosine and top-1."""
     options = options or AutoOptions()
+    user = None if metric is None else load_metric(metric)
     split = split_samples(runnable_model(analysis), calibration, validation, options.random_samples)
-    evaluator = PlanEvaluator(analysis, split.calibration, int8, split.validation)
+    evaluator = PlanEvaluator(analysis, split.calibration, int8, split.validation, user)
     result = plan_auto(evaluator, hw, Budget.parse(accuracy or DEFAULT_BUDGET), options)
     result.rule = split.rule
     return result
@@ -449,9 +454,12 @@ def _undominated(candidates: list[Candidate]) -> list[Candidate]:
 def verify(frontier: list[Candidate], evaluator: PlanEvaluator, budget: Budget, search: JointSearch,
            options: AutoOptions) -> tuple[Candidate, list[Candidate]]:
     """The chosen candidate after running it (step 3), and every candidate considered."""
-    start = next((k for k, c in enumerate(frontier) if budget.met(c.estimated)), len(frontier) - 1)
     evaluator.prepare([c.plan for c in frontier])  # one capture run for the INT8 blocks of them all
     run = _runner(evaluator)
+    if budget.metric == "metric":  # no estimate of a user metric: run the frontier, fastest first
+        chosen = next((c for c in frontier if budget.met(run(c).measured)), frontier[-1])
+        return chosen, list(frontier)
+    start = next((k for k, c in enumerate(frontier) if budget.met(c.estimated)), len(frontier) - 1)
     if options.measure_frontier:
         for c in frontier:
             run(c)

@@ -50,8 +50,9 @@ class PlanEvaluator:
     """Accuracy of plans of one analysed model on one calibration set (module docstring)."""
 
     def __init__(self, analysis, calibration: CalibrationSet, options: Int8Options | None = None,
-                 validation: CalibrationSet | None = None) -> None:
+                 validation: CalibrationSet | None = None, metric=None) -> None:
         self.analysis = analysis
+        self.metric = metric  # the user metric (accuracy.load_metric), or None
         self.calibration = calibration
         self.validation = validation if validation is not None else calibration
         self.model = runnable_model(analysis)
@@ -81,7 +82,7 @@ class PlanEvaluator:
         start = self._cut(plan) if self._captured(plan, count) else 0
         outputs = self._outputs(plan, start, self.validation.samples[:count], self.reference, calibrated_on)
         self.runs += 1
-        return measure(self.reference[:count], outputs)
+        return measure(self.reference[:count], outputs, self.metric)
 
     def in_sample(self, plan: Plan) -> Accuracy:
         """The accuracy of ``plan`` on the calibration samples (the figure a budget judged on its
@@ -91,7 +92,7 @@ class PlanEvaluator:
         self.prepare([plan])
         reference = self._run(self._reference_session, self._fed, self.calibration.samples)
         self.runs += 1
-        return measure(reference, self._outputs(plan, 0, self.calibration.samples, reference, None))
+        return measure(reference, self._outputs(plan, 0, self.calibration.samples, reference, None), self.metric)
 
     def prepare(self, plans: Sequence[Plan], calibrated_on: int | None = None) -> None:
         """Capture, in one run over the first ``calibrated_on`` samples (default all), the inputs

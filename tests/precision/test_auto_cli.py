@@ -138,3 +138,30 @@ def test_fuse_auto_check_is_judged_by_the_budget_and_check_takes_one(residual_fi
     assert budget.exit_code == 0 and "judged by cosine>=0.9999" in budget.output
     refused = invoke("check", residual_file, fp16, "--accuracy", "cosine=1")
     assert refused.exit_code == 2 and "METRIC>=VALUE" in refused.output
+
+
+def test_a_user_metric_judges_auto(residual_file, tmp_path, monkeypatch):
+    """--metric module:function is called per sample on FP32 and candidate outputs; its mean
+    decides metric>=X. This one scores 1 - the relative L2 error of the first output."""
+    (tmp_path / "my_scores.py").write_text(
+        "import numpy as np\n"
+        "calls = []\n"
+        "def closeness(reference, outputs):\n"
+        "    calls.append(1)\n"
+        "    r, y = reference[0], outputs[0]\n"
+        "    return 1.0 - float(np.linalg.norm(r - y) / np.linalg.norm(r))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = invoke("plan", residual_file, "--precision", "auto", "--metric", "my_scores:closeness",
+                    "--accuracy", "metric>=0.95", "--json", "-")
+    assert result.exit_code == 0, result.output
+    auto = json.loads(result.stdout)["auto"]
+    assert auto["met"] and auto["metric"] >= 0.95 and auto["budget"] == "metric>=0.95"
+    import my_scores
+
+    assert my_scores.calls  # it really ran
+    for options, said in [(["--metric", "my_scores:absent"], "cannot load it"),
+                          (["--metric", "nocolon"], "must read module:function"),
+                          (["--accuracy", "metric>=0.9"], "give --metric module:function")]:
+        refused = invoke("plan", residual_file, "--precision", "auto", *options)
+        assert refused.exit_code == 2 and said in refused.output, refused.output
+        assert len(refused.output.strip().splitlines()) == 1
