@@ -164,9 +164,10 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
         _refuse_output(out, Path(model))
     _refuse_validation(validation, precision, check is not None)
     streamed = not (in_memory or check is not None or portable)
+    precision_options = _precision_options(precision, calibration, calibrator, accuracy, validation=validation,
+                                           metric=metric)
     options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, rewrite=rewrite,
-                      bn_mode=bn_mode, keep_fp32=tuple(keep_fp32), **_precision_options(precision, calibration, calibrator, accuracy,
-                                                            validation=validation, metric=metric))
+                      bn_mode=bn_mode, keep_fp32=tuple(keep_fp32), **precision_options)
     ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
                   progress=as_progress(progress), output=out)
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))

@@ -16,7 +16,8 @@ In the fused model the body's ``QuantizeLinear``/``DequantizeLinear`` pairs are 
 onnxruntime runs the body as any other model (at its usual optimization level it fuses
 ``DQ -> Conv -> Q`` into integer kernels, as a quantized model run by itself would be).
 Operators the quantizer has no QDQ form for stay FP32 between a DQ and a Q
-(:func:`float_nodes` lists them).
+(:func:`float_nodes` lists them). The body's inputs and outputs keep their names and FP32
+types, so the fused graph around the block does not change.
 
 A per-channel constant of an element-wise layer (a normalization's scale ``Mul(x, a)`` and shift
 ``Add(y, b)`` with ``a, b`` of shape ``[C, 1, ..., 1]``, what BatchNormalization becomes when it
@@ -25,12 +26,11 @@ the part quantizes any layer's parameters: the quantizer's default would give th
 one INT8 scale, rounding a small channel's factor to a few codes (or to zero). With one value per
 channel, each is its channel's maximum and is stored exactly (code ±127).
 
-A fully connected layer that arrives as ``MatMul(x, W) + b`` (constant ``W``, constant ``b`` of shape ``[N]``,
-2-D ``x``: what the ``gemm`` rewrite makes of a Gemm) is quantized as the one ``Gemm(x, W, b)``
-it is (:func:`fc_bias_as_gemm`): the part adds a layer's bias in its INT32 accumulator, where the
-two-node form would round the product to INT8 before the bias is added (on ResNet-18's logits
-that extra rounding costs more than BatchNormalization folding gains). The body's inputs and outputs keep their names and FP32
-types, so the fused graph around the block does not change.
+A fully connected layer that arrives as ``MatMul(x, W) + b`` (constant ``W``, constant ``b`` of
+shape ``[N]``, 2-D ``x``: what the ``gemm`` rewrite makes of a Gemm) is quantized as the one
+``Gemm(x, W, b)`` it is (:func:`fc_bias_as_gemm`): the part adds a layer's bias in its INT32
+accumulator, where the two-node form would round the product to INT8 before the bias is added
+(on ResNet-18's logits that extra rounding costs more than BatchNormalization folding gains).
 
 A block that holds layers arriving quantized (the model's own QDQ pairs, QLinear or Integer
 operators) is never re-quantized: :func:`~onnxmlu.precision.own.mark_own_int8` only records in its body's metadata
