@@ -165,3 +165,25 @@ def test_a_user_metric_judges_auto(residual_file, tmp_path, monkeypatch):
         refused = invoke("plan", residual_file, "--precision", "auto", *options)
         assert refused.exit_code == 2 and said in refused.output, refused.output
         assert len(refused.output.strip().splitlines()) == 1
+
+
+def test_check_runs_on_the_real_samples_it_was_given_and_says_which(residual_file, tmp_path):
+    rng = np.random.default_rng(5)
+    folders = {}
+    for name in ("calib", "judge"):
+        folders[name] = tmp_path / name
+        folders[name].mkdir()
+        for k in range(3):
+            np.savez(folders[name] / f"{k}.npz", x=rng.standard_normal((1, 3, SIZE, SIZE)).astype(np.float32))
+    out = tmp_path / "int8.onnx"
+    base = ["fuse", residual_file, out, "--precision", "int8", "--calibration", folders["calib"], "--check",
+            "--json", "-"]
+    inside = json.loads(invoke(*base).stdout)["check"]
+    assert inside["data"].startswith("3 calibration samples") and "in-sample" in inside["data"]
+    assert inside["seeds"] == []
+    held = json.loads(invoke(*base, "--validation", folders["judge"]).stdout)["check"]
+    assert held["data"] == f"3 validation samples from {folders['judge']}"
+    plain = invoke("check", residual_file, out, "--inputs", folders["judge"], "--accuracy", "cosine>=0.9")
+    assert plain.exit_code == 0 and "3 samples from" in plain.output and "(--inputs)" in plain.output
+    alone = invoke("fuse", residual_file, tmp_path / "x.onnx", "--validation", folders["judge"])
+    assert alone.exit_code == 2 and "--validation holds the samples" in alone.output
