@@ -237,7 +237,7 @@ def writable(path: Path, what: str) -> None:
     exists and ``path`` is not a folder (checked before any work, so a typo costs nothing)."""
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise OnnxMluError(f"{what} {path} is a folder; give a file path")
+        raise OnnxMluError(f"{what} {path} is a directory; give a file path")
     if not folder.is_dir():
         raise OnnxMluError(f"{what} {path}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
