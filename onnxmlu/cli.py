@@ -308,8 +308,10 @@ def _show_auto(auto) -> None:
         f", in-sample {auto.in_sample.value(metric):.6f} on {len(evaluator.calibration)} calibration samples"
     bound = auto.chosen.measured.top1_bound()
     bound = f" (95 % lower bound {bound:.4f})" if metric == "top1" and not math.isnan(bound) else ""
+    guess = auto.chosen.estimated.value(metric)
+    guess = "" if math.isnan(guess) else f"; estimated {guess:.6f}"  # a user metric has no estimate
     _plain(f"auto: {auto.budget} {verdict}: {where} {auto.chosen.measured.value(metric):.6f}{bound} on "
-           f"{len(evaluator.validation)} samples{inside}; estimated {auto.chosen.estimated.value(metric):.6f}; "
+           f"{len(evaluator.validation)} samples{inside}{guess}; "
            f"{auto.speedup:.2f}x the FP32 optimum ({auto.chosen.latency_us:,.0f} vs {auto.fp32_latency_us:,.0f} µs "
            f"simulated); {len(auto.candidates)} plans considered, {auto.evaluator.runs} runs, {auto.seconds:.1f} s")
     if auto.rule:
