@@ -172,12 +172,19 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                   progress=as_progress(progress), output=out)
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
     if check is not None:
-        original = model if in_memory else load_model(model)
-        if precision == "auto" and check.accuracy is None:  # auto's output is judged by its budget
-            check = replace(check, accuracy=str(ctx.auto.budget))
-        data = _check_data(original, check, validation, calibration, ctx.auto)
-        result.check = _check_models(original, result.model, check, input_shapes, ctx.progress, data)
+        result.check = _check_fused(model, result.model, check, ctx, validation, calibration)
     return result
+
+
+def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, ctx: Context, validation,
+                 calibration):
+    """``fuse --check``: the fused model against the original, on the data :func:`_check_data` picks;
+    auto's output judged by its budget."""
+    original = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    if ctx.auto is not None and check.accuracy is None:
+        check = replace(check, accuracy=str(ctx.auto.budget))
+    data = _check_data(original, check, validation, calibration, ctx.auto)
+    return _check_models(original, fused, check, ctx.options.input_shapes, ctx.progress, data)
 
 
 def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, calibration, auto) -> tuple | None:

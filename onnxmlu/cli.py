@@ -253,15 +253,20 @@ def fuse(
     """Rewrite, plan and collapse MODEL into OUTPUT (one MLUFusionBlock per block).
 
     Example: onnxmlu fuse resnet18.onnx resnet18.fused.onnx --precision auto --accuracy cosine>=0.999"""
+    _deliver_fuse(_fuse_to_file(**locals()), json_out, quiet, portable)
+
+
+def _fuse_to_file(model, output, strategy, mp, plan, hw, input_shape, bn, precision, calibration, validation,
+                  keep_fp32, metric, calibrator, accuracy, check, inputs, portable, json_out, quiet):
+    """``fuse``'s options, parsed, handed to :func:`onnxmlu.api.fuse_to_file`."""
     from onnxmlu import api
 
     with _steps(quiet) as steps:
-        result = api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
-                                  input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
-                                  calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
-                                  validation=validation, check=_check_options(inputs) if check else None,
-                                  keep_fp32=keep_fp32 or (), metric=metric)
-    _deliver_fuse(result, json_out, quiet, portable)
+        return api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
+                                input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
+                                calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
+                                validation=validation, check=_check_options(inputs) if check else None,
+                                keep_fp32=keep_fp32 or (), metric=metric)
 
 
 def _check_options(inputs: Optional[Path]):
@@ -389,16 +394,22 @@ def check(
 
     Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
     """
-    from onnxmlu import api
-
-    with _steps(quiet) as steps:
-        folder = inputs is not None and inputs.is_dir()
-        report = api.check(original, fused, seeds=seed, atol=atol, rtol=rtol, input_shapes=_shapes(input_shape),
-                           inputs=None if folder else _arrays(inputs), accuracy=accuracy, progress=steps,
-                           samples=inputs if folder else None)
+    report = _check(original, fused, seed, atol, rtol, input_shape, inputs, accuracy, quiet)
     _deliver("check", report, json_out, quiet, _show_check)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _check(original, fused, seed, atol, rtol, input_shape, inputs, accuracy, quiet):
+    """``check``'s options, parsed (--inputs: a .npz of arrays, or a folder of samples), handed
+    to :func:`onnxmlu.api.check`."""
+    from onnxmlu import api
+
+    folder = inputs is not None and inputs.is_dir()
+    with _steps(quiet) as steps:
+        return api.check(original, fused, seeds=seed, atol=atol, rtol=rtol, input_shapes=_shapes(input_shape),
+                         inputs=None if folder else _arrays(inputs), accuracy=accuracy, progress=steps,
+                         samples=inputs if folder else None)
 
 
 def _show_check(report) -> None:
@@ -532,16 +543,22 @@ def plan(
 
     Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json --plot plan.png
     """
-    from onnxmlu import api
-
-    with _steps(quiet) as steps:
-        report = api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
-                          precision=precision, calibration=calibration, accuracy=accuracy, output=output, plot=plot,
-                          pareto=pareto, progress=steps, validation=validation, keep_fp32=keep_fp32 or (),
-                          metric=metric)
+    report = _plan(**locals())
     if quiet and output is None and json_out is None:
         sys.stdout.write(report.plan_json())
     _deliver("plan", report, json_out, quiet, _show_plan)
+
+
+def _plan(model, output, strategy, mp, hw, input_shape, precision, calibration, validation, keep_fp32, metric,
+          accuracy, plot, pareto, json_out, quiet):
+    """``plan``'s options, parsed, handed to :func:`onnxmlu.api.plan`."""
+    from onnxmlu import api
+
+    with _steps(quiet) as steps:
+        return api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
+                        precision=precision, calibration=calibration, accuracy=accuracy, output=output, plot=plot,
+                        pareto=pareto, progress=steps, validation=validation, keep_fp32=keep_fp32 or (),
+                        metric=metric)
 
 
 def _show_plan(report) -> None:

@@ -131,6 +131,12 @@ def _diff(name: str, f: np.ndarray, r: np.ndarray, atol: float, rtol: float) -> 
     return OutputDiff(name, tuple(f.shape), max_abs, max_rel, ok)
 
 
+def _runs(original: onnx.ModelProto, seeds: Sequence[int], samples, dims, input_shapes) -> list[tuple[str, dict]]:
+    """What ``check`` runs: (label, feeds) for each seed's random inputs, then each sample."""
+    runs = [(f"seed {seed}", random_inputs(original, seed, dims, _pinned_shapes(input_shapes))) for seed in seeds]
+    return runs + [(f"sample {k}", dict(sample)) for k, sample in enumerate(samples or ())]
+
+
 def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Sequence[int] = (0,),
                  atol: float = 1e-4, rtol: float = 1e-4,
                  dims: Mapping[str, int] | None = None,
@@ -146,9 +152,7 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     ids, real data) used for every seed; the others are random. ``budget`` decides the verdict
     instead of the tolerances (module docstring). ``samples`` (real data: validation samples,
     ``--inputs DIR``) are run instead of the seeds; ``data`` says what they are, for the report.
-
-    ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
-    seconds in each)."""
+    ``progress(stage)`` is told each stage as it starts (the CLI shows it)."""
     from onnxmlu.runtime import InferenceSession, reference_session
 
     say = progress or (lambda stage: None)
@@ -157,12 +161,10 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     say("fused session")
     sess = InferenceSession(fused)
     names = [o.name for o in sess.get_outputs()]
-    if samples is not None:
-        seeds = ()
-    runs = [(f"seed {seed}", random_inputs(original, seed, dims, _pinned_shapes(input_shapes))) for seed in seeds]
-    runs += [(f"sample {k}", dict(sample)) for k, sample in enumerate(samples or ())]
+    seeds = () if samples is not None else tuple(seeds)
+    runs = _runs(original, seeds, samples, dims, input_shapes)
     data = data or f"seeded random inputs (seeds {', '.join(map(str, seeds))})"
-    report = CheckReport(atol, rtol, tuple(seeds), budget=budget, data=data)
+    report = CheckReport(atol, rtol, seeds, budget=budget, data=data)
     worst: dict[str, OutputDiff] = {}
     references, outputs = [], []
     for label, feeds in runs:
@@ -170,10 +172,15 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
         say(f"running both models, {label}")
         references.append(_run(ref, names, feeds, f"the original model fails on the inputs of {label}"))
         outputs.append(_run(sess, names, feeds, "the fused model fails"))
-        for d in compare_outputs(names, outputs[-1], references[-1], atol, rtol):
-            prev = worst.get(d.name)
-            if prev is None or (not d.ok, d.max_abs) > (not prev.ok, prev.max_abs):
-                worst[d.name] = d
+        _keep_worst(worst, compare_outputs(names, outputs[-1], references[-1], atol, rtol))
     report.diffs = [worst[n] for n in names]
     report.accuracy = measure(references, outputs) if runs else None
     return report
+
+
+def _keep_worst(worst: dict[str, OutputDiff], diffs: Sequence[OutputDiff]) -> None:
+    """Per output, the failing diff over a passing one, then the larger absolute error."""
+    for d in diffs:
+        prev = worst.get(d.name)
+        if prev is None or (not d.ok, d.max_abs) > (not prev.ok, prev.max_abs):
+            worst[d.name] = d
