@@ -312,6 +312,26 @@ std::optional<uint32_t> ReadDigest(const OrtKernelInfo* info, const std::string&
   return static_cast<uint32_t>(value);
 }
 
+// The optional `precision` label (docs/precision.md): absent means fp32; present it must be one of
+// fp32, fp16, int8, so that a misspelt or invented label cannot pass for what the body computes.
+void CheckPrecision(const OrtKernelInfo* info, const std::string& prefix) {
+  size_t size = 0;
+  OrtStatus* status = Api().KernelInfoGetAttribute_string(info, "precision", nullptr, &size);
+  if (status != nullptr) {
+    OrtPtr<OrtStatus> owned(status);
+    if (std::string(Api().GetErrorMessage(status)).find("No attribute") != std::string::npos) return;
+    throw BlockError(ORT_INVALID_ARGUMENT, prefix + "attribute 'precision' must be a string (fp32, fp16 or int8): " +
+                                              Api().GetErrorMessage(status));
+  }
+  std::string value(size, '\0');
+  Check(Api().KernelInfoGetAttribute_string(info, "precision", value.data(), &size), prefix);
+  value.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
+  if (value != "fp32" && value != "fp16" && value != "int8") {
+    throw BlockError(ORT_INVALID_ARGUMENT, prefix + "attribute 'precision' must be fp32, fp16 or int8, got '" +
+                                              ValidUtf8(value) + "'");
+  }
+}
+
 std::string Hex32(uint32_t value) {
   static const char kHex[] = "0123456789abcdef";
   std::string text = "0x00000000";
@@ -543,6 +563,7 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
     : node_name_(ReadNodeName(info)) {
   std::string prefix = Prefix(node_name_);
   mp_ = ReadMp(info, prefix);
+  CheckPrecision(info, prefix);
   std::string body = ReadBody(info, prefix);
   VerifyDigest(body, info, prefix);
   RefuseFileReferences(body, prefix);

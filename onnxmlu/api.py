@@ -65,7 +65,8 @@ def _result(ctx: Context) -> FuseResult:
 
 def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
                        calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
-                       pareto: bool = False) -> dict:
+                       pareto: bool = False, validation: str | os.PathLike | None = None,
+                       metric: str | None = None) -> dict:
     """The precision keywords of :class:`Options`, checked before any pass runs (a one-line
     :class:`OnnxMluError` for an unknown precision or calibrator, and for a calibration folder
     that does not exist or holds no readable sample: nothing is written then)."""
@@ -81,20 +82,26 @@ def _precision_options(precision: str | None = None, calibration: str | os.PathL
         from onnxmlu.precision.calibration import load_calibration
 
         load_calibration(calibration)  # samples are checked against the model's inputs when used
+    if validation is not None:
+        from onnxmlu.precision.calibration import load_calibration
+
+        load_calibration(validation, what="validation")
     auto = None
     if pareto:  # the Pareto plot shows every frontier plan measured
         from onnxmlu.precision.auto import AutoOptions
 
         auto = AutoOptions(measure_frontier=True)
-    return {"precision": precision, "calibration": calibration, "int8": int8, "accuracy": accuracy, "auto": auto}
+    return {"precision": precision, "calibration": calibration, "int8": int8, "accuracy": accuracy, "auto": auto,
+            "validation": validation, "metric": metric}
 
 
 # ---------------------------------------------------------------------------------- fuse
 def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
-         bn_mode: str = "substitute", precision: str | None = None, calibration: str | os.PathLike | None = None,
+         bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
          calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None, inputs: dict | None = None,
-         progress: Progress | None = None) -> FuseResult:
+         validation: str | os.PathLike | None = None, progress: Progress | None = None,
+         keep_fp32: Sequence[str] = (), metric: str | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 
     ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts every block at that
@@ -102,11 +109,22 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     seeded random samples, flagged by a diagnostic) with the ``calibrator`` (``minmax``,
     ``entropy``, ``percentile``). ``precision="auto"`` chooses blocks, MPs and a precision per
     block that keep the ``accuracy`` budget (``"cosine>=0.999"`` by default, or ``"top1>=X"``),
-    measured on those samples (:mod:`onnxmlu.precision.auto`). ``inputs``: arrays by input name
-    (``--inputs``) that the shape probe runs instead of zeros, where values set shapes."""
+    judged on the ``validation`` folder's samples (None: held out from the calibration samples,
+    :func:`~onnxmlu.precision.calibration.split_samples`; :mod:`onnxmlu.precision.auto`).
+    ``inputs``: arrays by input name (``--inputs``) that the shape probe runs instead of zeros,
+    where values set shapes."""
+    _refuse_validation(validation, precision, check=False)
     return _result(_run(FUSE, model, hardware=hardware, progress=progress, strategy=strategy, plan=plan, mp=mp,
                         input_shapes=input_shapes, inputs=inputs, rewrite=rewrite, bn_mode=bn_mode,
-                        **_precision_options(precision, calibration, calibrator, accuracy)))
+                        keep_fp32=tuple(keep_fp32),
+                        **_precision_options(precision, calibration, calibrator, accuracy, validation=validation,
+                                             metric=metric)))
+
+
+def _refuse_validation(validation, precision: str | None, check: bool) -> None:
+    if validation is not None and precision != "auto" and not check:
+        raise OnnxMluError("--validation holds the samples that judge --precision auto's budget and --check; "
+                           "add one of them")
 
 
 @dataclass(frozen=True)
@@ -118,15 +136,17 @@ class CheckOptions:
     rtol: float = 1e-4
     inputs: dict | None = None  # fixed arrays by input name (--inputs)
     accuracy: str | None = None  # a budget ("cosine>=0.999") that decides instead of atol/rtol
+    samples: str | os.PathLike | None = None  # a folder of samples (--inputs DIR), run instead of the seeds
 
 
 def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
                  plan=None, mp: int | None = None, hardware: HardwareLike = DEFAULT_PROFILE,
-                 input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str = "substitute",
+                 input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str | None = None,
                  precision: str | None = None, calibration: str | os.PathLike | None = None,
                  calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
                  check: CheckOptions | None = None, portable: bool = False, inputs: dict | None = None,
-                 progress=None) -> FuseResult:
+                 progress=None, validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
+                 metric: str | None = None) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     A model file is fused holding the weights about once plus one block in memory: right after
@@ -143,22 +163,23 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     ``progress`` is told each pass as it starts (``say``; a plain callable works too).
     """
     out = Path(output)
+    writable(out, "output")  # before any work: a bad path must not cost a planning run
     in_memory = isinstance(model, onnx.ModelProto)
     if not in_memory:
         _refuse_output(out, Path(model))
+    _refuse_validation(validation, precision, check is not None)
     streamed = not (in_memory or check is not None or portable)
     inputs, check = _shared_inputs(inputs, check)
+    precision_options = _precision_options(precision, calibration, calibrator, accuracy, validation=validation,
+                                           metric=metric)
     options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, inputs=inputs, rewrite=rewrite,
-                      bn_mode=bn_mode, **_precision_options(precision, calibration, calibrator, accuracy))
+                      bn_mode=bn_mode, keep_fp32=tuple(keep_fp32), **precision_options)
     ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
                   progress=as_progress(progress), output=out)
     result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
     if check is None:
         return _verify_loads(result, out)
-    original = model if in_memory else load_model(model)
-    if precision == "auto" and check.accuracy is None:  # auto's output is judged by its budget
-        check = replace(check, accuracy=str(ctx.auto.budget))
-    result.check = _check_models(original, result.model, check, input_shapes, ctx.progress)
+    result.check = _check_fused(model, result.model, check, ctx, validation, calibration)
     return result
 
 
@@ -188,13 +209,49 @@ def _verify_loads(result: FuseResult, out: Path) -> FuseResult:
     raise OnnxMluError(f"the fused model does not load in onnxruntime, so it was not kept: {error}")
 
 
-def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: CheckOptions, input_shapes, progress):
+def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, ctx: Context, validation,
+                 calibration):
+    """``fuse --check``: the fused model against the original, on the data :func:`_check_data` picks;
+    auto's output judged by its budget."""
+    original = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    if ctx.auto is not None and check.accuracy is None:
+        check = replace(check, accuracy=str(ctx.auto.budget))
+    data = _check_data(original, check, validation, calibration, ctx.auto)
+    return _check_models(original, fused, check, ctx.options.input_shapes, ctx.progress, data)
+
+
+def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, calibration, auto) -> tuple | None:
+    """``fuse --check``'s samples and what they are, the first that applies: ``--inputs DIR``,
+    ``--validation DIR``, the samples that judged ``--precision auto`` (held out), the
+    calibration samples (real data, but in-sample: they set the INT8 scales); None: the seeds."""
+    from onnxmlu.precision.calibration import load_calibration
+
+    if check.samples is not None:
+        found = load_calibration(check.samples, original, "inputs")
+        return found.samples, f"{len(found)} samples from {found.source} (--inputs)"
+    if validation is not None:
+        found = load_calibration(validation, original, "validation")
+        return found.samples, f"{len(found)} validation samples from {found.source}"
+    if auto is not None:
+        judged = auto.evaluator.validation
+        return judged.samples, f"the {len(judged)} samples that judged auto: {auto.rule or judged.describe()}"
+    if calibration is not None:
+        found = load_calibration(calibration, original)
+        return found.samples, (f"{len(found)} calibration samples from {found.source} (in-sample: they set the "
+                               "INT8 scales; give --validation DIR for held-out data)")
+    return None
+
+
+def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: CheckOptions, input_shapes, progress,
+                  data: tuple | None = None):
     from onnxmlu.precision.accuracy import Budget
     from onnxmlu.tools.verify import check_models
 
     budget = None if check.accuracy is None else Budget.parse(check.accuracy)
+    samples, described = data if data is not None else (None, "")
     return check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol, input_shapes=input_shapes,
-                        inputs=check.inputs, budget=budget, progress=lambda stage: progress.say(f"check: {stage}"))
+                        inputs=check.inputs, budget=budget, progress=lambda stage: progress.say(f"check: {stage}"),
+                        samples=samples, data=described)
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
@@ -213,6 +270,18 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: s
     if input_path is not None:
         _refuse_output(out, Path(input_path))
     return write_model_atomic(model, out, external_data=external_data)
+
+
+def writable(path: Path, what: str) -> None:
+    """A one-line :class:`OnnxMluError` unless a file can be written at ``path``: its folder
+    exists and ``path`` is not a folder (checked before any work, so a typo costs nothing)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise OnnxMluError(f"{what} {path} is a directory; give a file path")
+    if not folder.is_dir():
+        raise OnnxMluError(f"{what} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise OnnxMluError(f"{what} {path}: folder {folder} is not writable")
 
 
 def _refuse_output(out: Path, input_path: Path) -> None:
@@ -254,10 +323,12 @@ def rewrite_to_file(model: str | os.PathLike, output: str | os.PathLike, *, bn_m
     return ctx.rewrite_report
 
 
-def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = False, progress=None) -> Analysis:
-    """The layer table (load → normalize → rewrite if asked → analyze); its ``to_dict()`` is
-    the ``inspect`` report."""
-    return _run(PLAN[:4], model, input_shapes=input_shapes, rewrite=rewrite, progress=progress).analysis
+def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = False, progress=None,
+            bn_mode: str | None = None) -> Analysis:
+    """The layer table (load → normalize → rewrite if asked, BN by ``bn_mode`` → analyze); its
+    ``to_dict()`` is the ``inspect`` report."""
+    return _run(PLAN[:4], model, input_shapes=input_shapes, rewrite=rewrite, progress=progress,
+                bn_mode=bn_mode).analysis
 
 
 def inspect_fused(model: ModelLike):
@@ -272,7 +343,9 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
          calibration: str | os.PathLike | None = None, accuracy: str | None = None,
          output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None,
-         pareto: str | os.PathLike | None = None, progress=None) -> PlanReport:
+         pareto: str | os.PathLike | None = None, progress=None,
+         validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
+         metric: str | None = None) -> PlanReport:
     """Plan ``model`` (the passes up to ``plan``) without collapsing it, every block at
     ``precision`` when given (the strategy planning at it; ``auto``: under the ``accuracy``
     budget, measured on the ``calibration`` samples, as for :func:`fuse`); write the editable
@@ -280,12 +353,18 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
     latency-accuracy chart of the plans it considered to ``pareto``."""
     if pareto is not None and precision != "auto":
         raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
+    _refuse_validation(validation, precision, check=False)
+    for path, what in ((output, "--output"), (plot, "--plot"), (pareto, "--pareto")):
+        if path is not None:
+            writable(Path(path), what)
     if plot is not None or pareto is not None:
         from onnxmlu.tools.plots import require_plotting
 
         require_plotting()
     ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
-               **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None))
+               keep_fp32=tuple(keep_fp32),
+               **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None,
+                                    validation=validation, metric=metric))
     report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto, ctx.profile)
     if pareto is not None:
         from onnxmlu.precision.auto import write_pareto
@@ -424,18 +503,25 @@ def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
 # ---------------------------------------------------------------------------------- tools
 def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Sequence[int] = (0,), atol: float = 1e-4,
           rtol: float = 1e-4, input_shapes: dict | None = None, inputs: dict | None = None,
-          accuracy: str | None = None, progress=None):
+          accuracy: str | None = None, progress=None, samples: str | os.PathLike | None = None):
     """Run the original (reference: onnxruntime, optimizations off) and the fused model on
-    seeded inputs; the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`). An
+    seeded inputs, or on the samples of the ``samples`` folder (``--inputs DIR``, the
+    calibration layout); the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`). An
     ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``."""
     if accuracy is not None:
         from onnxmlu.precision.accuracy import Budget
 
         Budget.parse(accuracy)  # a bad budget is refused before anything runs
+    if samples is not None:
+        from onnxmlu.precision.calibration import load_calibration
+
+        load_calibration(samples, what="inputs")  # a bad folder is refused before any model loads
     steps = as_progress(progress)
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)
-    return _check_models(*models, CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy), input_shapes, steps)
+    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples)
+    data = None if samples is None else _check_data(models[0], options, None, None, None)
+    return _check_models(*models, options, input_shapes, steps, data)
 
 
 def run(model: str | os.PathLike, *, inputs: dict | None = None, seed: int = 0, input_shapes: dict | None = None,

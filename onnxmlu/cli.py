@@ -74,6 +74,16 @@ AccuracyOpt = Annotated[Optional[str], _option("--accuracy", help=(
 CalibrationOpt = Annotated[Optional[Path], _option("--calibration", help=(
     "Folder of calibration samples for INT8 blocks: NAME.npz files (arrays by input name) or sub-folders of "
     "TensorProto *.pb files (default: seeded random samples, flagged in the report)."))]
+ValidationOpt = Annotated[Optional[Path], _option("--validation", help=(
+    "Folder of validation samples (same layout as --calibration) that judge --precision auto's budget and "
+    "--check (default: every other calibration sample is held out; without --calibration, other seeded "
+    "random samples)."))]
+KeepFp32Opt = Annotated[Optional[List[str]], _option("--keep-fp32", help=(
+    "Keep this layer at FP32 under --precision fp16/int8/auto: a node name or a shell pattern "
+    "(layer4.*); repeatable. A lower-precision block is cut around kept layers."))]
+MetricOpt = Annotated[Optional[str], _option("--metric", help=(
+    "A user metric module:function(reference_outputs, outputs) -> score, called per sample; its mean "
+    "judges --accuracy metric>=X under --precision auto."))]
 ParetoOpt = Annotated[Optional[Path], _option("--pareto", help=(
     "With --precision auto: simulated latency against measured accuracy of the plans considered (PNG)."))]
 CalibratorOpt = Annotated[str, typer.Option("--calibrator", help="INT8 calibrator: minmax, entropy or percentile.")]
@@ -233,6 +243,9 @@ def _plain(text: str) -> None:
 
 OutputArg = Annotated[Path, typer.Argument(help="Where to write the result.", show_default=False)]
 BnOpt = Annotated[str, typer.Option("--bn", help="BatchNormalization rewrite: substitute (norm + Mul + Add) or fold.")]
+FuseBnOpt = Annotated[Optional[str], typer.Option(
+    "--bn", help="BatchNormalization rewrite: substitute (norm + Mul + Add) or fold "
+    "[default: fold under --precision int8/auto, else substitute].", show_default=False)]
 
 
 # ---- commands -----------------------------------------------------------------------------
@@ -245,9 +258,12 @@ def fuse(
     plan: PlanOpt = None,
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
-    bn: BnOpt = "substitute",
+    bn: FuseBnOpt = None,
     precision: PrecisionOpt = None,
     calibration: CalibrationOpt = None,
+    validation: ValidationOpt = None,
+    keep_fp32: KeepFp32Opt = None,
+    metric: MetricOpt = None,
     calibrator: CalibratorOpt = "minmax",
     accuracy: AccuracyOpt = None,
     check: CheckOpt = False,
@@ -259,14 +275,30 @@ def fuse(
     """Rewrite, plan and collapse MODEL into OUTPUT (one MLUFusionBlock per block).
 
     Example: onnxmlu fuse resnet18.onnx resnet18.fused.onnx --precision auto --accuracy cosine>=0.999"""
+    _deliver_fuse(_fuse_to_file(**locals()), json_out, quiet, portable)
+
+
+def _fuse_to_file(model, output, strategy, mp, plan, hw, input_shape, bn, precision, calibration, validation,
+                  keep_fp32, metric, calibrator, accuracy, check, inputs, portable, json_out, quiet):
+    """``fuse``'s options, parsed, handed to :func:`onnxmlu.api.fuse_to_file`."""
     from onnxmlu import api
 
     with _steps(quiet) as steps:
-        result = api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
-                                  input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
-                                  calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
-                                  inputs=_arrays(inputs), check=api.CheckOptions() if check else None)
-    _deliver_fuse(result, json_out, quiet, portable)
+        return api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
+                                input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
+                                calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
+                                validation=validation, check=_check_options(inputs) if check else None,
+                                inputs=None if inputs is None or inputs.is_dir() else _arrays(inputs),
+                                keep_fp32=keep_fp32 or (), metric=metric)
+
+
+def _check_options(inputs: Optional[Path]):
+    """``fuse --check``'s data: --inputs as a folder of samples, or a .npz of fixed arrays."""
+    from onnxmlu import api
+
+    if inputs is not None and inputs.is_dir():
+        return api.CheckOptions(samples=inputs)
+    return api.CheckOptions(inputs=_arrays(inputs))
 
 
 def _deliver_fuse(result, json_out: Optional[Path], quiet: bool, portable: bool) -> None:
@@ -324,12 +356,21 @@ def _show_auto(auto) -> None:
     """One line: the budget, met or not, measured and estimated; the speed-up it bought."""
     if auto is None:
         return
-    metric = auto.budget.metric
+    metric, evaluator = auto.budget.metric, auto.evaluator
     verdict = "met" if auto.budget.met(auto.chosen.measured) else "NOT met"
-    _plain(f"auto: {auto.budget} {verdict}: measured {auto.chosen.measured.value(metric):.6f} (estimated "
-           f"{auto.chosen.estimated.value(metric):.6f}) on {len(auto.evaluator.calibration)} samples; "
+    where = "held-out" if evaluator.held_out else "in-sample"
+    inside = "" if auto.in_sample is None or not evaluator.held_out else \
+        f", in-sample {auto.in_sample.value(metric):.6f} on {len(evaluator.calibration)} calibration samples"
+    bound = auto.chosen.measured.top1_bound()
+    bound = f" (95 % lower bound {bound:.4f})" if metric == "top1" and not math.isnan(bound) else ""
+    guess = auto.chosen.estimated.value(metric)
+    guess = "" if math.isnan(guess) else f"; estimated {guess:.6f}"  # a user metric has no estimate
+    _plain(f"auto: {auto.budget} {verdict}: {where} {auto.chosen.measured.value(metric):.6f}{bound} on "
+           f"{len(evaluator.validation)} samples{inside}{guess}; "
            f"{auto.speedup:.2f}x the FP32 optimum ({auto.chosen.latency_us:,.0f} vs {auto.fp32_latency_us:,.0f} µs "
            f"simulated); {len(auto.candidates)} plans considered, {auto.evaluator.runs} runs, {auto.seconds:.1f} s")
+    if auto.rule:
+        _plain(f"auto: judged on {auto.rule}")
     if auto.evaluator.calibration.random:
         _plain("auto: measured on seeded random samples, not the model's data: give --calibration DIR")
 
@@ -389,7 +430,9 @@ def check(
     atol: AtolOpt = 1e-4,
     rtol: RtolOpt = 1e-4,
     input_shape: InputShapeOpt = None,
-    inputs: InputsOpt = None,
+    inputs: Annotated[Optional[Path], _option("--inputs", help=(
+        "A .npz of arrays by input name (used with every seed), or a folder of samples in the --calibration "
+        "layout, run instead of the seeds."))] = None,
     accuracy: Annotated[Optional[str], _option("--accuracy", help=(
         "Judge by a budget instead of --atol/--rtol: cosine>=X or top1>=X (for FP16/INT8 models)."))] = None,
     json_out: JsonOpt = None,
@@ -403,18 +446,26 @@ def check(
 
     Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
     """
-    from onnxmlu import api
-
-    with _steps(quiet) as steps:
-        report = api.check(original, fused, seeds=seed, atol=atol, rtol=rtol, input_shapes=_shapes(input_shape),
-                           inputs=_arrays(inputs), accuracy=accuracy, progress=steps)
+    report = _check(original, fused, seed, atol, rtol, input_shape, inputs, accuracy, quiet)
     _deliver("check", report, json_out, quiet, _show_check)
     if not report.ok:
         raise typer.Exit(1)
 
 
+def _check(original, fused, seed, atol, rtol, input_shape, inputs, accuracy, quiet):
+    """``check``'s options, parsed (--inputs: a .npz of arrays, or a folder of samples), handed
+    to :func:`onnxmlu.api.check`."""
+    from onnxmlu import api
+
+    folder = inputs is not None and inputs.is_dir()
+    with _steps(quiet) as steps:
+        return api.check(original, fused, seeds=seed, atol=atol, rtol=rtol, input_shapes=_shapes(input_shape),
+                         inputs=None if folder else _arrays(inputs), accuracy=accuracy, progress=steps,
+                         samples=inputs if folder else None)
+
+
 def _show_check(report) -> None:
-    table = Table(title=f"check · seeds {list(report.seeds)} · atol={report.atol:g} rtol={report.rtol:g}")
+    table = Table(title=f"check · {report.data} · atol={report.atol:g} rtol={report.rtol:g}")
     # A budget decides the verdict (FP16/INT8): the tolerance column is then information, not a
     # verdict, so it must not read like one ("ok NO" above "check passed").
     judged_by_budget = report.budget is not None
@@ -590,6 +641,9 @@ def plan(
     input_shape: InputShapeOpt = None,
     precision: PrecisionOpt = None,
     calibration: CalibrationOpt = None,
+    validation: ValidationOpt = None,
+    keep_fp32: KeepFp32Opt = None,
+    metric: MetricOpt = None,
     accuracy: AccuracyOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
     pareto: ParetoOpt = None,
@@ -602,15 +656,22 @@ def plan(
 
     Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json --plot plan.png
     """
-    from onnxmlu import api
-
-    with _steps(quiet) as steps:
-        report = api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
-                          precision=precision, calibration=calibration, accuracy=accuracy, output=output, plot=plot,
-                          pareto=pareto, progress=steps)
+    report = _plan(**locals())
     if quiet and output is None and json_out is None:
         sys.stdout.write(report.plan_json())
     _deliver("plan", report, json_out, quiet, _show_plan)
+
+
+def _plan(model, output, strategy, mp, hw, input_shape, precision, calibration, validation, keep_fp32, metric,
+          accuracy, plot, pareto, json_out, quiet):
+    """``plan``'s options, parsed, handed to :func:`onnxmlu.api.plan`."""
+    from onnxmlu import api
+
+    with _steps(quiet) as steps:
+        return api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
+                        precision=precision, calibration=calibration, accuracy=accuracy, output=output, plot=plot,
+                        pareto=pareto, progress=steps, validation=validation, keep_fp32=keep_fp32 or (),
+                        metric=metric)
 
 
 def _show_plan(report) -> None:

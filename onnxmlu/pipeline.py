@@ -112,7 +112,11 @@ class Options:
     blocks at their own precision); ``"fp32"``, ``"fp16"`` or ``"int8"`` puts every block at
     that precision (:func:`plan_fixed_precision`). ``calibration``: a folder of calibration
     samples for INT8 blocks (None: the seeded random fallback); ``int8``: how INT8 blocks are
-    quantized (None: :class:`~onnxmlu.precision.int8.Int8Options` defaults, MinMax)."""
+    quantized (None: :class:`~onnxmlu.precision.int8.Int8Options` defaults, MinMax).
+    ``bn_mode`` None folds BatchNormalization into its producer when INT8 may be chosen
+    (``int8``, ``auto``): the part quantizes a convolution's weights per output channel, so a
+    folded normalization is quantized with them, where a separate scale layer would be an
+    element-wise INT8 layer of its own (docs/precision.md); otherwise ``substitute``."""
 
     strategy: StrategyLike = DEFAULT_STRATEGY
     plan: PlanLike | None = None
@@ -120,17 +124,31 @@ class Options:
     input_shapes: dict | None = None
     inputs: dict | None = None  # the user's arrays by input name (--inputs): the shape probe runs them
     rewrite: bool = True
-    bn_mode: str = "substitute"
+    bn_mode: str | None = None  # None: bn_for(precision)
     only: Sequence[str] | None = None
     precision: str | None = None
     calibration: str | os.PathLike | None = None
+    validation: str | os.PathLike | None = None  # samples that judge --precision auto (None: split, see split_samples)
     int8: "Int8Options | None" = None
     accuracy: str | None = None  # --precision auto's budget, e.g. "cosine>=0.999" (None: the default)
     auto: "AutoOptions | None" = None  # how hard --precision auto looks (None: the defaults)
+    keep_fp32: Sequence[str] = ()  # node names or shell patterns of layers kept at FP32 (--keep-fp32)
+    metric: str | None = None  # a user metric module:function judging --precision auto (--metric)
 
     def __post_init__(self) -> None:
         check_precision_option(self.precision)
         check_auto_options(self)
+        if self.bn_mode is None:
+            self.bn_mode = bn_for(self.precision)
+
+
+#: Precisions under which BatchNormalization is folded unless ``--bn`` says otherwise.
+FOLD_BN_FOR = ("int8", "auto")
+
+
+def bn_for(precision: str | None) -> str:
+    """The BatchNormalization rewrite a run at ``precision`` gets by default."""
+    return "fold" if precision in FOLD_BN_FOR else "substitute"
 
 
 @dataclass
@@ -296,7 +314,7 @@ def plan_fixed_precision(analysis: Analysis, hw: Hardware, options: Options) -> 
     """The strategy's plan (or the plan file), every block at ``options.precision`` when one is
     given, the strategy planning on the layers at that precision (:func:`plan_layers`)."""
     return Planned(*plan_layers(analysis.layers, hw, strategy=options.strategy, plan=options.plan, mp=options.mp,
-                                precision=options.precision))
+                                precision=options.precision, keep_fp32=options.keep_fp32))
 
 
 def plan_auto_precision(analysis: Analysis, hw: Hardware, options: Options) -> Planned:
@@ -327,13 +345,19 @@ def check_auto_options(options: Options) -> None:
     if options.precision != "auto":
         if options.accuracy is not None:
             raise OnnxMluError("--accuracy is the budget of --precision auto; add --precision auto")
+        if options.metric is not None:
+            raise OnnxMluError("--metric judges --precision auto; add --precision auto")
         return
     if options.plan is not None or options.mp is not None:
         raise OnnxMluError("--precision auto chooses blocks and MPs itself; drop --plan / --mp")
-    if options.accuracy is not None:
-        from onnxmlu.precision.accuracy import Budget
+    from onnxmlu.precision.accuracy import Budget, load_metric
 
-        Budget.parse(options.accuracy)
+    if options.accuracy is not None:
+        budget = Budget.parse(options.accuracy)
+        if budget.metric == "metric" and options.metric is None:
+            raise OnnxMluError("--accuracy metric>=X judges by a user metric: give --metric module:function")
+    if options.metric is not None:
+        load_metric(options.metric)  # before any pass: a metric that cannot be loaded is one line now
 
 
 def check_precision_option(precision: str | None) -> None:

@@ -103,7 +103,9 @@ def _conv_bn_mod_relu() -> onnx.ModelProto:
 def test_precision_diagnostics_reach_the_context_in_pass_order(tmp_path):
     """INT8 blocks: collapse records the random calibration, embed / write the operators left in
     FP32; both join ctx.diagnostics after analyze's, once each, streamed to a file or not."""
-    ctx = Context(_conv_bn_mod_relu(), load_hardware("mlu100"), Options(strategy="all-fusion", precision="int8"))
+    # substitute: the normalization-only BN is an operator the quantizer leaves in FP32
+    ctx = Context(_conv_bn_mod_relu(), load_hardware("mlu100"),
+                  Options(strategy="all-fusion", precision="int8", bn_mode="substitute"))
     seen: list[tuple[str, list[str]]] = []
 
     class Rules(Instrument):
@@ -121,7 +123,8 @@ def test_precision_diagnostics_reach_the_context_in_pass_order(tmp_path):
     assert ("analyze", "acos") in [(d.stage, d.node) for d in ctx.diagnostics]
     source = tmp_path / "m.onnx"
     onnx.save(_conv_bn_mod_relu(), source)
-    streamed = api.fuse_to_file(source, tmp_path / "f.onnx", strategy="all-fusion", precision="int8")
+    streamed = api.fuse_to_file(source, tmp_path / "f.onnx", strategy="all-fusion", precision="int8",
+                                bn_mode="substitute")
     assert streamed.diagnostics == ctx.diagnostics
 
 

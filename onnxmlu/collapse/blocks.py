@@ -41,7 +41,7 @@ from onnxmlu.ir import topological_order
 from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
 from onnxmlu.ir.weights import fill_tensor, is_marker
 from onnxmlu.plan.plan import Plan
-from onnxmlu.plan.planner import int8_where_quantized
+from onnxmlu.plan.planner import fp32_where_nothing_quantizes, int8_where_quantized
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.precision.own import OWN_INT8_NOTE, mark_own_int8
 from onnxmlu.ir import wire
@@ -223,7 +223,7 @@ def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[Block
     """The fused model with bodiless fusion nodes (checked acyclic), and node position ->
     (block, interface) for each fusion node."""
     graph = analysis.model.graph
-    plan = int8_where_quantized(plan, analysis.layers)
+    plan = fp32_where_nothing_quantizes(int8_where_quantized(plan, analysis.layers), analysis.layers)
     owner = _block_of_node(analysis, plan)
     interfaces = block_interfaces(analysis, owner, len(plan.blocks))
     fused = _outer_shell(analysis)

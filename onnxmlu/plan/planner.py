@@ -31,7 +31,8 @@ BODY_WEIGHT_LIMIT_BYTES = 1_900_000_000
 
 
 def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike = DEFAULT_STRATEGY,
-              plan: PlanLike | None = None, mp: int | None = None, precision: str | None = None) -> Plan:
+              plan: PlanLike | None = None, mp: int | None = None, precision: str | None = None,
+              keep_fp32: Sequence[str] = ()) -> Plan:
     """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere;
     blocks holding layers that arrive quantized at INT8 (:func:`int8_where_quantized`).
 
@@ -50,7 +51,8 @@ def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike =
     if mp is not None:
         chosen = _forced_mp(chosen, mp, hw)
     chosen.validate(layers, hw.cores)
-    return int8_where_quantized(chosen, layers)
+    chosen = fp32_where_kept(chosen, kept_layers(layers, keep_fp32)) if keep_fp32 else chosen
+    return fp32_where_nothing_quantizes(int8_where_quantized(chosen, layers), layers)
 
 
 def _at(layers: Sequence[Layer], precision: str | None) -> Sequence[Layer]:
@@ -73,6 +75,65 @@ def plan_layers(layers: Sequence[Layer], hw: Hardware, **how) -> tuple[Plan, lis
 
     chosen = split_oversized_blocks(make_plan(layers, hw, **how), layers, BODY_WEIGHT_LIMIT_BYTES)
     return chosen, block_latencies(layers, chosen, make_cost(hw))
+
+
+def kept_layers(layers: Sequence[Layer], patterns: Sequence[str]) -> list[bool]:
+    """Which layers ``--keep-fp32`` keeps at FP32: a layer whose node name equals a pattern or
+    matches it as a shell pattern (``fnmatch``: ``layer4.*``, ``*downsample*``). A pattern that
+    matches no layer, or matches a layer that arrives quantized (INT8 only), is a one-line error."""
+    from fnmatch import fnmatchcase
+
+    kept = [False] * len(layers)
+    for pattern in patterns:
+        hits = [k for k, layer in enumerate(layers) if layer.name == pattern or fnmatchcase(layer.name, pattern)]
+        if not hits:
+            raise OnnxMluError(f"--keep-fp32 {pattern!r} matches no layer (node names, e.g. "
+                               f"{', '.join(repr(layer.name) for layer in layers[:3])})")
+        quantized = [layers[k].name for k in hits if layers[k].quantized]
+        if quantized:
+            raise OnnxMluError(f"--keep-fp32 {pattern!r} matches {quantized[0]!r}, which arrives quantized "
+                               "(the model computes it in INT8)")
+        for k in hits:
+            kept[k] = True
+    return kept
+
+
+def fp32_where_kept(plan: Plan, kept: Sequence[bool]) -> Plan:
+    """``plan`` with each kept layer (:func:`kept_layers`) at FP32: a lower-precision block
+    holding kept layers is cut around each run of them (same MP), the runs FP32, the rest at the
+    block's precision -- the least change that honours the request (a block runs at one
+    precision). ``plan`` itself when nothing changes."""
+    blocks = []
+    for b in plan.blocks:
+        if b.precision == DEFAULT_PRECISION or not any(kept[b.start:b.stop]):
+            blocks.append(b)
+            continue
+        start = b.start
+        for k in range(b.start + 1, b.stop + 1):
+            if k == b.stop or kept[k] != kept[start]:
+                blocks.append(replace(b, start=start, stop=k, precision=DEFAULT_PRECISION if kept[start]
+                                      else b.precision))
+                start = k
+    if tuple(blocks) == plan.blocks:
+        return plan
+    return Plan(tuple(blocks), plan.strategy, plan.hardware, dict(plan.notes))
+
+
+def fp32_where_nothing_quantizes(plan: Plan, layers: Sequence[Layer]) -> Plan:
+    """``plan`` with every INT8 block that holds no operator INT8 computes
+    (:data:`~onnxmlu.precision.INT8_OPS`) and no layer arriving quantized at FP32: its body would
+    hold no quantized arithmetic, so its label and price say FP32 (a Sin -> Cos block asked at
+    INT8 runs, and is, FP32). ``plan`` itself when nothing changes."""
+    from onnxmlu.precision import INT8_OPS
+
+    def computes_int8(block) -> bool:
+        return any(layer.quantized or layer.op_type in INT8_OPS for layer in block.layers(layers))
+
+    blocks = tuple(replace(b, precision=DEFAULT_PRECISION) if b.precision == "int8" and not computes_int8(b) else b
+                   for b in plan.blocks)
+    if blocks == plan.blocks:
+        return plan
+    return Plan(blocks, plan.strategy, plan.hardware, dict(plan.notes))
 
 
 def int8_where_quantized(plan: Plan, layers: Sequence[Layer]) -> Plan:

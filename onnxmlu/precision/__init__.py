@@ -29,6 +29,23 @@ PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 DEFAULT_PRECISION = "fp32"
 #: Bytes of one feature-map or weight element at each precision.
 ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "int8": 1}
+#: Operators (default domain) that an INT8 block computes in INT8: those onnxruntime's static
+#: quantizer has a QDQ or QLinear form for (its ``QDQRegistry`` and ``QLinearOpsRegistry``,
+#: onnxruntime 1.17-1.22; tests/precision/test_labels.py compares). Any other operator stays FP32
+#: between a DequantizeLinear and a QuantizeLinear inside an INT8 block, so it is priced at FP32
+#: (:meth:`~onnxmlu.plan.perf.layers.Layer.at_precision`), and a block holding none of these is an
+#: FP32 block, labelled and priced so (:func:`~onnxmlu.plan.planner.fp32_where_nothing_quantizes`).
+INT8_OPS: frozenset[str] = frozenset({
+    "Add", "ArgMax", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose", "CumSum",
+    "Flatten", "Gather", "GatherElements", "Gemm", "GlobalAveragePool", "InstanceNormalization",
+    "LayerNormalization", "LeakyRelu", "MatMul", "MaxPool", "Mul", "Pad", "Relu", "Reshape", "Resize", "Sigmoid",
+    "Slice", "Softmax", "Split", "Squeeze", "TopK", "Transpose", "Unsqueeze", "Where"})
+
+
+def runs_at(op_type: str, precision: str) -> str:
+    """The precision an operator computes at inside a block at ``precision``: FP32 for an
+    operator INT8 has no form for (:data:`INT8_OPS`), the block's otherwise."""
+    return DEFAULT_PRECISION if precision == "int8" and op_type not in INT8_OPS else precision
 
 
 def check_precision(precision: object, what: str = "precision") -> str:
@@ -38,4 +55,4 @@ def check_precision(precision: object, what: str = "precision") -> str:
     return str(precision)
 
 
-__all__ = ["DEFAULT_PRECISION", "ELEMENT_BYTES", "PRECISIONS", "check_precision"]
+__all__ = ["DEFAULT_PRECISION", "ELEMENT_BYTES", "INT8_OPS", "PRECISIONS", "check_precision", "runs_at"]

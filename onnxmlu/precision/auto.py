@@ -32,16 +32,22 @@ with by a Lagrangian relaxation:
 
 Layers that arrive quantized (:attr:`~onnxmlu.plan.perf.layers.Layer.quantized`: the model
 computes them in INT8 with its own parameters) only go into INT8 blocks, and segments holding
-them are not measured (their INT8 is the model's own, not a choice). The accuracy reported is
-measured on the calibration samples, which also calibrate INT8 blocks: give held-out data to
-:func:`onnxmlu.api.check` for an out-of-sample figure.
+them are not measured (their INT8 is the model's own, not a choice).
+
+**Held out.** Calibration samples set the INT8 scales; *validation* samples judge every
+measurement above (:func:`~onnxmlu.precision.calibration.split_samples`: ``--validation DIR``,
+else every other calibration sample, else other seeded random samples). The report gives the
+chosen plan's figure on both, side by side. A ``top1`` budget is met only when the 95 %
+Clopper–Pearson lower bound on the held-out agreement clears it; with too few held-out rows to
+certify it even at full agreement, the search is not run: the FP32 optimum is returned with a
+``budget-uncertified`` diagnostic saying how many samples would do.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -54,9 +60,9 @@ from onnxmlu.plan.perf.model import make_cost, plan_block_latencies_us
 from onnxmlu.plan.plan import Block, Plan, segments, split_oversized_blocks
 from onnxmlu.plan.strategies.search import max_block_length, whole_segments
 from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
-from onnxmlu.precision.accuracy import Accuracy, Budget, measure
+from onnxmlu.precision.accuracy import Accuracy, Budget, load_metric, measure, rows_to_certify
 from onnxmlu.precision.bodies import runnable_model
-from onnxmlu.precision.calibration import DEFAULT_RANDOM_SAMPLES, load_calibration, random_calibration
+from onnxmlu.precision.calibration import DEFAULT_RANDOM_SAMPLES, split_samples
 from onnxmlu.precision.evaluate import PlanEvaluator
 
 if TYPE_CHECKING:
@@ -114,6 +120,8 @@ class AutoResult:
     evaluator: PlanEvaluator
     seconds: float = 0.0
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    in_sample: Accuracy | None = None  # the chosen plan on the calibration samples
+    rule: str = ""  # how the judging samples were chosen
 
     @property
     def plan(self) -> Plan:
@@ -131,6 +139,12 @@ class AutoResult:
                 "speedup": self.speedup, "seconds": self.seconds, "runs": self.evaluator.runs,
                 "calibration": {"source": calibration.source, "random": calibration.random,
                                 "samples": len(calibration)},
+                "validation": {"source": self.evaluator.validation.source, "random": self.evaluator.validation.random,
+                               "samples": len(self.evaluator.validation), "held_out": self.evaluator.held_out,
+                               "rule": self.rule},
+                "in_sample": None if self.in_sample is None else self.in_sample.to_dict(),
+                "top1_lower_bound": _number(self.chosen.measured.top1_bound()),
+                "metric": _number(self.chosen.measured.metric),
                 "units": [u.to_dict() for u in self.units], "candidates": [c.to_dict() for c in self.candidates]}
 
 
@@ -143,6 +157,7 @@ class AutoOptions:
     advance: int = 2
     measure_frontier: bool = False  # run every frontier plan (for the Pareto plot)
     random_samples: int = DEFAULT_RANDOM_SAMPLES  # seeded random samples when no calibration folder is given
+    keep_fp32: tuple[str, ...] = ()  # layers (node names or shell patterns) no plan may lower (--keep-fp32)
 
 
 def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: AutoOptions | None = None) -> AutoResult:
@@ -153,11 +168,20 @@ def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: A
     if budget.metric == "top1" and math.isnan(measure(evaluator.reference[:1], evaluator.reference[:1]).top1):
         raise OnnxMluError("top1 needs an output with class scores on its last axis; this model has none: "
                            "use --accuracy cosine>=X")
+    if budget.metric == "metric" and evaluator.metric is None:
+        raise OnnxMluError("--accuracy metric>=X judges by a user metric: give --metric module:function")
     if not layers:  # nothing runs on the accelerator: nothing to choose
         empty = Candidate(Plan((), STRATEGY, hw.name), 0.0, Accuracy(1.0, 1.0), Accuracy(1.0, 1.0))
         return AutoResult(empty, budget, 0.0, [empty], [], evaluator, time.perf_counter() - start)
     search = JointSearch(layers, hw)
+    rows = measure(evaluator.reference, evaluator.reference).rows
+    if not budget.certifiable(rows):
+        return _uncertified(evaluator, search, budget, rows, start)
     units, pinned, diagnostics = sensitivity_units(layers, search, options.max_units)
+    if options.keep_fp32:  # before any measurement: a pattern that matches nothing is an error now
+        from onnxmlu.plan.planner import kept_layers
+
+        pinned = pinned | np.array(kept_layers(layers, options.keep_fp32), dtype=bool)
     measured = measure_units(evaluator, layers, units, options.sensitivity_samples, search.gain)
     search.set_sensitivity(layer_deficits(measured, search.gain, len(layers)), pinned)
     frontier = search.frontier()
@@ -165,12 +189,44 @@ def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: A
     if not budget.met(chosen.measured):
         diagnostics.append(Diagnostic("precision", "budget-unmet", "", (
             f"no plan meets {budget}: even all-FP32 measures {chosen.measured.value(budget.metric):.6f}")))
-    if evaluator.calibration.random:
-        diagnostics.append(Diagnostic("precision", "random-calibration", "", (
-            f"--precision auto measured accuracy on {evaluator.calibration.describe()}: a budget met on noise "
-            "is not a budget met on the model's data; give a calibration folder")))
+    diagnostics.extend(_sample_diagnostics(evaluator))
     return AutoResult(chosen, budget, frontier[-1].latency_us, considered, measured, evaluator,
-                      time.perf_counter() - start, diagnostics)
+                      time.perf_counter() - start, diagnostics, evaluator.in_sample(chosen.plan))
+
+
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _sample_diagnostics(evaluator: PlanEvaluator) -> list[Diagnostic]:
+    out = []
+    if evaluator.calibration.random or evaluator.validation.random:
+        out.append(Diagnostic("precision", "random-calibration", "", (
+            f"--precision auto measured accuracy on {evaluator.validation.describe()}: a budget met on noise "
+            "is not a budget met on the model's data; give a calibration folder")))
+    if not evaluator.held_out:
+        out.append(Diagnostic("precision", "in-sample", "", (
+            "the budget was judged on the samples that calibrated INT8 (one sample): met by construction, "
+            "not shown; give --validation DIR")))
+    return out
+
+
+def _uncertified(evaluator: PlanEvaluator, search: "JointSearch", budget: Budget, rows: int,
+                 start: float) -> AutoResult:
+    """The FP32 optimum, measured, when ``rows`` held-out rows cannot certify ``budget``."""
+    fp32 = search.candidate(search.fp32_optimum())
+    fp32.measured = evaluator.accuracy(fp32.plan)
+    need = rows_to_certify(budget.threshold)
+    per_sample = max(1, rows // max(1, len(evaluator.validation)))
+    advice = (f"at least {need} rows ({math.ceil(need / per_sample)} samples) would" if need
+              else "no finite number of samples can")
+    diagnostics = [Diagnostic("precision", "budget-uncertified", "", (
+        f"{budget} cannot be certified on {rows} held-out rows (even full agreement bounds top-1 at "
+        f"{fp32.measured.top1_bound() if fp32.measured.rows else float('nan'):.4f}, 95 % Clopper-Pearson): "
+        f"kept the FP32 optimum; {advice}"))]
+    diagnostics.extend(_sample_diagnostics(evaluator))
+    return AutoResult(fp32, budget, fp32.latency_us, [fp32], [], evaluator, time.perf_counter() - start,
+                      diagnostics, evaluator.in_sample(fp32.plan))
 
 
 def auto_planner(analysis, hw: Hardware, options) -> "Planned":
@@ -180,26 +236,33 @@ def auto_planner(analysis, hw: Hardware, options) -> "Planned":
     from onnxmlu.pipeline import Planned
     from onnxmlu.plan.planner import BODY_WEIGHT_LIMIT_BYTES, block_latencies
 
+    effort = replace(options.auto or AutoOptions(), keep_fp32=tuple(options.keep_fp32))
     result = plan_analysis(analysis, hw, options.accuracy, calibration=options.calibration, int8=options.int8,
-                           options=options.auto)
-    plan = split_oversized_blocks(result.plan, analysis.layers, BODY_WEIGHT_LIMIT_BYTES)
+                           options=effort, validation=options.validation, metric=options.metric)
+    from onnxmlu.plan.planner import fp32_where_nothing_quantizes
+
+    plan = split_oversized_blocks(fp32_where_nothing_quantizes(result.plan, analysis.layers), analysis.layers,
+                                  BODY_WEIGHT_LIMIT_BYTES)
     latencies = block_latencies(analysis.layers, plan, make_cost(hw))
     return Planned(plan, latencies, result.evaluator.bodies_for(plan), result, result.diagnostics)
 
 
 def plan_analysis(analysis, hw: Hardware, accuracy: str | None = None, *, calibration=None, int8=None,
-                  options: AutoOptions | None = None) -> AutoResult:
+                  options: AutoOptions | None = None, validation=None, metric: str | None = None) -> AutoResult:
     """:func:`plan_auto` of an analysed model under the ``accuracy`` budget (default
-    :data:`DEFAULT_BUDGET`), measured on the ``calibration`` folder's samples, else on
-    ``options.random_samples`` seeded random ones; ``int8``: how INT8 blocks are quantized."""
+    :data:`DEFAULT_BUDGET`): INT8 calibrated and accuracy judged on the samples
+    :func:`~onnxmlu.precision.calibration.split_samples` draws from the ``calibration`` and
+    ``validation`` folders (else ``options.random_samples`` seeded random ones of each);
+    ``int8``: how INT8 blocks are quantized; ``metric``: a user metric ``module:function``
+    (:func:`~onnxmlu.precision.accuracy.load_metric`) measured beside cosine and top-1."""
     options = options or AutoOptions()
-    model = runnable_model(analysis)
-    if calibration is not None:
-        samples = load_calibration(calibration, model)
-    else:
-        samples = random_calibration(model, options.random_samples, shapes=analysis.input_shapes)
-    evaluator = PlanEvaluator(analysis, samples, int8)
-    return plan_auto(evaluator, hw, Budget.parse(accuracy or DEFAULT_BUDGET), options)
+    user = None if metric is None else load_metric(metric)
+    split = split_samples(runnable_model(analysis), calibration, validation, options.random_samples,
+                          analysis.input_shapes)
+    evaluator = PlanEvaluator(analysis, split.calibration, int8, split.validation, user)
+    result = plan_auto(evaluator, hw, Budget.parse(accuracy or DEFAULT_BUDGET), options)
+    result.rule = split.rule
+    return result
 
 
 # ------------------------------------------------------------------------------ sensitivity
@@ -237,11 +300,12 @@ def measure_units(evaluator: PlanEvaluator, layers: Sequence[Layer], units: Sequ
                   samples: int, gain: np.ndarray) -> list[UnitSensitivity]:
     """Each unit alone at FP16 and at INT8 (the rest FP32) on the first ``samples`` samples."""
     trials = {(u, p): lowered_plan(layers, u, p) for u in units for p in LOWER}
-    evaluator.prepare(list(trials.values()), samples)  # one capture run for every INT8 unit
+    calibrated = min(samples, len(evaluator.calibration))
+    evaluator.prepare(list(trials.values()), calibrated)  # one capture run for every INT8 unit
     evaluator.prepare_prefixes(list(trials.values()), samples)  # each trial runs from its unit on
     measured = []
     for u in units:
-        deficits = {p: _deficit(evaluator.accuracy(trials[(u, p)], samples, samples)) for p in LOWER}
+        deficits = {p: _deficit(evaluator.accuracy(trials[(u, p)], samples, calibrated)) for p in LOWER}
         measured.append(UnitSensitivity(u[0], u[1], float(gain[u[0]:u[1]].sum()), deficits))
     return measured
 
@@ -391,9 +455,12 @@ def _undominated(candidates: list[Candidate]) -> list[Candidate]:
 def verify(frontier: list[Candidate], evaluator: PlanEvaluator, budget: Budget, search: JointSearch,
            options: AutoOptions) -> tuple[Candidate, list[Candidate]]:
     """The chosen candidate after running it (step 3), and every candidate considered."""
-    start = next((k for k, c in enumerate(frontier) if budget.met(c.estimated)), len(frontier) - 1)
     evaluator.prepare([c.plan for c in frontier])  # one capture run for the INT8 blocks of them all
     run = _runner(evaluator)
+    if budget.metric == "metric":  # no estimate of a user metric: run the frontier, fastest first
+        chosen = next((c for c in frontier if budget.met(run(c).measured)), frontier[-1])
+        return chosen, list(frontier)
+    start = next((k for k, c in enumerate(frontier) if budget.met(c.estimated)), len(frontier) - 1)
     if options.measure_frontier:
         for c in frontier:
             run(c)

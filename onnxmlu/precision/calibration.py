@@ -58,13 +58,15 @@ class CalibrationSet:
         return f"{len(self)} samples from {self.source}"
 
 
-def load_calibration(folder: str | os.PathLike, model: onnx.ModelProto | None = None) -> CalibrationSet:
+def load_calibration(folder: str | os.PathLike, model: onnx.ModelProto | None = None,
+                     what: str = "calibration") -> CalibrationSet:
     """The samples in ``folder`` (layout in the module docstring), checked against ``model``'s
     inputs when given: every input present, no unknown name, ranks and fixed dims equal,
-    element types equal (a float64 array for a float32 input is narrowed, likewise integers)."""
+    element types equal (a float64 array for a float32 input is narrowed, likewise integers).
+    ``what`` names the folder in errors (``calibration``, ``validation``, ``inputs``)."""
     root = Path(folder)
     if not root.is_dir():
-        raise OnnxMluError(f"calibration folder {root} does not exist or is not a folder")
+        raise OnnxMluError(f"{what} folder {root} does not exist or is not a folder")
     samples = []
     for entry in sorted(root.iterdir()):
         if entry.is_file() and entry.suffix == ".npz":
@@ -72,10 +74,10 @@ def load_calibration(folder: str | os.PathLike, model: onnx.ModelProto | None = 
         elif entry.is_dir() and _input_files(entry):
             samples.append(_pb_sample(entry))
     if not samples:
-        raise OnnxMluError(f"calibration folder {root} holds no sample: expected NAME.npz files or "
+        raise OnnxMluError(f"{what} folder {root} holds no sample: expected NAME.npz files or "
                            "sub-folders of TensorProto *.pb files")
     if model is not None:
-        samples = [conform_sample(s, model, f"calibration sample {k} of {root}") for k, s in enumerate(samples)]
+        samples = [conform_sample(s, model, f"{what} sample {k} of {root}") for k, s in enumerate(samples)]
     return CalibrationSet(tuple(samples), str(root))
 
 
@@ -100,6 +102,64 @@ def calibration_set(model: onnx.ModelProto, folder: str | os.PathLike | None = N
     if folder is not None:
         return load_calibration(folder, model)
     return random_calibration(model, count, seed)
+
+
+#: Seed of the first held-out random sample: far from the calibration seeds 0, 1, ...
+HELD_OUT_SEED = 1000
+
+
+@dataclass(frozen=True)
+class SampleSplit:
+    """Samples that calibrate (set INT8 scales) and samples that judge (measure accuracy)."""
+
+    calibration: CalibrationSet
+    validation: CalibrationSet
+    rule: str  # how the judging samples were chosen, for the report
+
+    @property
+    def held_out(self) -> bool:
+        return self.validation is not self.calibration
+
+    def to_dict(self) -> dict:
+        v = self.validation
+        return {"source": v.source, "samples": len(v), "random": v.random, "held_out": self.held_out,
+                "rule": self.rule}
+
+
+def split_samples(model: onnx.ModelProto, calibration: str | os.PathLike | None = None,
+                  validation: str | os.PathLike | None = None, count: int = DEFAULT_RANDOM_SAMPLES,
+                  shapes: Mapping[str, list[int]] | None = None) -> SampleSplit:
+    """Calibration and validation samples for a run that judges accuracy (``--precision auto``,
+    ``--check``). The rule, stated in the report:
+
+    * ``validation`` given: its samples judge, the calibration folder's (else ``count`` seeded
+      random ones) calibrate;
+    * a calibration folder alone, of ``N >= 2`` samples: split by position in sorted name order,
+      even positions (0, 2, ...) calibrate and odd ones judge -- interleaved rather than halves so
+      that names sorted by class or by source land on both sides;
+    * one sample: it does both, and the report says the figure is in-sample;
+    * neither: ``count`` seeded random samples calibrate (seeds 0..) and ``count`` others judge
+      (seeds :data:`HELD_OUT_SEED`..), all flagged as random.
+    """
+    if validation is not None:
+        judge = load_calibration(validation, model, "validation")
+        calib = calibration_set(model, calibration, count=count)
+        same = calibration is not None and Path(calibration).resolve() == Path(validation).resolve()
+        if same:
+            return SampleSplit(calib, calib, "--validation is the calibration folder: judged in-sample")
+        return SampleSplit(calib, judge, f"--validation {judge.source}")
+    if calibration is None:
+        calib = random_calibration(model, count, shapes=shapes)  # random samples at the pricing shape
+        judge = random_calibration(model, count, seed=HELD_OUT_SEED, shapes=shapes)
+        return SampleSplit(calib, judge, f"{count} seeded random samples calibrate (seeds 0..), "
+                                         f"{count} others judge (seeds {HELD_OUT_SEED}..)")
+    every = load_calibration(calibration, model)
+    if len(every) < 2:
+        return SampleSplit(every, every, "one calibration sample: judged in-sample (give --validation DIR)")
+    calib = CalibrationSet(every.samples[0::2], f"{every.source} (even positions)")
+    judge = CalibrationSet(every.samples[1::2], f"{every.source} (odd positions, held out)")
+    return SampleSplit(calib, judge, f"{every.source} split in sorted name order: even positions calibrate, "
+                                     "odd positions judge")
 
 
 def _npz_sample(path: Path) -> Sample:

@@ -1,7 +1,10 @@
-"""Running a plan's precisions on calibration samples: the measurements of ``--precision auto``.
+"""Running a plan's precisions on held-out samples: the measurements of ``--precision auto``.
 
 :class:`PlanEvaluator` measures the accuracy (:mod:`onnxmlu.precision.accuracy`) of any plan of
-an analysed model against the model itself in FP32, on the calibration samples:
+an analysed model against the model itself in FP32. Two sample sets: the *calibration* samples
+set the INT8 scales, the *validation* samples judge (:meth:`PlanEvaluator.accuracy`); a budget
+met on the samples that calibrated is met by construction, not shown.
+:meth:`PlanEvaluator.in_sample` gives the figure on the calibration samples, for the report.
 
 * **Reference**: the analysed FP32 model in onnxruntime with graph optimizations off (the
   fused FP32 model computes the same within FP32 rounding).
@@ -46,9 +49,12 @@ Range = tuple[int, int]
 class PlanEvaluator:
     """Accuracy of plans of one analysed model on one calibration set (module docstring)."""
 
-    def __init__(self, analysis, calibration: CalibrationSet, options: Int8Options | None = None) -> None:
+    def __init__(self, analysis, calibration: CalibrationSet, options: Int8Options | None = None,
+                 validation: CalibrationSet | None = None, metric=None) -> None:
         self.analysis = analysis
+        self.metric = metric  # the user metric (accuracy.load_metric), or None
         self.calibration = calibration
+        self.validation = validation if validation is not None else calibration
         self.model = runnable_model(analysis)
         self._bodies = BlockBodies(analysis, calibration, options)
         self._transformed: dict[tuple[int, int, str, int], onnx.ModelProto] = {}  # range, precision, samples
@@ -58,18 +64,35 @@ class PlanEvaluator:
         self._prefix_values: list[Sample] = []  # FP32 tensors crossing the cuts, per sample
         self._prefix_names: set[str] = set()
         self._suffixes: dict[int, list[str]] = {}
-        self.reference = self._run(_reference_session(self.model), self._fed, calibration.samples)
+        self._reference_session = _reference_session(self.model)
+        self.reference = self._run(self._reference_session, self._fed, self.validation.samples)
         self.runs = 0
 
+    @property
+    def held_out(self) -> bool:
+        """Whether the judging samples are not the calibrating ones."""
+        return self.validation is not self.calibration
+
     def accuracy(self, plan: Plan, samples: int | None = None, calibrated_on: int | None = None) -> Accuracy:
-        """The accuracy of ``plan`` on the first ``samples`` calibration samples (default all),
-        its INT8 blocks calibrated on the first ``calibrated_on`` (default all: as ``fuse``)."""
-        count = samples or len(self.calibration)
+        """The accuracy of ``plan`` on the first ``samples`` validation samples (default all),
+        its INT8 blocks calibrated on the first ``calibrated_on`` calibration samples (default
+        all: as ``fuse``)."""
+        count = samples or len(self.validation)
         self.prepare([plan], calibrated_on)
         start = self._cut(plan) if self._captured(plan, count) else 0
-        outputs = self._outputs(plan, start, count, calibrated_on)
+        outputs = self._outputs(plan, start, self.validation.samples[:count], self.reference, calibrated_on)
         self.runs += 1
-        return measure(self.reference[:count], outputs)
+        return measure(self.reference[:count], outputs, self.metric)
+
+    def in_sample(self, plan: Plan) -> Accuracy:
+        """The accuracy of ``plan`` on the calibration samples (the figure a budget judged on its
+        own calibration data would see; the report shows it beside the held-out one)."""
+        if not self.held_out:
+            return self.accuracy(plan)
+        self.prepare([plan])
+        reference = self._run(self._reference_session, self._fed, self.calibration.samples)
+        self.runs += 1
+        return measure(reference, self._outputs(plan, 0, self.calibration.samples, reference, None), self.metric)
 
     def prepare(self, plans: Sequence[Plan], calibrated_on: int | None = None) -> None:
         """Capture, in one run over the first ``calibrated_on`` samples (default all), the inputs
@@ -90,7 +113,7 @@ class PlanEvaluator:
         """Let ``plans`` run on the first ``samples`` samples from their first non-FP32 block on:
         the FP32 tensors entering that point are captured here, in one run for all plans."""
         names = {n for plan in plans for n in self._suffix_inputs(self._cut(plan))}
-        chosen = self.calibration.samples[:samples]
+        chosen = self.validation.samples[:samples]
         self._prefix_values = capture_tensors(self.model, sorted(names), chosen)
         self._prefix_names = names
 
@@ -153,19 +176,21 @@ class PlanEvaluator:
             self._suffixes[start] = list(names)
         return self._suffixes[start]
 
-    def _outputs(self, plan: Plan, start: int, count: int, calibrated_on: int | None) -> list[list[np.ndarray]]:
+    def _outputs(self, plan: Plan, start: int, samples: Sequence[Sample], reference: Sequence[list[np.ndarray]],
+                 calibrated_on: int | None) -> list[list[np.ndarray]]:
+        """The plan's outputs on ``samples`` (run from position ``start`` on, fed the captured
+        prefix tensors, when ``start`` > 0; outputs made before the cut from ``reference``)."""
         spliced = self._spliced(plan, start, calibrated_on)
         if spliced is None:
             fused = self._fused_session(plan, calibrated_on)
-            return self._run(fused, self._fed, self.calibration.samples[:count])
+            return self._run(fused, self._fed, samples)
         feeds = [i.name for i in spliced.graph.input]
         produced = [o.name for o in spliced.graph.output]
-        samples = [dict(s, **(self._prefix_values[k] if start else {}))
-                   for k, s in enumerate(self.calibration.samples[:count])]
-        ran = self._run(_session(spliced), feeds, samples)
+        fed = [dict(s, **(self._prefix_values[k] if start else {})) for k, s in enumerate(samples)]
+        ran = self._run(_session(spliced), feeds, fed)
         names = [o.name for o in self.model.graph.output]
         return [[got[produced.index(n)] if n in produced else ref[names.index(n)] for n in names]
-                for got, ref in zip(ran, self.reference)]
+                for got, ref in zip(ran, reference)]
 
     def _fused_session(self, plan: Plan, calibrated_on: int | None):
         from onnxmlu.runtime import InferenceSession
@@ -190,7 +215,7 @@ class PlanEvaluator:
             return [session.run(None, {n: s[n] for n in feeds}) for s in samples]
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
             hint = ("; the seeded random samples are not valid inputs of this model: give --calibration DIR"
-                    if self.calibration.random else "")
+                    if self.calibration.random or self.validation.random else "")
             raise OnnxMluError(f"running the model on calibration samples failed: {first_line(exc)}{hint}") from None
 
 

@@ -19,6 +19,19 @@ Operators the quantizer has no QDQ form for stay FP32 between a DQ and a Q
 (:func:`float_nodes` lists them). The body's inputs and outputs keep their names and FP32
 types, so the fused graph around the block does not change.
 
+A per-channel constant of an element-wise layer (a normalization's scale ``Mul(x, a)`` and shift
+``Add(y, b)`` with ``a, b`` of shape ``[C, 1, ..., 1]``, what BatchNormalization becomes when it
+cannot fold into its producer) is quantized **per channel** (:func:`per_channel_constants`), as
+the part quantizes any layer's parameters: the quantizer's default would give the whole vector
+one INT8 scale, rounding a small channel's factor to a few codes (or to zero). With one value per
+channel, each is its channel's maximum and is stored exactly (code ±127).
+
+A fully connected layer that arrives as ``MatMul(x, W) + b`` (constant ``W``, constant ``b`` of
+shape ``[N]``, 2-D ``x``: what the ``gemm`` rewrite makes of a Gemm) is quantized as the one
+``Gemm(x, W, b)`` it is (:func:`fc_bias_as_gemm`): the part adds a layer's bias in its INT32
+accumulator, where the two-node form would round the product to INT8 before the bias is added
+(on ResNet-18's logits that extra rounding costs more than BatchNormalization folding gains).
+
 A block that holds layers arriving quantized (the model's own QDQ pairs, QLinear or Integer
 operators) is never re-quantized: :func:`~onnxmlu.precision.own.mark_own_int8` only records in its body's metadata
 that the parameters are the model's own, not calibrated by onnxmlu (:mod:`onnxmlu.precision.own`).
@@ -43,7 +56,7 @@ from onnxmlu.ir import copy_model
 from onnxmlu.precision.calibration import SampleReader
 from onnxmlu.precision.own import CALIBRATION_KEY, set_int8_metadata
 
-__all__ = ["CALIBRATION_KEY", "Int8Options", "float_nodes", "to_int8"]
+__all__ = ["CALIBRATION_KEY", "Int8Options", "float_nodes", "per_channel_constants", "to_int8"]
 
 #: Calibration methods by the name users give.
 CALIBRATION_METHODS: dict[str, CalibrationMethod] = {
@@ -61,6 +74,8 @@ ACTIVATION_TYPES: dict[str, tuple[QuantType, bool]] = {
 #: rank (default 1: right for 2-D only).
 PER_CHANNEL_AXES: dict[str, int] = {"BatchNormalization": 0, "InstanceNormalization": 0,
                                     "LayerNormalization": -1, "MatMul": -1}
+#: Element-wise operators whose per-channel constant operands get one scale per channel.
+ELEMENTWISE_PER_CHANNEL = frozenset({"Mul", "Add", "Sub"})
 #: Per-channel QDQ (DequantizeLinear's ``axis``) needs opset 13.
 MIN_OPSET = 13
 #: The IR version that goes with opset 13 (onnx 1.8); below IR 4 a converted body would need its
@@ -112,11 +127,15 @@ def to_int8(body: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]],
     if not samples:
         raise OnnxMluError(f"INT8 block {body.graph.name!r} has no calibration samples")
     feeds = [{v.name: np.asarray(s[v.name]) for v in body.graph.input} for s in samples]
-    source = _at_least_opset(body, MIN_OPSET)
+    source = fc_bias_as_gemm(_at_least_opset(body, MIN_OPSET))
+    arguments = options.quantize_arguments()
+    overrides = per_channel_constants(source.graph)
+    if overrides:
+        arguments["extra_options"]["TensorQuantOverrides"] = overrides
     with tempfile.TemporaryDirectory(prefix="onnxmlu-int8-") as folder, _quiet_quantizer(warnings):
         path = Path(folder) / "body.int8.onnx"
         try:
-            quantize_static(source, path, SampleReader(feeds), **options.quantize_arguments())
+            quantize_static(source, path, SampleReader(feeds), **arguments)
         except Exception as exc:  # noqa: BLE001 - the quantizer raises many kinds; one line for the user
             raise OnnxMluError(f"onnxruntime's quantizer failed on block {body.graph.name!r}: "
                                f"{first_line(exc)}") from None
@@ -124,6 +143,64 @@ def to_int8(body: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]],
     _check_interface(body, quantized)
     _mark(quantized, options, note)
     return quantized
+
+
+def fc_bias_as_gemm(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each ``MatMul(x, W) + b`` fully connected layer as one ``Gemm(x, W, b)``
+    (module docstring): the same values, the form whose bias the quantizer keeps in INT32.
+    ``model`` itself is left unchanged; returned as it is when there is nothing to merge."""
+    graph = model.graph
+    constants = {t.name: tuple(t.dims) for t in graph.initializer}
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*graph.input, *graph.value_info)
+             if v.type.tensor_type.HasField("shape")}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    merged: dict[int, onnx.NodeProto] = {}  # id(MatMul) -> its Add
+    for node in graph.node:
+        if node.op_type != "MatMul" or len(constants.get(node.input[1], ())) != 2 or ranks.get(node.input[0]) != 2:
+            continue
+        out, width = node.output[0], constants[node.input[1]][1]
+        after = readers.get(out, [])
+        if out in outputs or len(after) != 1 or after[0].op_type != "Add":
+            continue
+        bias = next((i for i in after[0].input if i != out), None)
+        if bias in constants and constants[bias] == (width,) and list(after[0].input).count(out) == 1:
+            merged[id(node)] = after[0]
+    if not merged:
+        return model
+    result = copy_model(model)
+    adds = {id(add) for add in merged.values()}
+    del result.graph.node[:]
+    for node in graph.node:
+        if id(node) in adds:
+            continue
+        add = merged.get(id(node))
+        if add is None:
+            result.graph.node.append(node)
+            continue
+        bias = next(i for i in add.input if i != node.output[0])
+        result.graph.node.append(onnx.helper.make_node("Gemm", [node.input[0], node.input[1], bias],
+                                                       list(add.output), name=node.name or add.name))
+    return result
+
+
+def per_channel_constants(graph: onnx.GraphProto) -> dict[str, list[dict]]:
+    """``TensorQuantOverrides`` giving one INT8 scale per channel to the constant operands of
+    element-wise layers (:data:`ELEMENTWISE_PER_CHANNEL`) that vary along one axis only, e.g.
+    ``[C, 1, 1]`` (module docstring): ``{name: [{"axis": k}]}``."""
+    constants = {t.name: tuple(t.dims) for t in graph.initializer}
+    overrides = {}
+    for node in graph.node:
+        if node.op_type not in ELEMENTWISE_PER_CHANNEL:
+            continue
+        for name in node.input:
+            axes = [k for k, d in enumerate(constants.get(name, ())) if d > 1]
+            if len(axes) == 1:
+                overrides[name] = [{"axis": axes[0]}]
+    return overrides
 
 
 def float_nodes(quantized: onnx.ModelProto) -> list[onnx.NodeProto]:

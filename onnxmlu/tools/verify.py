@@ -21,7 +21,7 @@ a model fused at FP16/INT8, where 1e-4 cannot hold) the budget decides, not the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -65,6 +65,7 @@ class CheckReport:
     shapes: list[ShapeRun] = field(default_factory=list)
     accuracy: Accuracy | None = None  # worst cosine and top-1 agreement over the seeds
     budget: Budget | None = None  # when given, it decides ``ok`` instead of the tolerances
+    data: str = ""  # what the models ran on
 
     @property
     def ok(self) -> bool:
@@ -79,7 +80,7 @@ class CheckReport:
             "ok": self.ok, "atol": self.atol, "rtol": self.rtol, "seeds": list(self.seeds),
             "outputs": [d.__dict__ | {"shape": list(d.shape)} for d in self.diffs],
             "accuracy": None if self.accuracy is None else self.accuracy.to_dict(),
-            "budget": None if self.budget is None else str(self.budget),
+            "budget": None if self.budget is None else str(self.budget), "data": self.data,
             "shapes": [run.to_dict() for run in self.shapes],
         }
 
@@ -211,14 +212,18 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
                  atol: float = 1e-4, rtol: float = 1e-4,
                  input_shapes: Pins | None = None,
                  inputs: Mapping[str, np.ndarray] | None = None, budget: Budget | None = None,
-                 progress: Callable[[str], None] | None = None) -> CheckReport:
-    """Run both models on each seed at each shape of :func:`check_shapes`; the report keeps
-    the worst error per output over all of them and says what ran at each shape.
+                 progress: Callable[[str], None] | None = None,
+                 samples: Sequence[Mapping[str, np.ndarray]] | None = None, data: str = "") -> CheckReport:
+    """Run both models on each seed at each shape of :func:`check_shapes` (or on each of
+    ``samples``); the report keeps the worst error per output over all of them and says what
+    ran at each shape.
 
     ``input_shapes`` are the pins ``fuse`` was given (``--input-shape``, ranges included).
     ``inputs`` are fixed arrays for some inputs (a sample rate, token ids, real data) used for
-    every seed; the others are random, and only the shape those arrays have is checked.
-    ``budget`` decides the verdict instead of the tolerances (module docstring).
+    every run; the others are random, and only the shape those arrays have is checked.
+    ``budget`` decides the verdict instead of the tolerances (module docstring). ``samples``
+    (real data: validation samples, ``--inputs DIR``) are run instead of the seeds, at their own
+    shapes; ``data`` says what they are, for the report.
 
     ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
     seconds in each)."""
@@ -230,10 +235,16 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     say("fused session")
     sess = InferenceSession(fused)
     names = [o.name for o in sess.get_outputs()]
-    report = CheckReport(atol, rtol, tuple(seeds), budget=budget)
-    shapes = check_shapes(original, input_shapes)
-    runs = [_check_at(label, at, ref, sess, names, original, seeds, inputs, (atol, rtol), budget is None, say)
-            for label, at in (shapes[:1] if inputs else shapes)]  # given arrays: only their shape
+    seeds = () if samples is not None else tuple(seeds)
+    data = data or f"seeded random inputs (seeds {', '.join(map(str, seeds))})"
+    report = CheckReport(atol, rtol, seeds, budget=budget, data=data)
+    check = _Checker(ref, sess, names, inputs, (atol, rtol), budget is None, say)
+    if samples is not None:
+        runs = [check.run("samples", [dict(sample) for sample in samples])]
+    else:
+        shapes = check_shapes(original, input_shapes)
+        runs = [check.run(label, [random_inputs(original, seed, shapes=at, given=inputs) for seed in seeds])
+                for label, at in (shapes[:1] if inputs else shapes)]  # given arrays: only their shape
     report.shapes = [run.shape for run in runs]
     references = [r for run in runs for r in run.references]
     outputs = [o for run in runs for o in run.outputs]
@@ -242,7 +253,7 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
         raise OnnxMluError(f"the original model fails at every shape tried ({tried}); "
                            "give valid values with --inputs FILE.npz or sizes with --input-shape")
     report.diffs = _worst_per_output(names, [d for run in runs for d in run.diffs])
-    report.accuracy = measure(references, outputs) if seeds else None
+    report.accuracy = measure(references, outputs)
     return report
 
 
@@ -265,31 +276,43 @@ class _AtShape:
     diffs: list[OutputDiff] = field(default_factory=list)
 
 
-def _check_at(label: str, at: dict[str, list[int]], ref, sess, names: list[str], original: onnx.ModelProto,
-              seeds: Sequence[int], inputs, tolerances: tuple[float, float], by_tolerance: bool, say) -> _AtShape:
-    """Both models on every seed at the input shapes ``at``; the shape fails where the fused
-    model cannot run, or (``by_tolerance``: no budget decides) an output is off."""
-    result = _AtShape(ShapeRun(label, at, "ok"))
-    for seed in seeds:
-        feeds = random_inputs(original, seed, shapes=at, given=inputs)
-        shown = {k: list(np.shape(v)) for k, v in feeds.items()}
-        say(f"running both models, seed {seed}, at the {label} shape")
-        try:
-            reference = ref.run(names, feeds)
-        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: this shape is not one the original takes
-            result.shape = ShapeRun(label, shown, "skipped", f"the original refuses it: {first_line(exc)}")
-            return result
-        try:
-            got = sess.run(names, feeds)
-        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: the fused model fails where the original runs
-            result.shape = ShapeRun(label, shown, "failed", f"the fused model fails: {first_line(exc)}")
-            return result
-        result.references.append(reference)
-        result.outputs.append(got)
-        result.diffs += compare_outputs(names, got, reference, *tolerances)
-    failed = by_tolerance and any(not d.ok for d in result.diffs)
-    result.shape = ShapeRun(label, {k: list(np.shape(v)) for k, v in feeds.items()}, "failed" if failed else "ok")
-    return result
+@dataclass
+class _Checker:
+    """Runs the reference and the fused session on a list of feeds of one shape (``run``)."""
+
+    ref: object
+    sess: object
+    names: list[str]
+    inputs: Mapping[str, np.ndarray] | None
+    tolerances: tuple[float, float]
+    by_tolerance: bool  # no budget decides: an output off the tolerances fails the shape
+    say: Callable[[str], None]
+
+    def run(self, label: str, runs: list[dict]) -> _AtShape:
+        """Both models on every feed; the shape is skipped where the original refuses it, and
+        fails where the fused model cannot run or (``by_tolerance``) an output is off."""
+        result = _AtShape(ShapeRun(label, {}, "ok"))
+        for k, feeds in enumerate(runs):
+            feeds = feeds | dict(self.inputs or {})
+            shown = {name: list(np.shape(v)) for name, v in feeds.items()}
+            self.say(f"running both models, run {k}, at the {label} shape")
+            try:
+                reference = self.ref.run(self.names, feeds)
+            except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: a shape the original does not take
+                result.shape = ShapeRun(label, shown, "skipped", f"the original refuses it: {first_line(exc)}")
+                return result
+            try:
+                got = self.sess.run(self.names, feeds)
+            except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: the fused model fails where the original runs
+                result.shape = ShapeRun(label, shown, "failed", f"the fused model fails: {first_line(exc)}")
+                return result
+            result.references.append(reference)
+            result.outputs.append(got)
+            result.diffs += compare_outputs(self.names, got, reference, *self.tolerances)
+            result.shape = ShapeRun(label, shown, "ok")
+        if self.by_tolerance and any(not d.ok for d in result.diffs):
+            result.shape = replace(result.shape, status="failed")
+        return result
 #: Element types whose block boundaries onnxruntime may retype: its CPU provider runs a 16-bit
 #: float node that has no 16-bit kernel in float between Casts, and drops a Cast next to a block
 #: (a node of any type). The library converts; a fused model holding them is loaded to be sure.

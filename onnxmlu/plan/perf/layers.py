@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, Sequence
 
-from onnxmlu.precision import DEFAULT_PRECISION, ELEMENT_BYTES, check_precision
+from onnxmlu.precision import DEFAULT_PRECISION, ELEMENT_BYTES, check_precision, runs_at
 
 LayerKind = Literal["conv", "fc", "eltwise", "pool", "global_pool", "norm", "softmax", "data"]
 
@@ -94,6 +94,9 @@ class Layer:
 
 
 def layers_at_precision(layers: Sequence[Layer], precision: str) -> list[Layer]:
-    """Every layer of ``layers`` at ``precision`` (see :meth:`Layer.at_precision`): layers that
-    arrive quantized stay INT8, so a mixed layer table converts at every precision."""
-    return [layer.at_precision(precision) for layer in layers]
+    """Every layer of ``layers`` as it runs in a block at ``precision`` (see
+    :meth:`Layer.at_precision`): layers that arrive quantized stay INT8, so a mixed layer table
+    converts at every precision, and in an INT8 block an operator INT8 has no form for stays
+    FP32 (:func:`~onnxmlu.precision.runs_at`: the body computes it in FP32, so it is priced so)."""
+    return [layer.at_precision(precision if layer.quantized else runs_at(layer.op_type, precision))
+            for layer in layers]

@@ -63,7 +63,10 @@ factorisation of ``m`` and keeps the fastest, as a compiler would.
    the optimiser fuses convolutions into FC layers just to hide them under the weight stream.
    A block costs ``launch_us + layer_us * layers + core_sync_us * (m - 1) + fill + sum t_l``:
    a launch, a per-layer issue/barrier cost, and dispatch/join over ``m`` cores -- with the
-   efficiency knee this is why too many cores hurt a small layer (Fig. 4c, 5a).
+   efficiency knee this is why too many cores hurt a small layer (Fig. 4c, 5a). The
+   QuantizeLinear/DequantizeLinear nodes of a model that arrives in QDQ form are folded into
+   the INT8 layers beside them (:func:`folded_qdq`): no operations and no issue slot, so a QDQ
+   model is priced as the INT8 layers it describes.
    The roofline holds: ``t >= ops / (m * P)`` and ``t >= weight bytes / dram_gbps``.
 
 5. **Precision** (docs/precision.md).  Each layer is priced at its own precision
@@ -239,13 +242,14 @@ class _Arrays:
     weights: np.ndarray
     segment: np.ndarray
     speed: np.ndarray        # peak at the layer's precision over the FP32 peak
+    issue: np.ndarray        # 1: a layer the part issues; 0: a QDQ pair folded into its neighbours
 
     def row_ids(self) -> np.ndarray:
         """One integer per layer, equal for layers whose pricing inputs are all equal: a
         block's prices depend only on its layers' ids, so repeated windows are priced once."""
         rows = np.stack([self.ops, self.tensor, self.mixes, self.chan, self.height, self.width,
                          self.halo_h, self.halo_w, self.whole, self.ext_in, self.first_in,
-                         self.out, self.weights, self.speed], axis=1)
+                         self.out, self.weights, self.speed, self.issue], axis=1)
         return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
@@ -267,13 +271,27 @@ def _arrays(layers: Sequence[Layer], p: ModelParams) -> _Arrays:
                       for l in layers])
     dense = np.array([float(max(l.groups, 1)) if l.kind == "conv" and p.grouped_conv_as_dense
                       else 1.0 for l in layers])
+    issue = np.array([0.0 if folded_qdq(l) else 1.0 for l in layers]).reshape(n)
     return _Arrays(
-        ops=f("ops") * dense, tensor=tensor, mixes=mixes, chan=np.maximum(f("out_channels"), 1.0),
+        issue=issue,
+        ops=f("ops") * dense * issue, tensor=tensor, mixes=mixes, chan=np.maximum(f("out_channels"), 1.0),
         height=height, width=width, halo_h=hh, halo_w=hw_, whole=whole, ext_in=ext,
         first_in=inp, out=out, weights=f("weight_bytes") * dense,
         segment=np.array([l.segment for l in layers], dtype=np.int64).reshape(n),
         speed=np.array([p.speed(l.precision) for l in layers], dtype=float).reshape(n),
     )
+
+
+#: Activation quantize / dequantize nodes of a model that arrives quantized (QDQ format).
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+def folded_qdq(layer: Layer) -> bool:
+    """Whether ``layer`` is a QuantizeLinear/DequantizeLinear of a QDQ model: the part folds it
+    into the INT8 layer next to it (requantization in the accumulator's epilogue, dequantization
+    in the next layer's input scale), so it is priced at nothing -- no operations, no issue slot.
+    Its bytes stay: a pair at a block boundary is where the INT8 map is written and read."""
+    return layer.quantized and layer.op_type in QDQ_OPS
 
 
 def _grid(tiles: int) -> tuple[int, int]:
@@ -363,7 +381,7 @@ def _terms(a: _Arrays, idx: np.ndarray, mps: tuple[int, ...], p: ModelParams,
     th = p.overlap_theta
     t_mid = np.maximum(c_l, d_mid) + th * np.minimum(c_l, d_mid)
     t_first = np.maximum(c_l, d_first) + th * np.minimum(c_l, d_first)
-    n_layers = H((idx.shape[1] - np.arange(idx.shape[1]))[None, :, None])
+    n_layers = S(col(a.issue))  # layers issued: a folded QDQ pair costs no issue slot
     overhead = p.launch_us + p.layer_us * n_layers + p.core_sync_us * (m - 1.0)
     total = overhead + fill + S(t_mid) - H(t_mid) + H(t_first)
     compute = fill + S(c_l)
