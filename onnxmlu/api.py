@@ -162,13 +162,8 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     :func:`fuse`. A model whose soundness is not certain is loaded (:func:`_verify_loads`).
     ``progress`` is told each pass as it starts (``say``; a plain callable works too).
     """
-    out = Path(output)
-    writable(out, "output")  # before any work: a bad path must not cost a planning run
-    in_memory = isinstance(model, onnx.ModelProto)
-    if not in_memory:
-        _refuse_output(out, Path(model))
-    _refuse_validation(validation, precision, check is not None)
-    streamed = not (in_memory or check is not None or portable)
+    out = _checked_output(model, output, validation, precision, check)
+    streamed = not (isinstance(model, onnx.ModelProto) or check is not None or portable)
     inputs, check = _shared_inputs(inputs, check)
     precision_options = _precision_options(precision, calibration, calibrator, accuracy, validation=validation,
                                            metric=metric)
@@ -181,6 +176,17 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
         return _verify_loads(result, out)
     result.check = _check_fused(model, result.model, check, ctx, validation, calibration)
     return result
+
+
+def _checked_output(model: ModelLike, output, validation, precision: str | None, check) -> Path:
+    """``output`` as a path, refused in one line before any work (a bad path must not cost a
+    planning run): unwritable, or the input itself; ``--validation`` without a use."""
+    out = Path(output)
+    writable(out, "output")
+    if not isinstance(model, onnx.ModelProto):
+        _refuse_output(out, Path(model))
+    _refuse_validation(validation, precision, check is not None)
+    return out
 
 
 def _shared_inputs(inputs: dict | None, check: CheckOptions | None) -> tuple[dict | None, CheckOptions | None]:
@@ -351,16 +357,7 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
     budget, measured on the ``calibration`` samples, as for :func:`fuse`); write the editable
     plan file to ``output``, a timeline of the blocks to ``plot`` and, with ``auto``, the
     latency-accuracy chart of the plans it considered to ``pareto``."""
-    if pareto is not None and precision != "auto":
-        raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
-    _refuse_validation(validation, precision, check=False)
-    for path, what in ((output, "--output"), (plot, "--plot"), (pareto, "--pareto")):
-        if path is not None:
-            writable(Path(path), what)
-    if plot is not None or pareto is not None:
-        from onnxmlu.tools.plots import require_plotting
-
-        require_plotting()
+    _refuse_plan_options(precision, validation, output, plot, pareto)
     ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
                keep_fp32=tuple(keep_fp32),
                **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None,
@@ -381,6 +378,21 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
                  f"{report.sim_latency_us:.0f} µs simulated on {report.hardware.name}")
         plan_chart(report.rows(), plot, title=title, max_mp=report.hardware.cores)
     return report
+
+
+def _refuse_plan_options(precision: str | None, validation, output, plot, pareto) -> None:
+    """``plan``'s options a run could not honour, each one line before any work: --pareto
+    without auto, --validation without a use, an unwritable path, plotting without matplotlib."""
+    if pareto is not None and precision != "auto":
+        raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
+    _refuse_validation(validation, precision, check=False)
+    for path, what in ((output, "--output"), (plot, "--plot"), (pareto, "--pareto")):
+        if path is not None:
+            writable(Path(path), what)
+    if plot is not None or pareto is not None:
+        from onnxmlu.tools.plots import require_plotting
+
+        require_plotting()
 
 
 # ---------------------------------------------------------------------------------- compare

@@ -44,6 +44,7 @@ from onnxmlu.rewrite.rnn import (
     Refusal,
     Weights,
     _constant_lens,
+    RecurrentRewriter,
     _seq_len,
     lower,
     parse_activations,
@@ -140,21 +141,9 @@ def lower_quantized(node: gs.Node, ctx: RewriteContext, plan: Plan) -> None:
     lower(node, ctx, plan, b, prepare_weights)
 
 
-class DynamicQuantizeLSTMRewriter:
+class DynamicQuantizeLSTMRewriter(RecurrentRewriter):
     name = "dqlstm"
     domain = DOMAIN
     op_types = ("DynamicQuantizeLSTM",)
-
-    def __init__(self, **_: object) -> None:
-        pass
-
-    def check(self, node: gs.Node, ctx: RewriteContext) -> str | None:
-        try:
-            make_plan(node, ctx)
-        except Refusal as why:
-            return str(why)
-        return None
-
-    def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
-        lower_quantized(node, ctx, make_plan(node, ctx))
-
+    plan = staticmethod(make_plan)
+    lower = staticmethod(lower_quantized)

@@ -602,18 +602,23 @@ def _cell_body(outer: Builder, plan: Plan, w: Weights, d: int, lens_col: gs.Tens
 
 
 class RecurrentRewriter:
+    """LSTM/GRU/RNN: ``plan`` reads the node (or refuses it), ``lower`` rewrites it; a variant
+    (:mod:`onnxmlu.rewrite.dqlstm`) replaces the two."""
+
     name = "rnn"
     op_types = ("LSTM", "GRU", "RNN")
+    plan = staticmethod(make_plan)
+    lower = staticmethod(lower)
 
     def __init__(self, **_: object) -> None:
         pass
 
     def check(self, node: gs.Node, ctx: RewriteContext) -> str | None:
         try:
-            make_plan(node, ctx)
+            self.plan(node, ctx)
         except Refusal as why:
             return str(why)
         return None
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
-        lower(node, ctx, make_plan(node, ctx))
+        self.lower(node, ctx, self.plan(node, ctx))

@@ -227,24 +227,13 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
 
     ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
     seconds in each)."""
-    from onnxmlu.runtime import InferenceSession, reference_session
-
     say = progress or (lambda stage: None)
-    say("reference session (original, optimizations off)")
-    ref = reference_session(original)
-    say("fused session")
-    sess = InferenceSession(fused)
-    names = [o.name for o in sess.get_outputs()]
+    check = _Checker.of(original, fused, inputs, (atol, rtol), budget is None, say)
+    names = check.names
     seeds = () if samples is not None else tuple(seeds)
     data = data or f"seeded random inputs (seeds {', '.join(map(str, seeds))})"
     report = CheckReport(atol, rtol, seeds, budget=budget, data=data)
-    check = _Checker(ref, sess, names, inputs, (atol, rtol), budget is None, say)
-    if samples is not None:
-        runs = [check.run("samples", [dict(sample) for sample in samples])]
-    else:
-        shapes = check_shapes(original, input_shapes)
-        runs = [check.run(label, [random_inputs(original, seed, shapes=at, given=inputs) for seed in seeds])
-                for label, at in (shapes[:1] if inputs else shapes)]  # given arrays: only their shape
+    runs = [check.run(label, feeds) for label, feeds in _feeds_by_shape(original, seeds, input_shapes, inputs, samples)]
     report.shapes = [run.shape for run in runs]
     references = [r for run in runs for r in run.references]
     outputs = [o for run in runs for o in run.outputs]
@@ -255,6 +244,17 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     report.diffs = _worst_per_output(names, [d for run in runs for d in run.diffs])
     report.accuracy = measure(references, outputs)
     return report
+
+
+def _feeds_by_shape(original: onnx.ModelProto, seeds: Sequence[int], pins: Pins | None, inputs,
+                    samples) -> list[tuple[str, list[tuple[str, dict]]]]:
+    """(shape label, [(run label, feeds)]) for what ``check`` runs: the ``samples`` at their own
+    shapes, or each seed at each of :func:`check_shapes` (given arrays: only their shape)."""
+    if samples is not None:
+        return [("samples", [(f"sample {k}", dict(sample)) for k, sample in enumerate(samples)])]
+    shapes = check_shapes(original, pins)
+    return [(label, [(f"seed {seed}", random_inputs(original, seed, shapes=at, given=inputs)) for seed in seeds])
+            for label, at in (shapes[:1] if inputs else shapes)]
 
 
 def _worst_per_output(names: Sequence[str], diffs: Sequence[OutputDiff]) -> list[OutputDiff]:
@@ -288,14 +288,27 @@ class _Checker:
     by_tolerance: bool  # no budget decides: an output off the tolerances fails the shape
     say: Callable[[str], None]
 
-    def run(self, label: str, runs: list[dict]) -> _AtShape:
-        """Both models on every feed; the shape is skipped where the original refuses it, and
-        fails where the fused model cannot run or (``by_tolerance``) an output is off."""
+    @classmethod
+    def of(cls, original: onnx.ModelProto, fused: onnx.ModelProto, inputs, tolerances: tuple[float, float],
+           by_tolerance: bool, say: Callable[[str], None]) -> "_Checker":
+        """The reference session (the original, optimizations off) and the fused model's."""
+        from onnxmlu.runtime import InferenceSession, reference_session
+
+        say("reference session (original, optimizations off)")
+        ref = reference_session(original)
+        say("fused session")
+        sess = InferenceSession(fused)
+        return cls(ref, sess, [o.name for o in sess.get_outputs()], inputs, tolerances, by_tolerance, say)
+
+    def run(self, label: str, runs: list[tuple[str, dict]]) -> _AtShape:
+        """Both models on every (run label, feeds); the shape is skipped where the original
+        refuses it, and fails where the fused model cannot run or (``by_tolerance``) an output
+        is off."""
         result = _AtShape(ShapeRun(label, {}, "ok"))
-        for k, feeds in enumerate(runs):
+        for what, feeds in runs:
             feeds = feeds | dict(self.inputs or {})
             shown = {name: list(np.shape(v)) for name, v in feeds.items()}
-            self.say(f"running both models, run {k}, at the {label} shape")
+            self.say(f"running both models, {what}, at the {label} shape")
             try:
                 reference = self.ref.run(self.names, feeds)
             except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: a shape the original does not take
