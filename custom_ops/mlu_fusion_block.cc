@@ -192,6 +192,25 @@ TensorSignature ReadSignature(OrtTypeInfo* raw, const std::string& prefix, const
   return signature;
 }
 
+// A tensor value's dims and element count, as onnxruntime reports them.
+struct ValueShape {
+  std::vector<int64_t> dims;
+  size_t count = 0;
+};
+
+ValueShape ShapeOf(const OrtValue* value, const std::string& prefix) {
+  OrtTensorTypeAndShapeInfo* raw = nullptr;
+  Check(Api().GetTensorTypeAndShape(value, &raw), prefix);
+  OrtPtr<OrtTensorTypeAndShapeInfo> shape(raw);
+  size_t rank = 0;
+  ValueShape result;
+  Check(Api().GetDimensionsCount(shape.get(), &rank), prefix);
+  result.dims.resize(rank);
+  if (rank > 0) Check(Api().GetDimensions(shape.get(), result.dims.data(), rank), prefix);
+  Check(Api().GetTensorShapeElementCount(shape.get(), &result.count), prefix);
+  return result;
+}
+
 // A custom metadata entry of the body ("" when absent).
 std::string ReadBodyMetadata(const OrtSession* session, const char* key, const std::string& prefix) {
   OrtModelMetadata* raw = nullptr;
@@ -695,15 +714,9 @@ namespace {
 std::vector<int64_t> InputShapeKey(const std::vector<const OrtValue*>& inputs, const std::string& prefix) {
   std::vector<int64_t> key;
   for (const OrtValue* value : inputs) {
-    OrtTensorTypeAndShapeInfo* raw = nullptr;
-    Check(Api().GetTensorTypeAndShape(value, &raw), prefix);
-    OrtPtr<OrtTensorTypeAndShapeInfo> shape(raw);
-    size_t rank = 0;
-    Check(Api().GetDimensionsCount(shape.get(), &rank), prefix);
-    key.push_back(static_cast<int64_t>(rank));
-    size_t at = key.size();
-    key.resize(at + rank);
-    if (rank > 0) Check(Api().GetDimensions(shape.get(), key.data() + at, rank), prefix);
+    const std::vector<int64_t> dims = ShapeOf(value, prefix).dims;
+    key.push_back(static_cast<int64_t>(dims.size()));
+    key.insert(key.end(), dims.begin(), dims.end());
   }
   return key;
 }
@@ -773,18 +786,11 @@ void FusionBlockKernel::Compute(OrtKernelContext* context) const {
 // A float tensor rounded to float16 or bfloat16 (to nearest even, as onnxruntime's Cast does).
 OrtPtr<OrtValue> FusionBlockKernel::Narrow(const OrtValue* value, ONNXTensorElementDataType type) const {
   const std::string prefix = BlockName();
-  OrtTensorTypeAndShapeInfo* raw_shape = nullptr;
-  Check(Api().GetTensorTypeAndShape(value, &raw_shape), prefix);
-  OrtPtr<OrtTensorTypeAndShapeInfo> shape(raw_shape);
-  size_t rank = 0, count = 0;
-  Check(Api().GetDimensionsCount(shape.get(), &rank), prefix);
-  std::vector<int64_t> dims(rank);
-  if (rank > 0) Check(Api().GetDimensions(shape.get(), dims.data(), rank), prefix);
-  Check(Api().GetTensorShapeElementCount(shape.get(), &count), prefix);
+  const auto [dims, count] = ShapeOf(value, prefix);
   OrtAllocator* allocator = nullptr;
   Check(Api().GetAllocatorWithDefaultOptions(&allocator), prefix);
   OrtValue* raw = nullptr;
-  Check(Api().CreateTensorAsOrtValue(allocator, dims.data(), rank, type, &raw), prefix);
+  Check(Api().CreateTensorAsOrtValue(allocator, dims.data(), dims.size(), type, &raw), prefix);
   OrtPtr<OrtValue> result(raw);
   void* source = nullptr;
   void* target = nullptr;
@@ -804,17 +810,10 @@ std::vector<int64_t> FusionBlockKernel::CopyDynamicOutput(OrtKernelContext* cont
   if (result == nullptr) {
     throw BlockError(ORT_FAIL, prefix + "inner session returned no value for output " + std::to_string(index));
   }
-  OrtTensorTypeAndShapeInfo* raw_shape = nullptr;
-  Check(Api().GetTensorTypeAndShape(result, &raw_shape), prefix);
-  OrtPtr<OrtTensorTypeAndShapeInfo> shape(raw_shape);
-  size_t rank = 0, count = 0;
-  Check(Api().GetDimensionsCount(shape.get(), &rank), prefix);
-  std::vector<int64_t> dims(rank);
-  Check(Api().GetDimensions(shape.get(), dims.data(), rank), prefix);
-  Check(Api().GetTensorShapeElementCount(shape.get(), &count), prefix);
+  const auto [dims, count] = ShapeOf(result, prefix);
 
   OrtValue* output = nullptr;  // owned by onnxruntime
-  Check(Api().KernelContext_GetOutput(context, index, dims.data(), rank, &output), prefix);
+  Check(Api().KernelContext_GetOutput(context, index, dims.data(), dims.size(), &output), prefix);
   const size_t bytes = (count * outputs_[index].element_bits + 7) / 8;
   if (bytes == 0) return dims;
   void* source = nullptr;

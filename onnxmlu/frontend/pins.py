@@ -23,7 +23,7 @@ image 224 square otherwise); any other dim is :data:`DEFAULT_SPATIAL` (rank 4 an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Iterator, Mapping, Union
 
 import onnx
 
@@ -148,23 +148,38 @@ def concrete_shapes(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None
     symbolic dims at their default (:func:`default_size`). Dims sharing a name share a size."""
     named: dict[str, int] = {}
     shapes: dict[str, list[int]] = {}
-    for vi in fed_inputs(model.graph):
-        declared = declared_dims(vi)
-        pinned = (pins or {}).get(vi.name)
-        if declared is None and pinned is None:
-            continue
-        dims = list(pinned) if pinned is not None else list(declared)
+    for name, declared, dims in _input_dims(model, pins):
         shape = []
         for axis, dim in enumerate(dims):
             size = _size_at(dim, point)
-            symbol = declared[axis] if declared is not None and isinstance(declared[axis], str) else None
+            symbol = _symbol(declared, axis)
             if size is None:
                 size = named.get(symbol) or default_size(axis, declared or dims)
             if symbol is not None:
                 named.setdefault(symbol, size)
             shape.append(size)
-        shapes[vi.name] = shape
+        shapes[name] = shape
     return shapes
+
+
+def _input_dims(model: onnx.ModelProto,
+                pins: Mapping[str, list[Dim]] | None) -> Iterator[tuple[str, list | None, list]]:
+    """(input name, its declared dims, its dims as pinned: the pin where given, else declared)
+    for every fed input of known rank or with a pin."""
+    for vi in fed_inputs(model.graph):
+        declared, pinned = declared_dims(vi), (pins or {}).get(vi.name)
+        if declared is not None or pinned is not None:
+            yield vi.name, declared, list(pinned) if pinned is not None else list(declared)
+
+
+def _symbol(declared: list | None, axis: int) -> str | None:
+    """The name the model gives dim ``axis``, if any."""
+    return declared[axis] if declared is not None and axis < len(declared) and isinstance(declared[axis], str) else None
+
+
+def dim_key(name: str, declared: list | None, axis: int) -> str:
+    """What identifies a symbolic dim: its name (dims sharing one are one dim), else ``input:axis``."""
+    return _symbol(declared, axis) or f"{name}:{axis}"
 
 
 def _size_at(dim: Dim | None, point: str) -> int | None:
@@ -184,41 +199,32 @@ def default_size(axis: int, dims: list) -> int:
 
 
 def defaulted_keys(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None = None) -> list[str]:
-    """The symbolic dims that no pin sizes (their name, or ``input:axis`` when unnamed): they
-    take :func:`default_size`."""
-    keys = []
-    for vi in fed_inputs(model.graph):
-        declared, pinned = declared_dims(vi), (pins or {}).get(vi.name)
-        dims = list(pinned) if pinned is not None else list(declared or [])
-        for axis, dim in enumerate(dims):
-            if _size_at(dim, "opt") is None:
-                symbol = declared[axis] if declared is not None and isinstance(declared[axis], str) else None
-                keys.append(symbol or f"{vi.name}:{axis}")
+    """The symbolic dims that no pin sizes (:func:`dim_key`): they take :func:`default_size`."""
+    keys = [dim_key(name, declared, axis) for name, declared, dims in _input_dims(model, pins)
+            for axis, dim in enumerate(dims) if _size_at(dim, "opt") is None]
     return list(dict.fromkeys(keys))
 
 
 def with_defaults(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None, size: int) -> Pins:
     """``pins`` with every dim that takes a default (except a first dim, the batch) given ``size``."""
-    out: Pins = {}
-    for vi in fed_inputs(model.graph):
-        declared, pinned = declared_dims(vi), (pins or {}).get(vi.name)
-        if declared is None and pinned is None:
-            continue
-        dims = list(pinned) if pinned is not None else list(declared)
-        out[vi.name] = [size if axis > 0 and _size_at(d, "opt") is None else d for axis, d in enumerate(dims)]
-    return out
+    return {name: [size if axis > 0 and _size_at(d, "opt") is None else d for axis, d in enumerate(dims)]
+            for name, _, dims in _input_dims(model, pins)}
 
 
 def has_ranges(pins: Mapping[str, list[Dim]] | None) -> bool:
     return any(isinstance(d, DimRange) for dims in (pins or {}).values() for d in dims)
 
 
+def symbolic_dims(model: onnx.ModelProto) -> list[tuple[str, int, str]]:
+    """(input, axis, :func:`dim_key`) of every dim a fed input leaves symbolic (named or unknown)."""
+    return [(vi.name, axis, dim_key(vi.name, declared, axis))
+            for vi in fed_inputs(model.graph) if (declared := declared_dims(vi)) is not None
+            for axis, d in enumerate(declared) if not isinstance(d, int) or d <= 0]
+
+
 def symbolic_axes(model: onnx.ModelProto) -> dict[str, list[int]]:
     """Fed input -> the axes the model leaves symbolic (named or unknown)."""
-    found = {}
-    for vi in fed_inputs(model.graph):
-        declared = declared_dims(vi)
-        axes = [a for a, d in enumerate(declared or []) if not isinstance(d, int) or d <= 0]
-        if axes:
-            found[vi.name] = axes
+    found: dict[str, list[int]] = {}
+    for name, axis, _ in symbolic_dims(model):
+        found.setdefault(name, []).append(axis)
     return found

@@ -159,9 +159,7 @@ def _zero_feeds(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> dict[s
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
         if any(d < 0 for d in dims):
             return None
-        given = values.get(vi.name)
-        zeros = given is None or list(np.shape(given)) != dims
-        feeds[vi.name] = np.zeros(dims, dtype=onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)) if zeros else given
+        feeds[vi.name] = _value_or_zeros(values.get(vi.name), dims, tt.elem_type)
     return feeds
 
 
@@ -269,12 +267,9 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: d
     reason; None itself when no session can be made."""
     import onnxruntime as ort
 
-    feeds_types = {}
-    for vi in fed_inputs(model.graph):
-        elem = vi.type.tensor_type.elem_type
-        if not elem or elem == onnx.TensorProto.STRING:
-            return None
-        feeds_types[vi.name] = elem
+    types = _feed_types(model)
+    if types is None:
+        return None
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4
@@ -288,11 +283,10 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: d
     quiet.log_severity_level = 4  # a refused shape is an expected answer, not a log line
 
     def run(shapes: dict[str, list[int]]) -> str | None:
-        if set(shapes) != set(feeds_types):
+        if set(shapes) != set(types):
             return "an input has no shape"
         try:
-            session.run(None, {n: _value_or_zeros(values.get(n), shapes[n], e) for n, e in feeds_types.items()},
-                        quiet)
+            session.run(None, _feeds(types, shapes, values), quiet)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal of this shape
             return first_line(exc)
         return None
@@ -347,28 +341,35 @@ def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, lis
         note(Diagnostic("normalize", "probe-skipped", "", f"{len(names)} tensors have unknown shapes at the "
                         "pricing shape; the model is too large to probe them"))
         return {}
-    runnable = _with_weights(model, weights)
-    feeds = {}
+    types = _feed_types(model)
+    if types is None:
+        return {}
+    probed = _run_probe(_with_weights(model, weights), names, _feeds(types, shapes, values), note)
+    return {n: (onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in probed.items()}
+
+
+def _feed_types(model: onnx.ModelProto) -> dict[str, int] | None:
+    """Each fed input's element type; None when one has none, or is a string (no zeros of it)."""
+    types = {}
     for vi in fed_inputs(model.graph):
         elem = vi.type.tensor_type.elem_type
         if not elem or elem == onnx.TensorProto.STRING:
-            return {}
-        feeds[vi.name] = _value_or_zeros(values.get(vi.name), shapes[vi.name], elem)
-    values = _run_probe(runnable, names, feeds, note)
-    return {n: (onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in values.items()}
+            return None
+        types[vi.name] = elem
+    return types
+
+
+def _feeds(types: dict[str, int], shapes: dict[str, list[int]], values: dict[str, np.ndarray]) -> dict:
+    """Zeros of ``shapes`` for every input of ``types``, the user's ``values`` where they fit."""
+    return {n: _value_or_zeros(values.get(n), shapes[n], elem) for n, elem in types.items()}
 
 
 def _with_weights(model: onnx.ModelProto, weights: WeightStore | None) -> onnx.ModelProto:
+    """``model`` itself, or a copy with the data of its weight-store markers filled in."""
     if weights is None or not any(is_marker(t) for t in model.graph.initializer):
         return model
     full = copy_model(model)
-    for t in full.graph.initializer:
-        if is_marker(t):
-            fill_tensor(t, copy_model_tensor(t), weights)
+    for marker, target in zip(model.graph.initializer, full.graph.initializer):
+        if is_marker(marker):
+            fill_tensor(target, marker, weights)
     return full
-
-
-def copy_model_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
-    out = onnx.TensorProto()
-    out.CopyFrom(t)
-    return out

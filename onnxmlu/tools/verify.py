@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 
 from onnxmlu.errors import OnnxMluError, first_line
-from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, has_ranges, symbolic_axes
+from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, has_ranges, symbolic_dims
 from onnxmlu.ir import fed_inputs
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 
@@ -143,17 +143,12 @@ def _doubling(key: str):
 def _free_dims(model: onnx.ModelProto, pins: Pins | None) -> dict[tuple[str, int], tuple[str, int]]:
     """(input, axis) of each symbolic dim without a range -> (its variation key, axis):
     dims sharing a name share a key, so they vary together."""
-    free = {}
-    for name, axes in symbolic_axes(model).items():
-        vi = next(v for v in fed_inputs(model.graph) if v.name == name)
-        declared = vi.type.tensor_type.shape.dim
-        pinned = (pins or {}).get(name)
-        for axis in axes:
-            pin = pinned[axis] if pinned is not None and axis < len(pinned) else None
-            if isinstance(pin, DimRange):  # its range is checked at its ends
-                continue
-            free[(name, axis)] = (declared[axis].dim_param or f"{name}:{axis}", axis)
-    return free
+    return {(name, axis): (key, axis) for name, axis, key in symbolic_dims(model)
+            if not isinstance(_pin_at((pins or {}).get(name), axis), DimRange)}  # a range: checked at its ends
+
+
+def _pin_at(pinned: list | None, axis: int):
+    return pinned[axis] if pinned is not None and axis < len(pinned) else None
 
 
 def _varied(base: dict[str, list[int]], free: dict, change) -> dict[str, list[int]]:

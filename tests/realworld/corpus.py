@@ -336,6 +336,22 @@ def fetch_all() -> list[ModelCase]:
     return [case for case in MODELS if not skip_reason(case)]
 
 
+def node_counts(graph: onnx.GraphProto) -> tuple[int, int]:
+    """(MLUFusionBlock nodes, other nodes) of ``graph``, descending into the subgraphs of host
+    nodes only (a block is known by its domain and type, so any version's output reads)."""
+    blocks = host = 0
+    for node in graph.node:
+        if (node.domain, node.op_type) == ("com.onnxmlu", "MLUFusionBlock"):
+            blocks += 1
+            continue
+        host += 1
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                b, h = node_counts(sub)
+                blocks, host = blocks + b, host + h
+    return blocks, host
+
+
 def other_shapes(case: ModelCase, model: onnx.ModelProto) -> list[tuple[str, dict[str, list[int]]]]:
     """Shapes besides the pins a model with symbolic dims is run at: its first symbolic dim
     (the batch, where it is symbolic) one larger, and every other symbolic dim twice its pin

@@ -61,21 +61,6 @@ def _first_line(text: str) -> str:
     return lines[-1] if lines[0].startswith("Traceback") else lines[0]
 
 
-def _count(graph) -> tuple[int, int]:
-    """(MLUFusionBlock nodes, other nodes), descending into subgraphs of host nodes only."""
-    blocks = host = 0
-    for node in graph.node:
-        if (node.domain, node.op_type) == BLOCK:
-            blocks += 1
-            continue
-        host += 1
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                b, h = _count(sub)
-                blocks, host = blocks + b, host + h
-    return blocks, host
-
-
 def _heavy(graph, in_block: bool = False) -> tuple[int, int]:
     """(heavy nodes inside block bodies, heavy nodes) of ``graph`` and everything nested in
     it, block bodies decoded (the file format: a uint8 ``body`` tensor holding a ModelProto)."""
@@ -160,7 +145,7 @@ def _unpinned(original: Path, outdir: Path, cwd: Path, timeout: float) -> tuple:
         return "x", "x"
     if proc.returncode != 0 or not out.is_file():
         return "x", "x"
-    return _count(onnx.load(out, load_external_data=False).graph)
+    return corpus.node_counts(onnx.load(out, load_external_data=False).graph)
 
 
 def _fixed_inputs(case: corpus.ModelCase, original: Path, outdir: Path) -> list[str]:
@@ -201,7 +186,7 @@ def work(case_id: str, timeout: float, unpinned: bool = False) -> dict:
             return row | {"error": _first_line(proc.stderr or proc.stdout)}
         row["fused_bytes"] = sum(p.stat().st_size for p in outdir.iterdir() if p.suffix != ".npz")  # external data too
         fused_model = onnx.load(fused)
-        row["blocks"], row["host"] = _count(fused_model.graph)
+        row["blocks"], row["host"] = corpus.node_counts(fused_model.graph)
         row["heavy_in_blocks"], row["heavy"] = _heavy(fused_model.graph)
         del fused_model
         try:

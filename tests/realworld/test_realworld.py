@@ -192,24 +192,9 @@ def _assert_coverage(case, report: dict, fused: onnx.ModelProto) -> None:
     assert least >= HEAVY_FLOOR or why, f"{case.id}: a share under {HEAVY_FLOOR:.0%} needs its reason"
     assert coverage["heavy_share"] >= least, (case.id, coverage["heavy_on_host"][:5])
     assert all(row["reason"] for row in coverage["heavy_on_host"])
-    blocks, host = _node_counts(fused.graph)
+    blocks, host = corpus.node_counts(fused.graph)
     assert blocks <= most_blocks, f"{case.id}: {blocks} blocks, at most {most_blocks} before"
     assert host <= most_host, f"{case.id}: {host} host nodes, at most {most_host} before"
-
-
-def _node_counts(graph: onnx.GraphProto) -> tuple[int, int]:
-    """(blocks, other nodes) of ``graph`` and of its host nodes' subgraphs."""
-    blocks = host = 0
-    for node in graph.node:
-        if is_fusion_block(node):
-            blocks += 1
-            continue
-        host += 1
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                b, h = _node_counts(sub)
-                blocks, host = blocks + b, host + h
-    return blocks, host
 
 
 def _unexplained_leftovers(fused: onnx.ModelProto, report: dict) -> list[str]:
@@ -303,7 +288,6 @@ def test_an_unpinned_model_fuses_as_well_as_pinned(case_model, tmp_path):
         out = tmp_path / f"{label}.onnx"
         result = runner.invoke(app, ["fuse", str(src), str(out), *args, "-q"])
         assert result.exit_code == 0, result.output
-        nodes = onnx.load(out).graph.node
-        counts[label] = (sum(is_fusion_block(n) for n in nodes), sum(not is_fusion_block(n) for n in nodes))
+        counts[label] = corpus.node_counts(onnx.load(out).graph)
     assert counts["unpinned"][0] >= 1
     assert counts["unpinned"][1] == counts["pinned"][1], counts
