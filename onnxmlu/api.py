@@ -60,7 +60,7 @@ def _run(passes, model: ModelLike, *, hardware: HardwareLike | None = None, prog
 def _result(ctx: Context) -> FuseResult:
     return FuseResult(ctx.fused, ctx.analysis, ctx.plan, ctx.hardware, ctx.rewrite_report, ctx.block_latency_us,
                       ctx.diagnostics, ctx.pass_seconds, ctx.output, calibration=calibration_report(ctx.bodies),
-                      auto=ctx.auto, profile=ctx.profile)
+                      auto=ctx.auto, profile=ctx.profile, branches=ctx.branches)
 
 
 def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,

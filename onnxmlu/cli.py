@@ -316,8 +316,11 @@ def _show_fuse(result, portable: bool) -> None:
     _show_blocks(result)
     _show_diagnostics(result.diagnostics, result.analysis)
     note = " as ONNX functions, no custom-op library needed" if portable else ""
+    _show_branches(result.branches)
     _show_coverage(result.coverage)
-    console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{note}, "
+    inside = sum(_count_blocks(result.branches))
+    inside_note = f" + {inside} inside control flow" if inside else ""
+    console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{inside_note}{note}, "
                   f"{sum(result.pass_seconds.values()):.2f} s)")
     if result.calibration is not None and not result.calibration["random"]:  # random: a diagnostic says so
         _plain(f"INT8 blocks calibrated on {result.calibration['description']} ({result.calibration['calibrator']})")
@@ -325,6 +328,21 @@ def _show_fuse(result, portable: bool) -> None:
     _show_profile(result.profile)
     if result.check is not None:
         _show_check(result.check)
+
+
+def _show_branches(branches, depth: int = 0) -> None:
+    """One line per subgraph whose blocks were planned, nested ones indented below it."""
+    for b in branches:
+        runs = "runs unknown" if b.runs is None else f"runs {b.runs}×"
+        _plain(f"{'  ' * depth}inside {b.key} ({b.op_type}, {runs} per run of its graph): "
+               f"{len(b.plan.blocks)} blocks, {b.sim_latency_us:,.1f} µs simulated per run")
+        _show_branches(b.branches, depth + 1)
+
+
+def _count_blocks(branches):
+    for b in branches:
+        yield len(b.plan.blocks)
+        yield from _count_blocks(b.branches)
 
 
 def _show_profile(profile) -> None:

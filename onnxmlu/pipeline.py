@@ -1,8 +1,11 @@
 """The pass pipeline: fusing a model is a fixed, visible list of passes over one context.
 
-    FUSE         = load → normalize → rewrite → analyze → plan → profile → collapse → embed
-    FUSE_TO_FILE = load → normalize → rewrite → analyze → plan → profile → collapse → write
-    PORTABLE     = load → normalize → rewrite → analyze → plan → profile → collapse → embed → portable → write
+    FUSE         = load → normalize → rewrite → analyze → plan → profile → collapse → branches → embed
+    FUSE_TO_FILE = load → normalize → rewrite → analyze → plan → profile → collapse → branches → write
+    PORTABLE     = load → normalize → rewrite → analyze → plan → profile → collapse → branches → embed
+                   → portable → write
+    BRANCH       = load → normalize → analyze → plan → collapse → branches → embed   (each subgraph of a
+                   host If/Loop/Scan, lifted into a model: :class:`Branches`)
 
 Every pass has a ``name``, a ``label(ctx)`` (the progress line shown while it runs) and
 ``run(ctx) -> None``: it reads what the passes before it left in the :class:`Context` and
@@ -45,6 +48,9 @@ import onnx
 
 from onnxmlu.analyze import Analysis, analyze
 from onnxmlu.collapse.atomic import needs_external_data, write_model_atomic, write_pieces_atomic
+from onnxmlu.analyze.layers import node_label
+from onnxmlu.collapse.branches import COPIES, Lifted, LiftError, graft, lift, may_hold_arithmetic, subgraph_of
+from onnxmlu.collapse.branches import sites as branch_sites
 from onnxmlu.collapse.blocks import BlockFigures, add_bodies, fused_without_bodies, prepare_bodies, stream_pieces
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
@@ -52,7 +58,7 @@ from onnxmlu.frontend.load import load_model, refuse_fused
 from onnxmlu.frontend.normalize import normalize_owned
 from onnxmlu.frontend.pins import has_ranges
 from onnxmlu.frontend.shapes import pricing_shapes, sizes_at
-from onnxmlu.ir import copy_model
+from onnxmlu.ir import copy_model, drop_unread_initializers
 from onnxmlu.ir.mapped import MappedModel
 from onnxmlu.ir.weights import WeightStore, all_tensors
 from onnxmlu.plan.perf.hardware import Hardware
@@ -174,6 +180,7 @@ class Context:
     bodies: "BlockBodies | None" = None  # plan (auto) or collapse: FP16/INT8 bodies (None: every block FP32)
     auto: "AutoResult | None" = None  # plan: what --precision auto chose, considered and measured
     profile: ShapeProfile | None = None  # profile: the plan priced over the --input-shape ranges
+    branches: list["BranchPlan"] = field(default_factory=list)  # branches: blocks inside host control flow
 
     def note(self, diagnostic: Diagnostic) -> None:
         """Record ``diagnostic`` once."""
@@ -480,11 +487,100 @@ class Write:
         _take_diagnostics(ctx, ctx.bodies)
 
 
+@dataclass
+class BranchPlan:
+    """The blocks planned inside one subgraph of a host control-flow node (``key``:
+    ``NODE.ATTR``): its plan and latencies per run of the branch, ``runs`` per run of the
+    enclosing graph (None: not known before the run), its analysis and its own branches."""
+
+    key: str
+    op_type: str
+    runs: int | None
+    plan: Plan
+    latencies: list[float]
+    analysis: Analysis
+    branches: list["BranchPlan"] = field(default_factory=list)
+
+    @property
+    def sim_latency_us(self) -> float:
+        return float(sum(self.latencies))
+
+
+#: Precisions a branch's blocks take from the run's: INT8 needs calibration samples of the
+#: branch's own inputs, which the run does not collect, so ``int8``/``auto`` plan branches at FP32.
+BRANCH_PRECISIONS = {None: None, "fp32": "fp32", "fp16": "fp16"}
+
+
+class Branches:
+    """Blocks inside the subgraphs of the host ``If``/``Loop``/``Scan`` nodes: each subgraph is
+    lifted into a model, fused by :data:`BRANCH` (this pass included, for nested control flow)
+    and grafted back (:mod:`onnxmlu.collapse.branches`)."""
+
+    name = "branches"
+
+    def label(self, ctx: Context) -> str:
+        return "planning blocks inside control flow"
+
+    def run(self, ctx: Context) -> None:
+        graph = ctx.fused.graph
+        for site in branch_sites(graph, node_label):
+            if not may_hold_arithmetic(subgraph_of(graph, site)):
+                continue  # only data movement (a Squeeze, an Identity): a block would be a launch for nothing
+            node = graph.node[site.position]
+            fused = _fuse_branch(ctx, site, node)
+            if fused is None or not _does_arithmetic(fused[1]):
+                continue
+            lifted, sub = fused
+            graft(subgraph_of(graph, site), sub.fused, lifted.copied, site.key)
+            ctx.diagnostics.extend(d for d in sub.diagnostics if d.node)
+            ctx.branches.append(BranchPlan(site.key, node.op_type, lifted.runs, sub.plan, sub.block_latency_us,
+                                           sub.analysis, sub.branches))
+        if not ctx.branches:
+            return
+        if ctx.options.precision not in BRANCH_PRECISIONS:
+            ctx.note(Diagnostic("branches", "branch-fp32", "", f"blocks inside control flow are planned at FP32: "
+                                f"--precision {ctx.options.precision} needs samples of each branch's inputs"))
+        drop_unread_initializers(graph)  # weights only the branches read now travel in their blocks
+
+
+def _fuse_branch(ctx: Context, site, node: onnx.NodeProto) -> "tuple[Lifted, Context] | None":
+    """The subgraph at ``site`` lifted and fused, or None (with a ``branch-host`` diagnostic)
+    when it cannot be: the subgraph then stays exactly as it was, on the host with its node --
+    which is what every model got before this pass, so no failure here may refuse a model."""
+    graph = ctx.fused.graph
+    try:
+        lifted = lift(ctx.analysis.model, ctx.analysis.index, node, subgraph_of(graph, site))
+        return lifted, PassManager(BRANCH, instruments=()).run(_branch_context(ctx, lifted))
+    except (LiftError, OnnxMluError) as reason:
+        why = str(reason)
+    except Exception as error:  # noqa: BLE001 - recorded: the branch keeps its exported form
+        why = f"fusing it failed ({type(error).__name__}: {error})"
+    ctx.note(Diagnostic("branches", "branch-host", site.key, f"its subgraph stays on the host: {why}"))
+    return None
+
+
+def _does_arithmetic(sub: Context) -> bool:
+    """Whether a fused subgraph's blocks compute (a layer that is neither data movement nor a
+    copy: its arithmetic may have stayed on the host) or it holds fused subgraphs of its own."""
+    return bool(sub.branches) or any(l.kind != "data" and l.op_type not in COPIES for l in sub.analysis.layers)
+
+
+def _branch_context(ctx: Context, lifted: "Lifted") -> Context:
+    """The context fusing one lifted subgraph: the run's strategy, MP and hardware, FP32 or
+    FP16 as the run asks (:data:`BRANCH_PRECISIONS`), the pins the enclosing graph sizes."""
+    opts = ctx.options
+    values = {n: v for n, v in (opts.inputs or {}).items() if n in {i.name for i in lifted.model.graph.input}}
+    options = Options(strategy=opts.strategy, mp=opts.mp, input_shapes=lifted.pins or None, inputs=values or None,
+                      rewrite=False, precision=BRANCH_PRECISIONS.get(opts.precision))
+    return Context(lifted.model, ctx.hardware, options)
+
+
 #: The stages up to a plan (``prepare`` is the first three).
 PLAN = (Load(), Normalize(), Rewrite(), Analyze(), PlanPass(), Profile())
-FUSE = (*PLAN, Collapse(), Embed())
-FUSE_TO_FILE = (*PLAN, Collapse(), Write())
-PORTABLE = (*PLAN, Collapse(), Embed(), Portable(), Write())
+BRANCH = (Load(), Normalize(), Analyze(), PlanPass(), Collapse(), Branches(), Embed())
+FUSE = (*PLAN, Collapse(), Branches(), Embed())
+FUSE_TO_FILE = (*PLAN, Collapse(), Branches(), Write())
+PORTABLE = (*PLAN, Collapse(), Branches(), Embed(), Portable(), Write())
 
 
 # ------------------------------------------------------------------------------ instruments

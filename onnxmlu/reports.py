@@ -58,6 +58,8 @@ class FuseResult:
     auto: Any = None
     #: The plan priced over the ``--input-shape`` ranges (None without a range).
     profile: ShapeProfile | None = None
+    #: Blocks planned inside host control flow (:class:`~onnxmlu.pipeline.BranchPlan`, one per branch).
+    branches: list = field(default_factory=list)
 
     @property
     def sim_latency_us(self) -> float:
@@ -70,33 +72,51 @@ class FuseResult:
     @property
     def coverage(self):
         """How much of the heavy work runs in blocks (:mod:`onnxmlu.analyze.coverage`)."""
-        from onnxmlu.analyze.coverage import coverage
+        from onnxmlu.analyze.coverage import branch_coverage, coverage
 
-        return coverage(self.analysis)
+        return coverage(self.analysis, branch_coverage(self.branches))
 
     def block_rows(self) -> list[dict]:
-        rows = []
-        for b, (block, latency) in enumerate(zip(self.plan.blocks, self.block_latency_us)):
-            layers = self.analysis.layers[block.start : block.stop]
-            rows.append({
-                "block": b, "mp": block.mp, "precision": block.precision, "layers": len(layers),
-                "first": layers[0].name, "last": layers[-1].name,
-                "op_types": dict(Counter(l.op_type for l in layers).most_common()),
-                "gops": sum(l.gops for l in layers), "sim_latency_us": latency,
-            })
-        return rows
+        return _block_rows(self.plan, self.block_latency_us, self.analysis.layers)
 
     def to_dict(self) -> dict:
         payload = {} if self.output is None else {"output": str(self.output)}
         payload.update({
             "strategy": self.plan.strategy, "hardware": self.hardware.name, "sim_latency_us": self.sim_latency_us,
-            "sim_fps": self.sim_fps, "blocks": self.block_rows(), "host_nodes": self.analysis.host_nodes(),
+            "sim_fps": self.sim_fps, "blocks": self.block_rows(), "branches": branch_rows(self.branches),
+            "host_nodes": self.analysis.host_nodes(),
             "coverage": self.coverage.to_dict(),
             "calibration": self.calibration, "auto": _auto(self.auto), "profile": _profile(self.profile),
             "diagnostics": [d.to_dict() for d in self.diagnostics], "pass_seconds": dict(self.pass_seconds)})
         if self.check is not None:
             payload["check"] = tagged("check", self.check.to_dict())
         return payload
+
+
+def _block_rows(plan: Plan, latencies: Sequence[float], layers: Sequence[Layer]) -> list[dict]:
+    rows = []
+    for b, (block, latency) in enumerate(zip(plan.blocks, latencies)):
+        members = layers[block.start : block.stop]
+        rows.append({
+            "block": b, "mp": block.mp, "precision": block.precision, "layers": len(members),
+            "first": members[0].name, "last": members[-1].name,
+            "op_types": dict(Counter(l.op_type for l in members).most_common()),
+            "gops": sum(l.gops for l in members), "sim_latency_us": latency,
+        })
+    return rows
+
+
+def branch_rows(branches, parent: str = "") -> list[dict]:
+    """The ``branches`` of the ``fuse`` report, one row per planned subgraph
+    (:class:`~onnxmlu.pipeline.BranchPlan`), each followed by the rows of its own: its key, the
+    key of the subgraph holding it (``""``: the main graph), its op, runs per run of that graph,
+    and its blocks and latency per run."""
+    rows = []
+    for b in branches:
+        rows.append({"graph": b.key, "parent": parent, "op_type": b.op_type, "runs": b.runs,
+                     "sim_latency_us": b.sim_latency_us, "blocks": _block_rows(b.plan, b.latencies, b.analysis.layers)})
+        rows.extend(branch_rows(b.branches, b.key))
+    return rows
 
 
 def _auto(result) -> dict | None:

@@ -129,6 +129,29 @@ def host_node_file(tmp_path):
 
 
 @pytest.fixture
+def branch_file(tmp_path):
+    """An If whose branches each hold a MatMul and a Relu: blocks inside control flow (``branches``)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxmlu.tools.testing import make_model
+
+    def branch(name: str) -> onnx.GraphProto:
+        nodes = [helper.make_node("MatMul", ["x", "w"], [f"{name}_mm"], name=f"{name}_mm"),
+                 helper.make_node("Relu", [f"{name}_mm"], [f"{name}_y"], name=f"{name}_relu")]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)])
+
+    w = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    node = helper.make_node("If", ["flag"], ["y"], name="cond", then_branch=branch("a"), else_branch=branch("b"))
+    graph = helper.make_graph([node], "cond", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                                               helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    path = tmp_path / "cond.onnx"
+    onnx.save(make_model(graph, opset=13), path)
+    return path
+
+
+@pytest.fixture
 def dynamic_chain_file(tmp_path, chain_model):
     """The chain with a symbolic batch: ranges, profiles and checks at several shapes."""
     chain_model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
@@ -138,7 +161,7 @@ def dynamic_chain_file(tmp_path, chain_model):
 
 
 def test_every_json_report_matches_its_schema(library, chain_file, training_bn_file, host_node_file,
-                                              dynamic_chain_file, tmp_path):
+                                              dynamic_chain_file, branch_file, tmp_path):
     fused = tmp_path / "fused.onnx"
     ranged = ("--input-shape", "x:1/2/8,8,16,16")
     reports = {
@@ -146,6 +169,7 @@ def test_every_json_report_matches_its_schema(library, chain_file, training_bn_f
                  json_of("fuse", dynamic_chain_file, tmp_path / "f6.onnx", *ranged, "--check", "--json", "-"),
                  json_of("fuse", chain_file, tmp_path / "f2.onnx", "--json", "-"),
                  json_of("fuse", host_node_file, tmp_path / "f3.onnx", "-s", "all-fusion", "--json", "-"),
+                 json_of("fuse", branch_file, tmp_path / "f7.onnx", "--json", "-"),
                  json_of("fuse", chain_file, tmp_path / "f4.onnx", "--precision", "int8", "--json", "-"),
                  json_of("fuse", chain_file, tmp_path / "f5.onnx", "--precision", "auto", "--json", "-")],
         "check": [json_of("check", chain_file, fused, "--seed", "0", "--seed", "1", "--json", "-")],

@@ -50,5 +50,5 @@ def test_the_two_fuse_pipelines_differ_only_in_their_last_pass():
 
     names = [p.name for p in FUSE], [p.name for p in FUSE_TO_FILE]
     assert names[0][:-1] == names[1][:-1] == ["load", "normalize", "rewrite", "analyze", "plan", "profile",
-                                                "collapse"]
+                                                "collapse", "branches"]
     assert (names[0][-1], names[1][-1]) == ("embed", "write")

@@ -16,6 +16,10 @@ cells. Shares:
 
 Each heavy node on the host is listed with the reason the analysis gave it (or its parent's,
 for a node inside a subgraph).
+
+A subgraph whose blocks were planned (:mod:`onnxmlu.collapse.branches`) is counted by its own
+coverage instead, computed the same way over its own analysis (:func:`branch_coverage`): its
+layers in blocks, its host nodes with their reasons, its own planned subgraphs below it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import onnx
 
 from onnxmlu.analyze.layers import Analysis, describe_layer, node_label
 from onnxmlu.analyze.optable import OP_KINDS, support_reason
-from onnxmlu.ir import node_subgraphs
+from onnxmlu.ir import node_subgraphs, subgraphs
 
 #: Op types that carry a model's arithmetic, in any domain (com.microsoft's quantized forms).
 HEAVY_OPS: frozenset[str] = frozenset({
@@ -64,8 +68,10 @@ class Coverage:
                 "heavy_on_host": list(self.heavy_on_host)}
 
 
-def coverage(analysis: Analysis) -> Coverage:
-    """The coverage of a plan over ``analysis`` (every layer is in a block)."""
+def coverage(analysis: Analysis, branches: dict[str, Coverage] | None = None) -> Coverage:
+    """The coverage of a plan over ``analysis`` (every layer is in a block); ``branches``: the
+    coverage of each planned subgraph, by its key ``NODE.ATTR`` (:func:`branch_coverage`)."""
+    branches = branches or {}
     found = Coverage()
     for layer in analysis.layers:
         if layer.op_type in HEAVY_OPS:
@@ -77,9 +83,29 @@ def coverage(analysis: Analysis) -> Coverage:
         node = nodes[i]
         if node.op_type in HEAVY_OPS:
             _count_host(found, node, reason, "", _gops(node, analysis))
-        for sub in node_subgraphs(node):
-            _count_subgraph(found, sub, f"{node_label(node)} ({node.op_type})")
+        for attr in node.attribute if node_subgraphs(node) else ():
+            key = f"{node_label(node)}.{attr.name}"
+            if key in branches:
+                _merge(found, branches[key], key)
+            else:
+                for sub in subgraphs(attr):
+                    _count_subgraph(found, sub, f"{node_label(node)} ({node.op_type})")
     return found
+
+
+def branch_coverage(branches) -> dict[str, Coverage]:
+    """Key -> coverage of each planned subgraph (objects with ``key``, ``analysis`` and their
+    own ``branches``, as :class:`~onnxmlu.pipeline.BranchPlan`), nested ones included."""
+    return {b.key: coverage(b.analysis, branch_coverage(b.branches)) for b in branches}
+
+
+def _merge(found: Coverage, branch: Coverage, key: str) -> None:
+    found.heavy_nodes += branch.heavy_nodes
+    found.heavy_in_blocks += branch.heavy_in_blocks
+    found.gops_in_blocks += branch.gops_in_blocks
+    found.gops_on_host += branch.gops_on_host
+    found.unpriced += branch.unpriced
+    found.heavy_on_host.extend({**row, "graph": row["graph"] or key} for row in branch.heavy_on_host)
 
 
 def _count_host(found: Coverage, node: onnx.NodeProto, reason: str, graph: str, gops: float | None) -> None:

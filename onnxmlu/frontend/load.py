@@ -11,6 +11,7 @@ from pathlib import Path
 import onnx
 
 from onnxmlu.errors import ModelLoadError, OnnxMluError, first_line
+from onnxmlu.ir import iter_graphs
 from onnxmlu.schema import is_fusion_block
 
 
@@ -33,7 +34,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
 
 
 def refuse_fused(model: onnx.ModelProto) -> None:
-    blocks = sum(1 for n in model.graph.node if is_fusion_block(n))
+    blocks = sum(1 for g in iter_graphs(model.graph) for n in g.node if is_fusion_block(n))
     if blocks:
         raise OnnxMluError(f"model is already fused ({blocks} MLUFusionBlock nodes); "
                            "fuse the original model instead")

@@ -7,7 +7,8 @@
 * order: :func:`sort_graphs` puts the nodes of every graph in a topological order;
   :func:`topological_order` orders one graph keeping accelerator nodes in long runs;
 * facts: :class:`GraphIndex` (producers, consumers, constants, types, shapes of one graph);
-* models: :func:`copy_model`, :func:`copy_model_fields`, :func:`fed_inputs`, :func:`opset_version`;
+* models: :func:`copy_model`, :func:`copy_model_fields`, :func:`fed_inputs`, :func:`opset_version`,
+  :func:`drop_unread_initializers`;
 * domains: :data:`DEFAULT_DOMAINS`, :func:`is_default_domain`, :func:`is_fusion_block`.
 * bytes: :mod:`onnxmlu.ir.wire` (protobuf framing written around buffers), :mod:`onnxmlu.ir.mapped`
   (a model file parsed through a memory map); imported by their users, not here.
@@ -20,6 +21,7 @@ from onnxmlu.ir.graphs import (
     branch_attributes,
     copy_model,
     copy_model_fields,
+    drop_unread_initializers,
     fed_inputs,
     graphs_by_branch,
     is_default_domain,
@@ -44,6 +46,7 @@ __all__ = [
     "branch_attributes",
     "copy_model",
     "copy_model_fields",
+    "drop_unread_initializers",
     "fed_inputs",
     "graphs_by_branch",
     "is_default_domain",

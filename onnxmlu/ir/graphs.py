@@ -183,6 +183,20 @@ def fed_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     return [vi for vi in graph.input if vi.name not in initializers]
 
 
+def drop_unread_initializers(graph: onnx.GraphProto) -> int:
+    """Remove the initializers of ``graph`` that no node (subgraphs' outer-scope reads
+    included), graph output or graph input names; returns how many went."""
+    read = {n for node in graph.node for n in node_inputs(node)}
+    read.update(o.name for o in graph.output)
+    read.update(i.name for i in graph.input)
+    kept = [t for t in graph.initializer if t.name in read]
+    dropped = len(graph.initializer) - len(kept)
+    if dropped:
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+    return dropped
+
+
 def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)

@@ -1,7 +1,8 @@
 """What a fused model holds, read from the file alone: ``onnxmlu inspect FUSED.onnx``.
 
 One row per MLUFusionBlock node (mp, precision, layers, simulated µs, body size) in graph
-order, the host nodes between them, and the ``onnxmlu.*`` metadata the model was written with
+order, the main graph's first, then those inside host control flow (``graph``: the subgraph
+holding it), the main graph's host nodes, and the ``onnxmlu.*`` metadata the model was written with
 (:func:`onnxmlu.schema.describe_fused_model`). Every body goes through
 :func:`onnxmlu.schema.body_model`, so a damaged body or one that refers to a file is refused
 here as in the library.
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from onnxmlu.ir import iter_graphs
 from onnxmlu.schema import block_precision, body_model, is_fusion_block, model_metadata
 
 
@@ -24,6 +26,7 @@ class BlockRow:
     layers: int
     sim_latency_us: float | None
     body_bytes: int
+    graph: str = ""  # the subgraph holding the block ("" for the main graph)
 
 
 @dataclass
@@ -36,29 +39,32 @@ class FusedSummary:
     host_nodes: list[dict[str, str]]
 
     def to_dict(self) -> dict:
-        simulated = [b.sim_latency_us for b in self.blocks if b.sim_latency_us is not None]
+        main = [b for b in self.blocks if not b.graph]
+        simulated = [b.sim_latency_us for b in main if b.sim_latency_us is not None]
         return {
             "producer": self.producer,
             "metadata": dict(self.metadata),
             "blocks": [{"block": b.name, "mp": b.mp, "precision": b.precision, "layers": b.layers,
-                        "sim_latency_us": b.sim_latency_us, "body_bytes": b.body_bytes} for b in self.blocks],
+                        "sim_latency_us": b.sim_latency_us, "body_bytes": b.body_bytes, "graph": b.graph}
+                       for b in self.blocks],
             "host_nodes": list(self.host_nodes),
-            "sim_latency_us": sum(simulated) if len(simulated) == len(self.blocks) else None,
+            "sim_latency_us": sum(simulated) if len(simulated) == len(main) else None,
         }
 
 
 def summarize_fused(model: onnx.ModelProto) -> FusedSummary | None:
     """The summary of ``model``, or None when it holds no MLUFusionBlock node."""
-    if not any(is_fusion_block(n) for n in model.graph.node):
+    blocks = [_block_row(n, "" if g is model.graph else g.name)
+              for g in iter_graphs(model.graph) for n in g.node if is_fusion_block(n)]
+    if not blocks:
         return None
-    blocks = [_block_row(n) for n in model.graph.node if is_fusion_block(n)]
     host = [{"node": n.name or n.op_type, "op_type": n.op_type, "domain": n.domain or "ai.onnx"}
             for n in model.graph.node if not is_fusion_block(n)]
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
     return FusedSummary(producer, model_metadata(model), blocks, host)
 
 
-def _block_row(node: onnx.NodeProto) -> BlockRow:
+def _block_row(node: onnx.NodeProto, graph: str) -> BlockRow:
     body = body_model(node)  # digest and file references checked
     attrs = {a.name: a for a in node.attribute}
     layers = attrs.get("layers")
@@ -71,4 +77,5 @@ def _block_row(node: onnx.NodeProto) -> BlockRow:
         layers=len(layers.strings) if layers is not None else len(body.graph.node),
         sim_latency_us=latency.f if latency is not None and latency.type == onnx.AttributeProto.FLOAT else None,
         body_bytes=body.ByteSize(),
+        graph=graph,
     )

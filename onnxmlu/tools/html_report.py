@@ -4,7 +4,8 @@ Everything is inline -- styles in a ``<style>`` element, charts as inline SVG, n
 font, no image file -- so the page opens from disk, offline, and can be mailed as one file.
 Sections: a timeline of the blocks on the simulated accelerator (each bar as wide as the
 block's simulated latency, coloured by its MP), the per-block table, the host nodes with their
-reasons, coverage figures, and, where the report has them, the ``--precision auto`` latency /
+reasons, coverage figures, the blocks inside host control flow (If branches, Loop/Scan
+bodies), and, where the report has them, the ``--precision auto`` latency /
 accuracy chart of the plans considered and the check's results.
 
 The input is a report dict: the ``fuse`` report (``FuseResult.to_dict()``) for a model fused
@@ -39,11 +40,14 @@ def write_report(report: dict, path: str | Path, title: str) -> Path:
 
 
 def render(report: dict, title: str) -> str:
-    blocks = [_block(b) for b in report.get("blocks", [])]
+    blocks = [_block(b) for b in report.get("blocks", []) if not b.get("graph")]
     parts = [_header(report, title, blocks), _section("Timeline (simulated accelerator)", _timeline(blocks)),
              _section("Blocks", _block_table(blocks)),
              _section("Host nodes", _host_table(report.get("host_nodes", []))),
              _section("Coverage", _coverage(report, blocks))]
+    inside = _inside_control_flow(report)
+    if inside:
+        parts.append(_section("Blocks inside control flow (If branches, Loop and Scan bodies)", inside))
     auto = report.get("auto")
     if auto:
         parts.append(_section("--precision auto: plans considered", _pareto(auto)))
@@ -127,6 +131,22 @@ def _block_table(blocks: list[dict]) -> str:
              "" if b["gops"] is None else f"{b['gops']:.3f}", b["first"], b["last"]] for b in blocks]
     return _table(["block", "mp", "precision", "layers", "sim µs", "GOPs", "first layer", "last layer"], rows,
                   {1, 3, 4, 5}, "blocks")
+
+
+def _inside_control_flow(report: dict) -> str:
+    """The blocks of host control flow's subgraphs: per subgraph of a ``fuse`` report
+    (``branches``), or per block of an ``inspect-fused`` report (``graph`` set); "" for none."""
+    if report.get("branches"):
+        rows = [[b["graph"], b["op_type"], "–" if b["runs"] is None else b["runs"], len(b["blocks"]),
+                 f"{b['sim_latency_us']:.1f}"] for b in report["branches"]]
+        return _table(["subgraph", "op", "runs per run of its graph", "blocks", "sim µs per run"], rows,
+                      {2, 3, 4}, "branches")
+    nested = [b for b in report.get("blocks", []) if b.get("graph")]
+    if not nested:
+        return ""
+    rows = [[b["graph"], b["block"], b.get("mp"), b.get("precision", "fp32"),
+             "–" if b.get("sim_latency_us") is None else f"{b['sim_latency_us']:.1f}"] for b in nested]
+    return _table(["subgraph", "block", "mp", "precision", "sim µs"], rows, {2, 4}, "branches")
 
 
 def _host_table(host_nodes: list[dict]) -> str:

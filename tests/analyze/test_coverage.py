@@ -42,14 +42,26 @@ def _model():
 def test_heavy_nodes_on_the_host_are_listed_with_their_reasons():
     result = api.fuse(_model())
     cov = result.coverage
+    assert (cov.heavy_nodes, cov.heavy_in_blocks) == (4, 3)  # the branches' MatMuls are in their own blocks
+    assert cov.heavy_share == pytest.approx(0.75)
+    rows = {row["node"]: row for row in cov.heavy_on_host}
+    assert set(rows) == {"fmm"}
+    assert "outside the standard domain" in rows["fmm"]["reason"] and rows["fmm"]["graph"] == ""
+    assert cov.unpriced == 1 and cov.gops_share == 1.0  # the priced heavy work is all in blocks
+    assert result.to_dict()["coverage"]["heavy_share"] == pytest.approx(0.75)
+
+
+def test_heavy_nodes_of_a_subgraph_left_on_the_host_name_their_parent(monkeypatch):
+    """A subgraph the branches pass leaves alone counts as host work, with its parent's reason."""
+    from onnxmlu.collapse import branches
+
+    monkeypatch.setattr(branches, "CONTROL_FLOW", frozenset())  # no subgraph is lifted
+    cov = api.fuse(_model()).coverage
     assert (cov.heavy_nodes, cov.heavy_in_blocks) == (4, 1)
-    assert cov.heavy_share == pytest.approx(0.25)
     rows = {row["node"]: row for row in cov.heavy_on_host}
     assert set(rows) == {"then_mm", "else_mm", "fmm"}
     assert rows["then_mm"]["graph"] == "then" and "inside if (If)" in rows["then_mm"]["reason"]
-    assert "outside the standard domain" in rows["fmm"]["reason"] and rows["fmm"]["graph"] == ""
-    assert cov.unpriced == 3 and cov.gops_share == 1.0  # the priced heavy work is all in blocks
-    assert result.to_dict()["coverage"]["heavy_share"] == pytest.approx(0.25)
+    assert cov.unpriced == 3
 
 
 def test_an_unnamed_node_is_labelled_by_its_output():

@@ -6,7 +6,8 @@ ConstantOfShape/Unsqueeze/Expand chains, shape arithmetic on a symbolic batch, L
 branches of a main graph stored out of topological order (branch weights from outer-scope
 Constants), onnxruntime-quantized graphs (QOperator, QDQ and dynamic quantization, com.microsoft
 contrib ops), a float16 model, onnxruntime's own LayerNormalization in an opset-14 model, a
-200-step bidirectional LSTM and a string input. :data:`BUILDERS` maps a name to
+200-step bidirectional LSTM, a string input, a ``torch.cond``-style ``If`` between two CNN
+heads, and a Keras LSTM as tf2onnx writes it (a ``Loop`` over a symbolic length). :data:`BUILDERS` maps a name to
 its builder; ``corpus.py`` caches the built files next to the downloaded ones.
 """
 
@@ -337,9 +338,105 @@ def string_input_mlp() -> onnx.ModelProto:
     return _model(graph)
 
 
+def _conv_branch(tag: str, first: str, second: str, activation: str, pool: bool) -> onnx.GraphProto:
+    """Conv(first) -> activation -> [MaxPool] -> Conv(second) -> Relu -> GAP -> Flatten -> MatMul(fc_TAG)."""
+    a, b = f"{tag}_a", f"{tag}_b"
+    nodes = [helper.make_node("Conv", ["x", first], [f"{a}_c"], pads=[1, 1, 1, 1]),
+             helper.make_node(activation, [f"{a}_c"], [f"{a}_r"]),
+             *([helper.make_node("MaxPool", [f"{a}_r"], [f"{a}_p"], kernel_shape=[2, 2], strides=[2, 2])] if pool else []),
+             helper.make_node("Conv", [f"{a}_p" if pool else f"{a}_r", second], [f"{b}_c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", [f"{b}_c"], [f"{b}_r"]),
+             helper.make_node("GlobalAveragePool", [f"{b}_r"], [f"{b}_g"]),
+             helper.make_node("Flatten", [f"{b}_g"], [f"{b}_f"]),
+             helper.make_node("MatMul", [f"{b}_f", f"fc_{tag}"], [f"y_{tag}"])]
+    return helper.make_graph(nodes, f"{tag}_branch", [], [helper.make_tensor_value_info(f"y_{tag}", FLOAT, None)])
+
+
+def cond_conv_branches() -> onnx.ModelProto:
+    """``torch.cond``-style: ``If(mean(x) > 0)`` chooses between two small CNN heads, each a pair
+    of convolutions and a classifier. The then-branch reads the main graph's initializers from
+    the outer scope; the else-branch holds its weights in Constant nodes of its own."""
+    rng = np.random.default_rng(11)
+    then_g = _conv_branch("t", "wt1", "wt2", "Relu", pool=False)
+    else_g = _conv_branch("e", "we1", "we2", "Sigmoid", pool=True)
+    own = [_const("we1", _rand(rng, 8, 3, 3, 3, scale=0.3)), _const("we2", _rand(rng, 8, 8, 3, 3, scale=0.2)),
+           _const("fc_e", _rand(rng, 8, 10, scale=0.5))]
+    body = list(else_g.node)
+    del else_g.node[:]
+    else_g.node.extend([*own, *body])
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], keepdims=0),
+             helper.make_node("Greater", ["mean", "zero"], ["positive"]),
+             helper.make_node("If", ["positive"], ["logits"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "cond_conv_branches", [helper.make_tensor_value_info("x", FLOAT, ["N", 3, 32, 32])],
+        [helper.make_tensor_value_info("probs", FLOAT, ["N", 10])],
+        [_init("zero", np.float32(0)), _init("wt1", _rand(rng, 8, 3, 3, 3, scale=0.3)),
+         _init("wt2", _rand(rng, 8, 8, 3, 3, scale=0.2)), _init("fc_t", _rand(rng, 8, 10, scale=0.5))])
+    return _model(graph)
+
+
+def _lstm_cell_body(hidden: int) -> onnx.GraphProto:
+    """tf2onnx's while-loop body of a Keras LSTM: gates from x_t (gathered from the outer
+    sequence at the iteration number) and h, Split in four, then c and h; the condition is
+    computed from the counter, the new h is also a scan output."""
+    nodes = [helper.make_node("Gather", ["seq", "i"], ["x_t"], axis=0),
+             helper.make_node("MatMul", ["x_t", "kernel"], ["xk"]),
+             helper.make_node("MatMul", ["h", "recurrent"], ["hk"]),
+             helper.make_node("Add", ["xk", "hk"], ["z0"]),
+             helper.make_node("Add", ["z0", "bias"], ["z"]),
+             helper.make_node("Split", ["z"], ["zi", "zf", "zc", "zo"], axis=1),
+             helper.make_node("Sigmoid", ["zi"], ["gi"]), helper.make_node("Sigmoid", ["zf"], ["gf"]),
+             helper.make_node("Tanh", ["zc"], ["gc"]), helper.make_node("Sigmoid", ["zo"], ["go"]),
+             helper.make_node("Mul", ["gf", "c"], ["fc"]), helper.make_node("Mul", ["gi", "gc"], ["ic"]),
+             helper.make_node("Add", ["fc", "ic"], ["c_next"]),
+             helper.make_node("Tanh", ["c_next"], ["tc"]), helper.make_node("Mul", ["go", "tc"], ["h_next"]),
+             helper.make_node("Add", ["i", "one"], ["i_next"]),
+             helper.make_node("Less", ["i_next", "steps"], ["cond_next"]),
+             helper.make_node("Identity", ["h_next"], ["h_seq"])]
+    inputs = [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+              helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+              helper.make_tensor_value_info("h", FLOAT, ["N", hidden]), helper.make_tensor_value_info("c", FLOAT, ["N", hidden])]
+    outputs = [helper.make_tensor_value_info("cond_next", TensorProto.BOOL, []),
+               helper.make_tensor_value_info("h_next", FLOAT, ["N", hidden]),
+               helper.make_tensor_value_info("c_next", FLOAT, ["N", hidden]),
+               helper.make_tensor_value_info("h_seq", FLOAT, ["N", hidden])]
+    return helper.make_graph(nodes, "lstm_while_body", inputs, outputs)
+
+
+def keras_lstm_loop() -> onnx.ModelProto:
+    """A Keras LSTM as tf2onnx converts it: the sequence [N, T, F] transposed to time major, a
+    ``Loop`` over its symbolic length with zero initial states sized from the batch, the cell
+    math in the body, then a Dense + Softmax on the last h."""
+    rng = np.random.default_rng(12)
+    hidden, feat = 16, 12
+    nodes = [helper.make_node("Transpose", ["x"], ["seq"], perm=[1, 0, 2]),
+             helper.make_node("Shape", ["seq"], ["seq_shape"]),
+             helper.make_node("Gather", ["seq_shape", "zero_i"], ["steps"], axis=0),
+             helper.make_node("Gather", ["seq_shape", "one_v"], ["batch"], axis=0),
+             helper.make_node("Concat", ["batch", "hidden_v"], ["state_shape"], axis=0),
+             helper.make_node("ConstantOfShape", ["state_shape"], ["zeros"],
+                              value=numpy_helper.from_array(np.zeros(1, np.float32))),
+             helper.make_node("Loop", ["steps", "true", "zeros", "zeros"], ["h_last", "c_last", "hs"],
+                              body=_lstm_cell_body(hidden)),
+             helper.make_node("MatMul", ["h_last", "dense"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=1)]
+    inits = [_init("zero_i", np.array(0, np.int64)), _init("one_v", np.array([1], np.int64)),
+             _init("hidden_v", np.array([hidden], np.int64)), _init("true", np.array(True)),
+             _init("one", np.array(1, np.int64)), _init("kernel", _rand(rng, feat, 4 * hidden, scale=0.3)),
+             _init("recurrent", _rand(rng, hidden, 4 * hidden, scale=0.3)), _init("bias", _rand(rng, 4 * hidden)),
+             _init("dense", _rand(rng, hidden, 5, scale=0.5))]
+    graph = helper.make_graph(
+        nodes, "keras_lstm_loop", [helper.make_tensor_value_info("x", FLOAT, ["N", "T", feat])],
+        [helper.make_tensor_value_info("probs", FLOAT, ["N", 5]),
+         helper.make_tensor_value_info("hs", FLOAT, ["T", "N", hidden])], inits)
+    return _model(graph)
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
               lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm, ort_qdq_cnn, fp16_conv_chain,
-              ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp)
+              ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
+              keras_lstm_loop)
 }  # fmt: skip

@@ -192,6 +192,10 @@ MODELS: list[ModelCase] = [
     _case("built_layernorm14", "built", "ort_optimized_layernorm14", classes=("ort-optimizer", "opset14")),
     _case("built_long_bilstm", "built", "long_bidirectional_lstm", classes=("lstm", "bidirectional", "long")),
     _case("built_string_input", "built", "string_input_mlp", classes=("string-input",), values={"text": "hello"}),
+    _case("built_cond_convs", "built", "cond_conv_branches", {"x": [2, 3, 32, 32]},
+          ("control-flow", "torch-cond", "outer-scope-weights", "symbolic-dims")),
+    _case("built_keras_lstm_loop", "built", "keras_lstm_loop", {"x": [2, 20, 12]},
+          ("control-flow", "loop-recurrence", "tf2onnx", "symbolic-dims")),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)
