@@ -60,7 +60,7 @@ from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile, profile_plan
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike, plan_layers
 from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
-from onnxmlu.rewrite import RewriteReport, rewrite_owned
+from onnxmlu.rewrite import RewriteReport, rewrite_owned, selected_rewriters
 from onnxmlu.schema import ensure_registered
 
 if TYPE_CHECKING:
@@ -250,7 +250,9 @@ class Rewrite:
     name = "rewrite"
 
     def label(self, ctx: Context) -> str:
-        return "rewriting BN, Gemm, RNN" if ctx.options.rewrite else "rewriting: off"
+        if not ctx.options.rewrite:
+            return "rewriting: off"
+        return f"rewriting {', '.join(selected_rewriters(ctx.options.only))}"  # the registry's names
 
     def run(self, ctx: Context) -> None:
         if ctx.options.rewrite:

@@ -6,8 +6,11 @@ to be accepted; ``support_reason`` gives the reason a node stays on the host, or
 
 What stays on the host, and why:
 
-* Gemm, LSTM/GRU/RNN and weighted BatchNormalization: the rewriters turn them into primitives
-  first; what is left of them the rewriter could not rewrite (its reason is reported);
+* what a rewriter of :data:`onnxmlu.rewrite.REWRITERS` rewrites (Gemm, LSTM/GRU/RNN,
+  InstanceNormalization, ...): it is turned into primitives first, so what is left of it the
+  rewriter refused, with its reason. No such op is in the table, save BatchNormalization, whose
+  normalization-only form (scale 1, B 0) the accelerator runs while a weighted one is rewritten
+  (``_batchnorm_reason``); tests/test_registries.py keeps the table and the rewriters agreeing;
 * control flow (If/Loop): a block is straight-line code. A ``Scan`` whose body holds only ops
   of this table (the recurrence over time of an LSTM/GRU/RNN of symbolic length) is the
   accelerator running its cell block once per step, and runs in a block;
@@ -45,7 +48,6 @@ OP_KINDS: dict[str, str] = {
     # normalization: BatchNormalization only in its normalization-only form (scale=1, B=0)
     "BatchNormalization": "norm",
     "LRN": "norm",
-    "InstanceNormalization": "norm",
     "LayerNormalization": "norm",
     "GroupNormalization": "norm",
     "MeanVarianceNormalization": "norm",

@@ -45,7 +45,8 @@ from onnxmlu.ir import is_default_domain
 from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, constant_value, detach, node_input
 from onnxmlu.rewrite.base import tensor_dtype, tensor_shape
 
-MODES = ("substitute", "fold")
+#: The BatchNormalization rewrites (``--bn``); the first is the default.
+BN_MODES = ("substitute", "fold")
 PARAM_NAMES = ("scale", "B", "mean", "var")
 
 
@@ -54,8 +55,8 @@ class BatchNormRewriter:
     op_types = ("BatchNormalization",)
 
     def __init__(self, bn_mode: str = "substitute", **_: object) -> None:
-        if bn_mode not in MODES:
-            raise OnnxMluError(f"bn_mode must be one of {', '.join(MODES)}, got {bn_mode!r}")
+        if bn_mode not in BN_MODES:
+            raise OnnxMluError(f"bn_mode must be one of {', '.join(BN_MODES)}, got {bn_mode!r}")
         self.mode = bn_mode
 
     # ------------------------------------------------------------------ check
