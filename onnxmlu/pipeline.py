@@ -223,7 +223,7 @@ def _load_mapped(ctx: Context) -> onnx.ModelProto | None:
     try:
         mapped = MappedModel(ctx.source)
         model = mapped.parse()
-    except Exception:  # noqa: BLE001 - load_model says what is wrong with the file
+    except MappedModel.PARSE_ERRORS:  # load_model says what is wrong with the file
         return None
     if not model.HasField("graph") or not model.graph.node or any(
             t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model.graph)):
