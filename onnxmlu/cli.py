@@ -702,7 +702,7 @@ def compare(
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Simulated latency, FPS and speedup over `none` per strategy (DLFusion Fig. 10).
+    """Simulated latency, FPS and speedup over `none` per strategy ([DLFusion] Fig. 10).
 
     Example: onnxmlu compare --zoo --plot speedup.png
     """

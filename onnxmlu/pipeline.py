@@ -7,8 +7,8 @@
 Every pass has a ``name``, a ``label(ctx)`` (the progress line shown while it runs) and
 ``run(ctx) -> None``: it reads what the passes before it left in the :class:`Context` and
 leaves its own result there. :class:`PassManager` runs a list of passes under *instruments*
-(hooks around the whole run and around each pass, as TVM's ``PassContext`` instruments and
-onnxscript's ``PassManager`` do): the progress line of each pass, the time each pass took
+(hooks around the whole run and around each pass, as TVM's ``PassContext`` instruments [TVM-passes] and
+onnxscript's ``PassManager`` [ONNXScript] do): the progress line of each pass, the time each pass took
 (``Context.pass_seconds``), and Python's cyclic garbage collector paused for the run. The two
 lists differ only in their last pass: ``embed`` puts each block's body into its node in memory
 (:func:`onnxmlu.api.fuse`), ``write`` streams the fused model to a file one body at a time

@@ -41,7 +41,7 @@ from onnxmlu.ir import GraphIndex
 from onnxmlu.ir import is_default_domain, subgraphs
 
 OP_KINDS: dict[str, str] = {
-    # convolution and matrix products (DLFusion Eq. 1-2)
+    # convolution and matrix products ([DLFusion] Eq. 1-2)
     "Conv": "conv",
     "ConvTranspose": "conv",
     "MatMul": "fc",
@@ -173,7 +173,7 @@ def _producer_text(index: GraphIndex, name: str) -> str:
 
 
 def _sizing_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
-    """Conv and MatMul need the dims that set their work per sample (DLFusion Eq. 1-2): a
+    """Conv and MatMul need the dims that set their work per sample ([DLFusion] Eq. 1-2): a
     symbolic or unknown one (beyond the batch) would make the plan price 1x1 images."""
     if node.op_type in MATMUL_OPS:
         needed = [("input", node.input[0], -1), ("output", node.output[0], -1)]

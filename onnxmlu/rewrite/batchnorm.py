@@ -6,7 +6,7 @@ ONNX inference BatchNormalization over channel axis 1::
 
 Modes:
 
-* ``substitute`` (default; Paleozoic's substitution): keep a normalization-only BN
+* ``substitute`` (default; the substitution of [Paleozoic] Eq. 1-2): keep a normalization-only BN
   (scale = 1, B = 0; same mean, var, epsilon) and add a scale layer ``Mul(scale)`` then
   ``Add(B)``, with the parameters reshaped to ``[C, 1, ..., 1]`` so they broadcast on axis 1 of
   a rank-r input (``spatial=0`` of opset 7 already has per-element ``[C, D1, ..., Dn]`` shapes,
