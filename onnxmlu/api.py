@@ -454,7 +454,7 @@ def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Se
             precisions: Sequence[str] = (), accuracy: str | None = None, plot: str | os.PathLike | None = None,
             progress=None) -> CompareReport:
     """Simulated latency of every strategy (``none`` first, the baseline) on ``model`` or, with
-    ``zoo``, on every zoo CNN (DLFusion Fig. 10); a grouped bar chart at ``plot``. Each of
+    ``zoo``, on every zoo CNN ([DLFusion] Fig. 10); a grouped bar chart at ``plot``. Each of
     ``precisions`` (``fp16``, ``int8``) adds a column: every strategy run on the layers at that
     precision and priced at it, beside the FP32 one; ``auto`` adds the joint plan under the
     ``accuracy`` budget (one per network, measured on seeded random samples)."""

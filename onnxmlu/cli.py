@@ -28,6 +28,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewriter_summary
 
 app = typer.Typer(
     name="onnxmlu", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -242,10 +243,10 @@ def _plain(text: str) -> None:
 
 
 OutputArg = Annotated[Path, typer.Argument(help="Where to write the result.", show_default=False)]
-BnOpt = Annotated[str, typer.Option("--bn", help="BatchNormalization rewrite: substitute (norm + Mul + Add) or fold.")]
+_BN_HELP = f"BatchNormalization rewrite: {' or '.join(BN_MODES)} (substitute: norm + Mul + Add)"
+BnOpt = Annotated[str, typer.Option("--bn", help=f"{_BN_HELP}.")]
 FuseBnOpt = Annotated[Optional[str], typer.Option(
-    "--bn", help="BatchNormalization rewrite: substitute (norm + Mul + Add) or fold "
-    "[default: fold under --precision int8/auto, else substitute].", show_default=False)]
+    "--bn", help=f"{_BN_HELP} [default: fold under --precision int8/auto, else substitute].", show_default=False)]
 
 
 # ---- commands -----------------------------------------------------------------------------
@@ -507,7 +508,8 @@ def _show_check(report) -> None:
 def inspect(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
-    rewrite: Annotated[bool, typer.Option("--rewrite/--no-rewrite", help="Rewrite BN/Gemm/RNN first.")] = False,
+    rewrite: Annotated[bool, typer.Option("--rewrite/--no-rewrite",
+                                          help=f"Rewrite first: {rewriter_summary()}.")] = False,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -625,12 +627,13 @@ def rewrite(
     model: ModelArg,
     output: OutputArg,
     bn: BnOpt = "substitute",
-    only: Annotated[Optional[str], _option("--only", help="Comma-separated subset of bn,gemm,rnn,dqlstm.")] = None,
+    only: Annotated[Optional[str], _option("--only",
+                                           help=f"Comma-separated subset of {','.join(REWRITER_NAMES)}.")] = None,
     input_shape: InputShapeOpt = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Rewrite weighted BN, Gemm and LSTM/GRU/RNN into accelerator primitives (no fusion).
+    """Rewrite what the accelerator cannot run into its primitives (no fusion); --only names the rewriters.
 
     Example: onnxmlu rewrite lstm.onnx lstm.rewritten.onnx --only rnn,gemm
     """
@@ -717,7 +720,7 @@ def compare(
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Simulated latency, FPS and speedup over `none` per strategy (DLFusion Fig. 10).
+    """Simulated latency, FPS and speedup over `none` per strategy ([DLFusion] Fig. 10).
 
     Example: onnxmlu compare --zoo --plot speedup.png
     """

@@ -10,8 +10,8 @@
 Every pass has a ``name``, a ``label(ctx)`` (the progress line shown while it runs) and
 ``run(ctx) -> None``: it reads what the passes before it left in the :class:`Context` and
 leaves its own result there. :class:`PassManager` runs a list of passes under *instruments*
-(hooks around the whole run and around each pass, as TVM's ``PassContext`` instruments and
-onnxscript's ``PassManager`` do): the progress line of each pass, the time each pass took
+(hooks around the whole run and around each pass, as TVM's ``PassContext`` instruments [TVM-passes] and
+onnxscript's ``PassManager`` [ONNXScript] do): the progress line of each pass, the time each pass took
 (``Context.pass_seconds``), and Python's cyclic garbage collector paused for the run. The two
 lists differ only in their last pass: ``embed`` puts each block's body into its node in memory
 (:func:`onnxmlu.api.fuse`), ``write`` streams the fused model to a file one body at a time
@@ -66,7 +66,7 @@ from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile, profile_plan
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike, plan_layers
 from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
-from onnxmlu.rewrite import RewriteReport, rewrite_owned
+from onnxmlu.rewrite import RewriteReport, rewrite_owned, selected_rewriters
 from onnxmlu.schema import ensure_registered
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ def _load_mapped(ctx: Context) -> onnx.ModelProto | None:
     try:
         mapped = MappedModel(ctx.source)
         model = mapped.parse()
-    except Exception:  # noqa: BLE001 - load_model says what is wrong with the file
+    except MappedModel.PARSE_ERRORS:  # load_model says what is wrong with the file
         return None
     if not model.HasField("graph") or not model.graph.node or any(
             t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model.graph)):
@@ -257,7 +257,9 @@ class Rewrite:
     name = "rewrite"
 
     def label(self, ctx: Context) -> str:
-        return "rewriting BN, Gemm, RNN" if ctx.options.rewrite else "rewriting: off"
+        if not ctx.options.rewrite:
+            return "rewriting: off"
+        return f"rewriting {', '.join(selected_rewriters(ctx.options.only))}"  # the registry's names
 
     def run(self, ctx: Context) -> None:
         if ctx.options.rewrite:

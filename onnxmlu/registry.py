@@ -2,7 +2,7 @@
 
 A :class:`Registry` is a dict of name -> object that refuses a second object under a name
 already taken and says which names exist when asked for an unknown one (Polygraphy's tool
-registry). Built-in entries are listed in the module that owns them, in their order.
+registry [Polygraphy]). Built-in entries are listed in the module that owns them, in their order.
 """
 
 from __future__ import annotations

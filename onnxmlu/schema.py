@@ -280,7 +280,7 @@ def _digest_value(attr: onnx.AttributeProto):
         return attr.i
     try:
         return onnx.helper.get_attribute_value(attr)
-    except Exception:  # noqa: BLE001 - an attribute without a type: show that
+    except ValueError:  # an attribute without a type: show that
         return None
 
 

@@ -10,7 +10,7 @@ cells. Shares:
 
 * ``heavy_share = heavy nodes in blocks / heavy nodes`` (1.0 for a model without any);
 * ``gops_share = heavy GOPs in blocks / (heavy GOPs in blocks + GOPs of the heavy host
-  nodes)``, the host nodes priced like layers (DLFusion Eq. 1-2) where their op and sizes
+  nodes)``, the host nodes priced like layers ([DLFusion] Eq. 1-2) where their op and sizes
   allow; the others (a Gemm or LSTM the rewriters refused, a node in a branch) are counted in
   ``unpriced`` and left out of the share.
 

@@ -7,7 +7,7 @@ become :class:`~onnxmlu.plan.perf.layers.Layer` records; consecutive ones share 
 
 Operation counts (``ops``; GOPs = ops / 1e9), with N the batch and symbolic dims taken as 1:
 
-* Conv (DLFusion Eq. 1): ``2 * N * H_out * W_out * K_h * K_w * C_in/groups * C_out``
+* Conv ([DLFusion] Eq. 1): ``2 * N * H_out * W_out * K_h * K_w * C_in/groups * C_out``
 * ConvTranspose: ``2 * N * H_in * W_in * K_h * K_w * C_in * C_out/groups`` (per input pixel)
 * MatMul (Eq. 2): ``2 * M * K * N``, batch dimensions folded into M
 * element-wise and normalization: one op per output element (BN-norm: two, sub and mul)

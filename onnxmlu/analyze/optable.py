@@ -6,8 +6,11 @@ to be accepted; ``support_reason`` gives the reason a node stays on the host, or
 
 What stays on the host, and why:
 
-* Gemm, LSTM/GRU/RNN and weighted BatchNormalization: the rewriters turn them into primitives
-  first; what is left of them the rewriter could not rewrite (its reason is reported);
+* what a rewriter of :data:`onnxmlu.rewrite.REWRITERS` rewrites (Gemm, LSTM/GRU/RNN,
+  InstanceNormalization, ...): it is turned into primitives first, so what is left of it the
+  rewriter refused, with its reason. No such op is in the table, save BatchNormalization, whose
+  normalization-only form (scale 1, B 0) the accelerator runs while a weighted one is rewritten
+  (``_batchnorm_reason``); tests/test_registries.py keeps the table and the rewriters agreeing;
 * control flow (If/Loop): a block is straight-line code. A ``Scan`` whose body holds only ops
   of this table (the recurrence over time of an LSTM/GRU/RNN of symbolic length) is the
   accelerator running its cell block once per step, and runs in a block;
@@ -38,14 +41,13 @@ from onnxmlu.ir import GraphIndex
 from onnxmlu.ir import is_default_domain, subgraphs
 
 OP_KINDS: dict[str, str] = {
-    # convolution and matrix products (DLFusion Eq. 1-2)
+    # convolution and matrix products ([DLFusion] Eq. 1-2)
     "Conv": "conv",
     "ConvTranspose": "conv",
     "MatMul": "fc",
     # normalization: BatchNormalization only in its normalization-only form (scale=1, B=0)
     "BatchNormalization": "norm",
     "LRN": "norm",
-    "InstanceNormalization": "norm",
     "LayerNormalization": "norm",
     "GroupNormalization": "norm",
     "MeanVarianceNormalization": "norm",
@@ -171,7 +173,7 @@ def _producer_text(index: GraphIndex, name: str) -> str:
 
 
 def _sizing_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
-    """Conv and MatMul need the dims that set their work per sample (DLFusion Eq. 1-2): a
+    """Conv and MatMul need the dims that set their work per sample ([DLFusion] Eq. 1-2): a
     symbolic or unknown one (beyond the batch) would make the plan price 1x1 images."""
     if node.op_type in MATMUL_OPS:
         needed = [("input", node.input[0], -1), ("output", node.output[0], -1)]

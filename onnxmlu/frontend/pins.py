@@ -3,7 +3,7 @@
 A model's symbolic dims stay symbolic in the fused model (docs/architecture.md, "Dynamic
 shapes"). ``--input-shape`` only says at which concrete sizes the planner prices the layers
 and the shape probe runs, and over which range the user means to run the model, as a
-TensorRT optimization profile does (min / opt / max per dim):
+TensorRT optimization profile does [TensorRT-profiles] (min / opt / max per dim):
 
     NAME:1,3,48,320            every dim pinned: opt = min = max
     NAME:1,3,48,160..1280      a range: min 160, max 1280, opt = min

@@ -233,7 +233,7 @@ def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weight
     keys = defaulted_keys(model, pins)
     if not [k for k in keys if not k.endswith(":0")] or tensor_payload_bytes(model) > PROBE_MAX_BYTES:
         return shapes
-    session = _zeros_runner(model, weights, values)
+    session = _zeros_runner(model, weights, values, note)
     if session is None or session(shapes) is None:
         return shapes
     for size in FALLBACK_SIZES:
@@ -261,10 +261,10 @@ def _shapes_text(shapes: dict[str, list[int]]) -> str:
     return " ".join(f"{name}:{','.join(map(str, dims))}" for name, dims in shapes.items())
 
 
-def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: dict[str, np.ndarray]):
+def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: dict[str, np.ndarray], note: Note):
     """A function running ``model`` on zeros of the given input shapes (the user's ``values``
     where their shape is the one asked): None when it runs, else onnxruntime's one-line
-    reason; None itself when no session can be made."""
+    reason; None itself when no session can be made (a diagnostic says why)."""
     import onnxruntime as ort
 
     types = _feed_types(model)
@@ -276,7 +276,9 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: d
     try:
         session = ort.InferenceSession(_with_weights(model, weights).SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
-    except Exception:  # noqa: BLE001 - no session: the shapes stay as the defaults say
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, recorded: the defaults stand untried
+        note(Diagnostic("normalize", "default-shape", "", "the default sizes of the symbolic dims could not be "
+                        f"tried (no onnxruntime session: {first_line(exc)}); pass --input-shape"))
         return None
 
     quiet = ort.RunOptions()

@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx.checker import ValidationError
+from onnx.shape_inference import InferenceError
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from onnxmlu.ir.graphs import iter_graphs, node_subgraphs, sort_graphs
@@ -50,8 +52,8 @@ def inferred_graphs(model: onnx.ModelProto) -> list[onnx.GraphProto] | None:
     for data_prop in (True, False):
         try:
             inferred = onnx.shape_inference.infer_shapes(skel, data_prop=data_prop)
-        except Exception:  # noqa: BLE001 - inference is an aid here, never a requirement
-            continue
+        except (InferenceError, ValidationError, RuntimeError):  # an aid: a rewriter that needs a
+            continue  # shape inference did not give refuses the node, and says so
         return list(iter_graphs(inferred.graph))
     return None
 

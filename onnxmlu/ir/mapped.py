@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 
 try:  # numpy >= 2.0
     from numpy.lib.array_utils import byte_bounds
@@ -52,6 +53,11 @@ _PAGE = mmap.PAGESIZE
 class MappedModel:
     """One model file, mapped read-only; :meth:`parse` builds its tree."""
 
+    #: What opening and parsing a file that holds no readable model raises: the file system's
+    #: errors (an empty file cannot be mapped: ValueError), a field that runs past the end
+    #: (ValueError, or IndexError inside a varint), protobuf's DecodeError.
+    PARSE_ERRORS = (OSError, ValueError, IndexError, DecodeError)
+
     def __init__(self, path: str | os.PathLike) -> None:
         with open(path, "rb") as handle:
             self.map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
@@ -61,7 +67,7 @@ class MappedModel:
 
     def parse(self) -> onnx.ModelProto:
         """The model the file holds (as ``onnx.load`` without external data would give it);
-        raises what protobuf raises on a damaged file."""
+        raises one of :attr:`PARSE_ERRORS` on a damaged file."""
         model = onnx.ModelProto()
         view = memoryview(self.map)
         try:

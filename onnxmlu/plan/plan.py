@@ -5,7 +5,7 @@ A plan is the contract between a strategy and ``collapse``. Block ``i`` covers l
 at ``mp`` cores. A valid plan covers every layer exactly once, in order, never spans two
 segments (runs of supported nodes separated by host nodes) and uses 1 <= mp <= cores.
 
-Plans serialize to JSON so users can write or edit them by hand (Paleozoic's "set MP and
+Plans serialize to JSON so users can write or edit them by hand ([Paleozoic]: "set MP and
 fusion yourself" interface)::
 
     {"format": "onnxmlu-plan", "version": 1, "strategy": "dlfusion", "hardware": "mlu100",

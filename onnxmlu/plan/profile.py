@@ -1,7 +1,7 @@
 """One plan over a range of shapes: its simulated latency at the ends of an input profile.
 
 ``--input-shape`` ranges (``MIN..MAX``, ``MIN/OPT/MAX``, :mod:`onnxmlu.frontend.pins`) are
-TensorRT-style optimization profiles: the plan is chosen at ``opt`` and the fused model is
+TensorRT-style optimization profiles [TensorRT-profiles]: the plan is chosen at ``opt`` and the fused model is
 valid over the whole range (its graph keeps the symbolic dims). The planner makes one plan,
 not one per shape bucket: every block is one node whose body runs at every size, so a second
 plan would mean a second model. What the range changes is reported instead: the plan's

@@ -1,15 +1,11 @@
 """Rewrite what the accelerator cannot run into its primitives (pipeline stage "rewrite").
 
 ``rewrite_model`` runs the rewriters of :data:`REWRITERS`, in that order, over the model and
-all its subgraphs and returns a new model plus a :class:`RewriteReport`:
+all its subgraphs and returns a new model plus a :class:`RewriteReport`. :data:`REWRITERS` is
+the one list of them: the CLI's help, the pass's progress line, the JSON schema and the docs
+read it (``rewriter_summary``), so adding a rewriter is its module, its entry here and its test.
 
-* ``bn``   weighted BatchNormalization -> BN-norm + Mul + Add (or folded, ``bn_mode="fold"``);
-* ``gemm`` Gemm -> (Transpose) MatMul (+ Mul) (+ Add), constants pre-transposed and pre-scaled;
-* ``rnn``  LSTM / GRU / RNN -> unrolled per-step cells of MatMul/Add/Mul/activations;
-* ``dqlstm`` com.microsoft DynamicQuantizeLSTM -> the same cells with INT8 products
-  (DynamicQuantizeLinear + MatMulInteger), as onnxruntime computes them.
-
-Each family lives in its own module whose docstring states the maths; ``base`` holds the
+Each rewriter lives in its own module whose docstring states the maths; ``base`` holds the
 rewriter protocol and the driver. Nodes a rewriter refuses stay on the host; each is a
 :class:`~onnxmlu.diagnostics.Diagnostic` in ``RewriteReport.skipped`` with the reason.
 """
@@ -26,30 +22,46 @@ from onnxmlu.ir.graphsurgeon import export_model, import_graph
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.registry import Registry
 from onnxmlu.rewrite.base import NameAllocator, RewriteContext, RewriteReport, constant_value, in_domain, run_rewriter
-from onnxmlu.rewrite.batchnorm import BatchNormRewriter
+from onnxmlu.rewrite.batchnorm import BN_MODES, BatchNormRewriter
 from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
+from onnxmlu.rewrite.instancenorm import InstanceNormRewriter
 from onnxmlu.rewrite.rnn import RecurrentRewriter
 
 __all__ = [
+    "BN_MODES",
     "REWRITERS",
     "REWRITER_NAMES",
     "RewriteReport",
     "constant_value",
     "rewrite_model",
     "rewrite_owned",
+    "rewriter_summary",
+    "selected_rewriters",
+    "rewritten_ops",
 ]
 
 #: name -> rewriter class (called with the rewrite options); they run in this order.
 REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("gemm", GemmRewriter),
                                                   ("rnn", RecurrentRewriter),
-                                                  ("dqlstm", DynamicQuantizeLSTMRewriter)])
+                                                  ("dqlstm", DynamicQuantizeLSTMRewriter),
+                                                  ("instancenorm", InstanceNormRewriter)])
 REWRITER_NAMES = REWRITERS.names()
 
-BN_MODES = ("substitute", "fold")
+
+def rewritten_ops() -> dict[str, tuple[str, ...]]:
+    """rewriter name -> the op types it rewrites, ``domain::op`` outside the standard domain."""
+    return {name: tuple(f"{r.domain}::{op}" if getattr(r, "domain", "") else op for op in r.op_types)
+            for name, r in REWRITERS.items()}
 
 
-def _selected(only: Collection[str] | None) -> tuple[str, ...]:
+def rewriter_summary(separator: str = ", ") -> str:
+    """The rewriters and what each rewrites, as one line for help texts and labels."""
+    return separator.join(f"{name} ({'/'.join(ops)})" for name, ops in rewritten_ops().items())
+
+
+def selected_rewriters(only: Collection[str] | None) -> tuple[str, ...]:
+    """The rewriters ``only`` names (all when None), in the order they run."""
     if only is None:
         return REWRITER_NAMES
     if isinstance(only, str):
@@ -64,7 +76,7 @@ def _selected(only: Collection[str] | None) -> tuple[str, ...]:
 
 def rewrite_model(model: onnx.ModelProto, *, bn_mode: str = "substitute",
                   only: Collection[str] | None = None) -> tuple[onnx.ModelProto, RewriteReport]:
-    """Rewrite BN / Gemm / LSTM-GRU-RNN nodes into accelerator primitives; ``model`` is not
+    """Run the rewriters of :data:`REWRITERS` over ``model``, which is not
     modified (when nothing applies the returned model is an unchanged copy).
 
     ``only`` restricts the rewriters (names from :data:`REWRITER_NAMES`); ``bn_mode`` is
@@ -82,7 +94,7 @@ def rewrite_owned(model: onnx.ModelProto, *, bn_mode: str = "substitute", only: 
     and receives the large constants the rewriters make."""
     if bn_mode not in BN_MODES:
         raise OnnxMluError(f"bn_mode must be one of {', '.join(BN_MODES)}, got {bn_mode!r}")
-    names = _selected(only)
+    names = selected_rewriters(only)
     report = RewriteReport(applied={n: 0 for n in names})
     opset = opset_version(model)
     rewriters = {name: REWRITERS.get(name)(bn_mode=bn_mode) for name in names}

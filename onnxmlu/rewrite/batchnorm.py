@@ -6,7 +6,7 @@ ONNX inference BatchNormalization over channel axis 1::
 
 Modes:
 
-* ``substitute`` (default; Paleozoic's substitution): keep a normalization-only BN
+* ``substitute`` (default; the substitution of [Paleozoic] Eq. 1-2): keep a normalization-only BN
   (scale = 1, B = 0; same mean, var, epsilon) and add a scale layer ``Mul(scale)`` then
   ``Add(B)``, with the parameters reshaped to ``[C, 1, ..., 1]`` so they broadcast on axis 1 of
   a rank-r input (``spatial=0`` of opset 7 already has per-element ``[C, D1, ..., Dn]`` shapes,
@@ -45,7 +45,8 @@ from onnxmlu.ir import is_default_domain
 from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, constant_value, detach, node_input
 from onnxmlu.rewrite.base import tensor_dtype, tensor_shape
 
-MODES = ("substitute", "fold")
+#: The BatchNormalization rewrites (``--bn``); the first is the default.
+BN_MODES = ("substitute", "fold")
 PARAM_NAMES = ("scale", "B", "mean", "var")
 
 
@@ -54,8 +55,8 @@ class BatchNormRewriter:
     op_types = ("BatchNormalization",)
 
     def __init__(self, bn_mode: str = "substitute", **_: object) -> None:
-        if bn_mode not in MODES:
-            raise OnnxMluError(f"bn_mode must be one of {', '.join(MODES)}, got {bn_mode!r}")
+        if bn_mode not in BN_MODES:
+            raise OnnxMluError(f"bn_mode must be one of {', '.join(BN_MODES)}, got {bn_mode!r}")
         self.mode = bn_mode
 
     # ------------------------------------------------------------------ check

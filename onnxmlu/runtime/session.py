@@ -51,10 +51,18 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 import onnx
+import onnx.parser
 import onnxruntime as ort
+from google.protobuf import json_format, text_format
+from google.protobuf.message import EncodeError
+from google.protobuf.message import Error as ProtobufError
 
 from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.ir import is_fusion_block
+
+#: What ``onnx.load`` raises on a path that holds no model it can read: the file system's
+#: errors, protobuf's (binary, text and JSON formats), onnx's text parser's, ValueError.
+_UNREADABLE = (OSError, ValueError, ProtobufError, text_format.Error, json_format.Error, onnx.parser.ParseError)
 
 #: Environment variable that points at another build of the library (e.g. the ASan one).
 LIBRARY_ENV = "ONNXMLU_CUSTOM_OPS_LIBRARY"
@@ -222,7 +230,7 @@ def _rewritable_proto(model: ModelArg) -> onnx.ModelProto | None:
             if os.path.getsize(model) > _MAX_REWRITE_BYTES:
                 return None
             proto = onnx.load(os.fspath(model), load_external_data=False)
-        except Exception:  # noqa: BLE001 - onnxruntime gives the user the real error
+        except _UNREADABLE:  # not a model this reads: onnxruntime gives the user the real error
             return None
     elif isinstance(model, onnx.ModelProto):
         proto = model
@@ -232,7 +240,7 @@ def _rewritable_proto(model: ModelArg) -> onnx.ModelProto | None:
         return None
     try:
         return proto if proto.ByteSize() <= _MAX_REWRITE_BYTES else None
-    except Exception:  # noqa: BLE001 - protobuf refuses sizes above 2 GB
+    except EncodeError:  # protobuf refuses sizes above 2 GB
         return None
 
 

@@ -1,7 +1,7 @@
 """Charts for reports (matplotlib, the optional ``plot`` extra).
 
 * :func:`speedup_chart`: grouped bars of speedup over ``none`` per network and strategy,
-  the layout of DLFusion's Fig. 10;
+  the layout of [DLFusion] Fig. 10;
 * :func:`plan_chart`: one bar per block, width = simulated latency, coloured and labelled
   with its MP;
 * :func:`pareto_chart`: the plans ``--precision auto`` considered, simulated latency against

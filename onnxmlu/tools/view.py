@@ -156,9 +156,11 @@ def _open(page, address, timeout_ms: float) -> list[str]:
     """Load Netron's page, get past its cookie consent, wait for the graph; the box labels."""
     page.goto(f"http://{address[0]}:{address[1]}/", timeout=timeout_ms)
     accept = page.get_by_text("Accept", exact=True)
+    from playwright.sync_api import TimeoutError as NoSuchElement
+
     try:  # Netron asks for cookie consent before it draws the graph
         accept.click(timeout=10_000)
-    except Exception:  # noqa: BLE001 - no consent page to accept
+    except NoSuchElement:  # no consent page to accept
         pass
     page.wait_for_selector("#canvas g.node", timeout=timeout_ms)
     return _box_labels(page)  # op types: read before "Show Names" swaps them for node names

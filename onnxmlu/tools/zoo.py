@@ -1,4 +1,4 @@
-"""The model zoo: the DLFusion benchmark networks built in code with ``onnx.helper``.
+"""The model zoo: the benchmark networks of [DLFusion] built in code with ``onnx.helper``.
 
 ``build_model(name)`` returns a fresh, self-contained ONNX model for one of
 :data:`ZOO_NAMES`, with random but *seeded* weights.  No torch, no downloads: the zoo is

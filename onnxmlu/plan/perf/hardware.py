@@ -2,7 +2,7 @@
 
 A profile is a JSON file in ``onnxmlu/plan/perf/profiles/`` (or any path a user passes). The
 fields under ``"model"`` parametrize :mod:`onnxmlu.plan.perf.model`; the top-level fields are the
-datasheet (MLU100: 32 cores, 1 TFLOPS FP32 / 2 TFLOPS FP16 / 4 TOPS INT8 per core -- DLFusion
+datasheet (MLU100: 32 cores, 1 TFLOPS FP32 / 2 TFLOPS FP16 / 4 TOPS INT8 per core -- [DLFusion]
 Table I's 64 TFLOPS FP16 and 128 TOPS INT8 over 32 cores --, 102.4 GB/s DRAM, 1 GHz).
 """
 

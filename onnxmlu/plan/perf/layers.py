@@ -3,7 +3,7 @@
 A :class:`Layer` is produced by :mod:`onnxmlu.analyze` from a graph and consumed by the
 performance model and the strategies. It carries no onnx objects.
 
-Operation counts follow DLFusion Eq. 1-2 (two operations per multiply-accumulate):
+Operation counts follow [DLFusion] Eq. 1-2 (two operations per multiply-accumulate):
 
 * Conv:  ``ops = 2 * H_out * W_out * K_h * K_w * (C_in / groups) * C_out * N``
 * FC / MatMul: ``ops = 2 * M * K * N`` (batch dimensions folded into M)

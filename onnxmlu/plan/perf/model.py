@@ -7,7 +7,7 @@ network a layer comes from.
 
 Units
 -----
-``Layer.ops`` counts operations as DLFusion Eq. 1-2 do: 2 x MAC.  Rates are per
+``Layer.ops`` counts operations as [DLFusion] Eq. 1-2 do: 2 x MAC.  Rates are per
 microsecond: a core of P TFLOPS runs ``P * 1e6`` ops/µs, a link of B GB/s moves ``B * 1e3``
 bytes/µs.  "MOPs" means 10^6 such operations.  (The paper's Table II totals are
 2 x MAC / 2^30 -- ResNet-18 3.38, ResNet-50 7.62 -- while its section IV.B figures
@@ -16,13 +16,13 @@ bytes/µs.  "MOPs" means 10^6 such operations.  (The paper's Table II totals are
 The block model
 ---------------
 A block (a contiguous run of layers) runs on ``m`` cores, all its layers at the same ``m``
-(so a block whose layers want very different MPs pays for it, DLFusion Fig. 8b).  The
+(so a block whose layers want very different MPs pays for it, [DLFusion] Fig. 8b).  The
 cores form ``g_c`` channel groups x ``g_s = a x b`` spatial tiles; the model prices every
 factorisation of ``m`` and keeps the fastest, as a compiler would.
 
 1. **Work per core.**  Channel groups split each layer's output channels ``C`` (a conv's
    output channels, an FC's output features, an element-wise layer's channels).  A core's
-   slice is never below the partition granule ``G`` (``channel_granule``, DLFusion Fig. 6a):
+   slice is never below the partition granule ``G`` (``channel_granule``, [DLFusion] Fig. 6a):
    its share of the layer is ``max(C/g_c, min(C, G)) / C`` -- 8 groups on a 64-channel layer
    with G = 40 do 40/64 of the layer each, not 1/8.  The floor holds inside fused blocks too
    (without it the optimiser exploits narrow layers).  Spatial tiles split each output map
@@ -36,7 +36,7 @@ factorisation of ``m`` and keeps the fastest, as a compiler would.
    that needs the whole map (FC, global pool, softmax) is computed whole by every tile
    (rho = a).  Layers are taken as a chain in topological order.  Grouped convolutions run
    as dense ones with block-diagonal weights (``grouped_conv_as_dense``: MLU100's CNML had no
-   depthwise kernel, which is also how DLFusion's Table II counts MobileNet at 10.33 GOPs --
+   depthwise kernel, which is also how [DLFusion] Table II counts MobileNet at 10.33 GOPs --
    0.56 with groups).
 
 2. **Compute.**  ``w`` = a core's operations over the block (redundancy included) and
@@ -75,7 +75,7 @@ factorisation of ``m`` and keeps the fastest, as a compiler would.
    byte term above follows: weights re-read by tiles, external inputs, exchanged maps, the
    block's output, the on-chip working set.  Its operations run at the profile's peak for that
    precision ``P_p`` (``peak_tflops_fp16_per_core``, ``peak_tops_int8_per_core``; 2 and 4
-   TOPS for mlu100, DLFusion Table I), matrix and vector layers alike: the speed-up is
+   TOPS for mlu100, [DLFusion] Table I), matrix and vector layers alike: the speed-up is
    ``s = P_p / P``.  The knee is a pipeline depth, that is a time, so it does not move: work
    enters the smooth maximum in FP32-equivalent operations ``w / s``.  A layer far above the
    knee runs ``s`` times faster; a small one gains less, its time being mostly fill.  Blocks
@@ -91,7 +91,7 @@ factorisation of ``m`` and keeps the fastest, as a compiler would.
 Calibration (``mlu100``) and ``OpCount_critical``
 -------------------------------------------------
 One parameter set, fitted with ``scripts/calibrate_model.py`` against the findings of
-``tests/perf/test_paper_findings.py`` (DLFusion section III and Fig. 10): the best fixed MP
+``tests/perf/test_paper_findings.py`` ([DLFusion] Section III and Fig. 10): the best fixed MP
 is ~4 for ResNet-18 and ~16 for VGG-19; the best fusion depth among 16 identical convs shrinks
 as the layer grows; DLFusion beats strategies 1-3, ties 4-5, is 3.6-7.9x over no optimisation
 and within 10 % of the optimum.  The knee (210 MOPs per core) and the per-core dispatch cost
@@ -101,7 +101,7 @@ DRAM cap and the per-layer cost set how slow the unoptimised baseline is.  Margi
 optimum are a few percent, as the paper's own are.  Values (``profiles/mlu100.json``):
 knee 210 MOPs/core (sharpness 6), granule 40 channels, launch 0.5 µs + 6 µs per layer +
 1 µs per extra core, 27 GB/s per core of the 102.4 GB/s DRAM, overlap theta 0.36, grouped
-convs dense; DLFusion's Eq. 5 offset 3.585 and Algorithm 1 threshold 180 MOPs/core.
+convs dense; [DLFusion] Eq. 5 offset 3.585 and Algorithm 1 threshold 180 MOPs/core.
 
 The paper's ``OpCount_critical = 10^1.25 GOPs`` cannot be a per-core count in the units of
 its Table II: ResNet-18 has 3.38 GOPs in total, so Algorithm 1 would never cut and every
@@ -143,7 +143,7 @@ DEFAULT_PARAMS: dict[str, float] = {
     "grouped_conv_as_dense": 1.0,
 }
 
-#: Keys of the ``"model"`` dict that belong to the strategies (DLFusion's Eq. 5, Algorithm 1,
+#: Keys of the ``"model"`` dict that belong to the strategies ([DLFusion] Eq. 5, Algorithm 1,
 #: the searches' block-length bound).
 STRATEGY_PARAMS = frozenset({"eq5_alpha", "eq5_beta", "eq5_offset", "eq5_ops_unit",
                              "algorithm1_critical_mops_per_core", "search_max_block_layers"})

@@ -6,7 +6,7 @@ The registry is explicit (:data:`STRATEGIES`, an :class:`~onnxmlu.registry.Regis
 :func:`register` rejects duplicate names, and :func:`run_strategy` is the one way a strategy
 runs (the pipeline's plan stage uses it too).
 
-Built-in strategies (DLFusion Table III, plus the exact optimum):
+Built-in strategies ([DLFusion] Table III, plus the exact optimum):
 
 =================  ============================================================
 ``none``           1: no fusion, MP = 1                          (basic.py)
@@ -24,7 +24,7 @@ the graph; on every zoo model the result equals the unbounded search).  The boun
 ``max_block_layers`` keyword (0: none) or the profile's ``"search_max_block_layers"``; see
 :mod:`onnxmlu.plan.strategies.search`.
 
-Writing your own (Paleozoic's "set MP and fusion yourself")::
+Writing your own ([Paleozoic]: "set MP and fusion yourself")::
 
     from onnxmlu.plan.strategies import register, run_strategy
     from onnxmlu.plan.plan import plan_from_ranges
@@ -53,7 +53,7 @@ from onnxmlu.registry import Registry
 CostFn = Callable[[Sequence[Layer], int], float]
 Strategy = Callable[[Sequence[Layer], Hardware, CostFn], Plan]
 
-#: name -> strategy: Table III order, then ours, then what users register.
+#: name -> strategy: [DLFusion] Table III order, then ours, then what users register.
 STRATEGIES: Registry[Strategy] = Registry("strategy", [
     ("none", basic.no_fusion), ("fixed-mp", basic.fixed_mp), ("dynamic-mp", basic.dynamic_mp),
     ("all-fusion", basic.all_fusion), ("fusion-fixed-mp", dlfusion.fusion_fixed_mp),

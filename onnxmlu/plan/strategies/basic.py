@@ -1,8 +1,8 @@
-"""Strategies without fusion search: the paper's Table III, strategies 1-4.
+"""Strategies without fusion search: [DLFusion] Table III, strategies 1-4.
 
 * ``none`` (1): every layer is its own block at MP = 1.
 * ``fixed-mp`` (2): no fusion; one MP for every layer -- the one that minimises the model's
-  total latency (the paper's Fig. 5a sweep).
+  total latency ([DLFusion] Fig. 5a sweep).
 * ``dynamic-mp`` (3): no fusion; each layer at its own best MP under the model.
 * ``all-fusion`` (4): every segment (maximal run of accelerator layers) is one block at the
   maximal MP.

@@ -1,6 +1,6 @@
-"""DLFusion's Algorithm 1 (Table III, strategies 5 and 6).
+"""[DLFusion] Algorithm 1 (Table III, strategies 5 and 6).
 
-Per-layer MP (DLFusion Eq. 5).  The paper only states ``MP ∝ α·log2(C) + β·log2(OpCount)``
+Per-layer MP ([DLFusion] Eq. 5).  The paper only states ``MP ∝ α·log2(C) + β·log2(OpCount)``
 with α = 0.316, β = 0.659.  To land in ``[1, cores]`` it needs a unit and an offset::
 
     log2 MP = clip(round(α·log2(C) + β·log2(ops / unit) − b), 0, ⌊log2 cores⌋)
@@ -66,7 +66,7 @@ def opcount_critical(hw: Hardware) -> float:
 
 def op_count(layer: Layer, hw: Hardware) -> float:
     """The op count Algorithm 1 sees: Eq. 1-2, grouped convs as dense where the profile
-    says the hardware runs them so (``dense_grouped_conv``, as DLFusion's Table II counts)."""
+    says the hardware runs them so (``dense_grouped_conv``, as [DLFusion] Table II counts)."""
     if layer.kind == "conv" and (hw.model or {}).get("grouped_conv_as_dense", 1):
         return layer.ops * max(layer.groups, 1)
     return layer.ops

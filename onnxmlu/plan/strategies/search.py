@@ -1,9 +1,9 @@
-"""Search strategies: the paper's reduced brute force (``oracle``) and the exact optimum.
+"""Search strategies: the reduced brute force of [DLFusion] (``oracle``) and the exact optimum.
 
 Latency under the model is a sum over blocks, and a block's latency depends only on its own
 layers and MP.  So the best plan is a shortest path over cut positions: with ``lat[i, j]`` the
 least latency of block ``[i, j)`` over the allowed MPs,
-``best[j] = min_i best[i] + lat[i, j]`` -- instead of the paper's Eq. 4 count of
+``best[j] = min_i best[i] + lat[i, j]`` -- instead of [DLFusion] Eq. 4's count of
 partitions x MPs (8e75 for 50 layers).
 
 Block-length bound.  Pricing every block is O(n^2) blocks (a 5k-node graph took minutes), so
@@ -26,7 +26,7 @@ Blocks longer than L that are not whole segments are the only ones never conside
   (:class:`~onnxmlu.plan.perf.model.ModelCost`) the blocks come from vectorised sweeps in which
   repeated windows of layers are priced once; with any other cost function it calls
   ``cost(block, mp)`` for every block and MP (O(n · L · cores) calls).
-* ``oracle`` (Table III, 7): the paper's reduced brute force, solved exactly by the same DP:
+* ``oracle`` ([DLFusion] Table III, 7): the paper's reduced brute force, solved exactly by the same DP:
   MP in {1, 2, 4, 8, 12, 16, 24, 32} (clipped to the core count) and block sizes that are
   multiples of 4 -- cuts only at every fourth layer of a segment, whose last block may be
   shorter.  Its search space is a subset of ``optimal``'s (same bound), so
