@@ -268,3 +268,14 @@ def test_python_readers_refuse_a_mislabelled_body(precision, tmp_path):
     for good in ("int8", "int8 weights", "fp16"):
         honest = honest_body(good)
         assert body_model(next(n for n in honest.graph.node if is_fusion_block(n))).graph.node
+
+
+def test_the_layout_pass_keeps_a_body_whose_optimized_form_would_lose_its_label():
+    """onnxruntime folds Cast(INT8 weights) * scale into float weights: the optimized body would
+    hold nothing quantized, so the pass leaves the block's own body (and says why)."""
+    model = honest_body("int8 weights")
+    notes = []
+    rewritten, _ = runtime.optimize_block_layouts(model, diagnostics=notes)
+    node = next(n for n in rewritten.graph.node if is_fusion_block(n))
+    assert [n.op_type for n in body_model(node).graph.node] == ["Cast", "Mul", "Add"]
+    assert [d.rule for d in notes] == ["body-label"]
