@@ -358,8 +358,9 @@ def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter
         body = bodies.transform(b, iface.precision, body)
     mismatch = label_mismatch(iface.precision, body)
     if mismatch:  # the labelling rule and the body transforms disagree: never write it
-        raise OnnxMluError(f"block {b} ({', '.join(sorted({n.op_type for n in body.graph.node}))}): {mismatch}; "
-                           "plan it at fp32 (a plan file's \"precision\", or --keep-fp32)")
+        remedy = "" if iface.quantized else "; plan it at fp32 (a plan file's \"precision\", or --keep-fp32)"
+        raise OnnxMluError(f"block {b} ({', '.join(sorted({n.op_type for n in body.graph.node}))}): {mismatch}"
+                           f"{remedy}")
     return body.SerializeToString()
 
 
