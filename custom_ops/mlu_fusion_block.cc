@@ -333,12 +333,13 @@ std::optional<uint32_t> ReadDigest(const OrtKernelInfo* info, const std::string&
 
 // The optional `precision` label (docs/precision.md): absent means fp32; present it must be one of
 // fp32, fp16, int8, so that a misspelt or invented label cannot pass for what the body computes.
-void CheckPrecision(const OrtKernelInfo* info, const std::string& prefix) {
+// Returns the label ("fp32" when absent); CheckLabel later holds the body to it.
+std::string ReadPrecision(const OrtKernelInfo* info, const std::string& prefix) {
   size_t size = 0;
   OrtStatus* status = Api().KernelInfoGetAttribute_string(info, "precision", nullptr, &size);
   if (status != nullptr) {
     OrtPtr<OrtStatus> owned(status);
-    if (std::string(Api().GetErrorMessage(status)).find("No attribute") != std::string::npos) return;
+    if (std::string(Api().GetErrorMessage(status)).find("No attribute") != std::string::npos) return "fp32";
     throw BlockError(ORT_INVALID_ARGUMENT, prefix + "attribute 'precision' must be a string (fp32, fp16 or int8): " +
                                               Api().GetErrorMessage(status));
   }
@@ -349,6 +350,7 @@ void CheckPrecision(const OrtKernelInfo* info, const std::string& prefix) {
     throw BlockError(ORT_INVALID_ARGUMENT, prefix + "attribute 'precision' must be fp32, fp16 or int8, got '" +
                                               ValidUtf8(value) + "'");
   }
+  return value;
 }
 
 std::string Hex32(uint32_t value) {
@@ -406,6 +408,17 @@ std::optional<Message> ChildMessage(Message parent, uint64_t field) {
   return std::nullopt;
 }
 
+// Reads one protobuf varint at `p` (advanced past it); false when it runs past `end`.
+bool ReadVarint(const char*& p, const char* end, uint64_t& value) {
+  value = 0;
+  for (int shift = 0; shift < 64 && p < end; shift += 7) {
+    const auto byte = static_cast<unsigned char>(*p++);
+    value |= static_cast<uint64_t>(byte & 0x7F) << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
 class WireScanner {
  public:
   // Depth past which the body is refused: protobuf's own default recursion limit.
@@ -460,15 +473,7 @@ class WireScanner {
   bool too_deep() const { return too_deep_; }
 
  private:
-  static bool Varint(const char*& p, const char* end, uint64_t& value) {
-    value = 0;
-    for (int shift = 0; shift < 64 && p < end; shift += 7) {
-      const auto byte = static_cast<unsigned char>(*p++);
-      value |= static_cast<uint64_t>(byte & 0x7F) << shift;
-      if ((byte & 0x80) == 0) return true;
-    }
-    return false;
-  }
+  static bool Varint(const char*& p, const char* end, uint64_t& value) { return ReadVarint(p, end, value); }
 
   bool too_deep_ = false;
 };
@@ -485,6 +490,154 @@ void RefuseFileReferences(const std::string& body, const std::string& prefix) {
     throw BlockError(ORT_INVALID_GRAPH, prefix + "body refers to a file (" + found +
                                             "); a block body must hold its weights inline and the library never "
                                             "reads files for it; refusing to run it");
+  }
+}
+
+// --- labels ----------------------------------------------------------------------------------
+// A block's `precision` must say what its body computes (docs/precision.md, "Labels say what the
+// body computes"): an int8 body holds quantized arithmetic -- a quantized operator (QuantizeLinear,
+// DequantizeLinear, DynamicQuantizeLinear, QLinear*, ConvInteger, MatMulInteger, contrib Q* ops)
+// or an 8-bit integer initializer cast to a float type (INT8 weights written as Cast and a scale)
+// -- and an fp16 body holds a float16 value (an initializer, a Cast to float16, or a graph input,
+// output or value_info of that type). The body's main graph is read in protobuf's wire format
+// (onnx.proto field numbers); onnxmlu's Python readers apply the same rule (schema.label_mismatch).
+constexpr uint64_t kFloat = 1, kUint8 = 2, kInt8 = 3, kFloat16 = 10, kDouble = 11, kBfloat16 = 16;
+
+// Calls `visit(field, wire, value, payload)` for each field of the message in `data` (`value` for
+// varints, `payload` for length-delimited fields); false when the bytes are not well-formed.
+template <typename Visit>
+bool ForEachField(std::string_view data, Visit&& visit) {
+  const char* p = data.data();
+  const char* end = p + data.size();
+  while (p < end) {
+    uint64_t key = 0, value = 0;
+    if (!ReadVarint(p, end, key)) return false;
+    const uint64_t field = key >> 3, wire = key & 7;
+    std::string_view payload;
+    if (wire == 0) {
+      if (!ReadVarint(p, end, value)) return false;
+    } else if (wire == 2) {
+      if (!ReadVarint(p, end, value) || value > static_cast<uint64_t>(end - p)) return false;
+      payload = std::string_view(p, static_cast<size_t>(value));
+      p += value;
+    } else if (wire == 1 || wire == 5) {
+      const size_t size = wire == 1 ? 8 : 4;
+      if (static_cast<size_t>(end - p) < size) return false;
+      p += size;
+    } else {
+      return false;
+    }
+    visit(field, wire, value, payload);
+  }
+  return true;
+}
+
+bool IsQuantizedOperator(std::string_view op) {
+  return op == "DequantizeLinear" || op == "ConvInteger" || op == "MatMulInteger" ||
+         op.find("Quantize") != std::string_view::npos ||  // QuantizeLinear, DynamicQuantizeLinear, DynamicQuantizeLSTM
+         (op.size() > 1 && op[0] == 'Q' && op[1] >= 'A' && op[1] <= 'Z');
+}
+
+bool IsFloatType(uint64_t type) {
+  return type == kFloat || type == kFloat16 || type == kDouble || type == kBfloat16;
+}
+
+// What a body's main graph holds that a label needs.
+class LabelEvidence {
+ public:
+  explicit LabelEvidence(std::string_view model) {
+    ForEachField(model, [&](uint64_t field, uint64_t wire, uint64_t, std::string_view payload) {
+      if (field == 7 && wire == 2) Graph(payload);  // ModelProto.graph
+    });
+  }
+
+  bool quantized() const {
+    if (quantized_operator_) return true;
+    return std::any_of(casts_.begin(), casts_.end(), [&](const auto& cast) {
+      return IsFloatType(cast.second) && std::find(eight_bit_.begin(), eight_bit_.end(), cast.first) != eight_bit_.end();
+    });
+  }
+  bool float16() const { return float16_; }
+
+ private:
+  void Graph(std::string_view graph) {
+    ForEachField(graph, [&](uint64_t field, uint64_t wire, uint64_t, std::string_view payload) {
+      if (wire != 2) return;
+      if (field == 1) Node(payload);                                    // node
+      if (field == 5) Initializer(payload);                             // initializer
+      if (field == 11 || field == 12 || field == 13) ValueInfo(payload);  // input, output, value_info
+    });
+  }
+
+  void Node(std::string_view node) {
+    std::string_view op, first_input;
+    bool has_input = false;
+    uint64_t to = 0;
+    ForEachField(node, [&](uint64_t field, uint64_t wire, uint64_t, std::string_view payload) {
+      if (wire != 2) return;
+      if (field == 4) op = payload;  // op_type
+      if (field == 1 && !has_input) first_input = payload, has_input = true;
+      if (field == 5) to = CastTarget(payload, to);  // attribute
+    });
+    if (IsQuantizedOperator(op)) quantized_operator_ = true;
+    if (op == "Cast" && has_input) {
+      casts_.emplace_back(first_input, to);
+      if (to == kFloat16) float16_ = true;
+    }
+  }
+
+  // The value of an attribute named "to" (AttributeProto.name 1, i 3), else `previous`.
+  static uint64_t CastTarget(std::string_view attribute, uint64_t previous) {
+    std::string_view name;
+    uint64_t i = 0;
+    ForEachField(attribute, [&](uint64_t field, uint64_t wire, uint64_t value, std::string_view payload) {
+      if (field == 1 && wire == 2) name = payload;
+      if (field == 3 && wire == 0) i = value;
+    });
+    return name == "to" ? i : previous;
+  }
+
+  void Initializer(std::string_view tensor) {  // TensorProto.data_type 2, name 8
+    uint64_t type = 0;
+    std::string_view name;
+    ForEachField(tensor, [&](uint64_t field, uint64_t wire, uint64_t value, std::string_view payload) {
+      if (field == 2 && wire == 0) type = value;
+      if (field == 8 && wire == 2) name = payload;
+    });
+    if (type == kInt8 || type == kUint8) eight_bit_.push_back(name);
+    if (type == kFloat16) float16_ = true;
+  }
+
+  void ValueInfo(std::string_view info) {  // ValueInfoProto.type 2 -> TypeProto.tensor_type 1 -> elem_type 1
+    ForEachField(info, [&](uint64_t field, uint64_t wire, uint64_t, std::string_view type) {
+      if (field != 2 || wire != 2) return;
+      ForEachField(type, [&](uint64_t f, uint64_t w, uint64_t, std::string_view tensor) {
+        if (f != 1 || w != 2) return;
+        ForEachField(tensor, [&](uint64_t g, uint64_t x, uint64_t elem, std::string_view) {
+          if (g == 1 && x == 0 && elem == kFloat16) float16_ = true;
+        });
+      });
+    });
+  }
+
+  bool quantized_operator_ = false;
+  bool float16_ = false;
+  std::vector<std::string_view> eight_bit_;                    // 8-bit integer initializers
+  std::vector<std::pair<std::string_view, uint64_t>> casts_;  // (input, to) of each Cast
+};
+
+// Refuses a label the body does not bear out (an int8 or fp16 label on an FP32 body).
+void CheckLabel(const std::string& body, const std::string& precision, const std::string& prefix) {
+  if (precision != "int8" && precision != "fp16") return;
+  const LabelEvidence evidence(body);
+  std::string mismatch;
+  if (precision == "int8" && !evidence.quantized()) {
+    mismatch = "labelled int8 but its body holds no quantized operator and no 8-bit integer weight cast to float";
+  } else if (precision == "fp16" && !evidence.float16()) {
+    mismatch = "labelled fp16 but its body holds no float16 tensor";
+  }
+  if (!mismatch.empty()) {
+    throw BlockError(ORT_INVALID_GRAPH, prefix + mismatch + "; a block's precision must say what its body computes");
   }
 }
 
@@ -582,7 +735,7 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
     : node_name_(ReadNodeName(info)) {
   std::string prefix = Prefix(node_name_);
   mp_ = ReadMp(info, prefix);
-  CheckPrecision(info, prefix);
+  const std::string precision = ReadPrecision(info, prefix);
   std::string body = ReadBody(info, prefix);
   VerifyDigest(body, info, prefix);
   RefuseFileReferences(body, prefix);
@@ -605,6 +758,7 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
     throw BlockError(ORT_INVALID_GRAPH, prefix + "body is not a valid ONNX model: " + message);
   }
   session_.reset(session);
+  CheckLabel(body, precision, prefix);  // after onnxruntime parsed it: the bytes are a well-formed model
   std::string().swap(body);  // the inner session holds what it needs: free the copy now
 
   size_t node_inputs = 0, node_outputs = 0, body_inputs = 0, body_outputs = 0;

@@ -187,13 +187,15 @@ def block_precision(node: onnx.NodeProto) -> str:
 def body_model(node: onnx.NodeProto) -> onnx.ModelProto:
     """The block model held by an MLUFusionBlock node; raises :class:`BodyDigestError` when
     the body's bytes do not match the node's ``body_crc32``, :class:`BodyFileReferenceError`
-    when the body refers to a file (every Python reader comes through here)."""
+    when the body refers to a file, :class:`BodyLabelError` when its ``precision`` is not what
+    the body computes (every Python reader comes through here)."""
     attrs = {a.name: a for a in node.attribute}
     if "body" not in attrs:
         raise ValueError(f"MLUFusionBlock {node.name!r} has no body attribute")
     verify_body(node)
     body = body_model_from_attribute(attrs["body"])
     refuse_file_references(node, body)
+    refuse_mislabel(node, body)
     return body
 
 
@@ -250,6 +252,67 @@ def refuse_file_references(node: onnx.NodeProto, body: onnx.ModelProto) -> None:
             f"MLUFusionBlock {node.name or '<unnamed>'!r}: body refers to a file ({found[0]}"
             f"{f' and {len(found) - 1} more' if len(found) > 1 else ''}); a block body must hold its weights "
             "inline, and onnxmlu never reads files for it")
+
+
+class BodyLabelError(OnnxMluError):
+    """A block's ``precision`` is not what its body computes (:func:`label_mismatch`)."""
+
+
+#: ONNX element types a Cast to which turns INT8 weights into float ones.
+_FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                          onnx.TensorProto.DOUBLE})
+
+
+def label_mismatch(precision: str, body: onnx.ModelProto) -> str | None:
+    """Why ``body`` is not what a block labelled ``precision`` computes, or None: an ``int8``
+    body holds quantized arithmetic -- a quantized operator (``QuantizeLinear``,
+    ``DequantizeLinear``, ``DynamicQuantizeLinear``, ``QLinear*``, ``ConvInteger``,
+    ``MatMulInteger``, contrib ``Q*`` ops) or an 8-bit integer initializer cast to a float type --
+    and an ``fp16`` body a float16 value (an initializer, a ``Cast`` to float16, a graph input,
+    output or value_info of that type). The body's main graph is read; the custom-op library
+    applies the same rule when a session is created (custom_ops/mlu_fusion_block.cc, CheckLabel)."""
+    graph = body.graph
+    if precision == "int8" and not _holds_int8(graph):
+        return "labelled int8 but its body holds no quantized operator and no 8-bit integer weight cast to float"
+    if precision == "fp16" and not _holds_fp16(graph):
+        return "labelled fp16 but its body holds no float16 tensor"
+    return None
+
+
+def _holds_int8(graph: onnx.GraphProto) -> bool:
+    eight_bit = {t.name for t in graph.initializer if t.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)}
+    return any(_is_quantized_operator(n.op_type) or (n.op_type == "Cast" and n.input and n.input[0] in eight_bit
+                                                     and _cast_to(n) in _FLOAT_TYPES) for n in graph.node)
+
+
+def _holds_fp16(graph: onnx.GraphProto) -> bool:
+    half = onnx.TensorProto.FLOAT16
+    values = (*graph.input, *graph.output, *graph.value_info)
+    return (any(t.data_type == half for t in graph.initializer)
+            or any(n.op_type == "Cast" and _cast_to(n) == half for n in graph.node)
+            or any(v.type.tensor_type.elem_type == half for v in values))
+
+
+#: The standard quantized operators; contrib ones are named with ``Quantize`` or ``Q`` + capital.
+_QUANTIZED_OPERATORS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+                                  "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+
+
+def _is_quantized_operator(op: str) -> bool:
+    return op in _QUANTIZED_OPERATORS or "Quantize" in op or (len(op) > 1 and op[0] == "Q" and op[1].isupper())
+
+
+def _cast_to(node: onnx.NodeProto) -> int | None:
+    return next((a.i for a in node.attribute if a.name == "to"), None)
+
+
+def refuse_mislabel(node: onnx.NodeProto, body: onnx.ModelProto) -> None:
+    """Raise :class:`BodyLabelError` naming the block when its ``precision`` attribute is not
+    what ``body`` computes (the library refuses the same nodes when a session is created)."""
+    mismatch = label_mismatch(block_precision(node), body)
+    if mismatch:
+        raise BodyLabelError(f"MLUFusionBlock {node.name or '<unnamed>'!r}: {mismatch}; "
+                             "a block's precision must say what its body computes")
 
 
 def body_digest(data: bytes) -> int:

@@ -21,7 +21,7 @@ from onnxmlu import runtime
 from onnxmlu.cli import app
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.reference import reference_evaluator
-from onnxmlu.schema import BodyFileReferenceError, body_model, infer_shapes, is_fusion_block
+from onnxmlu.schema import BodyFileReferenceError, BodyLabelError, body_model, infer_shapes, is_fusion_block
 from onnxmlu.tools.view import explode
 from runtime_helpers import DOMAIN, block_node, conv_relu_fused, fused_model, vi
 from runtime_helpers import body_model as make_body
@@ -44,12 +44,12 @@ def external(name: str, location: str, dims=(4,)) -> onnx.TensorProto:
     return tensor
 
 
-def one_block(nodes, initializers=(), functions=(), extra_opsets=()) -> onnx.ModelProto:
-    """x[4] -> block 'hostile (mp=1)' (body: ``nodes``) -> y[4]."""
+def one_block(nodes, initializers=(), functions=(), extra_opsets=(), **attrs) -> onnx.ModelProto:
+    """x[4] -> block 'hostile (mp=1)' (body: ``nodes``; ``attrs``: more node attributes) -> y[4]."""
     body = make_body(nodes, [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])], initializers,
                      extra_opsets=extra_opsets)
     body.functions.extend(functions)
-    return fused_model([block_node("hostile (mp=1)", ["x"], ["y"], body, mp=1)],
+    return fused_model([block_node("hostile (mp=1)", ["x"], ["y"], body, mp=1, **attrs)],
                        [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])])
 
 
@@ -196,7 +196,35 @@ def deep_subgraphs(depth=60):
                        [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])])
 
 
+def fp32_body_labelled(precision: str) -> onnx.ModelProto:
+    """An FP32 body (x + w, w a float weight) whose node says ``precision``."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4], [0.5, 1.0, 1.5, 2.0])
+    return one_block([helper.make_node("Add", ["x", "w"], ["y"])], [weight], precision=precision)
+
+
+def honest_body(precision: str) -> onnx.ModelProto:
+    """Bodies that bear their label out: QDQ (int8), INT8 weights cast to float and scaled (int8),
+    a round trip through float16 (fp16)."""
+    scale, zero = helper.make_tensor("s", TensorProto.FLOAT, [], [0.1]), helper.make_tensor("z", TensorProto.INT8, [], [0])
+    codes = helper.make_tensor("wq", TensorProto.INT8, [4], [1, -2, 3, -4])
+    bodies = {
+        "int8": ([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                  helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])], [scale, zero]),
+        "int8 weights": ([helper.make_node("Cast", ["wq"], ["wf"], to=TensorProto.FLOAT),
+                          helper.make_node("Mul", ["wf", "s"], ["w"]), helper.make_node("Add", ["x", "w"], ["y"])],
+                         [codes, scale]),
+        "fp16": ([helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+                  helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT)], []),
+    }
+    nodes, inits = bodies[precision]
+    return one_block(nodes, inits, precision=precision.split()[0])
+
+
 OTHER_CASES = {
+    "fp32 body labelled int8": (lambda: fp32_body_labelled("int8"), "MLUFusionBlock 'hostile (mp=1)': labelled int8 but "
+                                "its body holds no quantized operator and no 8-bit integer weight cast to float"),
+    "fp32 body labelled fp16": (lambda: fp32_body_labelled("fp16"),
+                                "MLUFusionBlock 'hostile (mp=1)': labelled fp16 but its body holds no float16 tensor"),
     "nested block": (nested_block, "blocks cannot be nested"),
     "mp=0": (lambda: conv_relu_fused(mp=0)[0], "'mp' must be between 1 and 1024"),
     "mp=2^40": (lambda: conv_relu_fused(mp=2**40)[0], "'mp' must be between 1 and 1024"),
@@ -217,3 +245,37 @@ def test_other_hostile_bodies_are_refused_with_a_message(library, case):
 def test_python_readers_refuse_a_nested_block():
     with pytest.raises(OnnxMluError, match="cannot be nested"):
         reference_evaluator(nested_block())
+
+
+@pytest.mark.parametrize("precision", ["int8", "int8 weights", "fp16"])
+def test_a_body_that_bears_its_label_out_runs(library, precision):
+    x = np.array([1.0, -2.0, 3.0, 0.25], np.float32)
+    assert runtime.InferenceSession(honest_body(precision)).run(None, {"x": x})[0].shape == (4,)
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp16"])
+def test_python_readers_refuse_a_mislabelled_body(precision, tmp_path):
+    """body_model (every Python reader), and ``onnxmlu inspect`` of the fused file: one line
+    naming the block and the mismatch, as the library says it."""
+    model = fp32_body_labelled(precision)
+    node = next(n for n in model.graph.node if is_fusion_block(n))
+    with pytest.raises(BodyLabelError, match=rf"'hostile \(mp=1\)': labelled {precision} but its body holds no"):
+        body_model(node)
+    path = tmp_path / "mislabelled.onnx"
+    onnx.save(model, path)
+    result = CliRunner().invoke(app, ["inspect", str(path)])
+    assert result.exit_code == 2 and f"labelled {precision} but" in result.output and "Traceback" not in result.output
+    for good in ("int8", "int8 weights", "fp16"):
+        honest = honest_body(good)
+        assert body_model(next(n for n in honest.graph.node if is_fusion_block(n))).graph.node
+
+
+def test_the_layout_pass_keeps_a_body_whose_optimized_form_would_lose_its_label():
+    """onnxruntime folds Cast(INT8 weights) * scale into float weights: the optimized body would
+    hold nothing quantized, so the pass leaves the block's own body (and says why)."""
+    model = honest_body("int8 weights")
+    notes = []
+    rewritten, _ = runtime.optimize_block_layouts(model, diagnostics=notes)
+    node = next(n for n in rewritten.graph.node if is_fusion_block(n))
+    assert [n.op_type for n in body_model(node).graph.node] == ["Cast", "Mul", "Add"]
+    assert [d.rule for d in notes] == ["body-label"]

@@ -42,6 +42,7 @@ from onnxmlu.analyze.optable import CONV_WEIGHT_INPUT, MATMUL_OPS, OP_KINDS, sup
 from onnxmlu.analyze.quantized import (
     arrives_quantized,
     carry_weight_expressions,
+    is_int8_arithmetic,
     is_quantized_operator,
     weight_expressions,
 )
@@ -173,7 +174,8 @@ def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[
             segment, previous_was_host = segment + 1, False
         layer = describe_layer(nodes[i], index, len(layers), segment, carried_names)
         if arrives_quantized(nodes[i], index, carried_names, quantized_names):
-            layer = replace(layer.at_precision("int8"), quantized=True)
+            layer = replace(layer.at_precision("int8"), quantized=True,
+                            int8_arithmetic=is_int8_arithmetic(nodes[i], carried_names))
             quantized_names.update(index.outputs[i])
         layers.append(layer)
         layer_nodes.append(i)

@@ -24,7 +24,10 @@ facts analysis needs for that:
   node units); an operator whose every non-constant input is an 8-bit integer tensor made by
   such a layer or by a quantized operator left on the host (a ``MaxPool`` between two
   ``QLinearConv``, a ``Flatten`` after com.microsoft's ``QLinearGlobalAveragePool``); a layer
-  that reads INT8 weights through a carried dequantization.
+  that reads INT8 weights through a carried dequantization. Of these, the quantized
+  operators and the readers of carried dequantizations are *quantized arithmetic*
+  (``Layer.int8_arithmetic``, :func:`is_int8_arithmetic`): the body of any block holding one
+  holds a quantized operator or an INT8 weight cast to float, so it is an INT8 block.
 """
 
 from __future__ import annotations
@@ -117,6 +120,15 @@ def arrives_quantized(node: onnx.NodeProto, index: GraphIndex, carried: set[str]
     if dynamic and all(n in quantized and index.elem_type(n) in INT8_TYPES for n in dynamic):
         return True
     return _in_qdq_unit(node, index, dynamic)
+
+
+def is_int8_arithmetic(node: onnx.NodeProto, carried: set[str]) -> bool:
+    """Whether ``node`` (an accelerator node arriving quantized) is quantized arithmetic itself,
+    whatever block it lands in: a standard quantized operator (``QUANTIZED_OPS``), or a reader
+    of a weight dequantization carried into its block (``carried``: their outputs), which
+    always rides with it. The other layers arriving quantized (a QDQ unit's float operator, an
+    operator on 8-bit values) depend on neighbours a plan may put in another block."""
+    return node.op_type in QUANTIZED_OPS or any(name in carried for name in node.input)
 
 
 def is_quantized_operator(node: onnx.NodeProto) -> bool:

@@ -17,12 +17,15 @@ body rewritten by :class:`onnxmlu.precision.bodies.BlockBodies` (built on the FP
 blocks are calibrated first, before any weight is released). FP32 blocks are written exactly
 as before, without the attribute.
 
-A block holding a layer that arrives quantized (``Layer.quantized``) runs at INT8 whatever the
-plan asked (:func:`~onnxmlu.plan.planner.int8_where_quantized`, applied again here for plans
-that did not pass the plan stage). Its body keeps the model's own quantized nodes and
-parameters exactly: it is not re-quantized, only marked (:func:`~onnxmlu.precision.own.mark_own_int8`),
-and its float layers stay float. A weight dequantization the analysis carried into a block
-(``Analysis.carried``) is owned by the block of the layer that reads it.
+Every block is labelled with what its body computes (:func:`~onnxmlu.plan.labels.honest_labels`,
+applied again here for plans that did not pass the plan stage): a block holding quantized
+arithmetic (``Layer.int8_arithmetic``) is INT8 whatever the plan asked, and its body keeps the
+model's own quantized nodes and parameters exactly: it is not re-quantized, only marked
+(:func:`~onnxmlu.precision.own.mark_own_int8`), and its float layers stay float. Each FP16 or
+INT8 body written is checked against its label (:func:`~onnxmlu.schema.label_mismatch`, the
+custom-op library's rule): a mismatch is an error, never a mislabelled file. A weight
+dequantization the analysis carried into a block (``Analysis.carried``) is owned by the block of
+the layer that reads it.
 """
 
 from __future__ import annotations
@@ -41,11 +44,12 @@ from onnxmlu.ir import topological_order
 from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
 from onnxmlu.ir.weights import fill_tensor, is_marker
 from onnxmlu.plan.plan import Plan
-from onnxmlu.plan.planner import fp32_where_nothing_quantizes, int8_where_quantized
+from onnxmlu.plan.labels import holds_int8_arithmetic, honest_labels
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.precision.own import OWN_INT8_NOTE, mark_own_int8
 from onnxmlu.ir import wire
-from onnxmlu.schema import DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, describe_fused_model, fill_body_header
+from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, describe_fused_model, fill_body_header,
+                            label_mismatch)
 
 if TYPE_CHECKING:
     from onnxmlu.precision.bodies import BlockBodies
@@ -68,7 +72,7 @@ class BlockInterface:
     outputs: tuple[str, ...]
     constants: tuple[str, ...]
     precision: str = DEFAULT_PRECISION
-    #: The block holds a layer that arrives quantized: its body keeps the model's quantization.
+    #: The block holds quantized arithmetic: its body keeps the model's own INT8.
     quantized: bool = False
 
 
@@ -223,7 +227,7 @@ def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[Block
     """The fused model with bodiless fusion nodes (checked acyclic), and node position ->
     (block, interface) for each fusion node."""
     graph = analysis.model.graph
-    plan = fp32_where_nothing_quantizes(int8_where_quantized(plan, analysis.layers), analysis.layers)
+    plan = honest_labels(plan, analysis.layers)
     owner = _block_of_node(analysis, plan)
     interfaces = block_interfaces(analysis, owner, len(plan.blocks))
     fused = _outer_shell(analysis)
@@ -236,7 +240,7 @@ def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[Block
         elif b not in emitted:
             emitted.add(b)
             block = plan.blocks[b]
-            quantized = any(layer.quantized for layer in block.layers(analysis.layers))
+            quantized = holds_int8_arithmetic(block.layers(analysis.layers))
             blocks[len(fused.graph.node)] = (b, replace(interfaces[b], precision=block.precision, quantized=quantized))
             fig = figures[b] if figures else None
             _fill_fusion_node(fused.graph.node.add(), analysis, plan, b, interfaces[b], fig)
@@ -312,7 +316,7 @@ def _fill_fusion_node(node: onnx.NodeProto, analysis: Analysis, plan: Plan, b: i
     if fig is not None and fig.sim_latency_us is not None:
         node.attribute.append(helper.make_attribute("sim_latency_us", float(fig.sim_latency_us)))
     node.doc_string = _summary(layers, block.mp, fig, block.precision)
-    if any(layer.quantized for layer in layers):
+    if holds_int8_arithmetic(layers):
         node.doc_string += f" ({OWN_INT8_NOTE})"
 
 
@@ -352,6 +356,11 @@ def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter
         if bodies is None:
             raise AssertionError(f"block {b} is {iface.precision} but collapse prepared no bodies for it")
         body = bodies.transform(b, iface.precision, body)
+    mismatch = label_mismatch(iface.precision, body)
+    if mismatch:  # the labelling rule and the body transforms disagree: never write it
+        remedy = "" if iface.quantized else "; plan it at fp32 (a plan file's \"precision\", or --keep-fp32)"
+        raise OnnxMluError(f"block {b} ({', '.join(sorted({n.op_type for n in body.graph.node}))}): {mismatch}"
+                           f"{remedy}")
     return body.SerializeToString()
 
 

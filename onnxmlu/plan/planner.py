@@ -3,10 +3,11 @@
 :func:`make_plan` runs a strategy (:func:`~onnxmlu.plan.strategies.run_strategy`) or reads a
 plan file, optionally at one precision (the strategy then plans on the layers at that
 precision, so its blocks and MPs are chosen for it), optionally forces one MP on every block,
-and runs every block holding a layer that arrives quantized at INT8
-(:func:`int8_where_quantized`); :func:`plan_layers` is what the pipeline's fixed-precision
-planner calls: that plan with every block whose weights would not fit in one body split
-(:data:`BODY_WEIGHT_LIMIT_BYTES`), and each block's simulated latency at its MP and precision.
+and labels every block with what its body computes (:func:`~onnxmlu.plan.labels.honest_labels`:
+a block holding quantized arithmetic is INT8, one with nothing to quantize FP32);
+:func:`plan_layers` is what the pipeline's fixed-precision planner calls: that plan with every
+block whose weights would not fit in one body split (:data:`BODY_WEIGHT_LIMIT_BYTES`), and each
+block's simulated latency at its MP and precision.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Callable, Sequence, Union
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.plan.perf.hardware import Hardware
+from onnxmlu.plan.labels import honest_labels
 from onnxmlu.plan.perf.layers import Layer, layers_at_precision
 from onnxmlu.plan.plan import Plan, split_oversized_blocks, with_precision
 from onnxmlu.precision import DEFAULT_PRECISION, check_precision
@@ -34,7 +36,7 @@ def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike =
               plan: PlanLike | None = None, mp: int | None = None, precision: str | None = None,
               keep_fp32: Sequence[str] = ()) -> Plan:
     """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere;
-    blocks holding layers that arrive quantized at INT8 (:func:`int8_where_quantized`).
+    every block labelled with what its body computes (:func:`~onnxmlu.plan.labels.honest_labels`).
 
     ``precision`` (None: each block as the plan says, FP32 for a strategy) puts every block
     at that precision; a strategy then runs on :func:`layers_at_precision` ``(layers,
@@ -52,7 +54,7 @@ def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike =
         chosen = _forced_mp(chosen, mp, hw)
     chosen.validate(layers, hw.cores)
     chosen = fp32_where_kept(chosen, kept_layers(layers, keep_fp32)) if keep_fp32 else chosen
-    return fp32_where_nothing_quantizes(int8_where_quantized(chosen, layers), layers)
+    return honest_labels(chosen, layers)
 
 
 def _at(layers: Sequence[Layer], precision: str | None) -> Sequence[Layer]:
@@ -117,37 +119,6 @@ def fp32_where_kept(plan: Plan, kept: Sequence[bool]) -> Plan:
     if tuple(blocks) == plan.blocks:
         return plan
     return Plan(tuple(blocks), plan.strategy, plan.hardware, dict(plan.notes))
-
-
-def fp32_where_nothing_quantizes(plan: Plan, layers: Sequence[Layer]) -> Plan:
-    """``plan`` with every INT8 block that holds no operator INT8 computes
-    (:data:`~onnxmlu.precision.INT8_OPS`) and no layer arriving quantized at FP32: its body would
-    hold no quantized arithmetic, so its label and price say FP32 (a Sin -> Cos block asked at
-    INT8 runs, and is, FP32). ``plan`` itself when nothing changes."""
-    from onnxmlu.precision import INT8_OPS
-
-    def computes_int8(block) -> bool:
-        return any(layer.quantized or layer.op_type in INT8_OPS for layer in block.layers(layers))
-
-    blocks = tuple(replace(b, precision=DEFAULT_PRECISION) if b.precision == "int8" and not computes_int8(b) else b
-                   for b in plan.blocks)
-    if blocks == plan.blocks:
-        return plan
-    return Plan(blocks, plan.strategy, plan.hardware, dict(plan.notes))
-
-
-def int8_where_quantized(plan: Plan, layers: Sequence[Layer]) -> Plan:
-    """``plan`` with every block that holds a layer arriving quantized (``Layer.quantized``)
-    at INT8, whatever precision it asked (FP32, the default, or FP16 from a strategy,
-    :func:`~onnxmlu.plan.plan.with_precision` or a plan file): the model computes such a
-    layer in INT8 with its own parameters, and a block runs at one precision. The promotion
-    is silent and visible in the result (the plan's blocks, the node's ``precision``).
-    ``plan`` itself when nothing changes."""
-    blocks = tuple(replace(b, precision="int8") if b.precision != "int8"
-                   and any(layer.quantized for layer in b.layers(layers)) else b for b in plan.blocks)
-    if blocks == plan.blocks:
-        return plan
-    return Plan(blocks, plan.strategy, plan.hardware, dict(plan.notes))
 
 
 def block_latencies(layers: Sequence[Layer], plan: Plan, cost) -> list[float]:

@@ -33,13 +33,23 @@ ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "int8": 1}
 #: quantizer has a QDQ or QLinear form for (its ``QDQRegistry`` and ``QLinearOpsRegistry``,
 #: onnxruntime 1.17-1.22; tests/precision/test_labels.py compares). Any other operator stays FP32
 #: between a DequantizeLinear and a QuantizeLinear inside an INT8 block, so it is priced at FP32
-#: (:meth:`~onnxmlu.plan.perf.layers.Layer.at_precision`), and a block holding none of these is an
-#: FP32 block, labelled and priced so (:func:`~onnxmlu.plan.planner.fp32_where_nothing_quantizes`).
+#: (:meth:`~onnxmlu.plan.perf.layers.Layer.at_precision`).
 INT8_OPS: frozenset[str] = frozenset({
     "Add", "ArgMax", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose", "CumSum",
     "Flatten", "Gather", "GatherElements", "Gemm", "GlobalAveragePool", "InstanceNormalization",
     "LayerNormalization", "LeakyRelu", "MatMul", "MaxPool", "Mul", "Pad", "Relu", "Reshape", "Resize", "Sigmoid",
     "Slice", "Softmax", "Split", "Squeeze", "TopK", "Transpose", "Unsqueeze", "Where"})
+
+#: The operators of :data:`INT8_OPS` that the quantizer puts a QuantizeLinear/DequantizeLinear pair
+#: on whenever they have a float input; the others it quantizes only after a quantized operator
+#: (``Reshape``, ``MaxPool``, ``Resize``, ``Gather``...) or removes as activations (``Relu``,
+#: ``Clip``). An INT8 block holding none of these with a float input would hold no quantized
+#: arithmetic: it is an FP32 block, labelled and priced so (:mod:`onnxmlu.plan.labels`, rule 3;
+#: tests/precision/test_labels.py runs the quantizer on each operator alone).
+INT8_ANCHOR_OPS: frozenset[str] = frozenset({
+    "Add", "ArgMax", "BatchNormalization", "Concat", "Conv", "ConvTranspose", "CumSum", "Gemm",
+    "GlobalAveragePool", "InstanceNormalization", "LayerNormalization", "LeakyRelu", "MatMul", "Mul", "Pad",
+    "Sigmoid", "Softmax", "Split"})
 
 
 def runs_at(op_type: str, precision: str) -> str:
@@ -55,4 +65,5 @@ def check_precision(precision: object, what: str = "precision") -> str:
     return str(precision)
 
 
-__all__ = ["DEFAULT_PRECISION", "ELEMENT_BYTES", "INT8_OPS", "PRECISIONS", "check_precision", "runs_at"]
+__all__ = ["DEFAULT_PRECISION", "ELEMENT_BYTES", "INT8_ANCHOR_OPS", "INT8_OPS", "PRECISIONS", "check_precision",
+           "runs_at"]

@@ -30,9 +30,12 @@ with by a Lagrangian relaxation:
    asks for more than FP32 rounding gives), it is returned with a ``budget-unmet``
    diagnostic.
 
-Layers that arrive quantized (:attr:`~onnxmlu.plan.perf.layers.Layer.quantized`: the model
-computes them in INT8 with its own parameters) only go into INT8 blocks, and segments holding
-them are not measured (their INT8 is the model's own, not a choice).
+Every plan considered is labelled honestly (:mod:`onnxmlu.plan.labels`): the search offers a
+block only at the precision its body would compute -- INT8 where it holds quantized arithmetic
+(the model's own, never a choice), FP32 where it holds only other layers arriving quantized,
+INT8 only with an operator the quantizer quantizes, FP16 only with an FP32 tensor -- so the
+latency and deficits it weighs are the written block's. Segments holding layers that arrive
+quantized are not measured.
 
 **Held out.** Calibration samples set the INT8 scales; *validation* samples judge every
 measurement above (:func:`~onnxmlu.precision.calibration.split_samples`: ``--validation DIR``,
@@ -54,6 +57,7 @@ import numpy as np
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.plan.labels import anchors_int8, has_fp32, honest_labels
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer, layers_at_precision
 from onnxmlu.plan.perf.model import make_cost, plan_block_latencies_us
@@ -239,9 +243,7 @@ def auto_planner(analysis, hw: Hardware, options) -> "Planned":
     effort = replace(options.auto or AutoOptions(), keep_fp32=tuple(options.keep_fp32))
     result = plan_analysis(analysis, hw, options.accuracy, calibration=options.calibration, int8=options.int8,
                            options=effort, validation=options.validation, metric=options.metric)
-    from onnxmlu.plan.planner import fp32_where_nothing_quantizes
-
-    plan = split_oversized_blocks(fp32_where_nothing_quantizes(result.plan, analysis.layers), analysis.layers,
+    plan = split_oversized_blocks(honest_labels(result.plan, analysis.layers), analysis.layers,
                                   BODY_WEIGHT_LIMIT_BYTES)
     latencies = block_latencies(analysis.layers, plan, make_cost(hw))
     return Planned(plan, latencies, result.evaluator.bodies_for(plan), result, result.diagnostics)
@@ -352,15 +354,31 @@ class JointSearch:
         self.whole = {p: whole_segments(self.at[p], self.mps, self.cost, bound) for p in PRECISIONS}
         singles = {p: self.cost.layer_table(self.at[p], self.mps).min(axis=1) for p in ("fp32", "int8")}
         self.gain = np.maximum(singles["fp32"] - singles["int8"], 0.0)
-        quantized = np.array([layer.quantized for layer in layers], dtype=bool)  # INT8 whatever we ask
-        self._fixed = _prefix(quantized)
-        self._allowed = {p: ~quantized | (p == "int8") for p in PRECISIONS}
+        flags = {"own": [layer.int8_arithmetic for layer in layers], "quantized": [layer.quantized for layer in layers],
+                 "anchor": [anchors_int8(layer) for layer in layers], "float": [has_fp32(layer) for layer in layers]}
+        self._count = {k: _prefix(np.array(v, dtype=bool)) for k, v in flags.items()}
+        own, quantized = np.array(flags["own"], dtype=bool), np.array(flags["quantized"], dtype=bool)
+        # per layer: what no block at p may hold (the rest of the labelling rule is in _labelled)
+        self._allowed = {"fp32": ~own, "fp16": ~quantized, "int8": np.ones(len(layers), dtype=bool)}
         self._cum = {p: np.zeros((len(layers) + 1, 2)) for p in PRECISIONS}
         self._bad = {p: _prefix(~self._allowed[p]) for p in PRECISIONS}
 
     def fixed_precision(self, start: int, stop: int) -> bool:
-        """Whether a layer of ``[start, stop)`` arrives quantized (so the block is INT8)."""
-        return bool(self._fixed[stop] - self._fixed[start])
+        """Whether a layer of ``[start, stop)`` arrives quantized (the block's precision is the
+        model's: INT8 with quantized arithmetic, else FP32)."""
+        return bool(self._count["quantized"][stop] - self._count["quantized"][start])
+
+    def _labelled(self, p: str, lo, j: int):
+        """Whether blocks ``[lo, j)`` (``lo`` an int or an array) asked at ``p`` keep that label
+        beyond what :attr:`_allowed` checks (:func:`~onnxmlu.plan.labels.honest_precision`): INT8
+        needs quantized arithmetic, or an operator the quantizer quantizes and no other layer
+        arriving quantized; FP16 an FP32 tensor."""
+        held = {k: self._count[k][j] - self._count[k][lo] for k in self._count}
+        if p == "int8":
+            return (held["own"] > 0) | ((held["quantized"] == 0) & (held["anchor"] > 0))
+        if p == "fp16":
+            return held["float"] > 0
+        return np.ones_like(held["own"], dtype=bool)
 
     def set_sensitivity(self, deficits: dict[str, np.ndarray], pinned: np.ndarray) -> None:
         """Per-layer deficits (:func:`layer_deficits`) and the layers kept FP32."""
@@ -379,6 +397,7 @@ class JointSearch:
         return float(sum(plan_block_latencies_us(plan, self.layers, self.cost)))
 
     def candidate(self, plan: Plan, origin: str = "frontier") -> Candidate:
+        plan = honest_labels(plan, self.layers)  # a raised block with nothing to round is FP32
         return Candidate(plan, self.latency(plan), self.estimate(plan), origin=origin)
 
     def plan(self, lam: float, precisions: Sequence[str] = PRECISIONS) -> Plan:
@@ -399,21 +418,20 @@ class JointSearch:
         lo, lat, mps = self.bands[p].column(j)
         cum, bad = self._cum[p][:, 0], self._bad[p]
         value = best[lo:j] + lat + lam * (cum[j] - cum[lo:j])
-        value[bad[j] - bad[lo:j] > 0] = np.inf
+        value[(bad[j] - bad[lo:j] > 0) | ~self._labelled(p, np.arange(lo, j), j)] = np.inf
         k = int(np.argmin(value))
         yield lo + k, float(value[k]), int(mps[k])
         if j in self.whole[p]:
             s, latency, m = self.whole[p][j]
-            if bad[j] == bad[s]:
+            if bad[j] == bad[s] and self._labelled(p, s, j):
                 yield s, best[s] + latency + lam * (cum[j] - cum[s]), m
 
     def fp32_optimum(self) -> Plan:
         """The ``optimal`` strategy's plan, as ``fuse -s optimal`` writes it: FP32, but blocks
-        holding layers that arrive quantized at INT8 (the baseline ``auto`` is measured against)."""
-        from onnxmlu.plan.planner import int8_where_quantized
+        holding quantized arithmetic at INT8 (the baseline ``auto`` is measured against)."""
         from onnxmlu.plan.strategies import run_strategy
 
-        return int8_where_quantized(run_strategy(self.layers, self.hw, "optimal", self.cost), self.layers)
+        return honest_labels(run_strategy(self.layers, self.hw, "optimal", self.cost), self.layers)
 
     def frontier(self) -> list[Candidate]:
         """The distinct plans of the lambda sweep that no other beats on both latency and

@@ -41,6 +41,7 @@ from onnxmlu.precision.accuracy import Accuracy, measure
 from onnxmlu.precision.bodies import BlockBodies, float_op_diagnostics, quantizer_diagnostics, runnable_model
 from onnxmlu.precision.calibration import CalibrationSet, Sample, capture_tensors
 from onnxmlu.precision.int8 import Int8Options
+from onnxmlu.plan.labels import holds_int8_arithmetic
 from onnxmlu.precision.own import mark_own_int8
 
 Range = tuple[int, int]
@@ -138,8 +139,8 @@ class PlanEvaluator:
         return self._transformed[key]
 
     def _own(self, block: Block) -> bool:
-        """Whether ``block`` holds layers that arrive quantized (its body keeps their INT8)."""
-        return any(layer.quantized for layer in block.layers(self.analysis.layers))
+        """Whether ``block`` holds quantized arithmetic (its body keeps the model's own INT8)."""
+        return holds_int8_arithmetic(block.layers(self.analysis.layers))
 
     def bodies_for(self, plan: Plan) -> BlockBodies:
         """What collapse needs to write ``plan`` with the bodies measured here."""

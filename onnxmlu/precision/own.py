@@ -1,10 +1,11 @@
 """Blocks that arrive quantized: their bodies keep the model's own quantization, marked INT8.
 
-A block holding a layer the model itself computes in INT8 (``Layer.quantized``: its QDQ
+A block holding quantized arithmetic of the model's own (``Layer.int8_arithmetic``: its QDQ
 pairs, ``QLinearConv``/``QLinearMatMul``, ``ConvInteger``/``MatMulInteger`` with
-``DynamicQuantizeLinear``) is never re-quantized by :mod:`onnxmlu.precision.int8`: its scales,
-zero points and INT8/INT32 weights are the model's, copied bit for bit, and its float layers
-stay float as the model's author had them. Only the body's metadata says what it is
+``DynamicQuantizeLinear``, a reader of INT8 weights; :mod:`onnxmlu.plan.labels`) is never
+re-quantized by :mod:`onnxmlu.precision.int8`: its scales, zero points and INT8/INT32 weights
+are the model's, copied bit for bit, and its float layers stay float as the model's author had
+them. Only the body's metadata says what it is
 (:func:`mark_own_int8`). Separate from ``int8`` so that collapse does not import onnxruntime's
 quantizer to mark a body.
 """

@@ -23,7 +23,9 @@ The NCHWc shape of such a tensor equals its NCHW shape when channels are a multi
 block size (8 with AVX2, 16 with AVX-512), so only those tensors are passed through; the
 outer graph is unchanged. The optimized bodies are machine-specific, which is fine: they
 exist only in this process. A block the pass cannot optimize is left as it is (the library
-then judges it) and said so in a :class:`~onnxmlu.diagnostics.Diagnostic` of stage ``layout``.
+then judges it), and so is one whose optimized body would no longer bear its ``precision`` out
+(INT8 weights written as a ``Cast`` and a scale, folded to float weights by onnxruntime), each
+said so in a :class:`~onnxmlu.diagnostics.Diagnostic` of stage ``layout``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ import onnxruntime as ort
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.ir import copy_model, is_fusion_block, sort_graphs
-from onnxmlu.schema import BodyDigestError, file_references, set_body_digest, verify_body
+from onnxmlu.schema import (BodyDigestError, block_precision, file_references, label_mismatch, set_body_digest,
+                            verify_body)
 
 _NCHWC = "com.microsoft.nchwc"
 _NCHWC_CHANNEL_MULTIPLE = 16  # largest MLAS NCHWc block size: shapes stay equal below it
@@ -93,6 +96,11 @@ def _optimized_block(node: onnx.NodeProto, per_session_threads: bool, notes: lis
         return None
     optimized = _ort_optimized(body, per_session_threads, node.name, notes)
     if optimized is None or not _same_interface(node, optimized):
+        return None
+    if label_mismatch(block_precision(node), optimized) and not label_mismatch(block_precision(node), original):
+        # onnxruntime folded what bears the label out (INT8 weights cast to float become float
+        # weights): the block keeps its own body, which the inner session optimizes the same way
+        notes.append(Diagnostic("layout", "body-label", node.name, "optimizing would fold away what its label says"))
         return None
     try:
         removed = _fold_residual_adds(optimized, original)

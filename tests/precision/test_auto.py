@@ -214,9 +214,10 @@ def test_resnet18_under_cosine_0999_is_not_all_fp32(zoo):
 
 
 def test_auto_keeps_what_arrives_quantized_int8_and_plans_the_rest():
-    """A QDQ model with one convolution left in float: blocks holding its quantized layers stay
-    INT8 with the model's own parameters, the float remainder is auto's to choose, and the
-    budget holds against the quantized model itself."""
+    """A QDQ model with one convolution left in float: blocks holding its quantized arithmetic
+    stay INT8 with the model's own parameters, blocks holding only layers arriving quantized
+    without it (a QDQ unit's float operator cut from its DequantizeLinear) are FP32, the float
+    remainder is auto's to choose, and the budget holds against the quantized model itself."""
     from quantized_models import float_cnn, quantized
 
     model = quantized(float_cnn(), "qdq", nodes_to_exclude=["conv2"])
@@ -224,8 +225,10 @@ def test_auto_keeps_what_arrives_quantized_int8_and_plans_the_rest():
     layers = result.analysis.layers
     assert any(layer.quantized for layer in layers) and not all(layer.quantized for layer in layers)
     for block in result.plan.blocks:
-        if any(layer.quantized for layer in block.layers(layers)):
+        if any(layer.int8_arithmetic for layer in block.layers(layers)):
             assert block.precision == "int8"
+        elif any(layer.quantized for layer in block.layers(layers)):
+            assert block.precision == "fp32"
     assert result.auto.budget.met(result.auto.chosen.measured)
     assert all(u.stop <= len(layers) for u in result.auto.units)
 

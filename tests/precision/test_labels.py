@@ -145,3 +145,107 @@ def test_an_imported_qdq_model_is_priced_as_its_int8_layers_never_slower_than_fp
     folded = [layer for layer in qdq.analysis.layers if folded_qdq(layer)]
     assert folded and all(layer.op_type in ("QuantizeLinear", "DequantizeLinear") for layer in folded)
     assert sum(qdq.block_latency_us) <= sum(fp32.block_latency_us)
+
+
+# ------------------------------------------------------------------------------ labels = bodies
+def test_a_block_cut_from_the_quantized_arithmetic_around_it_is_fp32(library):
+    """A QDQ model's softmax (the float operator of a QDQ unit: arrives quantized) in a block of
+    its own, its DequantizeLinear and QuantizeLinear in the blocks around it: the body holds a
+    float Softmax and nothing quantized, so the block is FP32 -- label, price (the softmax at its
+    FP32 bytes) and body -- and the library runs it; the blocks around stay INT8."""
+    from quantized_models import float_mlp, quantized
+
+    from onnxmlu.plan.labels import honest_labels
+    from onnxmlu.plan.plan import plan_from_ranges
+
+    model = quantized(float_mlp(), "qdq")
+    analysis = api.inspect(model, rewrite=True)
+    layers = analysis.layers
+    k = next(i for i, layer in enumerate(layers) if layer.op_type == "Softmax")
+    assert layers[k].quantized and not layers[k].int8_arithmetic
+    plan = plan_from_ranges([(0, k, 1, "int8"), (k, k + 1, 1, "int8"), (k + 1, len(layers), 1, "int8")],
+                            hardware="mlu100")
+    honest = honest_labels(plan, layers)
+    assert [b.precision for b in honest.blocks] == ["int8", "fp32", "int8"]
+    result = api.fuse(model, plan=plan)
+    assert [block_precision(n) for n in _blocks(result.model)] == ["int8", "fp32", "int8"]
+    softmax = _blocks(result.model)[1]
+    assert [n.op_type for n in body_model(softmax).graph.node] == ["Softmax"]
+    cost = make_cost(load_hardware("mlu100"))
+    fp32_softmax = layers[k].at_precision("fp32")
+    assert fp32_softmax.precision == "fp32" and fp32_softmax.input_bytes == 4 * layers[k].input_bytes
+    as_fp32 = plan_block_latencies_us(with_precision(plan, "fp32"), layers, cost)[1]
+    assert result.block_latency_us[1] == pytest.approx(as_fp32) and as_fp32 >= cost([layers[k]], 1)
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    got = plain_session(result.model, library).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, plain_session(model, library).run(None, {"x": x})[0], atol=2 / 255)
+
+
+def _sin_op_cos(op: str) -> onnx.ModelProto:
+    """Sin -> ``op`` -> Cos on x[2, 8, 6, 6] (the operator between two that INT8 has no form for)."""
+    rng = np.random.default_rng(1)
+    weight = onnx.numpy_helper.from_array(rng.standard_normal((8, 8, 1, 1)).astype(np.float32), "w")
+    extra = {"Conv": (["w"], [weight], {}), "Add": (["s"], [], {}), "MatMul": (["s"], [], {}),
+             "MaxPool": ([], [], {"kernel_shape": [2, 2]}), "Transpose": ([], [], {"perm": [0, 2, 3, 1]}),
+             "Concat": (["s"], [], {"axis": 1}), "Softmax": ([], [], {})}.get(op, ([], [], {}))
+    inputs, inits, attrs = extra
+    graph = helper.make_graph(
+        [helper.make_node("Sin", ["x"], ["s"]), helper.make_node(op, ["s", *inputs], ["o"], **attrs),
+         helper.make_node("Cos", ["o"], ["y"])], f"sin_{op}_cos",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return make_model(graph, 17)
+
+
+@pytest.mark.parametrize("op", ["Conv", "Add", "MatMul", "Concat", "Softmax", "Sigmoid", "GlobalAveragePool",
+                                "Relu", "MaxPool", "Transpose", "Flatten", "Clip"])
+def test_int8_is_asked_of_a_block_its_label_follows_what_the_quantizer_quantizes(library, op):
+    """INT8_ANCHOR_OPS are the operators onnxruntime's quantizer quantizes with nothing
+    quantized before them: a block holding one is INT8 and its body holds QDQ pairs; a block
+    holding only others (Relu, MaxPool, Transpose, ...) would come out unchanged and is FP32."""
+    from onnxmlu.precision import INT8_ANCHOR_OPS
+
+    result = api.fuse(_sin_op_cos(op), precision="int8", strategy="all-fusion")
+    (node,) = _blocks(result.model)
+    holds_qdq = bool({n.op_type for n in body_model(node).graph.node} & QDQ)
+    assert holds_qdq == (op in INT8_ANCHOR_OPS) and block_precision(node) == ("int8" if holds_qdq else "fp32")
+    assert result.plan.blocks[0].precision == block_precision(node)
+    plain_session(result.model, library)  # the library agrees with the label
+
+
+def _integer_arithmetic() -> onnx.ModelProto:
+    """int64 x + 3, * 2: no float tensor anywhere."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "three"], ["a"]), helper.make_node("Mul", ["a", "two"], ["y"])], "ints",
+        [helper.make_tensor_value_info("x", TensorProto.INT64, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [1, 64])],
+        [helper.make_tensor("three", TensorProto.INT64, [], [3]), helper.make_tensor("two", TensorProto.INT64, [], [2])])
+    return make_model(graph, 17)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_a_block_with_no_float_tensor_is_fp32_whatever_is_asked(library, precision):
+    result = api.fuse(_integer_arithmetic(), precision=precision, strategy="all-fusion")
+    assert [b.precision for b in result.plan.blocks] == ["fp32"] * len(result.plan.blocks)
+    assert {block_precision(n) for n in _blocks(result.model)} == {"fp32"}
+    x = np.arange(64, dtype=np.int64).reshape(1, 64)
+    np.testing.assert_array_equal(plain_session(result.model, library).run(None, {"x": x})[0], (x + 3) * 2)
+
+
+def test_collapse_never_writes_a_label_its_body_does_not_bear_out():
+    """The last guard: a transform that left an INT8 body without quantized arithmetic is an
+    error naming the block, not a file the library would refuse."""
+    from onnxmlu.collapse.blocks import collapse
+    from onnxmlu.errors import OnnxMluError
+    from onnxmlu.plan.plan import plan_from_ranges
+    from onnxmlu.precision.bodies import BlockBodies
+
+    class Unchanged(BlockBodies):
+        def transform(self, b, precision, body):
+            return body  # an INT8 "transform" that quantizes nothing
+
+    model = _conv_sin_conv()
+    analysis = api.inspect(model, rewrite=True)
+    plan = plan_from_ranges([(0, len(analysis.layers), 1, "int8")], hardware="mlu100")
+    with pytest.raises(OnnxMluError, match="block 0 .*labelled int8 but its body holds no quantized operator"):
+        collapse(analysis, plan, bodies=Unchanged(analysis))

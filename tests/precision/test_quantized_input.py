@@ -21,7 +21,7 @@ from onnxmlu.plan.perf.hardware import load_hardware
 from onnxmlu.plan.perf.layers import layers_at_precision
 from onnxmlu.plan.perf.model import block_latency_us, make_cost
 from onnxmlu.plan.plan import Plan, plan_from_ranges, with_precision
-from onnxmlu.plan.planner import int8_where_quantized
+from onnxmlu.plan.labels import honest_labels
 from onnxmlu.precision.bodies import BlockBodies
 from onnxmlu.precision.own import CALIBRATION_KEY, OWN_INT8_NOTE
 from onnxmlu.runtime import InferenceSession, reference_session
@@ -179,20 +179,27 @@ def test_the_plan_stage_promotes_only_blocks_holding_quantized_layers():
     analysis = api.inspect(model, rewrite=True)
     assert [layer.quantized for layer in analysis.layers] == [False, True, True, True]
     plan = plan_from_ranges([(0, 1, 1, "fp16"), (1, 4, 1, "fp16")], hardware="mlu100")
-    promoted = int8_where_quantized(plan, analysis.layers)
+    promoted = honest_labels(plan, analysis.layers)
     assert [b.precision for b in promoted.blocks] == ["fp16", "int8"]
-    assert int8_where_quantized(promoted, analysis.layers) is promoted
+    assert honest_labels(promoted, analysis.layers) is promoted
     written = Plan.from_json(plan.to_json(analysis.layers), analysis.layers)
     result = api.fuse(model, plan=written)
     assert [block_precision(b) for b in _blocks(result.model)] == ["fp16", "int8"]
 
 
-def test_layers_at_precision_keeps_quantized_layers_int8():
+def test_layers_at_precision_keeps_quantized_arithmetic_int8():
+    """Quantized arithmetic runs INT8 at every precision; another layer arriving quantized (a
+    MaxPool on 8-bit values between two QLinearConvs) runs INT8 in an INT8 block and is priced
+    as the FP32 analysis would in any other (the integer bytes are the same)."""
     analysis = api.inspect(quantized(float_cnn(), "qoperator"), rewrite=True)
     layers = analysis.layers
     assert {layer.quantized for layer in layers} == {True}
-    for precision in ("fp32", "fp16", "int8"):
-        assert layers_at_precision(layers, precision) == layers
+    assert layers_at_precision(layers, "int8") == layers
+    for precision in ("fp32", "fp16"):
+        at = layers_at_precision(layers, precision)
+        assert [a for a, b in zip(at, layers) if b.int8_arithmetic] == [b for b in layers if b.int8_arithmetic]
+        others = [(a, b) for a, b in zip(at, layers) if not b.int8_arithmetic]
+        assert others and all(a.precision == "fp32" and a.input_bytes == b.input_bytes for a, b in others)
     mixed = api.inspect(_float_then_qlinear_conv(), rewrite=True).layers
     at16 = layers_at_precision(mixed, "fp16")
     assert [layer.precision for layer in at16] == ["fp16", "int8", "int8", "int8"]

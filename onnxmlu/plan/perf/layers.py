@@ -15,11 +15,16 @@ floating-point feature maps and weights shrink to that precision's element size 
 ``fixed_bytes`` -- integer indices, masks -- keep theirs), and the performance model runs its
 operations at that precision's peak.
 
-A layer that *arrives quantized* (:attr:`Layer.quantized`: the model itself computes it in
-INT8 -- a ``QLinearConv``, a ``QuantizeLinear``, the float operator of a QDQ unit, a layer
-reading INT8 weights through a ``DequantizeLinear``; see :mod:`onnxmlu.analyze.layers`) is
-analysed at ``precision="int8"`` and always runs INT8: its bytes are what the model stores,
-and :meth:`Layer.at_precision` returns it unchanged whatever precision is asked.
+A layer that *arrives quantized* (:attr:`Layer.quantized`: the model itself fixes its numerics
+-- a ``QLinearConv``, a ``QuantizeLinear``, the float operator of a QDQ unit, a layer reading
+INT8 weights through a ``DequantizeLinear``; see :mod:`onnxmlu.analyze.layers`) is analysed at
+``precision="int8"``, its bytes what the model stores. One that *is* quantized arithmetic
+(:attr:`Layer.int8_arithmetic`: a quantized operator, or a reader of INT8 weights whose
+dequantization is carried into its block) always runs INT8: :meth:`Layer.at_precision` returns
+it unchanged. The others (a QDQ unit's float operator, a ``MaxPool`` on 8-bit values) run INT8
+only in an INT8 block; in an FP32 block -- one holding no quantized arithmetic
+(:mod:`onnxmlu.plan.labels`) -- they are the float or integer operators the body computes, and
+are priced as analysed in FP32.
 """
 
 from __future__ import annotations
@@ -64,10 +69,13 @@ class Layer:
     fixed_bytes: tuple[int, int, int] = (0, 0, 0)
     #: The precision the layer is priced at (its bytes are already at that element size).
     precision: str = DEFAULT_PRECISION
-    #: The layer arrives quantized: the model computes it in INT8 with its own quantization
-    #: parameters. Such a layer is analysed at INT8, always runs INT8, and a block holding one
-    #: runs at INT8 (the plan stage enforces it: :func:`onnxmlu.plan.planner.int8_where_quantized`).
+    #: The layer arrives quantized: the model fixes its numerics with its own quantization
+    #: parameters (analysed at INT8; onnxmlu never re-quantizes nor rounds it to FP16).
     quantized: bool = False
+    #: The layer is quantized arithmetic itself: its node is a quantized operator, or it reads
+    #: INT8 weights through a weight dequantization carried into its block. A block holding one
+    #: is INT8 (:func:`onnxmlu.plan.labels.honest_precision`); implies ``quantized``.
+    int8_arithmetic: bool = False
 
     @property
     def gops(self) -> float:
@@ -77,10 +85,13 @@ class Layer:
     def at_precision(self, precision: str) -> "Layer":
         """This layer run at ``precision``: FP32 tensor bytes scaled to its element size.
         Only an FP32 layer (as analysed) converts; the same precision returns ``self``, and so
-        does every precision for a layer that arrives quantized (it always runs INT8)."""
+        does every precision for quantized arithmetic (it always runs INT8). Another layer that
+        arrives quantized runs INT8 in an INT8 block and FP32 in any other (never FP16)."""
         check_precision(precision)
-        if precision == self.precision or self.quantized:
+        if precision == self.precision or self.int8_arithmetic:
             return self
+        if self.quantized:
+            return self if precision == "int8" else self._as_fp32()
         if self.precision != DEFAULT_PRECISION:
             raise ValueError(f"layer {self.name!r} is priced at {self.precision}; convert the FP32 layer instead")
         size = ELEMENT_BYTES[precision]
@@ -92,10 +103,19 @@ class Layer:
         return replace(self, input_bytes=scaled(self.input_bytes, fi), output_bytes=scaled(self.output_bytes, fo),
                        weight_bytes=scaled(self.weight_bytes, fw), precision=precision)
 
+    def _as_fp32(self) -> "Layer":
+        """The INT8-analysed layer (one byte a float element) with its float tensors at FP32
+        again: exact, the INT8 bytes being element counts."""
+        fi, fo, fw = self.fixed_bytes
+        size = ELEMENT_BYTES[DEFAULT_PRECISION]
+        return replace(self, input_bytes=fi + max(self.input_bytes - fi, 0) * size,
+                       output_bytes=fo + max(self.output_bytes - fo, 0) * size,
+                       weight_bytes=fw + max(self.weight_bytes - fw, 0) * size, precision=DEFAULT_PRECISION)
+
 
 def layers_at_precision(layers: Sequence[Layer], precision: str) -> list[Layer]:
     """Every layer of ``layers`` as it runs in a block at ``precision`` (see
-    :meth:`Layer.at_precision`): layers that arrive quantized stay INT8, so a mixed layer table
+    :meth:`Layer.at_precision`): quantized arithmetic stays INT8, so a mixed layer table
     converts at every precision, and in an INT8 block an operator INT8 has no form for stays
     FP32 (:func:`~onnxmlu.precision.runs_at`: the body computes it in FP32, so it is priced so)."""
     return [layer.at_precision(precision if layer.quantized else runs_at(layer.op_type, precision))
