@@ -193,7 +193,18 @@ class Context:
 
 
 class Pass(Protocol):
+    """A pass and its contract: the :class:`Context` fields it ``requires`` (set by an earlier
+    pass, or by the caller), those it ``provides`` (set when it returns) and those it
+    ``may_leave`` (set only when there is something to say: a report, a profile); ``where``
+    names its modules and ``what`` says what it does (docs/architecture.md's table of passes is
+    :func:`pass_table` of these declarations)."""
+
     name: str
+    requires: tuple[str, ...]
+    provides: tuple[str, ...]
+    may_leave: tuple[str, ...]
+    where: str
+    what: str
 
     def label(self, ctx: Context) -> str: ...
 
@@ -203,6 +214,11 @@ class Pass(Protocol):
 # ------------------------------------------------------------------------------ the passes
 class Load:
     name = "load"
+    requires = ("source",)
+    provides = ("model",)
+    may_leave = ("source_map",)
+    where = "`frontend/load.py`, `ir/mapped.py`"
+    what = "reads the file (or copies the caller's `ModelProto`)"
 
     def label(self, ctx: Context) -> str:
         return f"loading {ctx.source_name}"
@@ -241,6 +257,11 @@ def _load_mapped(ctx: Context) -> onnx.ModelProto | None:
 
 class Normalize:
     name = "normalize"
+    requires = ("model",)
+    provides = ("model",)
+    may_leave = ()
+    where = "`frontend/normalize.py` (+ `fold.py`, `pins.py`, `shapes.py`)"
+    what = "inlines functions, checks the pins, folds constants, infers every type"
 
     def label(self, ctx: Context) -> str:
         return "normalizing: functions, pins, folding, shapes"
@@ -255,6 +276,11 @@ class Normalize:
 
 class Rewrite:
     name = "rewrite"
+    requires = ("model",)
+    provides = ("model",)
+    may_leave = ("rewrite_report",)
+    where = "`rewrite/`"
+    what = "rewrites what the accelerator cannot run into its primitives"
 
     def label(self, ctx: Context) -> str:
         if not ctx.options.rewrite:
@@ -273,6 +299,11 @@ class Rewrite:
 
 class Analyze:
     name = "analyze"
+    requires = ("model",)
+    provides = ("analysis",)
+    may_leave = ()
+    where = "`analyze/`, `frontend/shapes.py`"
+    what = "orders the nodes, sizes and prices the layers, gives each host node its reason"
 
     def label(self, ctx: Context) -> str:
         return "analysing: layer table"
@@ -287,6 +318,11 @@ class Analyze:
 
 class PlanPass:
     name = "plan"
+    requires = ("analysis", "hardware")
+    provides = ("plan", "block_latency_us")
+    may_leave = ("bodies", "auto")
+    where = "`plan/planner.py` (+ `strategies/`, `perf/`), `precision/`"
+    what = "chooses blocks, MPs and precisions; prices each block"
 
     def label(self, ctx: Context) -> str:
         at = f" at {ctx.options.precision}" if ctx.options.precision else ""
@@ -380,6 +416,11 @@ class Profile:
     (:mod:`onnxmlu.plan.profile`); the layers are analysed again at each point's shapes."""
 
     name = "profile"
+    requires = ("analysis", "plan")
+    provides = ()
+    may_leave = ("profile",)
+    where = "`plan/profile.py`"
+    what = "prices the plan at the `--input-shape` ranges' ends"
 
     def label(self, ctx: Context) -> str:
         return "pricing the plan over the input ranges"
@@ -404,6 +445,11 @@ class Profile:
 
 class Collapse:
     name = "collapse"
+    requires = ("analysis", "plan")
+    provides = ("fused", "blocks")
+    may_leave = ("bodies",)
+    where = "`collapse/blocks.py`"
+    what = "builds the fused graph, one bodiless `MLUFusionBlock` node per block"
 
     def label(self, ctx: Context) -> str:
         calibrating = any(b.precision == "int8" for b in ctx.plan.blocks)
@@ -445,6 +491,11 @@ class Embed:
     """Last pass of ``fuse``: every block's body into its node, in memory."""
 
     name = "embed"
+    requires = ("fused",)
+    provides = ("fused",)
+    may_leave = ()
+    where = "`collapse/blocks.py`"
+    what = "puts each block's body into its node"
 
     def label(self, ctx: Context) -> str:
         return "embedding block bodies"
@@ -460,6 +511,11 @@ class Portable:
     function holding its body, so the file runs without the custom-op library."""
 
     name = "portable"
+    requires = ("fused",)
+    provides = ("fused",)
+    may_leave = ()
+    where = "`tools/view.py` (`explode`)"
+    what = "turns each block into a model-local ONNX function"
 
     def label(self, ctx: Context) -> str:
         return "blocks as ONNX functions"
@@ -476,6 +532,11 @@ class Write:
     memory, or one over protobuf's 2 GB limit (external data), is embedded and saved whole."""
 
     name = "write"
+    requires = ("fused", "output")
+    provides = ()
+    may_leave = ()
+    where = "`collapse/blocks.py`, `ir/wire.py`, `collapse/atomic.py`"
+    what = "streams the fused model into the file, one body at a time"
 
     def label(self, ctx: Context) -> str:
         return f"saving {ctx.output.name}"
@@ -519,6 +580,11 @@ class Branches:
     and grafted back (:mod:`onnxmlu.collapse.branches`)."""
 
     name = "branches"
+    requires = ("fused", "analysis")
+    provides = ()
+    may_leave = ("branches",)
+    where = "`collapse/branches.py`"
+    what = "fuses each subgraph of a host `If`/`Loop`/`Scan` and grafts it back"
 
     def label(self, ctx: Context) -> str:
         return "planning blocks inside control flow"
@@ -638,15 +704,42 @@ class PassManager:
             instrument.enter(ctx)
         try:
             for p in self.passes:
+                _check_contract(p, ctx, p.requires, "requires", "which no earlier pass left")
                 for instrument in self.instruments:
                     instrument.before(p, ctx)
                 p.run(ctx)
                 for instrument in reversed(self.instruments):
                     instrument.after(p, ctx)
+                _check_contract(p, ctx, p.provides, "provides", "but left it unset")
         finally:
             for instrument in reversed(self.instruments):
                 instrument.exit(ctx)
         return ctx
+
+
+class PassContractError(AssertionError):
+    """A pass ran without a field it requires, or returned without one it provides: a bug in
+    the pipeline's pass list, named at the pass that broke the contract (onnxscript's
+    ``requires``/``ensures`` checks)."""
+
+
+def _check_contract(p: Pass, ctx: Context, fields: Sequence[str], verb: str, why: str) -> None:
+    missing = [f for f in fields if getattr(ctx, f) is None]
+    if missing:
+        raise PassContractError(f"pass {p.name!r} {verb} ctx.{', ctx.'.join(missing)}, {why}")
+
+
+def pass_table(passes: Sequence[Pass]) -> str:
+    """The markdown table of ``passes`` and their contracts, one row per pass (docs/architecture.md)."""
+    fields = lambda names: ", ".join(f"`{n}`" for n in names) or "–"  # noqa: E731
+    rows = ["| pass | modules | what it does | requires | provides | may leave |", "|---|---|---|---|---|---|"]
+    rows.extend(f"| {p.name} | {p.where} | {p.what} | {fields(p.requires)} | {fields(p.provides)} | "
+                f"{fields(p.may_leave)} |" for p in passes)
+    return "\n".join(rows)
+
+
+#: Every pass once, in pipeline order (the table of docs/architecture.md).
+ALL_PASSES = (*PLAN, Collapse(), Branches(), Embed(), Portable(), Write())
 
 
 def default_instruments() -> tuple[Instrument, ...]:

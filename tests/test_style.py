@@ -52,3 +52,43 @@ def test_the_two_fuse_pipelines_differ_only_in_their_last_pass():
     assert names[0][:-1] == names[1][:-1] == ["load", "normalize", "rewrite", "analyze", "plan", "profile",
                                                 "collapse", "branches"]
     assert (names[0][-1], names[1][-1]) == ("embed", "write")
+
+
+def test_the_architecture_page_shows_the_passes_as_they_declare_themselves():
+    from onnxmlu.pipeline import ALL_PASSES, pass_table
+
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    assert pass_table(ALL_PASSES) in page, "regenerate the table: python -c 'from onnxmlu.pipeline import " \
+        "pass_table, ALL_PASSES; print(pass_table(ALL_PASSES))'"
+
+
+def test_every_pass_declares_fields_the_context_has():
+    from dataclasses import fields
+
+    from onnxmlu.pipeline import ALL_PASSES, Context
+
+    known = {f.name for f in fields(Context)}
+    for p in ALL_PASSES:
+        assert set(p.requires) | set(p.provides) | set(p.may_leave) <= known, p.name
+        assert p.where and p.what, p.name
+
+
+def test_each_fuse_pipeline_meets_its_own_contracts():
+    """Along every pass list, a pass only requires what the caller or an earlier pass provides."""
+    from onnxmlu.pipeline import BRANCH, FUSE, FUSE_TO_FILE, PLAN, PORTABLE
+
+    given = {"source", "hardware", "output"}  # what the caller puts in the context
+    for passes in (PLAN, FUSE, FUSE_TO_FILE, PORTABLE, BRANCH):
+        have = set(given)
+        for p in passes:
+            assert set(p.requires) <= have, (p.name, set(p.requires) - have)
+            have |= set(p.provides)
+
+
+def test_a_pass_list_that_forgets_a_result_fails_at_the_pass_that_needed_it(chain_model):
+    import pytest
+
+    from onnxmlu.pipeline import Context, Load, PassContractError, PassManager, PlanPass
+
+    with pytest.raises(PassContractError, match="pass 'plan' requires ctx.analysis"):
+        PassManager([Load(), PlanPass()], instruments=()).run(Context(chain_model, None))
