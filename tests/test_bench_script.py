@@ -86,3 +86,25 @@ def test_tiny_end_to_end_run_writes_every_table(tmp_path):
     for title in ("Fuse speed vs peers", "Scaling", "Planner", "Before/after"):
         assert f"## {title}" in text
     _assert_well_formed(text)
+
+
+#: How many commits that change the package or the library BENCHMARKS.md may be behind: about
+#: two working sessions. Past that, its figures describe code that is no longer there.
+MAX_CODE_COMMITS_BEHIND = 40
+
+
+def test_benchmarks_md_measures_recent_code():
+    """BENCHMARKS.md names the commit it measured; no more than MAX_CODE_COMMITS_BEHIND commits
+    touching onnxmlu/ or custom_ops/ may follow it (regenerate with ``make bench``)."""
+    import re
+
+    header = (ROOT / "BENCHMARKS.md").read_text().split("\n", 3)[2]
+    match = re.search(r"commit ([0-9a-f]{7,40})", header)
+    assert match, f"BENCHMARKS.md does not name the commit it measured: {header!r}"
+    git = ["git", "-C", str(ROOT)]
+    if subprocess.run([*git, "cat-file", "-e", f"{match[1]}^{{commit}}"], capture_output=True).returncode:
+        pytest.fail(f"BENCHMARKS.md measured commit {match[1]}, which this clone does not have")
+    since = subprocess.run([*git, "rev-list", "--count", f"{match[1]}..HEAD", "--", "onnxmlu", "custom_ops"],
+                           capture_output=True, text=True, check=True).stdout
+    assert int(since) <= MAX_CODE_COMMITS_BEHIND, (
+        f"BENCHMARKS.md measured commit {match[1]}, {int(since)} code commits ago: run make bench")
