@@ -6,6 +6,7 @@
 #   make sanitize  the ASan + UBSan build of the library, then tests/test_runtime.py and
 #                  tests/test_hostile_models.py under it
 #   make test      the CI test suite (real-world corpus included)
+#   make test-browser  the browser-marked tests, Debian's chromium installed first when missing
 #   make lint      ruff over the package, tests and scripts (rules in pyproject.toml); CI runs it first
 #   make smoke     scripts/smoke.sh (zoo, fuse, check, run, int8) on .venv: the latest versions
 #   make smoke-lowest  the same on .venv-lowest, holding exactly the lowest dependency versions
@@ -34,7 +35,7 @@ LIB_SOURCES := pyproject.toml custom_ops/CMakeLists.txt custom_ops/exports.map $
                scripts/fetch_ort_headers.sh
 ASAN_LIB := build/sanitize/libonnxmlu_ops_asan.so
 
-.PHONY: install lib wheel sanitize lint test test-slow test-realworld smoke smoke-lowest demo bench bench-quick clean
+.PHONY: install lib wheel sanitize lint test test-slow test-realworld test-browser browser-deps smoke smoke-lowest demo bench bench-quick clean
 
 install: $(VENV)/.installed
 
@@ -86,6 +87,17 @@ $(LOWEST_VENV)/.installed: pyproject.toml scripts/lowest_requirements.py
 smoke-lowest: install $(LOWEST_VENV)/.installed
 	PYTHONPATH=$(CURDIR) ONNXMLU_CUSTOM_OPS_LIBRARY="$$($(PY) -c 'import onnxmlu; print(onnxmlu.custom_ops_library())')" \
 	    bash scripts/smoke.sh $(CURDIR)/$(LOWEST_PY)
+
+# The browser-marked tests (the HTML report and Netron rendered by a real headless chromium):
+# Debian's chromium installed when missing (as root, or through sudo), the browser extra into .venv.
+# CI does not run them: a browser download does not fit its budget.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser-deps:
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver; }
+
+test-browser: install browser-deps
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,plot,browser]'
+	$(PY) -m pytest -q -m browser $(PYTEST_ARGS)
 
 test-slow: install
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
