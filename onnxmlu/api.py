@@ -26,6 +26,7 @@ from onnxmlu.ir.weights import WeightStore
 from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, Options, PassManager, as_progress
 from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan  # noqa: F401
+from onnxmlu.precision.planners import planner_for
 from onnxmlu.reports import (
     CompareReport,
     FuseResult,
@@ -70,9 +71,7 @@ def _precision_options(precision: str | None = None, calibration: str | os.PathL
     """The precision keywords of :class:`Options`, checked before any pass runs (a one-line
     :class:`OnnxMluError` for an unknown precision or calibrator, and for a calibration folder
     that does not exist or holds no readable sample: nothing is written then)."""
-    from onnxmlu.pipeline import check_precision_option
-
-    check_precision_option(precision)
+    planner_for(precision)  # one line for an unknown precision
     int8 = None  # the defaults (MinMax), without importing onnxruntime's quantizer for FP32 runs
     if calibrator != DEFAULT_CALIBRATOR:
         from onnxmlu.precision.int8 import Int8Options
@@ -122,7 +121,7 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
 
 
 def _refuse_validation(validation, precision: str | None, check: bool) -> None:
-    if validation is not None and precision != "auto" and not check:
+    if validation is not None and not planner_for(precision).judged and not check:
         raise OnnxMluError("--validation holds the samples that judge --precision auto's budget and --check; "
                            "add one of them")
 
@@ -383,7 +382,7 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
 def _refuse_plan_options(precision: str | None, validation, output, plot, pareto) -> None:
     """``plan``'s options a run could not honour, each one line before any work: --pareto
     without auto, --validation without a use, an unwritable path, plotting without matplotlib."""
-    if pareto is not None and precision != "auto":
+    if pareto is not None and not planner_for(precision).judged:
         raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
     _refuse_validation(validation, precision, check=False)
     for path, what in ((output, "--output"), (plot, "--plot"), (pareto, "--pareto")):
@@ -421,11 +420,8 @@ def compare_column(name: str, accuracy: str | None = None) -> CompareColumn:
     """The column ``name`` of ``compare --precision`` (a one-line error for an unknown name): a
     fixed precision is :func:`compare_strategies` at it; ``auto`` plans under the ``accuracy``
     budget (default ``cosine>=0.999``)."""
-    if name == "auto":
+    if planner_for(name).judged:
         return _auto_column(accuracy)
-    from onnxmlu.pipeline import check_precision_option
-
-    check_precision_option(name)
     return lambda analysis, hw, strategy: compare_strategies(analysis, hw, [strategy], precision=name)[0]
 
 
@@ -467,7 +463,7 @@ def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Se
 
         require_plotting()
     names = list(strategies) if strategies else strategy_names()
-    if accuracy is not None and "auto" not in precisions:
+    if accuracy is not None and not any(planner_for(p).judged for p in precisions):
         raise OnnxMluError("--accuracy is the budget of the auto column; add auto to --precision")
     columns = {p: compare_column(p, accuracy) for p in dict.fromkeys(precisions) if p != "fp32"}  # FP32: first
     report = CompareReport(_hardware(hardware), names if "none" in names else ["none", *names], list(columns))

@@ -25,10 +25,9 @@ When the context has a :class:`~onnxmlu.ir.weights.WeightStore` (``fuse_to_file`
 the large weights leave the protobuf tree right after normalizing and every pass that reads
 them is given the store.
 
-Precision (docs/precision.md): the plan pass calls one :data:`Planner`, picked by
-``Options.precision`` (:func:`planner_for`): :func:`plan_fixed_precision` puts every block at
-the precision asked; :func:`plan_auto_precision` (``auto``) chooses blocks, MPs and precisions
-under an accuracy budget, measuring the bodies it considers. When a block is not FP32, collapse
+Precision (docs/precision.md): the plan pass calls the planner of ``Options.precision``, an
+entry of :data:`onnxmlu.precision.planners.PLANNERS` (a fixed precision, or ``auto``'s search
+under an accuracy budget); this module names no precision. When a block is not FP32, collapse
 uses the run's one :class:`~onnxmlu.precision.bodies.BlockBodies` (``Context.bodies``: auto's
 measured bodies, or made there, INT8 blocks calibrated before any weight is released) and
 embed / write hand it the bodies; what it records (stage ``precision``) joins
@@ -64,8 +63,9 @@ from onnxmlu.ir.weights import WeightStore, all_tensors
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile, profile_plan
-from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike, plan_layers
-from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
+from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike
+from onnxmlu.precision import DEFAULT_PRECISION
+from onnxmlu.precision.planners import bn_for, planner_for
 from onnxmlu.rewrite import RewriteReport, rewrite_owned, selected_rewriters
 from onnxmlu.schema import ensure_registered
 
@@ -142,19 +142,10 @@ class Options:
     metric: str | None = None  # a user metric module:function judging --precision auto (--metric)
 
     def __post_init__(self) -> None:
-        check_precision_option(self.precision)
-        check_auto_options(self)
+        planner = planner_for(self.precision)  # one line for an unknown precision
+        planner.check(self)
         if self.bn_mode is None:
             self.bn_mode = bn_for(self.precision)
-
-
-#: Precisions under which BatchNormalization is folded unless ``--bn`` says otherwise.
-FOLD_BN_FOR = ("int8", "auto")
-
-
-def bn_for(precision: str | None) -> str:
-    """The BatchNormalization rewrite a run at ``precision`` gets by default."""
-    return "fold" if precision in FOLD_BN_FOR else "substitute"
 
 
 @dataclass
@@ -332,83 +323,10 @@ class PlanPass:
         return f"planning: {strategy if isinstance(strategy, str) else getattr(strategy, '__name__', strategy)}{at}"
 
     def run(self, ctx: Context) -> None:
-        planned = planner_for(ctx.options.precision)(ctx.analysis, ctx.hardware, ctx.options)
+        planned = planner_for(ctx.options.precision).plan(ctx.analysis, ctx.hardware, ctx.options)
         ctx.plan, ctx.block_latency_us = planned.plan, planned.latencies
         ctx.bodies, ctx.auto = planned.bodies, planned.auto
         ctx.diagnostics.extend(planned.diagnostics)
-
-
-@dataclass
-class Planned:
-    """What a planner leaves: the plan and each block's simulated latency (µs, at the block's
-    MP and precision; blocks over the body limit already split), and, from a planner that made
-    them, the blocks' bodies, its report and its diagnostics."""
-
-    plan: Plan
-    latencies: list[float]
-    bodies: "BlockBodies | None" = None
-    auto: "AutoResult | None" = None
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-
-
-#: A planner: an analysed model and the options -> :class:`Planned`.
-Planner = Callable[[Analysis, Hardware, Options], Planned]
-
-
-def plan_fixed_precision(analysis: Analysis, hw: Hardware, options: Options) -> Planned:
-    """The strategy's plan (or the plan file), every block at ``options.precision`` when one is
-    given, the strategy planning on the layers at that precision (:func:`plan_layers`)."""
-    return Planned(*plan_layers(analysis.layers, hw, strategy=options.strategy, plan=options.plan, mp=options.mp,
-                                precision=options.precision, keep_fp32=options.keep_fp32))
-
-
-def plan_auto_precision(analysis: Analysis, hw: Hardware, options: Options) -> Planned:
-    """``--precision auto``: blocks, MPs and precisions under the accuracy budget
-    (:mod:`onnxmlu.precision.auto`), with the bodies it measured."""
-    from onnxmlu.precision.auto import auto_planner
-
-    return auto_planner(analysis, hw, options)
-
-
-#: Planners for ``Options.precision`` values that are not one fixed precision; every other
-#: value plans with :func:`plan_fixed_precision`.
-PRECISION_PLANNERS: dict[str, Planner] = {"auto": plan_auto_precision}
-
-
-def planner_for(precision: str | None) -> Planner:
-    """What the plan pass calls for ``precision`` (see :data:`PRECISION_PLANNERS`)."""
-    return PRECISION_PLANNERS.get(precision or "", plan_fixed_precision)
-
-
-def precision_choices() -> tuple[str, ...]:
-    """The values ``--precision`` accepts: the fixed precisions, then the planners' names."""
-    return (*PRECISIONS, *PRECISION_PLANNERS)
-
-
-def check_auto_options(options: Options) -> None:
-    """One-line errors for options ``--precision auto`` cannot honour, or that need it."""
-    if options.precision != "auto":
-        if options.accuracy is not None:
-            raise OnnxMluError("--accuracy is the budget of --precision auto; add --precision auto")
-        if options.metric is not None:
-            raise OnnxMluError("--metric judges --precision auto; add --precision auto")
-        return
-    if options.plan is not None or options.mp is not None:
-        raise OnnxMluError("--precision auto chooses blocks and MPs itself; drop --plan / --mp")
-    from onnxmlu.precision.accuracy import Budget, load_metric
-
-    if options.accuracy is not None:
-        budget = Budget.parse(options.accuracy)
-        if budget.metric == "metric" and options.metric is None:
-            raise OnnxMluError("--accuracy metric>=X judges by a user metric: give --metric module:function")
-    if options.metric is not None:
-        load_metric(options.metric)  # before any pass: a metric that cannot be loaded is one line now
-
-
-def check_precision_option(precision: str | None) -> None:
-    """An :class:`OnnxMluError` (one line) unless ``precision`` is None or a known choice."""
-    if precision is not None and precision not in precision_choices():
-        raise OnnxMluError(f"--precision must be one of {', '.join(precision_choices())}, not {precision!r}")
 
 
 class Profile:
@@ -569,11 +487,6 @@ class BranchPlan:
         return float(sum(self.latencies))
 
 
-#: Precisions a branch's blocks take from the run's: INT8 needs calibration samples of the
-#: branch's own inputs, which the run does not collect, so ``int8``/``auto`` plan branches at FP32.
-BRANCH_PRECISIONS = {None: None, "fp32": "fp32", "fp16": "fp16"}
-
-
 class Branches:
     """Blocks inside the subgraphs of the host ``If``/``Loop``/``Scan`` nodes: each subgraph is
     lifted into a model, fused by :data:`BRANCH` (this pass included, for nested control flow)
@@ -605,7 +518,7 @@ class Branches:
                                            sub.analysis, sub.branches))
         if not ctx.branches:
             return
-        if ctx.options.precision not in BRANCH_PRECISIONS:
+        if planner_for(ctx.options.precision).needs_samples:
             ctx.note(Diagnostic("branches", "branch-fp32", "", f"blocks inside control flow are planned at FP32: "
                                 f"--precision {ctx.options.precision} needs samples of each branch's inputs"))
         drop_unread_initializers(graph)  # weights only the branches read now travel in their blocks
@@ -634,12 +547,13 @@ def _does_arithmetic(sub: Context) -> bool:
 
 
 def _branch_context(ctx: Context, lifted: "Lifted") -> Context:
-    """The context fusing one lifted subgraph: the run's strategy, MP and hardware, FP32 or
-    FP16 as the run asks (:data:`BRANCH_PRECISIONS`), the pins the enclosing graph sizes."""
+    """The context fusing one lifted subgraph: the run's strategy, MP, hardware and precision
+    -- FP32 where that precision calibrates on samples (INT8, auto: a branch's own inputs have
+    none) --, the pins the enclosing graph sizes."""
     opts = ctx.options
     values = {n: v for n, v in (opts.inputs or {}).items() if n in {i.name for i in lifted.model.graph.input}}
     options = Options(strategy=opts.strategy, mp=opts.mp, input_shapes=lifted.pins or None, inputs=values or None,
-                      rewrite=False, precision=BRANCH_PRECISIONS.get(opts.precision))
+                      rewrite=False, precision=None if planner_for(opts.precision).needs_samples else opts.precision)
     return Context(lifted.model, ctx.hardware, options)
 
 

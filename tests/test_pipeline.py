@@ -162,10 +162,11 @@ def test_an_unknown_precision_is_refused_and_a_planner_can_be_slotted_in(monkeyp
     """``Options`` refuses what no planner takes; a planner registered for a name (as
     ``--precision auto`` is) is what the plan pass calls for it, and what it leaves reaches the
     context."""
-    from onnxmlu import pipeline
     from onnxmlu.diagnostics import Diagnostic
     from onnxmlu.errors import OnnxMluError
     from onnxmlu.plan.plan import plan_from_ranges
+    from onnxmlu.precision import planners
+    from onnxmlu.registry import Registry
 
     with pytest.raises(OnnxMluError, match="--precision must be one of fp32, fp16, int8, auto, not 'mixed'"):
         Options(precision="mixed")
@@ -174,9 +175,11 @@ def test_an_unknown_precision_is_refused_and_a_planner_can_be_slotted_in(monkeyp
     def planner(analysis, hw, options):
         calls.append(options.precision)
         plan = plan_from_ranges([(0, len(analysis.layers), 1, "fp16")])
-        return pipeline.Planned(plan, [1.0], diagnostics=[Diagnostic("precision", "note", "", "planned")])
+        return planners.Planned(plan, [1.0], diagnostics=[Diagnostic("precision", "note", "", "planned")])
 
-    monkeypatch.setitem(pipeline.PRECISION_PLANNERS, "mixed", planner)
+    registry = Registry("precision", planners.PLANNERS.items())
+    registry.register("mixed", planners.PrecisionPlanner("mixed", planner))
+    monkeypatch.setattr(planners, "PLANNERS", registry)
     ctx = PassManager(PLAN, []).run(Context(conv_chain_model(), load_hardware("mlu100"), Options(precision="mixed")))
     assert [d.rule for d in ctx.diagnostics if d.stage == "precision"] == ["note"]
     assert calls == ["mixed"] and ctx.block_latency_us == [1.0] and ctx.plan.blocks[0].precision == "fp16"

@@ -70,7 +70,7 @@ from onnxmlu.precision.calibration import DEFAULT_RANDOM_SAMPLES, split_samples
 from onnxmlu.precision.evaluate import PlanEvaluator
 
 if TYPE_CHECKING:
-    from onnxmlu.pipeline import Planned
+    from onnxmlu.precision.planners import Planned
 
 LOWER = ("fp16", "int8")
 #: Share of the savable latency below which a segment is not measured (kept FP32).
@@ -237,8 +237,8 @@ def auto_planner(analysis, hw: Hardware, options) -> "Planned":
     """The pipeline's planner for ``--precision auto`` (``options``: the pipeline's Options):
     the calibration samples, the evaluator, :func:`plan_auto`, blocks over the body limit split,
     and the measured bodies for collapse."""
-    from onnxmlu.pipeline import Planned
     from onnxmlu.plan.planner import BODY_WEIGHT_LIMIT_BYTES, block_latencies
+    from onnxmlu.precision.planners import Planned
 
     effort = replace(options.auto or AutoOptions(), keep_fp32=tuple(options.keep_fp32))
     result = plan_analysis(analysis, hw, options.accuracy, calibration=options.calibration, int8=options.int8,
