@@ -25,7 +25,7 @@ from onnxmlu.frontend.load import load_model, refuse_fused  # noqa: F401 - part 
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, Options, PassManager, as_progress
 from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
-from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan  # noqa: F401
+from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
 from onnxmlu.precision.planners import planner_for
 from onnxmlu.reports import (
     CompareReport,
@@ -397,18 +397,15 @@ def _refuse_plan_options(precision: str | None, validation, output, plot, pareto
 # ---------------------------------------------------------------------------------- compare
 def compare_strategies(analysis: Analysis, hw: Hardware, strategies: Sequence[str],
                        precision: str | None = None) -> list[StrategyResult]:
-    """Plan with every strategy and price each plan with the performance model; with
-    ``precision``, each strategy plans the layers at that precision and is priced at it."""
-    from onnxmlu.plan.perf.model import make_cost
-
-    cost = make_cost(hw)
+    """Plan with every strategy through the planner ``fuse`` uses (:func:`plan_layers`: labels,
+    blocks over the body limit split) and price each plan with the performance model; with
+    ``precision``, each strategy plans the layers at that precision and is priced at it.
+    ``plan_seconds`` includes the pricing."""
     results = []
     for name in strategies:
         start = time.perf_counter()
-        chosen = make_plan(analysis.layers, hw, strategy=name, precision=precision)
-        elapsed = time.perf_counter() - start
-        latency = sum(block_latencies(analysis.layers, chosen, cost))
-        results.append(StrategyResult(name, chosen, latency, elapsed, precision or "fp32"))
+        chosen, latencies = plan_layers(analysis.layers, hw, strategy=name, precision=precision)
+        results.append(StrategyResult(name, chosen, sum(latencies), time.perf_counter() - start, precision or "fp32"))
     return results
 
 

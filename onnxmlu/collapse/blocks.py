@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import onnx
 from onnx import helper
@@ -43,7 +43,7 @@ from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir import topological_order
 from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node_inputs
 from onnxmlu.ir.weights import fill_tensor, is_marker
-from onnxmlu.plan.plan import Plan
+from onnxmlu.plan.plan import Block, Plan
 from onnxmlu.plan.labels import holds_int8_arithmetic, honest_labels
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.precision.own import OWN_INT8_NOTE, mark_own_int8
@@ -291,11 +291,16 @@ def _used_outside(analysis: Analysis, owner: dict[int, int], b: int, name: str) 
 
 
 def _block_of_node(analysis: Analysis, plan: Plan) -> dict[int, int]:
-    """Node index -> block number (a carried weight dequantization: its reader's block); the
-    plan was validated against the layers by the caller."""
-    owner = {analysis.layer_nodes[layer]: b
-             for b, block in enumerate(plan.blocks) for layer in range(block.start, block.stop)}
-    owner.update((node, owner[reader]) for node, reader in analysis.carried.items())
+    """Node index -> block number for every block of ``plan`` (validated by the caller)."""
+    return block_owner(analysis, enumerate(plan.blocks))
+
+
+def block_owner(analysis: Analysis, blocks: Iterable[tuple[int, Block]]) -> dict[int, int]:
+    """Node index -> k for the nodes of each ``(k, block)``: its layers' nodes, and each weight
+    dequantization carried into the block of the layer that reads it (``Analysis.carried``).
+    The one rule of which block owns a node: collapse and auto's evaluator both use it."""
+    owner = {analysis.layer_nodes[layer]: k for k, block in blocks for layer in range(block.start, block.stop)}
+    owner.update((node, owner[reader]) for node, reader in analysis.carried.items() if reader in owner)
     return owner
 
 

@@ -32,7 +32,7 @@ import onnx
 from onnx import helper
 from onnx.compose import add_prefix_graph
 
-from onnxmlu.collapse.blocks import block_interface, collapse, fp32_body
+from onnxmlu.collapse.blocks import block_interface, block_owner, collapse, fp32_body
 from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.ir import copy_model_fields, fed_inputs, is_default_domain, nested_graphs, node_inputs, opset_version
 from onnxmlu.plan.plan import Block, Plan
@@ -152,11 +152,7 @@ class PlanEvaluator:
         return self._interfaces[span]
 
     def _owner(self, blocks: Sequence[tuple[int, Block]]) -> dict[int, int]:
-        """Node -> k for the nodes of each ``(k, block)``: its layers' nodes, and the weight
-        dequantizations carried with them (as collapse assigns them)."""
-        owner = {self.analysis.layer_nodes[layer]: k for k, b in blocks for layer in range(b.start, b.stop)}
-        owner.update((node, owner[reader]) for node, reader in self.analysis.carried.items() if reader in owner)
-        return owner
+        return block_owner(self.analysis, blocks)  # the rule collapse applies
 
     def _cut(self, plan: Plan) -> int:
         """Position (in the analysis order) of the first node of the plan's first low block,
