@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import onnx
 
@@ -21,6 +21,14 @@ from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile
+
+if TYPE_CHECKING:
+    from onnxmlu.pipeline import BranchPlan
+    from onnxmlu.precision.auto import AutoResult
+    from onnxmlu.rewrite import RewriteReport
+    from onnxmlu.tools.profiling import NodeProfile
+    from onnxmlu.tools.timing import Timing
+    from onnxmlu.tools.verify import CheckReport
 
 #: Version of every JSON report's layout; bump it when a key changes meaning or goes away.
 SCHEMA_VERSION = 1
@@ -43,7 +51,7 @@ class FuseResult:
     analysis: Analysis
     plan: Plan
     hardware: Hardware
-    rewrite_report: object | None
+    rewrite_report: "RewriteReport | None"
     block_latency_us: list[float]
     #: Everything the pipeline did not do, in pass order (normalize, rewrite, analyze, precision).
     diagnostics: list[Diagnostic] = field(default_factory=list)
@@ -51,15 +59,15 @@ class FuseResult:
     pass_seconds: dict[str, float] = field(default_factory=dict)
     output: Path | None = None
     #: The comparison with the original (``fuse --check``), when asked for.
-    check: Any = None
+    check: "CheckReport | None" = None
     #: Where INT8 blocks were calibrated (:func:`calibration_report`); None without INT8 blocks.
     calibration: dict | None = None
     #: What ``--precision auto`` chose and measured (:class:`~onnxmlu.precision.auto.AutoResult`).
-    auto: Any = None
+    auto: "AutoResult | None" = None
     #: The plan priced over the ``--input-shape`` ranges (None without a range).
     profile: ShapeProfile | None = None
     #: Blocks planned inside host control flow (:class:`~onnxmlu.pipeline.BranchPlan`, one per branch).
-    branches: list = field(default_factory=list)
+    branches: list["BranchPlan"] = field(default_factory=list)
 
     @property
     def sim_latency_us(self) -> float:
@@ -145,7 +153,7 @@ class PlanReport:
     layers: Sequence[Layer]
     hardware: Hardware
     block_latency_us: list[float]
-    auto: Any = None  # what --precision auto chose and measured
+    auto: "AutoResult | None" = None  # what --precision auto chose and measured
     profile: ShapeProfile | None = None  # the plan priced over the --input-shape ranges
 
     @property
@@ -221,8 +229,8 @@ class RunReport:
     """A model run in onnxruntime with the custom-op library (the ``run`` report)."""
 
     outputs: list[dict]
-    latency_ms: Any  # onnxmlu.tools.timing.Timing
-    profile: list | None = None  # onnxmlu.tools.profiling.NodeProfile per node, with --profile
+    latency_ms: "Timing"
+    profile: "list[NodeProfile] | None" = None  # per node, with --profile
 
     def to_dict(self) -> dict:
         payload = {"outputs": self.outputs, "latency_ms": asdict(self.latency_ms)}

@@ -270,3 +270,16 @@ def _inspected(model: onnx.ModelProto) -> dict:
     from onnxmlu.tools.fused_info import summarize_fused
 
     return summarize_fused(model).to_dict()
+
+
+def test_portable_turns_the_blocks_inside_branches_into_functions_too(tmp_path):
+    """fuse --portable: no MLUFusionBlock is left at any depth; plain onnxruntime runs it."""
+    from onnxmlu.tools.view import explode
+
+    model = cond_model(nested=True)
+    portable = explode(api.fuse(model, input_shapes={"x": [1, 3, 8, 8]}).model)
+    assert not any(is_fusion_block(n) for g in iter_graphs(portable.graph) for n in g.node)
+    feeds = {"x": np.random.default_rng(7).standard_normal((1, 3, 8, 8)).astype(np.float32), "flag": np.array(True)}
+    want = reference_session(model).run(None, feeds)
+    got = reference_session(portable).run(None, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)

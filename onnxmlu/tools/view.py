@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.ir import copy_model
+from onnxmlu.ir import copy_model, iter_graphs
 from onnxmlu.schema import DIGEST, DOMAIN, body_model, is_fusion_block
 
 VIEW_DOMAIN = "com.onnxmlu.view"
@@ -34,10 +34,7 @@ def explode(model: onnx.ModelProto) -> onnx.ModelProto:
     functions: list[onnx.FunctionProto] = []
     defined: set[tuple[str, str]] = set()
     imports = {o.domain or "": o.version for o in view.opset_import}
-    for i, node in enumerate(view.graph.node):
-        if not is_fusion_block(node):
-            continue
-        name = f"block_{i}"
+    for name, node in _blocks_to_explode(view.graph):
         body = body_model(node)
         functions.append(_function_of(name, body))
         for f in body.functions:  # functions the body's own nodes call
@@ -60,6 +57,16 @@ def explode(model: onnx.ModelProto) -> onnx.ModelProto:
     props.pop("onnxmlu.runtime", None)  # that note names the library this copy does without
     helper.set_model_props(view, props)
     return view
+
+
+def _blocks_to_explode(graph: onnx.GraphProto):
+    """(function name, node) of every block: the main graph's as ``block_I`` (I: the node's
+    position), those inside host control flow as ``SUBGRAPH/block_I``."""
+    for sub in iter_graphs(graph):
+        prefix = "" if sub is graph else f"{sub.name}/"
+        for i, node in enumerate(sub.node):
+            if is_fusion_block(node):
+                yield f"{prefix}block_{i}", node
 
 
 def _function_of(name: str, body: onnx.ModelProto) -> onnx.FunctionProto:
