@@ -24,6 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: Every fuse runs with this PYTHONHASHSEED: the names onnxruntime's symbolic shape inference
+#: gives to dims it proves equal (``state_d1`` or ``If_output_0_d0`` for the same dim) follow
+#: Python's string-hash order, so two runs of one commit can differ in a ``dim_param`` name and
+#: nothing else. The seed is fixed so that a difference in this list is a difference in code.
+HASH_SEED = "0"
 ZOO = ("resnet18", "resnet50", "vgg19", "alexnet", "mobilenetv2", "lstm")
 #: Extra option sets, on the small zoo models only: every strategy family, BN folding, forced MP.
 VARIANTS = {
@@ -67,7 +72,7 @@ def corpus_cases() -> list[tuple[str, list[str]]]:
 
 def fused_hash(src: Path, label: str, command: list[str], scratch: Path, keep: Path | None) -> str:
     out = (keep or scratch) / (label.replace("/", "_").replace(" ", "") + ".fused.onnx")
-    env = dict(os.environ, PYTHONPATH=str(src))
+    env = dict(os.environ, PYTHONPATH=str(src), PYTHONHASHSEED=HASH_SEED)
     args = [sys.executable, *(str(out) if a == "{out}" else a for a in command)]
     proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=scratch)
     if proc.returncode != 0:
