@@ -48,7 +48,7 @@ import onnx
 from onnxmlu.analyze import Analysis, analyze
 from onnxmlu.collapse.atomic import needs_external_data, write_model_atomic, write_pieces_atomic
 from onnxmlu.analyze.layers import node_label
-from onnxmlu.collapse.branches import COPIES, Lifted, LiftError, graft, lift, may_hold_arithmetic, subgraph_of
+from onnxmlu.collapse.branches import Lifted, LiftError, computes, graft, lift, may_hold_arithmetic, subgraph_of
 from onnxmlu.collapse.branches import sites as branch_sites
 from onnxmlu.collapse.blocks import BlockFigures, add_bodies, fused_without_bodies, prepare_bodies, stream_pieces
 from onnxmlu.diagnostics import Diagnostic
@@ -505,14 +505,14 @@ class Branches:
     def run(self, ctx: Context) -> None:
         graph = ctx.fused.graph
         for site in branch_sites(graph, node_label):
-            if not may_hold_arithmetic(subgraph_of(graph, site)):
+            subgraph, node = subgraph_of(graph, site), graph.node[site.position]
+            if not may_hold_arithmetic(subgraph):
                 continue  # only data movement (a Squeeze, an Identity): a block would be a launch for nothing
-            node = graph.node[site.position]
-            fused = _fuse_branch(ctx, site, node)
+            fused = _fuse_branch(ctx, site, node, subgraph)
             if fused is None or not _does_arithmetic(fused[1]):
                 continue
             lifted, sub = fused
-            graft(subgraph_of(graph, site), sub.fused, lifted.copied, site.key)
+            graft(subgraph, sub.fused, lifted.copied, site.key)
             ctx.diagnostics.extend(d for d in sub.diagnostics if d.node)
             ctx.branches.append(BranchPlan(site.key, node.op_type, lifted.runs, sub.plan, sub.block_latency_us,
                                            sub.analysis, sub.branches))
@@ -524,13 +524,13 @@ class Branches:
         drop_unread_initializers(graph)  # weights only the branches read now travel in their blocks
 
 
-def _fuse_branch(ctx: Context, site, node: onnx.NodeProto) -> "tuple[Lifted, Context] | None":
+def _fuse_branch(ctx: Context, site, node: onnx.NodeProto, subgraph: onnx.GraphProto
+                 ) -> "tuple[Lifted, Context] | None":
     """The subgraph at ``site`` lifted and fused, or None (with a ``branch-host`` diagnostic)
     when it cannot be: the subgraph then stays exactly as it was, on the host with its node --
     which is what every model got before this pass, so no failure here may refuse a model."""
-    graph = ctx.fused.graph
     try:
-        lifted = lift(ctx.analysis.model, ctx.analysis.index, node, subgraph_of(graph, site))
+        lifted = lift(ctx.analysis.model, ctx.analysis.index, node, subgraph)
         return lifted, PassManager(BRANCH, instruments=()).run(_branch_context(ctx, lifted))
     except (LiftError, OnnxMluError) as reason:
         why = str(reason)
@@ -543,7 +543,7 @@ def _fuse_branch(ctx: Context, site, node: onnx.NodeProto) -> "tuple[Lifted, Con
 def _does_arithmetic(sub: Context) -> bool:
     """Whether a fused subgraph's blocks compute (a layer that is neither data movement nor a
     copy: its arithmetic may have stayed on the host) or it holds fused subgraphs of its own."""
-    return bool(sub.branches) or any(l.kind != "data" and l.op_type not in COPIES for l in sub.analysis.layers)
+    return bool(sub.branches) or any(computes(layer.op_type, layer.kind) for layer in sub.analysis.layers)
 
 
 def _branch_context(ctx: Context, lifted: "Lifted") -> Context:

@@ -35,13 +35,13 @@ to them: which branch runs, and how often, depends on the data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import onnx
 from onnx import TensorProto, helper
 
 from onnxmlu.analyze.optable import OP_KINDS
-from onnxmlu.ir import is_fusion_block, iter_graphs, node_subgraphs, outer_scope_names
+from onnxmlu.ir import attribute_value, is_fusion_block, iter_graphs, outer_scope_names
 from onnxmlu.ir.index import GraphIndex
 from onnxmlu.ir.weights import fill_tensor
 
@@ -73,26 +73,25 @@ class Lifted:
     pins: dict[str, list[int]]
     copied: frozenset[str]
     runs: int | None
-    values: dict = field(default_factory=dict)
 
 
 def sites(graph: onnx.GraphProto, label) -> list[Site]:
     """The subgraphs of ``graph``'s host control-flow nodes (``label(node)`` names a node)."""
-    found = []
-    for position, node in enumerate(graph.node):
-        if node.op_type in CONTROL_FLOW and not is_fusion_block(node) and node_subgraphs(node):
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    found.append(Site(position, attr.name, f"{label(node)}.{attr.name}"))
-    return found
+    return [Site(position, attr.name, f"{label(node)}.{attr.name}")
+            for position, node in enumerate(graph.node) if node.op_type in CONTROL_FLOW
+            for attr in node.attribute if attr.type == onnx.AttributeProto.GRAPH]
+
+
+def computes(op_type: str, kind: str | None) -> bool:
+    """Whether an op of this type and op-table kind is arithmetic: not data movement, not a copy."""
+    return kind not in (None, "data") and op_type not in COPIES
 
 
 def may_hold_arithmetic(sub: onnx.GraphProto) -> bool:
-    """Whether ``sub`` (or a graph nested in it) holds an op the accelerator computes with: not
-    data movement, not a copy. A subgraph of ``Squeeze``/``Identity`` gains nothing from a
-    block (a launch for no work), so it is not lifted."""
-    return any(OP_KINDS.get(node.op_type, "data") != "data" and node.op_type not in COPIES
-               for graph in iter_graphs(sub) for node in graph.node)
+    """Whether ``sub`` (or a graph nested in it) holds an op the accelerator computes with
+    (:func:`computes`). A subgraph of ``Squeeze``/``Identity`` gains nothing from a block (a
+    launch for no work), so it is not lifted."""
+    return any(computes(node.op_type, OP_KINDS.get(node.op_type)) for graph in iter_graphs(sub) for node in graph.node)
 
 
 def subgraph_of(graph: onnx.GraphProto, site: Site) -> onnx.GraphProto:
@@ -138,8 +137,8 @@ def _formal_types(node: onnx.NodeProto, index: GraphIndex) -> list[tuple[onnx.Va
                    (helper.make_tensor_value_info("c", TensorProto.BOOL, []), [])]
         return [*scalars, *(_outer(index, name) for name in node.input[2:])]
     if node.op_type == "Scan":
-        states = len(node.input) - _int_attr(node, "num_scan_inputs", 0)
-        axes = _ints_attr(node, "scan_input_axes")
+        states = len(node.input) - attribute_value(node, "num_scan_inputs", 0)
+        axes = attribute_value(node, "scan_input_axes", [])
         scans = [_outer(index, name, axis=axes[k] if k < len(axes) else 0)
                  for k, name in enumerate(node.input[states:])]
         return [*(_outer(index, name) for name in node.input[:states]), *scans]
@@ -170,10 +169,10 @@ def _runs(node: onnx.NodeProto, index: GraphIndex) -> int | None:
         return 1
     if node.op_type == "Loop":
         return _scalar(index, node.input[0]) if node.input and node.input[0] else None
-    states = len(node.input) - _int_attr(node, "num_scan_inputs", 0)
+    states = len(node.input) - attribute_value(node, "num_scan_inputs", 0)
     first = node.input[states] if states < len(node.input) else None
     shape = index.concrete_shape(first) if first else None
-    axes = _ints_attr(node, "scan_input_axes")
+    axes = attribute_value(node, "scan_input_axes", [])
     return None if not shape else int(shape[(axes[0] if axes else 0) % len(shape)])
 
 
@@ -196,12 +195,12 @@ def _scalar(index: GraphIndex, name: str) -> int | None:
         return _scalar(index, node.input[0])
     shape_of = index.producer.get(node.input[0]) if node.op_type == "Gather" else None
     shape_node = index.graph.node[shape_of] if shape_of is not None else None
-    if shape_node is None or shape_node.op_type != "Shape" or _int_attr(node, "axis", 0) != 0:
+    if shape_node is None or shape_node.op_type != "Shape" or attribute_value(node, "axis", 0) != 0:
         return None
     dims, k = index.concrete_shape(shape_node.input[0]), index.constant(node.input[1])
     if dims is None or k is None or k.size != 1:
         return None
-    dims = dims[_int_attr(shape_node, "start", 0): _int_attr(shape_node, "end", len(dims))]
+    dims = dims[attribute_value(shape_node, "start", 0): attribute_value(shape_node, "end", len(dims))]
     position = int(k.reshape(()))
     return int(dims[position]) if -len(dims) <= position < len(dims) else None
 
@@ -209,23 +208,12 @@ def _scalar(index: GraphIndex, name: str) -> int | None:
 def graft(sub: onnx.GraphProto, fused: onnx.ModelProto, copied: frozenset[str], prefix: str) -> None:
     """Replace ``sub``'s contents by the fused model of its lifted form, in place (module doc);
     block nodes are named after the branch (``prefix``) so every block has its own name."""
-    own_inputs = [vi for vi in sub.input]
-    own_outputs = [vi for vi in sub.output]
-    del sub.node[:], sub.initializer[:], sub.value_info[:], sub.input[:], sub.output[:]
-    sub.input.extend(own_inputs)
-    sub.output.extend(own_outputs)
+    del sub.node[:], sub.initializer[:], sub.value_info[:]  # its own inputs and outputs stay
     for node in fused.graph.node:
         if is_fusion_block(node):
             node.name = f"{prefix}/{node.name}"
     sub.node.extend(fused.graph.node)
     sub.initializer.extend(t for t in fused.graph.initializer if t.name not in copied)
-    defined = {o for node in sub.node for o in node.output} - {vi.name for vi in own_outputs}
+    defined = {o for node in sub.node for o in node.output} - {vi.name for vi in sub.output}
     sub.value_info.extend(vi for vi in fused.graph.value_info if vi.name in defined)
 
-
-def _int_attr(node: onnx.NodeProto, name: str, default: int) -> int:
-    return next((a.i for a in node.attribute if a.name == name), default)
-
-
-def _ints_attr(node: onnx.NodeProto, name: str) -> list[int]:
-    return next((list(a.ints) for a in node.attribute if a.name == name), [])

@@ -2,6 +2,7 @@
 
 * walking graphs: :func:`subgraphs` (of an attribute or a node), :func:`iter_graphs` (a graph
   and everything nested in it, outermost first), :func:`nested_graphs`, :func:`graphs_by_branch`;
+* nodes: :func:`attribute_value`;
 * scopes: :func:`node_inputs` (explicit inputs plus the outer-scope names its subgraphs read),
   :func:`outer_scope_names`, :func:`unresolved_names` (a soundness check of a whole model);
 * order: :func:`sort_graphs` puts the nodes of every graph in a topological order;
@@ -18,6 +19,7 @@ from onnxmlu.ir.graphs import (
     DEFAULT_DOMAINS,
     FUSION_DOMAIN,
     FUSION_OP_TYPE,
+    attribute_value,
     branch_attributes,
     copy_model,
     copy_model_fields,
@@ -43,6 +45,7 @@ __all__ = [
     "FUSION_DOMAIN",
     "FUSION_OP_TYPE",
     "GraphIndex",
+    "attribute_value",
     "branch_attributes",
     "copy_model",
     "copy_model_fields",

@@ -74,6 +74,15 @@ def nested_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
             yield from iter_graphs(sub)
 
 
+def attribute_value(node: onnx.NodeProto, name: str, default=None):
+    """The value of ``node``'s attribute ``name`` (as ``onnx.helper.get_attribute_value`` reads
+    it), or ``default`` when the node does not set it."""
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
+
+
 def node_inputs(node: onnx.NodeProto) -> list[str]:
     """Explicit inputs plus the outer-scope names its subgraphs read, without repeats."""
     names = [n for n in node.input if n]

@@ -38,7 +38,7 @@ import onnxruntime as ort
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
-from onnxmlu.ir import copy_model, is_fusion_block, sort_graphs
+from onnxmlu.ir import attribute_value, copy_model, is_fusion_block, sort_graphs
 from onnxmlu.schema import (BodyDigestError, block_precision, file_references, label_mismatch, set_body_digest,
                             verify_body)
 
@@ -156,19 +156,12 @@ def _ort_optimized(body: bytes, per_session_threads: bool, block: str,
             return None
 
 
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for attribute in node.attribute:
-        if attribute.name == name:
-            return onnx.helper.get_attribute_value(attribute)
-    return default
-
-
 def _is(node, op_type: str, domain: str) -> bool:
     return node is not None and node.op_type == op_type and node.domain == domain
 
 
 def _is_plain_reorder(node, op_type: str) -> bool:
-    return _is(node, op_type, _NCHWC) and not _attr(node, "channels_last", 0)
+    return _is(node, op_type, _NCHWC) and not attribute_value(node, "channels_last", 0)
 
 
 class _Graph:
@@ -242,7 +235,7 @@ def _residual_plan(g: _Graph, add, shapes):
             continue
         conv = g.producer.get(reorder.input[0])
         if (_is(conv, "Conv", _NCHWC) and g.only_use(reorder.input[0], reorder) and len(conv.input) <= 3
-                and _attr(conv, "activation") is None):
+                and attribute_value(conv, "activation") is None):
             return conv, reorder, add.input[1 - k]
     return None
 
@@ -278,7 +271,7 @@ def _apply_residual_plan(g: _Graph, add, conv, reorder, skip: str) -> int:
             nchw_users = True
     g.remove(*removed)
     if nchw_users or result in g.outputs:
-        channels = _attr(reorder, "channels")
+        channels = attribute_value(reorder, "channels")
         g.graph.node.append(onnx.helper.make_node("ReorderOutput", [nchwc], [result], domain=_NCHWC,
                                                   channels=channels, channels_last=0, name=f"{result}_reorder"))
         return len(removed) - 2
@@ -322,7 +315,9 @@ def _pass_through(producer: onnx.ModelProto, index: int, uses) -> int:
     pg = _Graph(producer.graph)
     output = producer.graph.output[index].name
     reorder = pg.producer.get(output)
-    if not _is_plain_reorder(reorder, "ReorderOutput") or _attr(reorder, "channels", 0) % _NCHWC_CHANNEL_MULTIPLE:
+    if not _is_plain_reorder(reorder, "ReorderOutput"):
+        return 0
+    if attribute_value(reorder, "channels", 0) % _NCHWC_CHANNEL_MULTIPLE:
         return 0
     if pg.consumers.get(output):  # read inside the producer too, in NCHW: keep it NCHW
         return 0
