@@ -26,17 +26,33 @@ new model with its data — never a model with the wrong or a truncated data fil
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import stat
 import tempfile
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator, TypeVar
 
 import onnx
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.ir import copy_model
+from onnxmlu.ir import copy_model, wire
 from onnxmlu.ir.weights import tensor_payload_bytes
+
+T = TypeVar("T")
+#: Buffers smaller than this are gathered into one ``write``.
+GATHER_BYTES = 2**20
+#: Larger buffers are written this much at a time, and the disk is handed each slice once
+#: written (flush-behind).
+SLICE_BYTES = 2**25
+#: Batches the thread making the pieces' buffers may run ahead of the writer. A batch holds one
+#: large buffer at most, and a transposed weight's copies are made ``wire.CHUNK_BYTES`` at a
+#: time, so this bounds what the overlap adds to the peak.
+AHEAD_BATCHES = 8
+#: Small items handed over between the threads at once.
+BATCH_ITEMS = 256
 
 #: Models whose tensors hold more than this are saved with external data. protobuf's limit is
 #: 2 GiB for the whole message; the margin covers everything that is not tensor data.
@@ -69,25 +85,148 @@ def write_bytes_atomic(data: bytes, out: Path) -> None:
     write_pieces_atomic([data], out)
 
 
-def write_pieces_atomic(pieces: Iterable[bytes], out: Path) -> None:
-    """Write the concatenation of ``pieces`` to ``out`` like :func:`write_bytes_atomic`; each
-    piece is dropped once written, so a model streamed as pieces is never whole in memory."""
+def write_pieces_atomic(pieces: Iterable[wire.Piece], out: Path) -> None:
+    """Write the bytes of ``pieces`` (:mod:`onnxmlu.ir.wire`) to ``out`` like
+    :func:`write_bytes_atomic`. A thread makes the pieces' buffers (copies of transposed
+    weights, protobuf's bytes) a few items ahead of this one, which writes them, takes the
+    digests and drops each buffer once written: a model streamed as pieces is never whole in
+    memory, and making, digesting and writing overlap."""
     folder = check_destination(out)
     fd, tmp = _mkstemp(out, folder)
     try:
         os.fchmod(fd, _final_mode(out))  # mkstemp makes 0600 files; a saved model is a normal file
-        with os.fdopen(fd, "wb") as handle:
-            for piece in pieces:
-                handle.write(piece)
-                del piece
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            _write_items(fd, wire.items(pieces))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, out)
         _fsync_folder(folder)
     except BaseException as exc:  # KeyboardInterrupt too: never leave the temporary file
         Path(tmp).unlink(missing_ok=True)
         _reraise_os_error(exc, out)
         raise
+
+
+def _write_items(fd: int, stream: Iterable[wire.Item]) -> None:
+    sink = _FileSink(fd)
+    writer = wire.Writer(sink.write, sink.patch)
+    for batch in produced_ahead(_batches(stream), AHEAD_BATCHES):
+        for item in batch:
+            writer.take(item)
+    sink.flush()
+    writer.finish()
+
+
+def _batches(stream: Iterable[wire.Item]) -> Iterator[list[wire.Item]]:
+    """The items in lists of up to :data:`BATCH_ITEMS`, a large buffer closing its list: the
+    hand-over between the threads costs tens of microseconds, which a model of many small
+    nodes would otherwise pay per node."""
+    batch: list[wire.Item] = []
+    for item in stream:
+        batch.append(item)
+        large = isinstance(item, (bytes, memoryview)) and len(item) >= GATHER_BYTES
+        if large or len(batch) >= BATCH_ITEMS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _FileSink:
+    """Writes to a file descriptor: small buffers gathered into one ``write``, large ones
+    written in slices, each slice's pages handed to the disk once written (flush-behind: the
+    kernel would otherwise hold them until the final fsync, which then waits for all of them)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.pending, self.written, self.flushed = fd, bytearray(), 0, 0
+
+    def write(self, buf: bytes | memoryview) -> None:
+        view = memoryview(buf).cast("B")
+        if len(view) < GATHER_BYTES:
+            self.pending += view
+            if len(self.pending) >= GATHER_BYTES:
+                self.flush()
+            return
+        self.flush()
+        for start in range(0, len(view), SLICE_BYTES):
+            self._write_through(view[start : start + SLICE_BYTES])
+
+    def flush(self) -> None:
+        if self.pending:
+            self._write_through(memoryview(self.pending))
+            self.pending = bytearray()
+
+    def patch(self, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` (after :meth:`flush`; the file position stays)."""
+        if hasattr(os, "pwrite"):
+            _write_fully(lambda view: os.pwrite(self.fd, view, offset + len(data) - len(view)), memoryview(data))
+            return
+        end = os.lseek(self.fd, 0, os.SEEK_CUR)
+        os.lseek(self.fd, offset, os.SEEK_SET)
+        _write_fully(lambda view: os.write(self.fd, view), memoryview(data))
+        os.lseek(self.fd, end, os.SEEK_SET)
+
+    def _write_through(self, view: memoryview) -> None:
+        _write_fully(lambda rest: os.write(self.fd, rest), view)
+        self.written += len(view)
+        if self.written - self.flushed >= SLICE_BYTES and hasattr(os, "posix_fadvise"):
+            # Linux starts writing dirty pages back on DONTNEED (and drops none of them).
+            os.posix_fadvise(self.fd, self.flushed, self.written - self.flushed, os.POSIX_FADV_DONTNEED)
+            self.flushed = self.written
+
+
+def _write_fully(write, view: memoryview) -> None:
+    """``write`` (which may write less than it is given) until ``view`` is written."""
+    while len(view):
+        view = view[write(view):]
+
+
+def produced_ahead(source: Iterable[T], depth: int) -> Iterator[T]:
+    """``source``'s items, made by a thread that runs up to ``depth`` items ahead of the
+    caller. An exception in the thread is raised here; when the caller stops early the thread
+    stops at its next item."""
+    box: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    thread = threading.Thread(target=_produce, args=(source, box, stop), name="onnxmlu-pieces", daemon=True)
+    thread.start()
+    try:
+        while (item := box.get()) is not _DONE:
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _produce(source: Iterable, box: queue.Queue, stop: threading.Event) -> None:
+    try:
+        for item in source:
+            if not _put(box, item, stop):
+                return
+        _put(box, _DONE, stop)
+    except BaseException as exc:  # handed to the consumer, which raises it
+        _put(box, _Failed(exc), stop)
+
+
+def _put(box: queue.Queue, item, stop: threading.Event) -> bool:
+    """Put ``item`` unless the consumer stopped; whether it was put."""
+    while not stop.is_set():
+        try:
+            box.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+_DONE = object()
+
+
+@dataclass
+class _Failed:
+    error: BaseException
 
 
 def write_model_atomic(model: onnx.ModelProto, out: Path, *, external_data: bool | None = None) -> Path:

@@ -101,7 +101,7 @@ def add_bodies(fused: onnx.ModelProto, analysis: Analysis, blocks: dict[int, tup
 
 
 def collapse_pieces(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None = None,
-                    bodies: "BlockBodies | None" = None) -> Iterator[bytes]:
+                    bodies: "BlockBodies | None" = None) -> Iterator[wire.Piece]:
     """The fused model of :func:`collapse` as serialized pieces whose concatenation is the
     model file (see :func:`stream_pieces`)."""
     yield from stream_pieces(analysis, *fused_without_bodies(analysis, plan, figures), bodies=bodies)
@@ -125,7 +125,7 @@ def prepare_bodies(analysis: Analysis, blocks: dict[int, tuple[int, BlockInterfa
 
 def stream_pieces(analysis: Analysis, fused: onnx.ModelProto,
                   blocks: dict[int, tuple[int, BlockInterface]],
-                  bodies: "BlockBodies | None" = None) -> Iterator[bytes]:
+                  bodies: "BlockBodies | None" = None) -> Iterator[wire.Piece]:
     """``fused`` (from :func:`fused_without_bodies`) as serialized pieces: protobuf merges
     concatenated messages and appends repeated fields in order, so the first piece is the model
     without nodes and each further piece a model holding one node. Only one body exists at a
@@ -145,8 +145,8 @@ def stream_pieces(analysis: Analysis, fused: onnx.ModelProto,
     for position, node in enumerate(fused.graph.node):
         if position in blocks:
             pieces = _block_node_pieces(node, analysis, *blocks[position], uses=uses, bodies=bodies)
-            yield from wire.buffers(pieces)
-            del pieces  # the weights this block released from the store leave memory here
+            yield from pieces
+            del pieces  # the weights this block released from the store leave memory once written
             continue
         piece = onnx.ModelProto()
         piece.graph.node.add().CopyFrom(node)
@@ -158,25 +158,29 @@ def _block_node_pieces(node: onnx.NodeProto, analysis: Analysis, b: int, iface: 
     """The piece of the file holding block ``b``'s node (a model whose graph holds only that
     node) with its body and ``body_crc32``: the bytes :func:`_add_body` and ``SerializeToString``
     give, framed by hand around the weights' own buffers (:mod:`onnxmlu.ir.wire`), so each
-    weight is read once for the digest and once by the file's ``write``, never copied."""
-    body = _body_pieces(analysis, b, iface, uses, bodies)
+    weight is read once, by the writer that takes the digest from what it writes."""
+    body = wire.Digested(_body_pieces(analysis, b, iface, uses, bodies))
     target = onnx.NodeProto()
     target.CopyFrom(node)
     note = bodies.note(iface.precision) if bodies is not None and not iface.quantized else ""
     if note:
         target.doc_string += f" ({note})"
-    length = wire.size(body)
+    length = body.nbytes
     if length > MAX_BODY_BYTES:
         raise OnnxMluError(f"block {b} serializes to {length} bytes, over the 2 GB "
                            "protobuf limit of one body; split it with a plan of smaller blocks")
-    header = onnx.AttributeProto()
-    fill_body_header(header, length)
-    tensor = wire.splice(header.t, _field(onnx.TensorProto, "raw_data"), [body])
-    header.ClearField("t")  # framed by hand in ``tensor``, around the body
-    attribute = wire.splice(header, _field(onnx.AttributeProto, "t"), [tensor])
-    digest = helper.make_attribute(DIGEST, wire.crc32(body)).SerializeToString()
-    node_pieces = wire.splice(target, _field(onnx.NodeProto, "attribute"), [attribute, [digest]])
-    return wire.framed(_field(onnx.ModelProto, "graph"), wire.framed(_field(onnx.GraphProto, "node"), node_pieces))
+
+    def node_piece(crc: int) -> list[wire.Piece]:
+        header = onnx.AttributeProto()
+        fill_body_header(header, length)
+        tensor = wire.splice(header.t, _field(onnx.TensorProto, "raw_data"), [[body]])
+        header.ClearField("t")  # framed by hand in ``tensor``, around the body
+        attribute = wire.splice(header, _field(onnx.AttributeProto, "t"), [tensor])
+        digest = helper.make_attribute(DIGEST, crc).SerializeToString()
+        node_pieces = wire.splice(target, _field(onnx.NodeProto, "attribute"), [attribute, [digest]])
+        return wire.framed(_field(onnx.ModelProto, "graph"), wire.framed(_field(onnx.GraphProto, "node"), node_pieces))
+
+    return wire.with_digest(node_piece, body)
 
 
 def _body_pieces(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter,

@@ -18,9 +18,19 @@ buffer and are only read when written. Only the framing is ours; every other byt
 protobuf's, so the file is byte-identical to serializing the whole tree.
 
 The sizes of the payloads are known before any byte is read (a weight's size is its shape
-times its item size); only ``body_crc32`` needs a pass over the body's bytes, and it reads the
-same chunks that are then written (:func:`crc32`; a transposed weight's copies are kept from
-that pass for the write, so it is transposed once).
+times its item size). Only ``body_crc32`` depends on the body's bytes, and it sits *after* the
+body in its node. The node's and its graph's length prefixes count the digest's varint (1 to 5
+bytes), so they depend on the CRC's value, but usually not their *length*: :func:`with_digest`
+builds the node for one CRC of each varint size, and when the bytes before the body have one
+length for all five, they are :class:`Reserved` (left as zeros, written at the end), the body
+is :class:`Digested` (its CRC taken by the writer from the very chunks it writes) and the bytes
+after it are made :class:`Later`, once the CRC is known. Each weight is then read once, and a
+transposed one copied once, a chunk at a time. When the lengths differ (a frame that crosses a
+varint boundary) the CRC is taken before (:func:`crc32`, one more read of the body).
+
+A :class:`Writer` consumes the pieces' :func:`items` (buffers, and the events above) in order;
+:func:`join` is the in-memory writer, ``collapse.atomic`` the file's. The file is byte for
+byte what protobuf would write for the whole tree either way.
 """
 
 from __future__ import annotations
@@ -70,6 +80,7 @@ class ArrayBytes:
         return array.ndim == 0 or (array.flags.c_contiguous and array.dtype == array.dtype.newbyteorder("<"))
 
     def chunks(self) -> Iterator[memoryview]:
+        """The bytes, a buffer at a time (the caller calls :attr:`release` once it wrote them)."""
         if self._copies is not None:
             copies, self._copies = self._copies, None
             copies.reverse()
@@ -77,8 +88,6 @@ class ArrayBytes:
                 yield copies.pop()
             return
         yield from self._read()
-        if self.release is not None:
-            self.release()
 
     def keep_copies(self) -> None:
         """Copy a non-contiguous array now and keep the copies for :meth:`chunks`."""
@@ -86,6 +95,7 @@ class ArrayBytes:
             self._copies = list(self._read())
             if self.release is not None:
                 self.release()
+                self.release = None  # the source's pages are read for the last time
 
     def peek(self) -> Iterator[memoryview]:
         """The bytes as :meth:`chunks` gives them, leaving the copies and the pages in place."""
@@ -107,18 +117,76 @@ class ArrayBytes:
             yield _raw(_contiguous(array[start : start + rows], little))
 
 
-Piece = Union[bytes, ArrayBytes]
+@dataclass(eq=False)
+class Digested:
+    """``pieces`` whose CRC-32 the writer takes as it writes them (:attr:`crc` once written;
+    set before when :func:`with_digest` had to take it first, and the writer then keeps it)."""
+
+    pieces: list["Piece"]
+    crc: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return size(self.pieces)
+
+
+@dataclass(eq=False)
+class Reserved:
+    """``nbytes`` bytes whose value is known only later: the writer leaves zeros where they fall
+    and writes ``fill()`` over them once every piece is written."""
+
+    nbytes: int
+    fill: Callable[[], bytes]
+
+
+@dataclass(eq=False)
+class Later:
+    """Bytes made when the writer reaches them (after the body whose CRC they hold)."""
+
+    make: Callable[[], bytes]
+
+
+Piece = Union[bytes, ArrayBytes, Digested, Reserved, Later]
+
+
+@dataclass(eq=False)
+class Opened:
+    """Item: the bytes that follow, up to the matching :class:`Closed`, are ``body``'s."""
+
+    body: Digested
+
+
+@dataclass(eq=False)
+class Closed:
+    body: Digested
+
+
+Item = Union[bytes, memoryview, Opened, Closed, Reserved, Later, Callable[[], None]]
 
 
 def size(pieces: Iterable[Piece]) -> int:
-    return sum(p.nbytes if isinstance(p, ArrayBytes) else len(p) for p in pieces)
+    """Bytes the pieces stand for (a :class:`Later` piece has no size before it is made)."""
+    total = 0
+    for p in pieces:
+        if isinstance(p, Later):
+            raise TypeError("a Later piece has no size before it is written")
+        total += len(p) if isinstance(p, bytes) else p.nbytes
+    return total
 
 
-def buffers(pieces: Iterable[Piece]) -> Iterator[bytes | memoryview]:
-    """The bytes the pieces stand for, in order, as buffers ``write`` takes as they are."""
+def items(pieces: Iterable[Piece]) -> Iterator[Item]:
+    """What a :class:`Writer` takes for the pieces, in order: buffers ``write`` takes as they
+    are, the bounds of each digested body, reserved and later bytes, and after each weight the
+    function that drops its source pages (to call once its buffers are written)."""
     for p in pieces:
         if isinstance(p, ArrayBytes):
             yield from p.chunks()
+            if p.release is not None:
+                yield p.release
+        elif isinstance(p, Digested):
+            yield Opened(p)
+            yield from items(p.pieces)
+            yield Closed(p)
         else:
             yield p
 
@@ -132,9 +200,96 @@ def crc32(pieces: Iterable[Piece]) -> int:
             piece.keep_copies()  # a transposed weight: copied once, for this CRC and the write
             for buf in piece.peek():
                 value = zlib.crc32(buf, value)
-        else:
+        elif isinstance(piece, bytes):
             value = zlib.crc32(piece, value)
+        else:
+            raise TypeError(f"no CRC before writing for {type(piece).__name__}")
     return value
+
+
+#: One CRC for each size of its varint (1 to 5 bytes).
+_CRC_OF_EACH_VARINT_SIZE = (0, 1 << 7, 1 << 14, 1 << 21, 1 << 28)
+
+
+def with_digest(build: Callable[[int], list[Piece]], body: Digested) -> list[Piece]:
+    """``build(crc32(body))``, the pieces of a message that holds ``body`` and, after it, its
+    CRC. When the bytes before ``body`` have one length whatever the CRC, they are reserved and
+    the CRC is taken as the body is written; else it is taken now."""
+    heads = {size(_around(build(crc), body)[0]) for crc in _CRC_OF_EACH_VARINT_SIZE}
+    if len(heads) > 1:
+        body.crc = crc32(body.pieces)
+        return build(body.crc)
+
+    def part(index: int) -> bytes:
+        assert body.crc is not None, "the body is written before what depends on its CRC"
+        return join(_around(build(body.crc), body)[index])
+
+    return [Reserved(heads.pop(), lambda: part(0)), body, Later(lambda: part(1))]
+
+
+def _around(pieces: list[Piece], body: Digested) -> tuple[list[Piece], list[Piece]]:
+    """The pieces before and after ``body`` (which ``pieces`` holds once, as itself)."""
+    at = next(i for i, p in enumerate(pieces) if p is body)
+    return pieces[:at], pieces[at + 1 :]
+
+
+class Writer:
+    """Writes :func:`items` through ``write(buffer)``, in order: takes the CRC of each digested
+    body from the buffers it writes, leaves zeros for reserved bytes and, at :meth:`finish`,
+    writes them through ``patch(offset, data)``."""
+
+    def __init__(self, write: Callable[[bytes | memoryview], None], patch: Callable[[int, bytes], None]) -> None:
+        self._write, self._patch = write, patch
+        self.offset = 0
+        self._crcs: dict[int, tuple[Digested, int]] = {}  # bodies being written -> running CRC
+        self._reserved: list[tuple[int, Reserved]] = []
+
+    def take(self, item: Item) -> None:
+        if isinstance(item, (bytes, memoryview)):
+            self._buffer(item)
+        elif isinstance(item, Opened):
+            if item.body.crc is None:  # else taken before (see with_digest)
+                self._crcs[id(item.body)] = (item.body, 0)
+        elif isinstance(item, Closed):
+            taken = self._crcs.pop(id(item.body), None)
+            if taken is not None:
+                item.body.crc = taken[1]
+        elif isinstance(item, Reserved):
+            self._reserved.append((self.offset, item))
+            self._buffer(bytes(item.nbytes))
+        elif isinstance(item, Later):
+            self._buffer(item.make())
+        else:
+            item()  # a weight's source pages, read for the last time
+
+    def finish(self) -> None:
+        """Write the reserved bytes (every body's CRC is known now)."""
+        for offset, reserved in self._reserved:
+            data = reserved.fill()
+            if len(data) != reserved.nbytes:
+                raise AssertionError(f"reserved {reserved.nbytes} bytes, filled {len(data)}")
+            self._patch(offset, data)
+        self._reserved.clear()
+
+    def _buffer(self, buf: bytes | memoryview) -> None:
+        for key, (body, value) in self._crcs.items():
+            self._crcs[key] = (body, zlib.crc32(buf, value))
+        self._write(buf)
+        self.offset += len(buf) if isinstance(buf, bytes) else buf.nbytes
+
+
+def join(pieces: Iterable[Piece]) -> bytes:
+    """The bytes the pieces stand for (the in-memory :class:`Writer`)."""
+    out = bytearray()
+
+    def patch(offset: int, data: bytes) -> None:
+        out[offset : offset + len(data)] = data
+
+    writer = Writer(out.extend, patch)
+    for item in items(pieces):
+        writer.take(item)
+    writer.finish()
+    return bytes(out)
 
 
 def varint(value: int) -> bytes:

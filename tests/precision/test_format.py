@@ -11,6 +11,7 @@ from onnx import helper
 
 from onnxmlu import api
 from onnxmlu.collapse.blocks import collapse, collapse_pieces
+from onnxmlu.ir import wire
 from onnxmlu.plan.plan import with_precision
 from onnxmlu.precision.bodies import BlockBodies
 from onnxmlu.precision.calibration import random_calibration
@@ -68,7 +69,7 @@ def test_the_streamed_file_equals_the_collapsed_model(precision):
     plan = with_precision(api.fuse(model).plan, precision)
     calibration = random_calibration(analysis.model, count=3)
     whole = collapse(analysis, plan, bodies=BlockBodies(analysis, calibration))
-    pieces = b"".join(collapse_pieces(analysis, plan, bodies=BlockBodies(analysis, calibration)))
+    pieces = wire.join(collapse_pieces(analysis, plan, bodies=BlockBodies(analysis, calibration)))
     assert onnx.load_from_string(pieces).SerializeToString() == whole.SerializeToString()
 
 
