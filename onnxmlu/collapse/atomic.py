@@ -206,7 +206,7 @@ def _produce(source: Iterable, box: queue.Queue, stop: threading.Event) -> None:
             if not _put(box, item, stop):
                 return
         _put(box, _DONE, stop)
-    except BaseException as exc:  # handed to the consumer, which raises it
+    except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
         _put(box, _Failed(exc), stop)
 
 
