@@ -35,6 +35,7 @@ import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.ir import opset_version
+from onnxmlu.analyze.epilogues import epilogue_heads, epilogues_after_producers
 from onnxmlu.ir.graphs import kahn_order
 from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
 from onnxmlu.ir.weights import WeightStore
@@ -122,7 +123,9 @@ def analyze(model: onnx.ModelProto, weights: WeightStore | None = None,
     order = topological_order(model.graph, prefer=is_layer, index=index, early=hoisted_host_nodes(index, is_layer))
     order, carried, left = carry_weight_expressions(order, index, expressions, lambda i: i not in host_reasons)
     host_reasons.update((i, CONSTANT_REASON) for i in left)
-    layers, layer_nodes = _layer_table(nodes, index, order, host_reasons, carried)
+    producer_of = epilogue_heads(order, index, lambda i: i not in host_reasons and i not in carried)
+    order = epilogues_after_producers(order, producer_of)
+    layers, layer_nodes = _layer_table(nodes, index, order, host_reasons, carried, set(producer_of))
     return Analysis(model, index, order, layers, layer_nodes, host_reasons, carried, dict(input_shapes or {}))
 
 
@@ -155,8 +158,9 @@ def _typed_with_rank(vi: onnx.ValueInfoProto) -> bool:
 
 
 def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[int, str],
-                 carried: dict[int, int]) -> tuple[list[Layer], list[int]]:
-    """The layers in ``order`` (segments split by host nodes; carried nodes are neither)."""
+                 carried: dict[int, int], epilogues: set[int]) -> tuple[list[Layer], list[int]]:
+    """The layers in ``order`` (segments split by host nodes; carried nodes are neither);
+    ``epilogues`` (node indices) follow their producer's layer and are marked so."""
     carried_names = {o for i in carried for o in index.outputs[i]}
     quantized_names: set[str] = set()
     layers: list[Layer] = []
@@ -173,6 +177,8 @@ def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[
         if previous_was_host:
             segment, previous_was_host = segment + 1, False
         layer = describe_layer(nodes[i], index, len(layers), segment, carried_names)
+        if i in epilogues:
+            layer = replace(layer, epilogue=True)
         if arrives_quantized(nodes[i], index, carried_names, quantized_names):
             layer = replace(layer.at_precision("int8"), quantized=True,
                             int8_arithmetic=is_int8_arithmetic(nodes[i], carried_names))

@@ -20,7 +20,7 @@ before the precision knob read and write as they did.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -144,6 +144,35 @@ def segments(layers: Sequence[Layer]) -> list[tuple[int, int]]:
         else:
             runs[-1] = (runs[-1][0], i + 1)
     return runs
+
+
+def keep_epilogues(plan: Plan, layers: Sequence[Layer]) -> Plan:
+    """``plan`` with every boundary that falls before an epilogue
+    (:mod:`onnxmlu.analyze.epilogues`) moved past its chain into the block before, when both
+    blocks run at one precision (a block the move empties is dropped); ``notes`` counts the
+    moves. An epilogue sits in its producer's segment, so the blocks stay inside theirs. A plan
+    of single-layer blocks (the no-fusion baselines, [DLFusion] Table III 1-3) is the
+    layer-by-layer reference and stays as it is."""
+    if all(b.size == 1 for b in plan.blocks):
+        return plan
+    blocks, moved, k = list(plan.blocks), 0, 1
+    while k < len(blocks):
+        before, after = blocks[k - 1], blocks[k]
+        stop = after.start
+        while stop < after.stop and layers[stop].epilogue:
+            stop += 1
+        if stop == after.start or before.precision != after.precision:
+            k += 1
+            continue
+        moved += 1
+        blocks[k - 1] = replace(before, stop=stop)
+        if stop == after.stop:
+            del blocks[k]
+        else:
+            blocks[k] = replace(after, start=stop)
+    if not moved:
+        return plan
+    return Plan(tuple(blocks), plan.strategy, plan.hardware, dict(plan.notes, epilogue_boundaries_moved=moved))
 
 
 def split_oversized_blocks(plan: Plan, layers: Sequence[Layer], limit_bytes: int) -> Plan:

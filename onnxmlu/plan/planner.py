@@ -20,7 +20,7 @@ from onnxmlu.errors import OnnxMluError
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.labels import honest_labels
 from onnxmlu.plan.perf.layers import Layer, layers_at_precision
-from onnxmlu.plan.plan import Plan, split_oversized_blocks, with_precision
+from onnxmlu.plan.plan import Plan, keep_epilogues, split_oversized_blocks, with_precision
 from onnxmlu.precision import DEFAULT_PRECISION, check_precision
 
 StrategyLike = Union[str, Callable]
@@ -47,7 +47,7 @@ def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike =
     if plan is not None:
         chosen = plan if isinstance(plan, Plan) else Plan.load(plan, layers)
     else:
-        chosen = run_strategy(_at(layers, precision), hw, strategy)
+        chosen = keep_epilogues(run_strategy(_at(layers, precision), hw, strategy), layers)
     if precision is not None:
         chosen = with_precision(chosen, precision)
     if mp is not None:

@@ -76,6 +76,9 @@ class Layer:
     #: INT8 weights through a weight dequantization carried into its block. A block holding one
     #: is INT8 (:func:`onnxmlu.plan.labels.honest_precision`); implies ``quantized``.
     int8_arithmetic: bool = False
+    #: The layer is an epilogue of the layer before it (:mod:`onnxmlu.analyze.epilogues`): a
+    #: CPU runtime fuses it into that layer's kernel unless a block boundary falls between them.
+    epilogue: bool = False
 
     @property
     def gops(self) -> float:
