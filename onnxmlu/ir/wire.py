@@ -158,6 +158,8 @@ class Opened:
 
 @dataclass(eq=False)
 class Closed:
+    """Item: ``body``'s bytes are all written (its CRC is known from here on)."""
+
     body: Digested
 
 
