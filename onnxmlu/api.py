@@ -26,6 +26,7 @@ from onnxmlu.ir.weights import WeightStore
 from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, Options, PassManager, as_progress
 from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
+from onnxmlu.precision.accuracy import Budget
 from onnxmlu.precision.planners import planner_for
 from onnxmlu.reports import (
     CompareReport,
@@ -65,7 +66,7 @@ def _result(ctx: Context) -> FuseResult:
 
 
 def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
-                       calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
+                       calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None,
                        pareto: bool = False, validation: str | os.PathLike | None = None,
                        metric: str | None = None) -> dict:
     """The precision keywords of :class:`Options`, checked before any pass runs (a one-line
@@ -98,7 +99,7 @@ def _precision_options(precision: str | None = None, calibration: str | os.PathL
 def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
          bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
-         calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None, inputs: dict | None = None,
+         calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None, inputs: dict | None = None,
          validation: str | os.PathLike | None = None, progress: Progress | None = None,
          keep_fp32: Sequence[str] = (), metric: str | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
@@ -134,15 +135,18 @@ class CheckOptions:
     atol: float = 1e-4
     rtol: float = 1e-4
     inputs: dict | None = None  # fixed arrays by input name (--inputs)
-    accuracy: str | None = None  # a budget ("cosine>=0.999") that decides instead of atol/rtol
+    accuracy: Budget | None = None  # a budget that decides instead of atol/rtol (its text is parsed here)
     samples: str | os.PathLike | None = None  # a folder of samples (--inputs DIR), run instead of the seeds
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "accuracy", Budget.of(self.accuracy))  # the one parse on the check path
 
 
 def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
                  plan=None, mp: int | None = None, hardware: HardwareLike = DEFAULT_PROFILE,
                  input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str | None = None,
                  precision: str | None = None, calibration: str | os.PathLike | None = None,
-                 calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
+                 calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None,
                  check: CheckOptions | None = None, portable: bool = False, inputs: dict | None = None,
                  progress=None, validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
                  metric: str | None = None) -> FuseResult:
@@ -220,7 +224,7 @@ def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, 
     auto's output judged by its budget."""
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
     if ctx.auto is not None and check.accuracy is None:
-        check = replace(check, accuracy=str(ctx.auto.budget))
+        check = replace(check, accuracy=ctx.auto.budget)
     data = _check_data(original, check, validation, calibration, ctx.auto)
     return _check_models(original, fused, check, ctx.options.input_shapes, ctx.progress, data)
 
@@ -249,14 +253,12 @@ def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, cali
 
 def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: CheckOptions, input_shapes, progress,
                   data: tuple | None = None):
-    from onnxmlu.precision.accuracy import Budget
     from onnxmlu.tools.verify import check_models
 
-    budget = None if check.accuracy is None else Budget.parse(check.accuracy)
     samples, described = data if data is not None else (None, "")
     return check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol, input_shapes=input_shapes,
-                        inputs=check.inputs, budget=budget, progress=lambda stage: progress.say(f"check: {stage}"),
-                        samples=samples, data=described)
+                        inputs=check.inputs, budget=check.accuracy, samples=samples, data=described,
+                        progress=lambda stage: progress.say(f"check: {stage}"))
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
@@ -346,7 +348,7 @@ def inspect_fused(model: ModelLike):
 
 def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
-         calibration: str | os.PathLike | None = None, accuracy: str | None = None,
+         calibration: str | os.PathLike | None = None, accuracy: Budget | str | None = None,
          output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None,
          pareto: str | os.PathLike | None = None, progress=None,
          validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
@@ -413,7 +415,7 @@ def compare_strategies(analysis: Analysis, hw: Hardware, strategies: Sequence[st
 CompareColumn = Callable[[Analysis, Hardware, str], StrategyResult]
 
 
-def compare_column(name: str, accuracy: str | None = None) -> CompareColumn:
+def compare_column(name: str, accuracy: Budget | None = None) -> CompareColumn:
     """The column ``name`` of ``compare --precision`` (a one-line error for an unknown name): a
     fixed precision is :func:`compare_strategies` at it; ``auto`` plans under the ``accuracy``
     budget (default ``cosine>=0.999``)."""
@@ -422,15 +424,12 @@ def compare_column(name: str, accuracy: str | None = None) -> CompareColumn:
     return lambda analysis, hw, strategy: compare_strategies(analysis, hw, [strategy], precision=name)[0]
 
 
-def _auto_column(accuracy: str | None) -> CompareColumn:
+def _auto_column(accuracy: Budget | None) -> CompareColumn:
     """The ``auto`` column: one joint plan per network under the budget (it does not depend on
     the row's strategy, so it is planned once and shown against each row's FP32 latency),
     measured on seeded random samples."""
-    from onnxmlu.precision.accuracy import Budget
     from onnxmlu.precision.auto import plan_analysis
 
-    if accuracy is not None:
-        Budget.parse(accuracy)  # a bad budget is refused before any network is planned
     planned = {}
 
     def column(analysis: Analysis, hw: Hardware, strategy: str) -> StrategyResult:
@@ -444,8 +443,8 @@ def _auto_column(accuracy: str | None) -> CompareColumn:
 
 def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Sequence[str] | None = None,
             hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None,
-            precisions: Sequence[str] = (), accuracy: str | None = None, plot: str | os.PathLike | None = None,
-            progress=None) -> CompareReport:
+            precisions: Sequence[str] = (), accuracy: Budget | str | None = None,
+            plot: str | os.PathLike | None = None, progress=None) -> CompareReport:
     """Simulated latency of every strategy (``none`` first, the baseline) on ``model`` or, with
     ``zoo``, on every zoo CNN ([DLFusion] Fig. 10); a grouped bar chart at ``plot``. Each of
     ``precisions`` (``fp16``, ``int8``) adds a column: every strategy run on the layers at that
@@ -460,6 +459,7 @@ def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Se
 
         require_plotting()
     names = list(strategies) if strategies else strategy_names()
+    accuracy = Budget.of(accuracy)  # a bad budget is refused before any network is planned
     if accuracy is not None and not any(planner_for(p).judged for p in precisions):
         raise OnnxMluError("--accuracy is the budget of the auto column; add auto to --precision")
     columns = {p: compare_column(p, accuracy) for p in dict.fromkeys(precisions) if p != "fp32"}  # FP32: first
@@ -508,15 +508,12 @@ def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
 # ---------------------------------------------------------------------------------- tools
 def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Sequence[int] = (0,), atol: float = 1e-4,
           rtol: float = 1e-4, input_shapes: dict | None = None, inputs: dict | None = None,
-          accuracy: str | None = None, progress=None, samples: str | os.PathLike | None = None):
+          accuracy: Budget | str | None = None, progress=None, samples: str | os.PathLike | None = None):
     """Run the original (reference: onnxruntime, optimizations off) and the fused model on
     seeded inputs, or on the samples of the ``samples`` folder (``--inputs DIR``, the
     calibration layout); the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`). An
     ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``."""
-    if accuracy is not None:
-        from onnxmlu.precision.accuracy import Budget
-
-        Budget.parse(accuracy)  # a bad budget is refused before anything runs
+    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples)  # a bad budget: refused now
     if samples is not None:
         from onnxmlu.precision.calibration import load_calibration
 
@@ -524,7 +521,6 @@ def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Seque
     steps = as_progress(progress)
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)
-    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples)
     data = None if samples is None else _check_data(models[0], options, None, None, None)
     return _check_models(*models, options, input_shapes, steps, data)
 
@@ -582,7 +578,7 @@ def hardware_profiles() -> list[Hardware]:
 
 def report(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
            hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
-           calibration: str | os.PathLike | None = None, accuracy: str | None = None, check: bool = False,
+           calibration: str | os.PathLike | None = None, accuracy: Budget | str | None = None, check: bool = False,
            progress=None) -> Path:
     """Write ``onnxmlu report``'s self-contained HTML page about ``model`` to ``output``: for a
     model, the plan :func:`fuse_to_file` makes of it (with the check's results when ``check``,

@@ -65,6 +65,7 @@ from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile, profile_plan
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike
 from onnxmlu.precision import DEFAULT_PRECISION
+from onnxmlu.precision.accuracy import Budget
 from onnxmlu.precision.planners import bn_for, planner_for
 from onnxmlu.rewrite import RewriteReport, rewrite_owned, selected_rewriters
 from onnxmlu.schema import ensure_registered
@@ -136,12 +137,13 @@ class Options:
     calibration: str | os.PathLike | None = None
     validation: str | os.PathLike | None = None  # samples that judge --precision auto (None: split, see split_samples)
     int8: "Int8Options | None" = None
-    accuracy: str | None = None  # --precision auto's budget, e.g. "cosine>=0.999" (None: the default)
+    accuracy: Budget | None = None  # --precision auto's budget; its text ("cosine>=0.999") is parsed here
     auto: "AutoOptions | None" = None  # how hard --precision auto looks (None: the defaults)
     keep_fp32: Sequence[str] = ()  # node names or shell patterns of layers kept at FP32 (--keep-fp32)
     metric: str | None = None  # a user metric module:function judging --precision auto (--metric)
 
     def __post_init__(self) -> None:
+        self.accuracy = Budget.of(self.accuracy)  # the one parse of --accuracy on the fuse/plan path
         planner = planner_for(self.precision)  # one line for an unknown precision
         planner.check(self)
         if self.bn_mode is None:

@@ -101,6 +101,13 @@ class Budget:
             raise OnnxMluError(f"{metric} budget must lie in [{low:g}, 1], not {value:g}")
         return cls(metric, value)
 
+    @classmethod
+    def of(cls, value: "Budget | str | None") -> "Budget | None":
+        """``value`` as a budget: a :class:`Budget` as it is, the text of ``--accuracy`` parsed
+        (:meth:`parse`, the one place it is), None as None. Called where the option enters (the
+        option objects, the API's entry points), so what runs below holds a parsed value."""
+        return value if value is None or isinstance(value, Budget) else cls.parse(value)
+
     def met(self, accuracy: Accuracy) -> bool:
         """Whether ``accuracy`` keeps the budget; for ``top1`` measured on counted rows, its lower
         confidence bound must (module docstring)."""

@@ -78,7 +78,7 @@ MINOR_SHARE = 0.005
 LAMBDA_GRID = np.logspace(-3, 3, 25)
 STRATEGY = "auto"
 #: The budget of ``--precision auto`` without ``--accuracy``.
-DEFAULT_BUDGET = "cosine>=0.999"
+DEFAULT_BUDGET = Budget("cosine", 0.999)
 
 
 @dataclass(frozen=True)
@@ -249,10 +249,11 @@ def auto_planner(analysis, hw: Hardware, options) -> "Planned":
     return Planned(plan, latencies, result.evaluator.bodies_for(plan), result, result.diagnostics)
 
 
-def plan_analysis(analysis, hw: Hardware, accuracy: str | None = None, *, calibration=None, int8=None,
+def plan_analysis(analysis, hw: Hardware, accuracy: Budget | str | None = None, *, calibration=None, int8=None,
                   options: AutoOptions | None = None, validation=None, metric: str | None = None) -> AutoResult:
     """:func:`plan_auto` of an analysed model under the ``accuracy`` budget (default
-    :data:`DEFAULT_BUDGET`): INT8 calibrated and accuracy judged on the samples
+    :data:`DEFAULT_BUDGET`; the text of ``--accuracy`` is parsed here, the entry point of scripts
+    that call it directly): INT8 calibrated and accuracy judged on the samples
     :func:`~onnxmlu.precision.calibration.split_samples` draws from the ``calibration`` and
     ``validation`` folders (else ``options.random_samples`` seeded random ones of each);
     ``int8``: how INT8 blocks are quantized; ``metric``: a user metric ``module:function``
@@ -262,7 +263,7 @@ def plan_analysis(analysis, hw: Hardware, accuracy: str | None = None, *, calibr
     split = split_samples(runnable_model(analysis), calibration, validation, options.random_samples,
                           analysis.input_shapes)
     evaluator = PlanEvaluator(analysis, split.calibration, int8, split.validation, user)
-    result = plan_auto(evaluator, hw, Budget.parse(accuracy or DEFAULT_BUDGET), options)
+    result = plan_auto(evaluator, hw, Budget.of(accuracy) or DEFAULT_BUDGET, options)
     result.rule = split.rule
     return result
 

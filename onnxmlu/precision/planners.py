@@ -31,7 +31,7 @@ from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.planner import plan_layers
 from onnxmlu.precision import PRECISIONS
-from onnxmlu.precision.accuracy import Budget, load_metric
+from onnxmlu.precision.accuracy import load_metric
 from onnxmlu.registry import Registry
 
 if TYPE_CHECKING:
@@ -75,8 +75,7 @@ class PrecisionPlanner:
         if options.plan is not None or options.mp is not None:
             raise OnnxMluError(f"--precision {self.name} chooses blocks and MPs itself; drop --plan / --mp")
         if options.accuracy is not None:
-            budget = Budget.parse(options.accuracy)
-            if budget.metric == "metric" and options.metric is None:
+            if options.accuracy.metric == "metric" and options.metric is None:
                 raise OnnxMluError("--accuracy metric>=X judges by a user metric: give --metric module:function")
         if options.metric is not None:
             load_metric(options.metric)  # a metric that cannot be loaded is one line now, not after planning
