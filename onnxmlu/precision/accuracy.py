@@ -38,6 +38,7 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
+import importlib
 
 import numpy as np
 
@@ -137,8 +138,6 @@ def measure(reference: Sequence[Outputs], outputs: Sequence[Outputs], metric: Me
 
 def load_metric(spec: str) -> Metric:
     """The function ``module:function`` names (``--metric``); a one-line error when it cannot be had."""
-    import importlib
-
     module, _, name = spec.partition(":")
     if not module or not name:
         raise OnnxMluError(f"--metric must read module:function (e.g. mymetrics:map50), not {spec!r}")
