@@ -2,26 +2,19 @@
 
 Pipeline: load -> normalize -> rewrite -> analyze -> plan -> collapse -> save. Fused models
 hold one ``com.onnxmlu::MLUFusionBlock`` node per block and run in onnxruntime once the
-custom-op library (:func:`custom_ops_library`) is registered.
+custom-op library (:func:`custom_ops_library`) is registered. The two helpers below load
+:mod:`onnxmlu.runtime` (and so onnxruntime) when called (:mod:`onnxmlu.optional`).
 """
 
-from importlib.metadata import PackageNotFoundError, version as _version
-
-try:
-    __version__ = _version("onnxmlu")  # one source: pyproject.toml's version, as installed
-except PackageNotFoundError:  # a source tree on sys.path that was never installed
-    __version__ = "0+unknown"
+from onnxmlu.optional import optional_import
+from onnxmlu.version import __version__  # noqa: F401 - the package's version, read as onnxmlu.__version__
 
 
 def custom_ops_library() -> str:
     """Path of the built custom-op library (``libonnxmlu_ops.so``)."""
-    from onnxmlu import runtime
-
-    return runtime.custom_ops_library()
+    return optional_import("onnxmlu.runtime").custom_ops_library()
 
 
 def InferenceSession(model, *args, **kwargs):  # noqa: N802 - mirrors onnxruntime's name
     """An onnxruntime session with the custom-op library registered (see onnxmlu.runtime)."""
-    from onnxmlu import runtime
-
-    return runtime.InferenceSession(model, *args, **kwargs)
+    return optional_import("onnxmlu.runtime").InferenceSession(model, *args, **kwargs)

@@ -12,6 +12,7 @@ with ``to_dict()`` (the command's JSON, see :mod:`onnxmlu.reports` and docs/json
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,12 +21,18 @@ from typing import Callable, Sequence
 import onnx
 
 from onnxmlu.analyze import Analysis
+from onnxmlu.collapse.atomic import check_destination, external_data_name, write_bytes_atomic, write_model_atomic
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused  # noqa: F401 - part of the API
+from onnxmlu.frontend.pins import parse_input_shapes  # noqa: F401 - the CLI parses --input-shape with it
 from onnxmlu.ir.weights import WeightStore
+from onnxmlu.optional import optional_import
 from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, Options, PassManager, as_progress
 from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
+from onnxmlu.plan.strategies import strategy_names
+from onnxmlu.plots import plan_chart, require_plotting, speedup_chart
+from onnxmlu.precision.accuracy import Budget
 from onnxmlu.precision.planners import planner_for
 from onnxmlu.reports import (
     CompareReport,
@@ -37,6 +44,8 @@ from onnxmlu.reports import (
     calibration_report,
     tagged,
 )
+from onnxmlu.tools import view as netron
+from onnxmlu.tools import verify
 
 HardwareLike = str | Hardware
 #: ``--calibrator``'s default, :class:`~onnxmlu.precision.int8.Int8Options`' own.
@@ -65,31 +74,23 @@ def _result(ctx: Context) -> FuseResult:
 
 
 def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
-                       calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
+                       calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None,
                        pareto: bool = False, validation: str | os.PathLike | None = None,
                        metric: str | None = None) -> dict:
     """The precision keywords of :class:`Options`, checked before any pass runs (a one-line
     :class:`OnnxMluError` for an unknown precision or calibrator, and for a calibration folder
     that does not exist or holds no readable sample: nothing is written then)."""
     planner_for(precision)  # one line for an unknown precision
-    int8 = None  # the defaults (MinMax), without importing onnxruntime's quantizer for FP32 runs
+    int8 = None  # the defaults (MinMax)
     if calibrator != DEFAULT_CALIBRATOR:
-        from onnxmlu.precision.int8 import Int8Options
-
-        int8 = Int8Options(method=calibrator)
+        int8 = optional_import("onnxmlu.precision.int8").Int8Options(method=calibrator)
     if calibration is not None:
-        from onnxmlu.precision.calibration import load_calibration
-
-        load_calibration(calibration)  # samples are checked against the model's inputs when used
+        _samples(calibration)  # samples are checked against the model's inputs when used
     if validation is not None:
-        from onnxmlu.precision.calibration import load_calibration
-
-        load_calibration(validation, what="validation")
+        _samples(validation, what="validation")
     auto = None
     if pareto:  # the Pareto plot shows every frontier plan measured
-        from onnxmlu.precision.auto import AutoOptions
-
-        auto = AutoOptions(measure_frontier=True)
+        auto = optional_import("onnxmlu.precision.auto").AutoOptions(measure_frontier=True)
     return {"precision": precision, "calibration": calibration, "int8": int8, "accuracy": accuracy, "auto": auto,
             "validation": validation, "metric": metric}
 
@@ -98,7 +99,7 @@ def _precision_options(precision: str | None = None, calibration: str | os.PathL
 def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
          bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
-         calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None, inputs: dict | None = None,
+         calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None, inputs: dict | None = None,
          validation: str | os.PathLike | None = None, progress: Progress | None = None,
          keep_fp32: Sequence[str] = (), metric: str | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
@@ -120,6 +121,12 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
                                              metric=metric)))
 
 
+def _samples(folder, model: onnx.ModelProto | None = None, what: str = "calibration"):
+    """The samples of a folder (:func:`~onnxmlu.precision.calibration.load_calibration`, loaded
+    only when a folder is given); a one-line error for a folder that cannot be read."""
+    return optional_import("onnxmlu.precision.calibration").load_calibration(folder, model, what)
+
+
 def _refuse_validation(validation, precision: str | None, check: bool) -> None:
     if validation is not None and not planner_for(precision).judged and not check:
         raise OnnxMluError("--validation holds the samples that judge --precision auto's budget and --check; "
@@ -134,15 +141,18 @@ class CheckOptions:
     atol: float = 1e-4
     rtol: float = 1e-4
     inputs: dict | None = None  # fixed arrays by input name (--inputs)
-    accuracy: str | None = None  # a budget ("cosine>=0.999") that decides instead of atol/rtol
+    accuracy: Budget | None = None  # a budget that decides instead of atol/rtol (its text is parsed here)
     samples: str | os.PathLike | None = None  # a folder of samples (--inputs DIR), run instead of the seeds
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "accuracy", Budget.of(self.accuracy))  # the one parse on the check path
 
 
 def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
                  plan=None, mp: int | None = None, hardware: HardwareLike = DEFAULT_PROFILE,
                  input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str | None = None,
                  precision: str | None = None, calibration: str | os.PathLike | None = None,
-                 calibrator: str = DEFAULT_CALIBRATOR, accuracy: str | None = None,
+                 calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None,
                  check: CheckOptions | None = None, portable: bool = False, inputs: dict | None = None,
                  progress=None, validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
                  metric: str | None = None) -> FuseResult:
@@ -201,12 +211,9 @@ def _verify_loads(result: FuseResult, out: Path) -> FuseResult:
     """``result``, once the written model loads in onnxruntime where its soundness is not
     certain (:func:`~onnxmlu.tools.verify.needs_load_check`); a model it refuses is removed and
     the refusal is the error (``--check`` loads and runs it anyway)."""
-    from onnxmlu.collapse.atomic import external_data_name
-    from onnxmlu.tools.verify import load_error, needs_load_check
-
-    if not needs_load_check(result.model):
+    if not verify.needs_load_check(result.model):
         return result
-    error = load_error(out)
+    error = verify.load_error(out)
     if error is None:
         return result
     out.unlink(missing_ok=True)
@@ -220,7 +227,7 @@ def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, 
     auto's output judged by its budget."""
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
     if ctx.auto is not None and check.accuracy is None:
-        check = replace(check, accuracy=str(ctx.auto.budget))
+        check = replace(check, accuracy=ctx.auto.budget)
     data = _check_data(original, check, validation, calibration, ctx.auto)
     return _check_models(original, fused, check, ctx.options.input_shapes, ctx.progress, data)
 
@@ -229,19 +236,17 @@ def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, cali
     """``fuse --check``'s samples and what they are, the first that applies: ``--inputs DIR``,
     ``--validation DIR``, the samples that judged ``--precision auto`` (held out), the
     calibration samples (real data, but in-sample: they set the INT8 scales); None: the seeds."""
-    from onnxmlu.precision.calibration import load_calibration
-
     if check.samples is not None:
-        found = load_calibration(check.samples, original, "inputs")
+        found = _samples(check.samples, original, "inputs")
         return found.samples, f"{len(found)} samples from {found.source} (--inputs)"
     if validation is not None:
-        found = load_calibration(validation, original, "validation")
+        found = _samples(validation, original, "validation")
         return found.samples, f"{len(found)} validation samples from {found.source}"
     if auto is not None:
         judged = auto.evaluator.validation
         return judged.samples, f"the {len(judged)} samples that judged auto: {auto.rule or judged.describe()}"
     if calibration is not None:
-        found = load_calibration(calibration, original)
+        found = _samples(calibration, original)
         return found.samples, (f"{len(found)} calibration samples from {found.source} (in-sample: they set the "
                                "INT8 scales; give --validation DIR for held-out data)")
     return None
@@ -249,14 +254,10 @@ def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, cali
 
 def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: CheckOptions, input_shapes, progress,
                   data: tuple | None = None):
-    from onnxmlu.precision.accuracy import Budget
-    from onnxmlu.tools.verify import check_models
-
-    budget = None if check.accuracy is None else Budget.parse(check.accuracy)
     samples, described = data if data is not None else (None, "")
-    return check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol, input_shapes=input_shapes,
-                        inputs=check.inputs, budget=budget, progress=lambda stage: progress.say(f"check: {stage}"),
-                        samples=samples, data=described)
+    return verify.check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol,
+                               input_shapes=input_shapes, inputs=check.inputs, budget=check.accuracy,
+                               samples=samples, data=described, progress=lambda stage: progress.say(f"check: {stage}"))
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
@@ -269,8 +270,6 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: s
     next to ``NAME``; True always does that; False never does (a model over 2 GB then fails).
     Every failure is a one-line :class:`OnnxMluError`.
     """
-    from onnxmlu.collapse.atomic import write_model_atomic
-
     out = Path(path)
     if input_path is not None:
         _refuse_output(out, Path(input_path))
@@ -339,14 +338,12 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
 def inspect_fused(model: ModelLike):
     """What a fused model holds (blocks, host nodes, the metadata it was written with): a
     :class:`~onnxmlu.tools.fused_info.FusedSummary`, or None when ``model`` holds no block."""
-    from onnxmlu.tools.fused_info import summarize_fused
-
-    return summarize_fused(as_model(model))
+    return optional_import("onnxmlu.tools.fused_info").summarize_fused(as_model(model))
 
 
 def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
-         calibration: str | os.PathLike | None = None, accuracy: str | None = None,
+         calibration: str | os.PathLike | None = None, accuracy: Budget | str | None = None,
          output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None,
          pareto: str | os.PathLike | None = None, progress=None,
          validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
@@ -363,16 +360,11 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
                                     validation=validation, metric=metric))
     report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto, ctx.profile)
     if pareto is not None:
-        from onnxmlu.precision.auto import write_pareto
-
-        write_pareto(ctx.auto, pareto, title=f"{Path(str(model)).stem}: --precision auto --accuracy {ctx.auto.budget}")
+        title = f"{Path(str(model)).stem}: --precision auto --accuracy {ctx.auto.budget}"
+        optional_import("onnxmlu.precision.auto").write_pareto(ctx.auto, pareto, title=title)
     if output is not None:
-        from onnxmlu.collapse.atomic import write_bytes_atomic
-
         write_bytes_atomic(report.plan_json().encode(), Path(output))
     if plot is not None:
-        from onnxmlu.tools.plots import plan_chart
-
         title = (f"{Path(str(model)).stem}: {report.plan.strategy}, {len(report.plan.blocks)} blocks, "
                  f"{report.sim_latency_us:.0f} µs simulated on {report.hardware.name}")
         plan_chart(report.rows(), plot, title=title, max_mp=report.hardware.cores)
@@ -389,8 +381,6 @@ def _refuse_plan_options(precision: str | None, validation, output, plot, pareto
         if path is not None:
             writable(Path(path), what)
     if plot is not None or pareto is not None:
-        from onnxmlu.tools.plots import require_plotting
-
         require_plotting()
 
 
@@ -413,7 +403,7 @@ def compare_strategies(analysis: Analysis, hw: Hardware, strategies: Sequence[st
 CompareColumn = Callable[[Analysis, Hardware, str], StrategyResult]
 
 
-def compare_column(name: str, accuracy: str | None = None) -> CompareColumn:
+def compare_column(name: str, accuracy: Budget | None = None) -> CompareColumn:
     """The column ``name`` of ``compare --precision`` (a one-line error for an unknown name): a
     fixed precision is :func:`compare_strategies` at it; ``auto`` plans under the ``accuracy``
     budget (default ``cosine>=0.999``)."""
@@ -422,20 +412,15 @@ def compare_column(name: str, accuracy: str | None = None) -> CompareColumn:
     return lambda analysis, hw, strategy: compare_strategies(analysis, hw, [strategy], precision=name)[0]
 
 
-def _auto_column(accuracy: str | None) -> CompareColumn:
+def _auto_column(accuracy: Budget | None) -> CompareColumn:
     """The ``auto`` column: one joint plan per network under the budget (it does not depend on
     the row's strategy, so it is planned once and shown against each row's FP32 latency),
     measured on seeded random samples."""
-    from onnxmlu.precision.accuracy import Budget
-    from onnxmlu.precision.auto import plan_analysis
-
-    if accuracy is not None:
-        Budget.parse(accuracy)  # a bad budget is refused before any network is planned
     planned = {}
 
     def column(analysis: Analysis, hw: Hardware, strategy: str) -> StrategyResult:
         if id(analysis) not in planned:  # the analysis is kept with its result: ids stay unique
-            result = plan_analysis(analysis, hw, accuracy)
+            result = optional_import("onnxmlu.precision.auto").plan_analysis(analysis, hw, accuracy)
             planned[id(analysis)] = (analysis, StrategyResult("auto", result.plan, result.chosen.latency_us,
                                                               result.seconds, "auto"))
         return planned[id(analysis)][1]
@@ -444,22 +429,19 @@ def _auto_column(accuracy: str | None) -> CompareColumn:
 
 def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Sequence[str] | None = None,
             hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None,
-            precisions: Sequence[str] = (), accuracy: str | None = None, plot: str | os.PathLike | None = None,
-            progress=None) -> CompareReport:
+            precisions: Sequence[str] = (), accuracy: Budget | str | None = None,
+            plot: str | os.PathLike | None = None, progress=None) -> CompareReport:
     """Simulated latency of every strategy (``none`` first, the baseline) on ``model`` or, with
     ``zoo``, on every zoo CNN ([DLFusion] Fig. 10); a grouped bar chart at ``plot``. Each of
     ``precisions`` (``fp16``, ``int8``) adds a column: every strategy run on the layers at that
     precision and priced at it, beside the FP32 one; ``auto`` adds the joint plan under the
     ``accuracy`` budget (one per network, measured on seeded random samples)."""
-    from onnxmlu.plan.strategies import strategy_names
-
     if (model is None) == (not zoo):
         raise OnnxMluError("give either a MODEL or --zoo")
     if plot is not None:
-        from onnxmlu.tools.plots import require_plotting
-
         require_plotting()
     names = list(strategies) if strategies else strategy_names()
+    accuracy = Budget.of(accuracy)  # a bad budget is refused before any network is planned
     if accuracy is not None and not any(planner_for(p).judged for p in precisions):
         raise OnnxMluError("--accuracy is the budget of the auto column; add auto to --precision")
     columns = {p: compare_column(p, accuracy) for p in dict.fromkeys(precisions) if p != "fp32"}  # FP32: first
@@ -470,8 +452,6 @@ def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Se
     for label, source in networks:
         report.networks[label] = _compare_one(label, source, report, input_shapes, steps, columns)
     if plot is not None:
-        from onnxmlu.tools.plots import speedup_chart
-
         speedup_chart(report.to_dict()["networks"], plot)
     return report
 
@@ -481,18 +461,14 @@ def _compare_inputs(model: ModelLike | None) -> list[tuple[str, object]]:
     comes, under the progress bar (building all five takes most of `compare --zoo`'s time)."""
     if model is not None:
         return [(Path(str(model)).stem, model)]
-    from onnxmlu.tools.zoo import CNN_NAMES
-
-    return [(name, name) for name in CNN_NAMES]
+    return [(name, name) for name in optional_import("onnxmlu.tools.zoo").CNN_NAMES]
 
 
 def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
                  columns: dict[str, CompareColumn]) -> list[StrategyResult]:
     steps.say(f"{label}: building and analysing")
     if isinstance(source, str):
-        from onnxmlu.tools.zoo import build_model
-
-        source = build_model(source)
+        source = optional_import("onnxmlu.tools.zoo").build_model(source)
     analysis = inspect(source, input_shapes=input_shapes, rewrite=True)
     steps.advance()
     results = []
@@ -508,23 +484,17 @@ def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
 # ---------------------------------------------------------------------------------- tools
 def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Sequence[int] = (0,), atol: float = 1e-4,
           rtol: float = 1e-4, input_shapes: dict | None = None, inputs: dict | None = None,
-          accuracy: str | None = None, progress=None, samples: str | os.PathLike | None = None):
+          accuracy: Budget | str | None = None, progress=None, samples: str | os.PathLike | None = None):
     """Run the original (reference: onnxruntime, optimizations off) and the fused model on
     seeded inputs, or on the samples of the ``samples`` folder (``--inputs DIR``, the
     calibration layout); the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`). An
     ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``."""
-    if accuracy is not None:
-        from onnxmlu.precision.accuracy import Budget
-
-        Budget.parse(accuracy)  # a bad budget is refused before anything runs
+    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples)  # a bad budget: refused now
     if samples is not None:
-        from onnxmlu.precision.calibration import load_calibration
-
-        load_calibration(samples, what="inputs")  # a bad folder is refused before any model loads
+        _samples(samples, what="inputs")  # a bad folder is refused before any model loads
     steps = as_progress(progress)
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)
-    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples)
     data = None if samples is None else _check_data(models[0], options, None, None, None)
     return _check_models(*models, options, input_shapes, steps, data)
 
@@ -534,22 +504,20 @@ def run(model: str | os.PathLike, *, inputs: dict | None = None, seed: int = 0, 
     """Run any model (fused or not) in onnxruntime with the custom-op library: its outputs
     (saved as .npz at ``save``), the median latency of ``repeat`` runs and, with ``profile``,
     each node's measured CPU time next to its simulated time."""
-    from onnxmlu.tools.run import run_model
-
-    return run_model(model, inputs=inputs, seed=seed, input_shapes=input_shapes, repeat=max(1, repeat),
-                     profile=profile, save=save, progress=as_progress(progress))
+    return optional_import("onnxmlu.tools.run").run_model(
+        model, inputs=inputs, seed=seed, input_shapes=input_shapes, repeat=max(1, repeat), profile=profile, save=save,
+        progress=as_progress(progress))
 
 
 def build_zoo(names: Sequence[str], output: str | os.PathLike, *, batch: int | str = 1, seed: int = 0,
               progress=None) -> ZooReport:
     """Write zoo models: ``output`` itself for one model, ``output/NAME.onnx`` for several."""
-    from onnxmlu.tools.zoo import build_model, zoo_targets
-
-    steps, report, targets = as_progress(progress), ZooReport(), zoo_targets(list(names), Path(output))
+    zoo = optional_import("onnxmlu.tools.zoo")
+    steps, report, targets = as_progress(progress), ZooReport(), zoo.zoo_targets(list(names), Path(output))
     steps.total(len(targets))
     for net, path in targets:
         steps.say(f"building {net}")
-        save_model(build_model(net, batch=batch, seed=seed), path)
+        save_model(zoo.build_model(net, batch=batch, seed=seed), path)
         report.models.append({"name": net, "path": str(path), "batch": batch, "seed": seed,
                               "bytes": path.stat().st_size})
         steps.advance()
@@ -561,8 +529,6 @@ def view(model: str | os.PathLike, *, explode: bool = False, port: int = 8080, b
     """Serve ``model`` in Netron on 127.0.0.1 until interrupted; with ``explode`` its exploded
     view (each block as an ONNX function), from memory: nothing is written beside the model
     (``announce`` is called before serving it)."""
-    from onnxmlu.tools import view as netron
-
     netron.require_netron()  # before the model is read and exploded
     path = Path(model)
     if not path.is_file():  # Netron would serve an error page instead of failing here
@@ -582,28 +548,24 @@ def hardware_profiles() -> list[Hardware]:
 
 def report(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
            hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
-           calibration: str | os.PathLike | None = None, accuracy: str | None = None, check: bool = False,
+           calibration: str | os.PathLike | None = None, accuracy: Budget | str | None = None, check: bool = False,
            progress=None) -> Path:
     """Write ``onnxmlu report``'s self-contained HTML page about ``model`` to ``output``: for a
     model, the plan :func:`fuse_to_file` makes of it (with the check's results when ``check``,
     and the plans ``--precision auto`` considered); for a fused file, what it holds
     (:func:`inspect_fused`). The destination is checked before any work."""
-    import tempfile
-
-    from onnxmlu.collapse.atomic import check_destination
-    from onnxmlu.tools.fused_info import summarize_fused
-    from onnxmlu.tools.html_report import write_report
 
     output = Path(output)
     check_destination(output)
     proto = as_model(model)
     name = Path(str(model)).name if not isinstance(model, onnx.ModelProto) else (proto.graph.name or "model")
-    summary = summarize_fused(proto)
+    summary = optional_import("onnxmlu.tools.fused_info").summarize_fused(proto)
+    html = optional_import("onnxmlu.tools.html_report")
     if summary is not None:
-        return write_report(tagged("inspect-fused", summary.to_dict()), output, f"{name}: fused model")
+        return html.write_report(tagged("inspect-fused", summary.to_dict()), output, f"{name}: fused model")
     with tempfile.TemporaryDirectory(prefix="onnxmlu-report-") as folder:
         result = fuse_to_file(proto, Path(folder) / "fused.onnx", strategy=strategy, hardware=hardware,
                               input_shapes=input_shapes, precision=precision, calibration=calibration,
                               accuracy=accuracy, check=CheckOptions() if check else None, progress=progress)
         payload = tagged("fuse", result.to_dict())
-    return write_report(payload, output, f"{name}: {payload['strategy']} plan on {payload['hardware']}")
+    return html.write_report(payload, output, f"{name}: {payload['strategy']} plan on {payload['hardware']}")

@@ -28,7 +28,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.optional import optional_import
 from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewriter_summary
+from onnxmlu.version import __version__
 
 app = typer.Typer(
     name="onnxmlu", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -98,8 +100,6 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but
 
 def _print_version(value: bool) -> None:
     if value:
-        from onnxmlu import __version__
-
         console.print(f"onnxmlu {__version__}", highlight=False)
         raise typer.Exit()
 
@@ -119,7 +119,7 @@ def _quiet_onnxruntime(verbose: bool) -> None:
     """onnxruntime's default logger prints its own coloured lines (a failed session's error, the
     shape probe's warnings) before our one ``error:`` line says the same; only FATAL unless
     --verbose. Inner sessions share the process's env, so the library's blocks follow too."""
-    import onnxruntime
+    onnxruntime = optional_import("onnxruntime")
 
     onnxruntime.set_default_logger_severity(2 if verbose else 4)
 
@@ -170,9 +170,7 @@ def _deliver(command: str, report, json_out: Optional[Path], quiet: bool, show: 
 
 
 def _tagged(command: str, payload: dict) -> dict:
-    from onnxmlu.reports import tagged
-
-    return tagged(command, payload)
+    return optional_import("onnxmlu.api").tagged(command, payload)
 
 
 def _emit_json(target: Optional[Path], payload: dict) -> None:
@@ -182,9 +180,7 @@ def _emit_json(target: Optional[Path], payload: dict) -> None:
     if str(target) == "-":
         sys.stdout.write(text)
     else:
-        from onnxmlu.collapse.atomic import write_bytes_atomic
-
-        write_bytes_atomic(text.encode(), target)  # a report is never half-written
+        optional_import("onnxmlu.api").write_bytes_atomic(text.encode(), target)  # never half-written
 
 
 class Steps:
@@ -217,25 +213,20 @@ def _steps(quiet: bool, bar: bool = False) -> Iterator[Steps]:
     if quiet or not err_console.is_interactive:
         yield Steps()
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    columns = [BarColumn(), MofNCompleteColumn()] if bar else []
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), *columns, TimeElapsedColumn(),
-                  console=err_console, transient=True, redirect_stdout=False, redirect_stderr=False) as progress:
+    live = optional_import("rich.progress")
+    columns = [live.BarColumn(), live.MofNCompleteColumn()] if bar else []
+    with live.Progress(live.SpinnerColumn(), live.TextColumn("{task.description}"), *columns, live.TimeElapsedColumn(),
+                       console=err_console, transient=True, redirect_stdout=False, redirect_stderr=False) as progress:
         yield Steps(progress, progress.add_task("", total=None))
 
 
 def _shapes(specs: Optional[List[str]]):
-    from onnxmlu.frontend.pins import parse_input_shapes
-
-    return parse_input_shapes(specs or [])
+    return optional_import("onnxmlu.api").parse_input_shapes(specs or [])
 
 
 def _arrays(path: Path | None) -> dict | None:
     """The arrays of an .npz file by name (--inputs)."""
-    from onnxmlu.tools.run import load_feeds
-
-    return None if path is None else load_feeds(path)
+    return None if path is None else optional_import("onnxmlu.tools.run").load_feeds(path)
 
 
 def _plain(text: str) -> None:
@@ -282,7 +273,7 @@ def fuse(
 def _fuse_to_file(model, output, strategy, mp, plan, hw, input_shape, bn, precision, calibration, validation,
                   keep_fp32, metric, calibrator, accuracy, check, inputs, portable, json_out, quiet):
     """``fuse``'s options, parsed, handed to :func:`onnxmlu.api.fuse_to_file`."""
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     with _steps(quiet) as steps:
         return api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
@@ -295,7 +286,7 @@ def _fuse_to_file(model, output, strategy, mp, plan, hw, input_shape, bn, precis
 
 def _check_options(inputs: Optional[Path]):
     """``fuse --check``'s data: --inputs as a folder of samples, or a .npz of fixed arrays."""
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     if inputs is not None and inputs.is_dir():
         return api.CheckOptions(samples=inputs)
@@ -474,7 +465,7 @@ def check(
 def _check(original, fused, seed, atol, rtol, input_shape, inputs, accuracy, quiet):
     """``check``'s options, parsed (--inputs: a .npz of arrays, or a folder of samples), handed
     to :func:`onnxmlu.api.check`."""
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     folder = inputs is not None and inputs.is_dir()
     with _steps(quiet) as steps:
@@ -519,7 +510,7 @@ def inspect(
 
     Example: onnxmlu inspect resnet18.onnx --rewrite; onnxmlu inspect resnet18.fused.onnx
     """
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     with _steps(quiet) as steps:
         steps.say(f"loading {model.name}")
@@ -584,7 +575,7 @@ def report(
 
     Example: onnxmlu report resnet18.onnx -o report.html --check
     """
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     with _steps(quiet) as steps:
         path = api.report(model, output, strategy=strategy, hardware=hw, input_shapes=_shapes(input_shape),
@@ -608,10 +599,9 @@ def zoo(
 
     Example: onnxmlu zoo resnet18 resnet18.onnx --batch N; onnxmlu zoo all models/
     """
-    from onnxmlu import api
-    from onnxmlu.tools.zoo import zoo_names
+    api = optional_import("onnxmlu.api")
 
-    names = zoo_names(name)
+    names = optional_import("onnxmlu.tools.zoo").zoo_names(name)
     with _steps(quiet or len(names) == 1, bar=True) as steps:
         report = api.build_zoo(names, output, batch=int(batch) if batch.isdigit() else batch, seed=seed, progress=steps)
     _deliver("zoo", report, json_out, quiet, _show_zoo)
@@ -637,7 +627,7 @@ def rewrite(
 
     Example: onnxmlu rewrite lstm.onnx lstm.rewritten.onnx --only rnn,gemm
     """
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     with _steps(quiet) as steps:
         report = api.rewrite_to_file(model, output, bn_mode=bn, only=only.split(",") if only else None,
@@ -686,7 +676,7 @@ def plan(
 def _plan(model, output, strategy, mp, hw, input_shape, precision, calibration, validation, keep_fp32, metric,
           accuracy, plot, pareto, json_out, quiet):
     """``plan``'s options, parsed, handed to :func:`onnxmlu.api.plan`."""
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     with _steps(quiet) as steps:
         return api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
@@ -724,7 +714,7 @@ def compare(
 
     Example: onnxmlu compare --zoo --plot speedup.png
     """
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     with _steps(quiet, bar=True) as steps:
         report = api.compare(model, zoo=zoo_all, strategies=strategies.split(",") if strategies else None, hardware=hw,
@@ -760,7 +750,7 @@ app.add_typer(hw_app, name="hw")
 @hw_app.command("list")
 def hw_list() -> None:
     """List the built-in hardware profiles. Example: onnxmlu hw list"""
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     for hw in api.hardware_profiles():
         console.print(f"{hw.name:10s} {hw.cores:3d} cores  {hw.description}")
@@ -769,10 +759,8 @@ def hw_list() -> None:
 @hw_app.command("show")
 def hw_show(name: Annotated[str, typer.Argument(help="Profile name or JSON file.")] = "mlu100") -> None:
     """Print a hardware profile as JSON. Example: onnxmlu hw show mlu100"""
-    from onnxmlu.plan.perf.hardware import load_hardware
-
     try:
-        hw = load_hardware(name)
+        hw = optional_import("onnxmlu.api").load_hardware(name)
     except OnnxMluError as exc:
         _fail(str(exc))
     sys.stdout.write(json.dumps(hw.to_dict(), indent=2) + "\n")
@@ -794,7 +782,7 @@ def run(
 
     Example: onnxmlu run resnet18.fused.onnx --repeat 20 --profile
     """
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     with _steps(quiet) as steps:
         report = api.run(model, inputs=_arrays(inputs), seed=seed, input_shapes=_shapes(input_shape), repeat=repeat,
@@ -832,7 +820,7 @@ def view(
 
     Example: onnxmlu view resnet18.fused.onnx --explode
     """
-    from onnxmlu import api
+    api = optional_import("onnxmlu.api")
 
     api.view(model, explode=explode_blocks, port=port, browse=not no_browser,
              announce=lambda: console.print(f"exploded view of {model} (blocks as ONNX functions), served from memory"))

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence, Union
 
 import onnx
+from onnx.serialization import registry
 
 from onnxmlu.analyze import Analysis, analyze
 from onnxmlu.collapse.atomic import needs_external_data, write_model_atomic, write_pieces_atomic
@@ -60,14 +61,17 @@ from onnxmlu.frontend.shapes import pricing_shapes, sizes_at
 from onnxmlu.ir import copy_model, drop_unread_initializers
 from onnxmlu.ir.mapped import MappedModel
 from onnxmlu.ir.weights import WeightStore, all_tensors
+from onnxmlu.optional import optional_import
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile, profile_plan
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike
 from onnxmlu.precision import DEFAULT_PRECISION
+from onnxmlu.precision.accuracy import Budget
 from onnxmlu.precision.planners import bn_for, planner_for
 from onnxmlu.rewrite import RewriteReport, rewrite_owned, selected_rewriters
 from onnxmlu.schema import ensure_registered
+from onnxmlu.tools.view import explode
 
 if TYPE_CHECKING:
     from onnxmlu.precision.auto import AutoOptions, AutoResult
@@ -136,12 +140,13 @@ class Options:
     calibration: str | os.PathLike | None = None
     validation: str | os.PathLike | None = None  # samples that judge --precision auto (None: split, see split_samples)
     int8: "Int8Options | None" = None
-    accuracy: str | None = None  # --precision auto's budget, e.g. "cosine>=0.999" (None: the default)
+    accuracy: Budget | None = None  # --precision auto's budget; its text ("cosine>=0.999") is parsed here
     auto: "AutoOptions | None" = None  # how hard --precision auto looks (None: the defaults)
     keep_fp32: Sequence[str] = ()  # node names or shell patterns of layers kept at FP32 (--keep-fp32)
     metric: str | None = None  # a user metric module:function judging --precision auto (--metric)
 
     def __post_init__(self) -> None:
+        self.accuracy = Budget.of(self.accuracy)  # the one parse of --accuracy on the fuse/plan path
         planner = planner_for(self.precision)  # one line for an unknown precision
         planner.check(self)
         if self.bn_mode is None:
@@ -230,8 +235,6 @@ def _load_mapped(ctx: Context) -> onnx.ModelProto | None:
     kept in ``ctx.source_map`` so the weight store can view the weights in the file), or None
     where :func:`load_model` reads it: a file it cannot parse (load_model's one-line errors), a
     text format, a model with external data (load_model reads those files)."""
-    from onnx.serialization import registry
-
     if registry.get_format_from_file_extension(Path(ctx.source).suffix) not in (None, "protobuf"):
         return None
     try:
@@ -389,9 +392,8 @@ def _block_bodies(ctx: Context) -> "BlockBodies | None":
         return None
     bodies = ctx.bodies  # a planner that measured the bodies (auto) hands them on
     if bodies is None:
-        from onnxmlu.precision.bodies import BlockBodies
-
-        bodies = BlockBodies(ctx.analysis, ctx.options.calibration, ctx.options.int8)
+        make = optional_import("onnxmlu.precision.bodies").BlockBodies
+        bodies = make(ctx.analysis, ctx.options.calibration, ctx.options.int8)
     bodies = prepare_bodies(ctx.analysis, ctx.blocks, bodies)
     _take_diagnostics(ctx, bodies)
     return bodies
@@ -439,8 +441,6 @@ class Portable:
         return "blocks as ONNX functions"
 
     def run(self, ctx: Context) -> None:
-        from onnxmlu.tools.view import explode
-
         ctx.fused = explode(ctx.fused)
 
 

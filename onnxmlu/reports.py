@@ -21,6 +21,7 @@ from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile
+from onnxmlu.analyze.coverage import branch_coverage, coverage
 
 if TYPE_CHECKING:
     from onnxmlu.pipeline import BranchPlan
@@ -80,8 +81,6 @@ class FuseResult:
     @property
     def coverage(self):
         """How much of the heavy work runs in blocks (:mod:`onnxmlu.analyze.coverage`)."""
-        from onnxmlu.analyze.coverage import branch_coverage, coverage
-
         return coverage(self.analysis, branch_coverage(self.branches))
 
     def block_rows(self) -> list[dict]:

@@ -45,6 +45,7 @@ from onnxmlu.ir.graphs import FUSION_DOMAIN as DOMAIN
 from onnxmlu.ir.graphs import FUSION_OP_TYPE as OP_TYPE
 from onnxmlu.ir.graphs import copy_model, iter_graphs, node_subgraphs
 from onnxmlu.ir.graphs import is_fusion_block  # noqa: F401 - the format's predicate, read here too
+from onnxmlu.version import __version__
 
 VERSION = 1
 #: The digest attribute: CRC-32 of the body's serialized bytes (custom_ops: kDigestAttribute).
@@ -77,8 +78,6 @@ RUNTIME_NOTE = (
 def describe_fused_model(model: onnx.ModelProto, *, hardware: str, strategy: str, precisions: list[str]) -> None:
     """Stamp ``model`` (in place) as written by onnxmlu: producer, and the ``onnxmlu.*``
     metadata_props (replacing any from an earlier run); ``precisions``: one per block."""
-    from onnxmlu import __version__
-
     model.producer_name, model.producer_version = "onnxmlu", __version__
     kept = [p for p in model.metadata_props if p.key not in METADATA_KEYS]
     del model.metadata_props[:]

@@ -21,7 +21,7 @@ Every block is labelled with what its body computes (:func:`~onnxmlu.plan.labels
 applied again here for plans that did not pass the plan stage): a block holding quantized
 arithmetic (``Layer.int8_arithmetic``) is INT8 whatever the plan asked, and its body keeps the
 model's own quantized nodes and parameters exactly: it is not re-quantized, only marked
-(:func:`~onnxmlu.precision.own.mark_own_int8`), and its float layers stay float. Each FP16 or
+(:func:`~onnxmlu.collapse.own.mark_own_int8`), and its float layers stay float. Each FP16 or
 INT8 body written is checked against its label (:func:`~onnxmlu.schema.label_mismatch`, the
 custom-op library's rule): a mismatch is an error, never a mislabelled file. A weight
 dequantization the analysis carried into a block (``Analysis.carried``) is owned by the block of
@@ -45,8 +45,8 @@ from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node
 from onnxmlu.ir.weights import fill_tensor, is_marker
 from onnxmlu.plan.plan import Block, Plan
 from onnxmlu.plan.labels import holds_int8_arithmetic, honest_labels
-from onnxmlu.precision import DEFAULT_PRECISION
-from onnxmlu.precision.own import OWN_INT8_NOTE, mark_own_int8
+from onnxmlu.plan.precisions import DEFAULT_PRECISION
+from onnxmlu.collapse.own import OWN_INT8_NOTE, mark_own_int8
 from onnxmlu.ir import wire
 from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, describe_fused_model, fill_body_header,
                             label_mismatch)
@@ -83,8 +83,9 @@ def collapse(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | N
     The model is built field by field in place (no ``make_graph``/``make_model``, which copy
     every node and then the whole graph again): each body is serialized once and its bytes
     are copied once, into the node that carries them. ``bodies`` turns FP16/INT8 blocks'
-    bodies into their precision (default: :class:`~onnxmlu.precision.bodies.BlockBodies`
-    with random calibration, made only when the plan has such blocks).
+    bodies into their precision (a :class:`~onnxmlu.precision.bodies.BlockBodies`, which the
+    caller makes: collapse sits below the precision transforms; needed only when the plan has
+    such blocks).
     """
     fused, blocks = fused_without_bodies(analysis, plan, figures)
     add_bodies(fused, analysis, blocks, bodies)
@@ -109,16 +110,15 @@ def collapse_pieces(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigur
 
 def prepare_bodies(analysis: Analysis, blocks: dict[int, tuple[int, BlockInterface]],
                    bodies: "BlockBodies | None") -> "BlockBodies | None":
-    """``bodies`` (or a default one) ready for the FP16/INT8 blocks among ``blocks``: INT8
-    blocks' inputs captured on the calibration samples. None when every block is FP32."""
+    """``bodies`` ready for the FP16/INT8 blocks among ``blocks``: INT8 blocks' inputs captured
+    on the calibration samples. ``bodies`` itself when every block is FP32."""
     wanted = {b: (iface.precision, iface.inputs) for b, iface in blocks.values()
               if iface.precision != DEFAULT_PRECISION and not iface.quantized}
     if not wanted:
         return bodies
-    if bodies is None:
-        from onnxmlu.precision.bodies import BlockBodies
-
-        bodies = BlockBodies(analysis)
+    if bodies is None:  # a bug of the caller: the pipeline makes them (pipeline._block_bodies)
+        b, (precision, _) = next(iter(wanted.items()))
+        raise AssertionError(f"block {b} is {precision} but no BlockBodies was given to transform its body")
     bodies.prepare(wanted)
     return bodies
 

@@ -19,6 +19,7 @@ import functools
 import onnx
 
 from onnxmlu.ir import is_default_domain
+from onnxmlu.optional import optional_import
 
 
 def has_onnx_schema(op_type: str, domain: str, opset: int) -> bool:
@@ -33,9 +34,7 @@ def has_onnx_schema(op_type: str, domain: str, opset: int) -> bool:
 def _runtime_schemas() -> dict[tuple[str, str], int]:
     """(domain, op type) -> the lowest version at which onnxruntime registers a schema."""
     try:
-        from onnxruntime.capi import onnxruntime_pybind11_state as state
-
-        schemas = state.get_all_operator_schema()
+        schemas = optional_import("onnxruntime.capi.onnxruntime_pybind11_state").get_all_operator_schema()
     except (ImportError, AttributeError):  # a build without the schema list: nothing is an extension
         return {}
     found: dict[tuple[str, str], int] = {}

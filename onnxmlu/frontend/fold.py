@@ -39,12 +39,15 @@ from typing import Callable, Iterator
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+from onnx_graphsurgeon.logger import G_LOGGER
+import onnx_graphsurgeon as gs
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_default_domain, iter_graphs, node_subgraphs
 from onnxmlu.ir import unresolved_names
 from onnxmlu.ir.weights import skeleton
+from onnxmlu.optional import optional_import
 
 #: Folding may write a constant up to this size, or up to FOLD_GROWTH times its inputs.
 FOLD_FREE_BYTES = 1 << 16
@@ -150,7 +153,7 @@ def invalid_branch(model: onnx.ModelProto) -> str | None:
     fed a 16 kHz chunk folds into an LSTM of rank-5 input, and onnxruntime type-checks every
     branch when it loads the model. Such a branch is kept as exported
     (:func:`onnxmlu.frontend.normalize.normalize`). The check loads the weight-free skeleton."""
-    import onnxruntime as ort
+    ort = optional_import("onnxruntime")
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -208,9 +211,6 @@ def _problems_text(problems: list[str]) -> str:
 
 
 def _graphsurgeon_fold(model: onnx.ModelProto) -> onnx.ModelProto:
-    import onnx_graphsurgeon as gs
-    from onnx_graphsurgeon.logger import G_LOGGER
-
     G_LOGGER.severity = G_LOGGER.ERROR  # nodes it cannot evaluate are expected and harmless
     if any(node_subgraphs(node) for node in model.graph.node):
         model = copy_model(model)  # the folder writes into the subgraph protos it imported
@@ -226,7 +226,7 @@ def _graphsurgeon_fold(model: onnx.ModelProto) -> onnx.ModelProto:
 
 @contextlib.contextmanager
 def _onnxruntime_warnings_off():
-    import onnxruntime as ort
+    ort = optional_import("onnxruntime")
 
     ort.set_default_logger_severity(3)
     try:
@@ -240,8 +240,6 @@ def _grows_the_model(node) -> bool:
     constant inputs: a broadcast (``ConstantOfShape``, ``Expand``, ``Tile``, ``Range``) or an
     up-cast of stored weights (``Cast`` of int8 weights is 4x) -- or a quantization node,
     which is never folded."""
-    import onnx_graphsurgeon as gs
-
     if node.op in _QUANTIZATION_OPS:
         return True
 

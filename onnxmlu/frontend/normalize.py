@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import onnx
+from onnx import version_converter
+from onnx.inliner import inline_local_functions
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError, first_line
@@ -166,8 +168,6 @@ MAX_FOLD_ROUNDS = 12
 def _upgrade_opset(model: onnx.ModelProto, note) -> onnx.ModelProto:
     """A model older than opset MIN_OPSET (PyTorch's early exporters wrote opset 6) brought to
     it by onnx's version converter; the rewriters start at opset 7."""
-    from onnx import version_converter
-
     version = opset_version(model)
     try:
         upgraded = version_converter.convert_version(_inline_functions(model) if model.functions else model, MIN_OPSET)
@@ -203,8 +203,6 @@ def _channel_slopes(model: onnx.ModelProto) -> None:
 
 def _inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Model-local functions inlined (their layers must be visible to the planner)."""
-    from onnx.inliner import inline_local_functions
-
     try:
         return inline_local_functions(model)
     except Exception as exc:  # noqa: BLE001 - onnx's inliner rejects malformed functions

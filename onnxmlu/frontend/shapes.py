@@ -18,7 +18,7 @@ inference saves a file there when it cannot finish, so its steps are driven here
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -27,7 +27,10 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.frontend.pins import Pins, concrete_shapes, defaulted_keys, symbolic_axes, with_defaults
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
+from onnxmlu.ir.graphs import merge_value_infos
 from onnxmlu.ir.weights import WeightStore, fill_tensor, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
+from onnxmlu.errors import OnnxMluError
+from onnxmlu.optional import optional_import
 
 PROBE_MAX_BYTES = 1 << 29
 Note = Callable[[Diagnostic], None]
@@ -39,8 +42,6 @@ def infer_shapes(model: onnx.ModelProto, note: Note) -> onnx.ModelProto:
 
 
 def _infer(model: onnx.ModelProto, note: Note) -> onnx.ModelProto:
-    from onnxmlu.errors import OnnxMluError
-
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:  # noqa: BLE001 - reported as the model's fault below
@@ -82,11 +83,10 @@ def _symbolic(model: onnx.ModelProto, note: Note) -> onnx.ModelProto | None:
     what it found and writes no file (its ``infer_shapes`` saves the model to the current
     directory and raises)."""
     try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
+        symbolic = optional_import("onnxruntime.tools.symbolic_shape_infer")
         # int_max, auto_merge, guess_output_rank (no: a guessed type for an op onnxruntime does not
         # know would be declared on a block boundary as if it were known), verbose
-        engine = SymbolicShapeInference(2**31 - 1, True, False, 0)
+        engine = symbolic.SymbolicShapeInference(2**31 - 1, True, False, 0)
         engine._preprocess(model)
         while engine.run_:
             engine._infer_impl()
@@ -96,30 +96,6 @@ def _symbolic(model: onnx.ModelProto, note: Note) -> onnx.ModelProto | None:
         note(Diagnostic("normalize", "symbolic-inference", "",
                         f"onnxruntime's symbolic shape inference stopped: {first_line(exc)}"))
         return None
-
-
-def merge_value_infos(targets: Iterable[onnx.GraphProto], sources: Iterable[onnx.GraphProto]) -> None:
-    """Per pair of graphs, take the source's value info of a name where it knows more than
-    the target's (a type, a rank, more dims)."""
-    for graph, other in zip(targets, sources):
-        mine = {v.name: v for v in graph.value_info}
-        outputs = {o.name: o for o in graph.output}
-        for vi in other.value_info:
-            old = mine.get(vi.name) or outputs.get(vi.name)
-            if old is None:
-                graph.value_info.append(vi)
-            elif old.type != vi.type and _knowledge(vi) > _knowledge(old):  # equal: the usual case
-                old.type.CopyFrom(vi.type)
-
-
-def _knowledge(vi: onnx.ValueInfoProto) -> tuple[int, int, int]:
-    """(has a type, has a rank, dims with a value or a name): more is better."""
-    tt = vi.type.tensor_type
-    if not vi.type.HasField("tensor_type"):
-        return (0, 0, 0)
-    dims = tt.shape.dim if tt.HasField("shape") else []
-    return (int(bool(tt.elem_type)), int(tt.HasField("shape")),
-            sum(1 for d in dims if d.HasField("dim_value")) * 2 + sum(1 for d in dims if d.dim_param))
 
 
 # ----------------------------------------------------------------------------------- probe
@@ -164,7 +140,7 @@ def _zero_feeds(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> dict[s
 
 
 def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
+    ort = optional_import("onnxruntime")
 
     probe = copy_model(model)
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names
@@ -265,7 +241,7 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: d
     """A function running ``model`` on zeros of the given input shapes (the user's ``values``
     where their shape is the one asked): None when it runs, else onnxruntime's one-line
     reason; None itself when no session can be made (a diagnostic says why)."""
-    import onnxruntime as ort
+    ort = optional_import("onnxruntime")
 
     types = _feed_types(model)
     if types is None:

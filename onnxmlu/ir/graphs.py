@@ -232,3 +232,27 @@ def opset_version(model: onnx.ModelProto, domain: str = "") -> int | None:
         if imp.domain in domains:
             return int(imp.version)
     return None
+
+
+def merge_value_infos(targets: Iterable[onnx.GraphProto], sources: Iterable[onnx.GraphProto]) -> None:
+    """Per pair of graphs, take the source's value info of a name where it knows more than
+    the target's (a type, a rank, more dims)."""
+    for graph, other in zip(targets, sources):
+        mine = {v.name: v for v in graph.value_info}
+        outputs = {o.name: o for o in graph.output}
+        for vi in other.value_info:
+            old = mine.get(vi.name) or outputs.get(vi.name)
+            if old is None:
+                graph.value_info.append(vi)
+            elif old.type != vi.type and _knowledge(vi) > _knowledge(old):  # equal: the usual case
+                old.type.CopyFrom(vi.type)
+
+
+def _knowledge(vi: onnx.ValueInfoProto) -> tuple[int, int, int]:
+    """(has a type, has a rank, dims with a value or a name): more is better."""
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type"):
+        return (0, 0, 0)
+    dims = tt.shape.dim if tt.HasField("shape") else []
+    return (int(bool(tt.elem_type)), int(tt.HasField("shape")),
+            sum(1 for d in dims if d.HasField("dim_value")) * 2 + sum(1 for d in dims if d.dim_param))

@@ -35,8 +35,10 @@ import onnx_graphsurgeon as gs
 from onnx.checker import ValidationError
 from onnx.shape_inference import InferenceError
 from onnx_graphsurgeon.ir.tensor import LazyValues
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter as Exporter
+from onnx_graphsurgeon.ir.tensor import SparseValues
 
-from onnxmlu.ir.graphs import iter_graphs, node_subgraphs, sort_graphs
+from onnxmlu.ir.graphs import iter_graphs, merge_value_infos, node_subgraphs, sort_graphs
 from onnxmlu.ir.weights import WeightStore, copy_field, is_marker, skeleton
 
 _GRAPH_DATA = ("node", "initializer", "sparse_initializer", "value_info", "input", "output")
@@ -175,8 +177,6 @@ def _fully_typed(model: onnx.ModelProto) -> bool:
 def _refresh_value_info(model: onnx.ModelProto) -> None:
     """Types for the tensors the rewrite created; what normalize learned beyond onnx's own
     inference (symbolic dims, probed shapes) is kept."""
-    from onnxmlu.frontend.shapes import merge_value_infos
-
     inferred = inferred_graphs(model)
     if inferred is None:
         return
@@ -221,9 +221,6 @@ def _export_graph_into(target: onnx.GraphProto, graph: gs.Graph) -> None:
     """graphsurgeon's ``export_graph``, writing into ``target``: its ``make_graph`` and then
     ``make_model`` copy every weight twice (0.7 s of ResNet-50's 1.6 s fuse); this copies once.
     Subgraphs still go through graphsurgeon's own exporter (inside ``export_node``)."""
-    from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter as Exporter
-    from onnx_graphsurgeon.ir.tensor import SparseValues
-
     tensors = graph.tensors()
     constants = [t for t in tensors.values() if isinstance(t, gs.Constant)]
     boundary = {t.name for t in [*graph.inputs, *graph.outputs]}

@@ -40,7 +40,7 @@ from typing import Sequence
 
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.plan import Plan
-from onnxmlu.precision import DEFAULT_PRECISION, INT8_ANCHOR_OPS
+from onnxmlu.plan.precisions import DEFAULT_PRECISION, INT8_ANCHOR_OPS
 
 
 def holds_int8_arithmetic(layers: Sequence[Layer]) -> bool:

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from onnxmlu.errors import OnnxMluError, PlanError
 from onnxmlu.plan.perf.layers import Layer
-from onnxmlu.precision import DEFAULT_PRECISION, check_precision
+from onnxmlu.plan.precisions import DEFAULT_PRECISION, check_precision
 
 PLAN_FORMAT = "onnxmlu-plan"
 PLAN_VERSION = 1

@@ -15,13 +15,17 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from typing import Callable, Sequence, Union
+from fnmatch import fnmatchcase
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.labels import honest_labels
 from onnxmlu.plan.perf.layers import Layer, layers_at_precision
 from onnxmlu.plan.plan import Plan, keep_epilogues, split_oversized_blocks, with_precision
-from onnxmlu.precision import DEFAULT_PRECISION, check_precision
+from onnxmlu.plan.precisions import DEFAULT_PRECISION, check_precision
+from onnxmlu.plan.perf.model import make_cost
+from onnxmlu.plan.perf.model import plan_block_latencies_us
+from onnxmlu.plan.strategies import run_strategy
 
 StrategyLike = Union[str, Callable]
 PlanLike = Union[Plan, str, os.PathLike]
@@ -42,8 +46,6 @@ def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike =
     at that precision; a strategy then runs on :func:`layers_at_precision` ``(layers,
     precision)``, so it weighs fusion and MP against the prices at that precision. ``layers``
     are the analysed (FP32) layers either way."""
-    from onnxmlu.plan.strategies import run_strategy
-
     if plan is not None:
         chosen = plan if isinstance(plan, Plan) else Plan.load(plan, layers)
     else:
@@ -73,8 +75,6 @@ def _forced_mp(plan: Plan, mp: int, hw: Hardware) -> Plan:
 def plan_layers(layers: Sequence[Layer], hw: Hardware, **how) -> tuple[Plan, list[float]]:
     """:func:`make_plan` (``how``: its keywords), blocks over the body limit split, and the
     simulated latency (µs) of each block."""
-    from onnxmlu.plan.perf.model import make_cost
-
     chosen = split_oversized_blocks(make_plan(layers, hw, **how), layers, BODY_WEIGHT_LIMIT_BYTES)
     return chosen, block_latencies(layers, chosen, make_cost(hw))
 
@@ -83,8 +83,6 @@ def kept_layers(layers: Sequence[Layer], patterns: Sequence[str]) -> list[bool]:
     """Which layers ``--keep-fp32`` keeps at FP32: a layer whose node name equals a pattern or
     matches it as a shell pattern (``fnmatch``: ``layer4.*``, ``*downsample*``). A pattern that
     matches no layer, or matches a layer that arrives quantized (INT8 only), is a one-line error."""
-    from fnmatch import fnmatchcase
-
     kept = [False] * len(layers)
     for pattern in patterns:
         hits = [k for k, layer in enumerate(layers) if layer.name == pattern or fnmatchcase(layer.name, pattern)]
@@ -124,6 +122,4 @@ def fp32_where_kept(plan: Plan, kept: Sequence[bool]) -> Plan:
 def block_latencies(layers: Sequence[Layer], plan: Plan, cost) -> list[float]:
     """Simulated latency (µs) of each block of ``plan`` under ``cost`` (batched by MP when the
     cost function can price many blocks at once: linear in the graph)."""
-    from onnxmlu.plan.perf.model import plan_block_latencies_us
-
     return [float(t) for t in plan_block_latencies_us(plan, layers, cost)]

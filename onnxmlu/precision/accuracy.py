@@ -38,6 +38,7 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
+import importlib
 
 import numpy as np
 
@@ -101,6 +102,13 @@ class Budget:
             raise OnnxMluError(f"{metric} budget must lie in [{low:g}, 1], not {value:g}")
         return cls(metric, value)
 
+    @classmethod
+    def of(cls, value: "Budget | str | None") -> "Budget | None":
+        """``value`` as a budget: a :class:`Budget` as it is, the text of ``--accuracy`` parsed
+        (:meth:`parse`, the one place it is), None as None. Called where the option enters (the
+        option objects, the API's entry points), so what runs below holds a parsed value."""
+        return value if value is None or isinstance(value, Budget) else cls.parse(value)
+
     def met(self, accuracy: Accuracy) -> bool:
         """Whether ``accuracy`` keeps the budget; for ``top1`` measured on counted rows, its lower
         confidence bound must (module docstring)."""
@@ -130,8 +138,6 @@ def measure(reference: Sequence[Outputs], outputs: Sequence[Outputs], metric: Me
 
 def load_metric(spec: str) -> Metric:
     """The function ``module:function`` names (``--metric``); a one-line error when it cannot be had."""
-    import importlib
-
     module, _, name = spec.partition(":")
     if not module or not name:
         raise OnnxMluError(f"--metric must read module:function (e.g. mymetrics:map50), not {spec!r}")

@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -61,16 +61,16 @@ from onnxmlu.plan.labels import anchors_int8, has_fp32, honest_labels
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer, layers_at_precision
 from onnxmlu.plan.perf.model import make_cost, plan_block_latencies_us
-from onnxmlu.plan.plan import Block, Plan, segments, split_oversized_blocks
+from onnxmlu.plan.plan import Block, Plan, segments
 from onnxmlu.plan.strategies.search import max_block_length, whole_segments
 from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
 from onnxmlu.precision.accuracy import Accuracy, Budget, load_metric, measure, rows_to_certify
 from onnxmlu.precision.bodies import runnable_model
 from onnxmlu.precision.calibration import DEFAULT_RANDOM_SAMPLES, split_samples
 from onnxmlu.precision.evaluate import PlanEvaluator
-
-if TYPE_CHECKING:
-    from onnxmlu.precision.planners import Planned
+from onnxmlu.plan.planner import kept_layers
+from onnxmlu.plan.strategies import run_strategy
+from onnxmlu.plots import pareto_chart
 
 LOWER = ("fp16", "int8")
 #: Share of the savable latency below which a segment is not measured (kept FP32).
@@ -78,7 +78,7 @@ MINOR_SHARE = 0.005
 LAMBDA_GRID = np.logspace(-3, 3, 25)
 STRATEGY = "auto"
 #: The budget of ``--precision auto`` without ``--accuracy``.
-DEFAULT_BUDGET = "cosine>=0.999"
+DEFAULT_BUDGET = Budget("cosine", 0.999)
 
 
 @dataclass(frozen=True)
@@ -183,8 +183,6 @@ def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: A
         return _uncertified(evaluator, search, budget, rows, start)
     units, pinned, diagnostics = sensitivity_units(layers, search, options.max_units)
     if options.keep_fp32:  # before any measurement: a pattern that matches nothing is an error now
-        from onnxmlu.plan.planner import kept_layers
-
         pinned = pinned | np.array(kept_layers(layers, options.keep_fp32), dtype=bool)
     measured = measure_units(evaluator, layers, units, options.sensitivity_samples, search.gain)
     search.set_sensitivity(layer_deficits(measured, search.gain, len(layers)), pinned)
@@ -233,26 +231,11 @@ def _uncertified(evaluator: PlanEvaluator, search: "JointSearch", budget: Budget
                       diagnostics, evaluator.in_sample(fp32.plan))
 
 
-def auto_planner(analysis, hw: Hardware, options) -> "Planned":
-    """The pipeline's planner for ``--precision auto`` (``options``: the pipeline's Options):
-    the calibration samples, the evaluator, :func:`plan_auto`, blocks over the body limit split,
-    and the measured bodies for collapse."""
-    from onnxmlu.plan.planner import BODY_WEIGHT_LIMIT_BYTES, block_latencies
-    from onnxmlu.precision.planners import Planned
-
-    effort = replace(options.auto or AutoOptions(), keep_fp32=tuple(options.keep_fp32))
-    result = plan_analysis(analysis, hw, options.accuracy, calibration=options.calibration, int8=options.int8,
-                           options=effort, validation=options.validation, metric=options.metric)
-    plan = split_oversized_blocks(honest_labels(result.plan, analysis.layers), analysis.layers,
-                                  BODY_WEIGHT_LIMIT_BYTES)
-    latencies = block_latencies(analysis.layers, plan, make_cost(hw))
-    return Planned(plan, latencies, result.evaluator.bodies_for(plan), result, result.diagnostics)
-
-
-def plan_analysis(analysis, hw: Hardware, accuracy: str | None = None, *, calibration=None, int8=None,
+def plan_analysis(analysis, hw: Hardware, accuracy: Budget | str | None = None, *, calibration=None, int8=None,
                   options: AutoOptions | None = None, validation=None, metric: str | None = None) -> AutoResult:
     """:func:`plan_auto` of an analysed model under the ``accuracy`` budget (default
-    :data:`DEFAULT_BUDGET`): INT8 calibrated and accuracy judged on the samples
+    :data:`DEFAULT_BUDGET`; the text of ``--accuracy`` is parsed here, the entry point of scripts
+    that call it directly): INT8 calibrated and accuracy judged on the samples
     :func:`~onnxmlu.precision.calibration.split_samples` draws from the ``calibration`` and
     ``validation`` folders (else ``options.random_samples`` seeded random ones of each);
     ``int8``: how INT8 blocks are quantized; ``metric``: a user metric ``module:function``
@@ -262,7 +245,7 @@ def plan_analysis(analysis, hw: Hardware, accuracy: str | None = None, *, calibr
     split = split_samples(runnable_model(analysis), calibration, validation, options.random_samples,
                           analysis.input_shapes)
     evaluator = PlanEvaluator(analysis, split.calibration, int8, split.validation, user)
-    result = plan_auto(evaluator, hw, Budget.parse(accuracy or DEFAULT_BUDGET), options)
+    result = plan_auto(evaluator, hw, Budget.of(accuracy) or DEFAULT_BUDGET, options)
     result.rule = split.rule
     return result
 
@@ -429,8 +412,6 @@ class JointSearch:
     def fp32_optimum(self) -> Plan:
         """The ``optimal`` strategy's plan, as ``fuse -s optimal`` writes it: FP32, but blocks
         holding quantized arithmetic at INT8 (the baseline ``auto`` is measured against)."""
-        from onnxmlu.plan.strategies import run_strategy
-
         return honest_labels(run_strategy(self.layers, self.hw, "optimal", self.cost), self.layers)
 
     def frontier(self) -> list[Candidate]:
@@ -548,7 +529,5 @@ def write_pareto(result: AutoResult, path, title: str = ""):
     """Simulated latency against measured accuracy of the plans considered, the chosen one
     marked (``plan --pareto``; run ``auto`` with ``measure_frontier`` to have every frontier
     plan measured)."""
-    from onnxmlu.tools.plots import pareto_chart
-
     return pareto_chart(pareto_points(result), path, metric=result.budget.metric,
                         threshold=result.budget.threshold, title=title)

@@ -28,10 +28,11 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnxruntime.quantization import CalibrationDataReader
 
 from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.frontend.feeds import random_inputs
 from onnxmlu.ir import fed_inputs
+from onnxmlu.optional import optional_import
 
 Sample = dict[str, np.ndarray]
 
@@ -88,8 +89,6 @@ def random_calibration(model: onnx.ModelProto, count: int = DEFAULT_RANDOM_SAMPL
     (floats ~ N(0, 1), integers in [0, 10), booleans fair coins; symbolic dims from ``dims``,
     ``shapes`` by input name (the pricing shape), else the pins' defaults -- the inputs
     ``onnxmlu check`` draws)."""
-    from onnxmlu.tools.verify import random_inputs
-
     if count < 1:
         raise OnnxMluError(f"random calibration needs at least one sample, not {count}")
     samples = tuple(random_inputs(model, seed + k, dims, shapes) for k in range(count))
@@ -220,9 +219,11 @@ def _conform_array(array: np.ndarray, value: onnx.ValueInfoProto, what: str) -> 
     return array
 
 
-class SampleReader(CalibrationDataReader):
+class SampleReader:
     """onnxruntime's calibration reader over a list of samples (``set_range`` and ``rewind``
-    included, so strided calibration and a second pass both work)."""
+    included, so strided calibration and a second pass both work). Its protocol, not its class:
+    ``CalibrationDataReader`` accepts any class with ``get_next`` as a subclass, and importing it
+    here would load the quantizer with every module that reads samples."""
 
     def __init__(self, samples: Iterable[Mapping[str, np.ndarray]]) -> None:
         self._samples = [dict(s) for s in samples]
@@ -234,6 +235,15 @@ class SampleReader(CalibrationDataReader):
             return None
         self._next += 1
         return self._samples[self._next - 1]
+
+    def __iter__(self) -> "SampleReader":
+        return self
+
+    def __next__(self) -> dict:
+        sample = self.get_next()
+        if sample is None:
+            raise StopIteration
+        return sample
 
     def rewind(self) -> None:
         self._next, self._stop = 0, len(self._samples)
@@ -263,8 +273,7 @@ def capture_tensors(model: onnx.ModelProto, names: Sequence[str], samples: Seque
 def _session_exposing(model: onnx.ModelProto, names: Sequence[str]):
     """An onnxruntime session of ``model`` whose outputs are ``names`` (appended to the graph's
     outputs only while it is serialized: a large model is not copied)."""
-    import onnxruntime as ort
-
+    ort = optional_import("onnxruntime")
     graph = model.graph
     infos = {v.name: v for v in graph.value_info}
     known = {o.name for o in graph.output}

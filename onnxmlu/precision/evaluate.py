@@ -34,6 +34,7 @@ from onnx.compose import add_prefix_graph
 
 from onnxmlu.collapse.blocks import block_interface, block_owner, collapse, fp32_body
 from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.optional import optional_import
 from onnxmlu.ir import copy_model_fields, fed_inputs, is_default_domain, nested_graphs, node_inputs, opset_version
 from onnxmlu.plan.plan import Block, Plan
 from onnxmlu.precision import DEFAULT_PRECISION
@@ -42,7 +43,7 @@ from onnxmlu.precision.bodies import BlockBodies, float_op_diagnostics, quantize
 from onnxmlu.precision.calibration import CalibrationSet, Sample, capture_tensors
 from onnxmlu.precision.int8 import Int8Options
 from onnxmlu.plan.labels import holds_int8_arithmetic
-from onnxmlu.precision.own import mark_own_int8
+from onnxmlu.collapse.own import mark_own_int8
 
 Range = tuple[int, int]
 
@@ -190,10 +191,8 @@ class PlanEvaluator:
                 for got, ref in zip(ran, reference)]
 
     def _fused_session(self, plan: Plan, calibrated_on: int | None):
-        from onnxmlu.runtime import InferenceSession
-
         fused = collapse(self.analysis, plan, bodies=_MeasuredBodies(self, plan, calibrated_on))
-        return InferenceSession(fused, block_layouts=False)
+        return optional_import("onnxmlu.runtime").InferenceSession(fused, block_layouts=False)
 
     def _spliced(self, plan: Plan, start: int, calibrated_on: int | None) -> onnx.ModelProto | None:
         """The analysed model from position ``start`` on, each non-FP32 block's nodes replaced
@@ -294,18 +293,15 @@ def _merge_opsets(model: onnx.ModelProto, bodies) -> None:
 
 def _reference_session(model: onnx.ModelProto):
     """The project's numerical reference (:func:`onnxmlu.runtime.reference_session`), one line on failure."""
-    from onnxmlu.runtime import reference_session
-
     try:
-        return reference_session(model)
+        return optional_import("onnxmlu.runtime").reference_session(model)
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
         raise OnnxMluError(f"onnxruntime cannot load the model: {first_line(exc)}") from None
 
 
 def _session(model: onnx.ModelProto):
     """A trial at onnxruntime's usual optimization level, as the library runs block bodies."""
-    import onnxruntime as ort
-
+    ort = optional_import("onnxruntime")
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:

@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxmlu.collapse.own import PRECISION_KEY
 from onnxmlu.ir.graphs import nested_graphs
 
 #: Operators whose outputs are FP16 values whenever their inputs are: no rounding after them.
@@ -38,8 +39,6 @@ VALUE_PRESERVING_OPS = frozenset({
     "SpaceToDepth", "Split", "Squeeze", "Tile", "TopK", "Transpose", "Unsqueeze", "Where",
 })
 
-#: ``metadata_props`` key that records a body's precision (for people reading the body).
-PRECISION_KEY = "onnxmlu.precision"
 
 
 def to_fp16(body: onnx.ModelProto) -> onnx.ModelProto:

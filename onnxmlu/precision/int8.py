@@ -33,8 +33,8 @@ accumulator, where the two-node form would round the product to INT8 before the 
 (on ResNet-18's logits that extra rounding costs more than BatchNormalization folding gains).
 
 A block that holds layers arriving quantized (the model's own QDQ pairs, QLinear or Integer
-operators) is never re-quantized: :func:`~onnxmlu.precision.own.mark_own_int8` only records in its body's metadata
-that the parameters are the model's own, not calibrated by onnxmlu (:mod:`onnxmlu.precision.own`).
+operators) is never re-quantized: :func:`~onnxmlu.collapse.own.mark_own_int8` only records in its body's metadata
+that the parameters are the model's own, not calibrated by onnxmlu (:mod:`onnxmlu.collapse.own`).
 """
 
 from __future__ import annotations
@@ -49,26 +49,20 @@ from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
 from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.ir import copy_model
 from onnxmlu.precision.calibration import SampleReader
-from onnxmlu.precision.own import CALIBRATION_KEY, set_int8_metadata
+from onnxmlu.collapse.own import CALIBRATION_KEY, set_int8_metadata
+from onnxmlu.optional import optional_import
 
 __all__ = ["CALIBRATION_KEY", "Int8Options", "float_nodes", "per_channel_constants", "to_int8"]
 
-#: Calibration methods by the name users give.
-CALIBRATION_METHODS: dict[str, CalibrationMethod] = {
-    "minmax": CalibrationMethod.MinMax,
-    "entropy": CalibrationMethod.Entropy,
-    "percentile": CalibrationMethod.Percentile,
-}
-#: Activation encodings: (onnxruntime type, symmetric).
-ACTIVATION_TYPES: dict[str, tuple[QuantType, bool]] = {
-    "int8": (QuantType.QInt8, True),
-    "uint8": (QuantType.QUInt8, False),
-}
+#: Calibration methods by the name users give (``--calibrator``) -> the member of onnxruntime's
+#: ``CalibrationMethod`` (named, not imported: the quantizer loads only when a block quantizes).
+CALIBRATION_METHODS: dict[str, str] = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+#: Activation encodings: (the member of onnxruntime's ``QuantType``, symmetric).
+ACTIVATION_TYPES: dict[str, tuple[str, bool]] = {"int8": ("QInt8", True), "uint8": ("QUInt8", False)}
 #: The channel axis of the weights whose default axis in onnxruntime's quantizer is not their
 #: output channels: a normalization's 1-D scale (default 1: out of range), a MatMul's B of any
 #: rank (default 1: right for 2-D only).
@@ -102,13 +96,16 @@ class Int8Options:
 
     def quantize_arguments(self) -> dict:
         """The keyword arguments of ``quantize_static`` for this scheme."""
+        quantization = optional_import("onnxruntime.quantization")
         activation_type, symmetric = ACTIVATION_TYPES[self.activations]
         extra = {"WeightSymmetric": True, "ActivationSymmetric": symmetric,
                  "QDQOpTypePerChannelSupportToAxis": dict(PER_CHANNEL_AXES)}
         if self.method == "percentile":
             extra["CalibPercentile"] = self.percentile
-        return {"quant_format": QuantFormat.QDQ, "per_channel": True, "weight_type": QuantType.QInt8,
-                "activation_type": activation_type, "calibrate_method": CALIBRATION_METHODS[self.method],
+        return {"quant_format": quantization.QuantFormat.QDQ, "per_channel": True,
+                "weight_type": quantization.QuantType.QInt8,
+                "activation_type": getattr(quantization.QuantType, activation_type),
+                "calibrate_method": getattr(quantization.CalibrationMethod, CALIBRATION_METHODS[self.method]),
                 "extra_options": extra}
 
     def describe(self) -> str:
@@ -135,7 +132,7 @@ def to_int8(body: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]],
     with tempfile.TemporaryDirectory(prefix="onnxmlu-int8-") as folder, _quiet_quantizer(warnings):
         path = Path(folder) / "body.int8.onnx"
         try:
-            quantize_static(source, path, SampleReader(feeds), **arguments)
+            optional_import("onnxruntime.quantization").quantize_static(source, path, SampleReader(feeds), **arguments)
         except Exception as exc:  # noqa: BLE001 - the quantizer raises many kinds; one line for the user
             raise OnnxMluError(f"onnxruntime's quantizer failed on block {body.graph.name!r}: "
                                f"{first_line(exc)}") from None

@@ -21,17 +21,21 @@ element-wise layer of its own. A new planner is one :meth:`Registry.register` ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
 from onnxmlu.analyze import Analysis
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.plan.labels import honest_labels
 from onnxmlu.plan.perf.hardware import Hardware
-from onnxmlu.plan.plan import Plan
-from onnxmlu.plan.planner import plan_layers
+from onnxmlu.plan.perf.model import make_cost
+from onnxmlu.plan.plan import Plan, split_oversized_blocks
+from onnxmlu.plan import planner as plan_stage
+from onnxmlu.plan.planner import block_latencies, plan_layers
 from onnxmlu.precision import PRECISIONS
-from onnxmlu.precision.accuracy import Budget, load_metric
+from onnxmlu.precision.accuracy import load_metric
+from onnxmlu.optional import optional_import
 from onnxmlu.registry import Registry
 
 if TYPE_CHECKING:
@@ -75,8 +79,7 @@ class PrecisionPlanner:
         if options.plan is not None or options.mp is not None:
             raise OnnxMluError(f"--precision {self.name} chooses blocks and MPs itself; drop --plan / --mp")
         if options.accuracy is not None:
-            budget = Budget.parse(options.accuracy)
-            if budget.metric == "metric" and options.metric is None:
+            if options.accuracy.metric == "metric" and options.metric is None:
                 raise OnnxMluError("--accuracy metric>=X judges by a user metric: give --metric module:function")
         if options.metric is not None:
             load_metric(options.metric)  # a metric that cannot be loaded is one line now, not after planning
@@ -90,11 +93,17 @@ def plan_fixed_precision(analysis: Analysis, hw: Hardware, options) -> Planned:
 
 
 def plan_auto_precision(analysis: Analysis, hw: Hardware, options) -> Planned:
-    """``--precision auto``: blocks, MPs and precisions under the accuracy budget, with the
-    bodies it measured. Imported on use: the search loads onnxruntime's quantizer."""
-    from onnxmlu.precision.auto import auto_planner
-
-    return auto_planner(analysis, hw, options)
+    """``--precision auto``: blocks, MPs and precisions under the accuracy budget
+    (:func:`~onnxmlu.precision.auto.plan_analysis`, on the calibration samples), blocks over the
+    body limit split, and the bodies it measured, for collapse."""
+    auto = optional_import("onnxmlu.precision.auto")
+    effort = replace(options.auto or auto.AutoOptions(), keep_fp32=tuple(options.keep_fp32))
+    result = auto.plan_analysis(analysis, hw, options.accuracy, calibration=options.calibration, int8=options.int8,
+                           options=effort, validation=options.validation, metric=options.metric)
+    plan = split_oversized_blocks(honest_labels(result.plan, analysis.layers), analysis.layers,
+                                  plan_stage.BODY_WEIGHT_LIMIT_BYTES)
+    latencies = block_latencies(analysis.layers, plan, make_cost(hw))
+    return Planned(plan, latencies, result.evaluator.bodies_for(plan), result, result.diagnostics)
 
 
 #: ``--precision`` value -> its planner, in the order the CLI lists them.

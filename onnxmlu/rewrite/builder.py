@@ -20,7 +20,7 @@ import onnx_graphsurgeon as gs
 
 from onnxmlu.ir.graphsurgeon import stored_constant
 from onnxmlu.ir.weights import WeightStore
-from onnxmlu.rewrite.base import NameAllocator, constant_value, tensor_dtype
+from onnxmlu.rewrite.graph import NameAllocator, constant_value, tensor_dtype
 
 
 class Builder:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Sequence, Union
+from importlib import resources
 
 import onnx
 import onnx.parser
@@ -59,6 +60,7 @@ from google.protobuf.message import Error as ProtobufError
 
 from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.ir import is_fusion_block
+from onnxmlu.runtime.layouts import optimize_block_layouts, optimize_layouts_in_place
 
 #: What ``onnx.load`` raises on a path that holds no model it can read: the file system's
 #: errors, protobuf's (binary, text and JSON formats), onnx's text parser's, ValueError.
@@ -94,8 +96,6 @@ def custom_ops_library() -> str:
         return str(path)
     candidates = [Path(__file__).resolve().parents[1] / "_lib" / _LIBRARY_NAME]
     try:
-        from importlib import resources
-
         packaged = resources.files("onnxmlu") / "_lib" / _LIBRARY_NAME
         if isinstance(packaged, Path) or hasattr(packaged, "__fspath__"):
             candidates.insert(0, Path(os.fspath(packaged)).resolve())
@@ -209,8 +209,6 @@ def reference_session(model: ModelArg) -> ort.InferenceSession:
 def _with_block_layouts(model: ModelArg, *, per_session_threads: bool = True) -> ModelArg:
     """``model`` rewritten by the block-layout pass when it has blocks and is small enough to
     rewrite in memory (see _MAX_REWRITE_BYTES); otherwise unchanged."""
-    from onnxmlu.runtime.layouts import optimize_block_layouts, optimize_layouts_in_place
-
     proto = _rewritable_proto(model)
     if proto is None or not any(is_fusion_block(n) for n in proto.graph.node):
         return model

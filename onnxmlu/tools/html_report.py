@@ -19,6 +19,8 @@ import html
 import math
 from pathlib import Path
 
+from onnxmlu.collapse.atomic import write_bytes_atomic
+
 _WIDTH = 960
 _STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; }
@@ -32,8 +34,6 @@ th { text-align: left; background: #f4f4f4; } td.n { text-align: right; font-var
 
 def write_report(report: dict, path: str | Path, title: str) -> Path:
     """Write the page for ``report`` (a ``fuse`` or ``inspect-fused`` report dict) to ``path``."""
-    from onnxmlu.collapse.atomic import write_bytes_atomic
-
     path = Path(path)
     write_bytes_atomic(render(report, title).encode("utf-8"), path)
     return path

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from onnxmlu.schema import block_precision, is_fusion_block
+from onnxmlu.optional import optional_import
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,12 @@ class NodeProfile:
 
 def profile_nodes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], repeat: int = 10) -> list[NodeProfile]:
     """Median measured time per node (kernel) over ``repeat`` runs, in graph order."""
-    from onnxmlu.runtime import session_options, InferenceSession
-
+    runtime = optional_import("onnxmlu.runtime")
     with tempfile.TemporaryDirectory() as folder:
-        options = session_options()
+        options = runtime.session_options()
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(folder, "onnxmlu")
-        session = InferenceSession(model, options)
+        session = runtime.InferenceSession(model, options)
         for _ in range(repeat):
             session.run(None, dict(feeds))
         events = json.loads(Path(session.end_profiling()).read_text())

@@ -11,30 +11,29 @@ import numpy as np
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.reports import RunReport
+from onnxmlu.frontend.load import load_model
+from onnxmlu.frontend.pins import concrete_shapes
+from onnxmlu.optional import optional_import
+from onnxmlu.tools.profiling import profile_nodes
+from onnxmlu.tools.timing import time_interleaved
+from onnxmlu.tools.verify import random_inputs
 
 
 def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input_shapes: dict | None, repeat: int,
               profile: bool, save: str | os.PathLike | None, progress) -> RunReport:
-    from onnxmlu.frontend.load import load_model
-    from onnxmlu.frontend.pins import concrete_shapes
-    from onnxmlu.runtime import InferenceSession
-    from onnxmlu.tools.timing import time_interleaved
-    from onnxmlu.tools.verify import random_inputs
-
+    runtime = optional_import("onnxmlu.runtime")
     progress.say(f"loading {Path(model).name}")
     proto = load_model(model)
     shapes = concrete_shapes(proto, input_shapes)  # a range runs at its opt
     feeds = random_inputs(proto, seed, shapes=shapes, given=inputs)
     progress.say("creating the session")
-    session = InferenceSession(proto)
+    session = runtime.InferenceSession(proto)
     names = [o.name for o in session.get_outputs()]
     outputs = session.run(names, feeds)
     progress.say(f"timing {repeat} runs")
     timing = time_interleaved({"model": session}, feeds, runs=repeat, warmup=1)["model"]
     report = RunReport([output_summary(n, o) for n, o in zip(names, outputs)], timing)
     if profile:
-        from onnxmlu.tools.profiling import profile_nodes
-
         progress.say(f"profiling {repeat} runs")
         report.profile = profile_nodes(proto, feeds, repeat=repeat)
     if save is not None:

@@ -12,6 +12,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxmlu.tools.zoo import build_model
+
 
 def make_model(graph: onnx.GraphProto, opset: int = 17, extra_opsets: dict[str, int] | None = None) -> onnx.ModelProto:
     opsets = [helper.make_opsetid("", opset)]
@@ -52,8 +54,6 @@ def conv_chain_model(convs: int = 3, channels: int = 8, size: int = 16, seed: in
 
 @functools.lru_cache(maxsize=None)
 def _zoo_bytes(name: str, batch) -> bytes:
-    from onnxmlu.tools.zoo import build_model
-
     return build_model(name, batch=batch, seed=0).SerializeToString()
 
 

@@ -15,6 +15,8 @@ from typing import Mapping
 import numpy as np
 import onnx
 
+from onnxmlu.optional import optional_import
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -80,7 +82,7 @@ def _wait_until_idle(max_s: float, window_s: float = 0.01) -> None:
 def plain_session(model: onnx.ModelProto | str, threads: int):
     """Plain onnxruntime (no custom-op library), all graph optimizations, ``threads`` intra-op
     threads: the "original model" side of every side-by-side measurement."""
-    import onnxruntime as ort
+    ort = optional_import("onnxruntime")
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads

@@ -28,9 +28,10 @@ import numpy as np
 import onnx
 
 from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.frontend.feeds import random_inputs
 from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, has_ranges, symbolic_dims
-from onnxmlu.ir import fed_inputs
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
+from onnxmlu.optional import optional_import
 
 
 @dataclass(frozen=True)
@@ -85,34 +86,6 @@ class CheckReport:
         }
 
 
-def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int] | None = None,
-                  shapes: Mapping[str, Sequence[int]] | None = None,
-                  given: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Seeded random feeds for the model's true inputs (initializers excluded), with the arrays
-    in ``given`` in place of their inputs: an input the caller gives (a string input, which has
-    no random draw) is never drawn.
-
-    ``shapes`` gives whole input shapes by input name; ``dims`` sizes symbolic dims by name;
-    other symbolic dims take the pricing defaults of :func:`onnxmlu.frontend.pins.concrete_shapes`.
-    """
-    rng = np.random.default_rng(seed)
-    feeds = dict(given or {})
-    defaults = concrete_shapes(model)
-    for value in fed_inputs(model.graph):
-        if value.name in feeds:
-            continue
-        tensor_type = value.type.tensor_type
-        if shapes and value.name in shapes:
-            shape = [int(d) for d in shapes[value.name]]
-        elif dims:
-            shape = [_dim_size(d, dims) for d in tensor_type.shape.dim]
-        else:
-            shape = defaults.get(value.name, [])
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-        feeds[value.name] = _random_array(rng, shape, dtype)
-    return feeds
-
-
 def check_shapes(model: onnx.ModelProto, pins: Pins | None) -> list[tuple[str, dict[str, list[int]]]]:
     """(label, input shapes) the check runs at, in order, without repeats (module docstring)."""
     runs = [("pinned" if pins else "default", concrete_shapes(model, pins))]
@@ -161,22 +134,6 @@ def _varied(base: dict[str, list[int]], free: dict, change) -> dict[str, list[in
             sizes.setdefault(key, change(key, shapes[name][axis], first_axis))
             shapes[name][axis] = sizes[key]
     return shapes
-
-
-def _dim_size(dim: onnx.TensorShapeProto.Dimension, dims: Mapping[str, int]) -> int:
-    if dim.HasField("dim_value"):
-        return dim.dim_value
-    return int(dims.get(dim.dim_param, 1))
-
-
-def _random_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.ndarray:
-    if np.issubdtype(dtype, np.floating):
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, 10, size=shape).astype(dtype)
-    raise OnnxMluError(f"cannot make random inputs of type {dtype}; pass --inputs data.npz")
 
 
 def compare_outputs(names: Sequence[str], fused: Sequence[np.ndarray], reference: Sequence[np.ndarray],
@@ -287,12 +244,11 @@ class _Checker:
     def of(cls, original: onnx.ModelProto, fused: onnx.ModelProto, inputs, tolerances: tuple[float, float],
            by_tolerance: bool, say: Callable[[str], None]) -> "_Checker":
         """The reference session (the original, optimizations off) and the fused model's."""
-        from onnxmlu.runtime import InferenceSession, reference_session
-
+        runtime = optional_import("onnxmlu.runtime")
         say("reference session (original, optimizations off)")
-        ref = reference_session(original)
+        ref = runtime.reference_session(original)
         say("fused session")
-        sess = InferenceSession(fused)
+        sess = runtime.InferenceSession(fused)
         return cls(ref, sess, [o.name for o in sess.get_outputs()], inputs, tolerances, by_tolerance, say)
 
     def run(self, label: str, runs: list[tuple[str, dict]]) -> _AtShape:
@@ -339,10 +295,8 @@ def needs_load_check(fused: onnx.ModelProto) -> bool:
 def load_error(path) -> str | None:
     """The first line of onnxruntime's refusal to load the fused model at ``path`` with the
     library registered, or None when it loads."""
-    from onnxmlu.runtime import InferenceSession
-
     try:
-        InferenceSession(str(path), block_layouts=False)
+        optional_import("onnxmlu.runtime").InferenceSession(str(path), block_layouts=False)
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
         return first_line(exc)
     return None

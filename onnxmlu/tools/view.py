@@ -10,6 +10,8 @@ Definition", so ``onnxmlu view --explode`` serves it (from memory: no file is wr
 
 from __future__ import annotations
 
+import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from onnx import helper
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir import copy_model, iter_graphs
+from onnxmlu.optional import optional_import, require
 from onnxmlu.schema import DIGEST, DOMAIN, body_model, is_fusion_block
 
 VIEW_DOMAIN = "com.onnxmlu.view"
@@ -88,20 +91,14 @@ def _as_function_call(node: onnx.NodeProto, function_name: str) -> None:
 
 def require_netron() -> None:
     """The one-line error for a missing netron, raised before a model is loaded or exploded."""
-    import importlib.util
-
-    if importlib.util.find_spec("netron") is None:
-        raise OnnxMluError("viewing needs netron: pip install 'onnxmlu[view]'")
+    require("netron")
 
 
 def serve(path: str | Path, port: int = 8080, browse: bool = True, data: bytes | None = None) -> None:
     """Serve a model with Netron on 127.0.0.1 until interrupted: the file at ``path``, or
     ``data`` (a serialized model held in memory, shown under ``path``'s name; nothing is
     written)."""
-    try:
-        import netron
-    except ImportError:
-        raise OnnxMluError("viewing needs netron: pip install 'onnxmlu[view]'") from None
+    netron = optional_import("netron")
     # a bytearray is served as the bytes of the file `path` names (netron treats other objects
     # as experimental in-memory models of its own)
     netron.serve(str(path), bytearray(data) if data is not None else None, address=("127.0.0.1", port),
@@ -136,14 +133,10 @@ def snapshot(path: str | Path, png: str | Path, *, port: int = 18080, size=(1600
     ``select`` clicks the node whose label starts with that name, opening its properties;
     ``open_function`` (with ``select``, on an exploded view copy) then follows the node's
     "Show Function Definition" and shows the block's body graph by op type."""
-    import tempfile
-
-    import netron
-    from playwright.sync_api import sync_playwright
-
+    netron, playwright = optional_import("netron"), optional_import("playwright.sync_api")
     address = netron.serve(str(path), None, address=("127.0.0.1", port), browse=False)
     try:
-        with tempfile.TemporaryDirectory() as profile, sync_playwright() as pw:
+        with tempfile.TemporaryDirectory() as profile, playwright.sync_playwright() as pw:
             browser = pw.chromium.launch_persistent_context(
                 profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS, device_scale_factor=scale,
                 viewport={"width": size[0], "height": size[1]}, headless=True)
@@ -163,11 +156,9 @@ def _open(page, address, timeout_ms: float) -> list[str]:
     """Load Netron's page, get past its cookie consent, wait for the graph; the box labels."""
     page.goto(f"http://{address[0]}:{address[1]}/", timeout=timeout_ms)
     accept = page.get_by_text("Accept", exact=True)
-    from playwright.sync_api import TimeoutError as NoSuchElement
-
     try:  # Netron asks for cookie consent before it draws the graph
         accept.click(timeout=10_000)
-    except NoSuchElement:  # no consent page to accept
+    except optional_import("playwright.sync_api").TimeoutError:  # no consent page to accept
         pass
     page.wait_for_selector("#canvas g.node", timeout=timeout_ms)
     return _box_labels(page)  # op types: read before "Show Names" swaps them for node names
@@ -219,8 +210,6 @@ def _node_named(page, name: str):
 def _box_labels(page) -> list[str]:
     """Op-type labels of the drawn boxes. Netron forbids ``window.eval``, which Playwright's
     own queries use, so read the DOM through the DevTools protocol instead."""
-    import re
-
     cdp = page.context.new_cdp_session(page)
     root = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
     html = cdp.send("DOM.getOuterHTML", {"nodeId": root})["outerHTML"]

@@ -23,7 +23,7 @@ from onnxmlu.plan.perf.model import block_latency_us, make_cost
 from onnxmlu.plan.plan import Plan, plan_from_ranges, with_precision
 from onnxmlu.plan.labels import honest_labels
 from onnxmlu.precision.bodies import BlockBodies
-from onnxmlu.precision.own import CALIBRATION_KEY, OWN_INT8_NOTE
+from onnxmlu.collapse.own import CALIBRATION_KEY, OWN_INT8_NOTE
 from onnxmlu.runtime import InferenceSession, reference_session
 from onnxmlu.schema import block_precision, body_model, is_fusion_block
 from onnxmlu.tools.testing import make_model

@@ -121,7 +121,7 @@ import numpy as np
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import WHOLE_MAP_KINDS, Layer, layers_at_precision
-from onnxmlu.precision import DEFAULT_PRECISION
+from onnxmlu.plan.precisions import DEFAULT_PRECISION
 
 CostFn = Callable[[Sequence[Layer], int], float]
 

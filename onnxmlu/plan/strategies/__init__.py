@@ -49,6 +49,7 @@ from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.strategies import basic, dlfusion, search
 from onnxmlu.registry import Registry
+from onnxmlu.plan.perf.model import make_cost
 
 CostFn = Callable[[Sequence[Layer], int], float]
 Strategy = Callable[[Sequence[Layer], Hardware, CostFn], Plan]
@@ -90,8 +91,6 @@ def run_strategy(layers: Sequence[Layer], hw: Hardware, strategy: str | Strategy
     empty or default; an invalid plan raises :class:`~onnxmlu.errors.PlanError`. No layers,
     no blocks: the strategy is not called.
     """
-    from onnxmlu.plan.perf.model import make_cost
-
     name, fn = resolve_strategy(strategy)
     if not layers:
         return Plan((), name, hw.name)

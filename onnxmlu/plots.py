@@ -6,34 +6,30 @@
   with its MP;
 * :func:`pareto_chart`: the plans ``--precision auto`` considered, simulated latency against
   measured accuracy, the budget as a line and the chosen plan marked.
+
+A leaf of the package (it imports only :mod:`onnxmlu.optional`): the API draws plans and
+comparisons with it, and :mod:`onnxmlu.precision.auto` the plans it considered. matplotlib is
+imported when a chart is drawn (:func:`~onnxmlu.optional.optional_import`).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from onnxmlu.errors import OnnxMluError
+from onnxmlu.optional import optional_import, require
 
 
 def require_plotting() -> None:
     """Raise the one-line error now when matplotlib is missing: a command asked for a chart
     checks before any work, not after it (compare --plot spent 20 s first)."""
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is None:
-        raise OnnxMluError("plots need matplotlib: pip install 'onnxmlu[plot]'")
+    require("matplotlib")
 
 
 def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise OnnxMluError("plots need matplotlib: pip install 'onnxmlu[plot]'") from None
-    return plt
+    optional_import("matplotlib").use("Agg")
+    return optional_import("matplotlib.pyplot")
 
 
 def speedup_chart(report: Mapping[str, Sequence[dict]], path: str | Path) -> Path:
@@ -61,13 +57,9 @@ def speedup_chart(report: Mapping[str, Sequence[dict]], path: str | Path) -> Pat
 def plan_chart(rows: Sequence[dict], path: str | Path, title: str = "", max_mp: int = 32) -> Path:
     """``rows`` as from ``FuseResult.block_rows()`` or ``plan``'s report -> a timeline PNG at
     ``path``: one bar per block, as wide as its simulated latency, coloured by log2(MP)."""
-    import math
-
-    from matplotlib.colors import Normalize
-
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 2.8))
-    cmap, norm = plt.get_cmap("viridis"), Normalize(0, math.log2(max_mp))
+    cmap, norm = plt.get_cmap("viridis"), optional_import("matplotlib.colors").Normalize(0, math.log2(max_mp))
     total = sum(r["sim_latency_us"] for r in rows)
     start = 0.0
     for row in rows:

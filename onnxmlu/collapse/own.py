@@ -6,16 +6,17 @@ pairs, ``QLinearConv``/``QLinearMatMul``, ``ConvInteger``/``MatMulInteger`` with
 re-quantized by :mod:`onnxmlu.precision.int8`: its scales, zero points and INT8/INT32 weights
 are the model's, copied bit for bit, and its float layers stay float as the model's author had
 them. Only the body's metadata says what it is
-(:func:`mark_own_int8`). Separate from ``int8`` so that collapse does not import onnxruntime's
-quantizer to mark a body.
+(:func:`mark_own_int8`). Collapse writes such bodies itself, so the metadata keys every body at
+a precision carries live here, below :mod:`onnxmlu.precision`, whose transforms write them too.
 """
 
 from __future__ import annotations
 
 import onnx
 
-from onnxmlu.precision.fp16 import PRECISION_KEY
-
+#: The body metadata key of its precision (what the custom-op library and the readers check).
+PRECISION_KEY = "onnxmlu.precision"
+#: The body metadata key of where an INT8 body's quantization parameters came from.
 CALIBRATION_KEY = "onnxmlu.calibration"
 #: What the body and the node of a block arriving quantized say about its parameters.
 OWN_INT8_NOTE = "the model's own quantization parameters, not calibrated by onnxmlu"
