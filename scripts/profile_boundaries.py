@@ -14,6 +14,11 @@ Three measurements of the same inputs, in one process:
    operator type, and the session's own wall time;
 3. the original and the fused model end to end, timed in turns (``onnxmlu.tools.timing``).
 
+4. the same cut made without onnxmlu: the original model's own subgraphs between the blocks'
+   boundaries (``onnx.utils.extract_model``), each a plain onnxruntime session, chained in
+   Python, against the block bodies chained the same way (what splitting one graph into
+   sessions costs by itself, whatever the bodies hold).
+
 The difference of the fused model from the original then splits into: kernels per operator
 type (reorders between layouts, a residual Add/Relu that lost its fusion with a Conv, the
 convolutions themselves), each inner ``Run`` around its kernels (body wall − its kernels), and
@@ -36,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.utils
 import onnxruntime as ort
 
 from onnxmlu import api
@@ -151,7 +157,45 @@ def main() -> int:
     rows.append(("custom op + outer session (fused wall − bodies' walls)", "", "",
                  f"{(wall['fused'] - min(body_walls)) / 1e3:+.2f}"))
     print(_table(("component", "original ms", "blocks ms", "difference ms"), rows))
+    chained = chained_walls(original, fused, feeds, args.threads, args.runs)
+    print("the same cut without onnxmlu (least of %d, ms): " % args.runs
+          + ", ".join(f"{k} {v:.1f}" for k, v in chained.items()))
     return 0
+
+
+def chained_walls(original: onnx.ModelProto, fused: onnx.ModelProto, feeds: dict, threads: int,
+                  runs: int) -> dict[str, float]:
+    """Least wall (ms) of the original in one session, of its own subgraphs between the blocks'
+    boundaries chained as plain sessions, and of the block bodies chained the same way."""
+    blocks = [n for n in fused.graph.node if is_fusion_block(n)]
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, "original.onnx")
+        onnx.save(original, source)
+        pieces = []
+        for i, node in enumerate(blocks):
+            target = os.path.join(folder, f"piece{i}.onnx")
+            onnx.utils.extract_model(source, target, list(node.input), list(node.output))
+            pieces.append((node, plain_session(onnx.load(target), threads)))
+    bodies = [(node, plain_session(body_model(node), threads)) for node in blocks]
+    whole = plain_session(original, threads)
+    calls = {"original": lambda: whole.run(None, feeds), "its pieces chained": lambda: _chain(pieces, feeds),
+             "bodies chained": lambda: _chain(bodies, feeds)}
+    walls: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(runs + 1):  # the first round warms every session up
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            walls[name].append((time.perf_counter() - start) * 1e3)
+    return {name: min(values[1:]) for name, values in walls.items()}
+
+
+def _chain(sessions: list, feeds: dict) -> None:
+    """Run ``(node, session)`` pairs in order, each fed the node's inputs by position."""
+    values = dict(feeds)
+    for node, session in sessions:
+        names = [i.name for i in session.get_inputs()]
+        outputs = session.run(None, {name: values[tensor] for name, tensor in zip(names, node.input)})
+        values.update(zip(node.output, outputs))
 
 
 def _least(values: list[float] | None) -> float:
