@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -27,7 +27,19 @@ from onnxmlu.frontend.load import load_model, refuse_fused  # noqa: F401 - part 
 from onnxmlu.frontend.pins import parse_input_shapes  # noqa: F401 - the CLI parses --input-shape with it
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.optional import optional_import
-from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, Options, PassManager, as_progress
+from onnxmlu.options import (  # noqa: F401 - the option objects are part of the API
+    DEFAULT_CALIBRATOR,
+    CheckOptions,
+    Options,
+    OutputOptions,
+    PlanOptions,
+    PrecisionOptions,
+    RewriteOptions,
+    ShapeOptions,
+    load_samples,
+    refuse_validation,
+)
+from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, PassManager, as_progress
 from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
 from onnxmlu.plan.strategies import strategy_names
@@ -48,8 +60,6 @@ from onnxmlu.tools import view as netron
 from onnxmlu.tools import verify
 
 HardwareLike = str | Hardware
-#: ``--calibrator``'s default, :class:`~onnxmlu.precision.int8.Int8Options`' own.
-DEFAULT_CALIBRATOR = "minmax"
 Progress = Callable[[str], None]
 
 
@@ -61,9 +71,10 @@ def _hardware(hardware: HardwareLike | None) -> Hardware | None:
     return hardware if hardware is None or isinstance(hardware, Hardware) else load_hardware(hardware)
 
 
-def _run(passes, model: ModelLike, *, hardware: HardwareLike | None = None, progress=None, **options) -> Context:
+def _run(passes, model: ModelLike, options: Options, *, hardware: HardwareLike | None = None,
+         progress=None) -> Context:
     """A fresh context for ``model`` through ``passes``."""
-    ctx = Context(model, _hardware(hardware), Options(**options), progress=as_progress(progress))
+    ctx = Context(model, _hardware(hardware), options, progress=as_progress(progress))
     return PassManager(passes).run(ctx)
 
 
@@ -73,79 +84,32 @@ def _result(ctx: Context) -> FuseResult:
                       auto=ctx.auto, profile=ctx.profile, branches=ctx.branches)
 
 
-def _precision_options(precision: str | None = None, calibration: str | os.PathLike | None = None,
-                       calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None,
-                       pareto: bool = False, validation: str | os.PathLike | None = None,
-                       metric: str | None = None) -> dict:
-    """The precision keywords of :class:`Options`, checked before any pass runs (a one-line
-    :class:`OnnxMluError` for an unknown precision or calibrator, and for a calibration folder
-    that does not exist or holds no readable sample: nothing is written then)."""
-    planner_for(precision)  # one line for an unknown precision
-    int8 = None  # the defaults (MinMax)
-    if calibrator != DEFAULT_CALIBRATOR:
-        int8 = optional_import("onnxmlu.precision.int8").Int8Options(method=calibrator)
-    if calibration is not None:
-        _samples(calibration)  # samples are checked against the model's inputs when used
-    if validation is not None:
-        _samples(validation, what="validation")
-    auto = None
-    if pareto:  # the Pareto plot shows every frontier plan measured
-        auto = optional_import("onnxmlu.precision.auto").AutoOptions(measure_frontier=True)
-    return {"precision": precision, "calibration": calibration, "int8": int8, "accuracy": accuracy, "auto": auto,
-            "validation": validation, "metric": metric}
-
-
 # ---------------------------------------------------------------------------------- fuse
 def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
          bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
          calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None, inputs: dict | None = None,
          validation: str | os.PathLike | None = None, progress: Progress | None = None,
-         keep_fp32: Sequence[str] = (), metric: str | None = None) -> FuseResult:
+         keep_fp32: Sequence[str] = (), metric: str | None = None, options: Options | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 
-    ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts every block at that
-    precision; INT8 blocks are calibrated on the samples in the ``calibration`` folder (None:
-    seeded random samples, flagged by a diagnostic) with the ``calibrator`` (``minmax``,
-    ``entropy``, ``percentile``). ``precision="auto"`` chooses blocks, MPs and a precision per
-    block that keep the ``accuracy`` budget (``"cosine>=0.999"`` by default, or ``"top1>=X"``),
-    judged on the ``validation`` folder's samples (None: held out from the calibration samples,
-    :func:`~onnxmlu.precision.calibration.split_samples`; :mod:`onnxmlu.precision.auto`).
-    ``inputs``: arrays by input name (``--inputs``) that the shape probe runs instead of zeros,
-    where values set shapes."""
-    _refuse_validation(validation, precision, check=False)
-    return _result(_run(FUSE, model, hardware=hardware, progress=progress, strategy=strategy, plan=plan, mp=mp,
-                        input_shapes=input_shapes, inputs=inputs, rewrite=rewrite, bn_mode=bn_mode,
-                        keep_fp32=tuple(keep_fp32),
-                        **_precision_options(precision, calibration, calibrator, accuracy, validation=validation,
-                                             metric=metric)))
-
-
-def _samples(folder, model: onnx.ModelProto | None = None, what: str = "calibration"):
-    """The samples of a folder (:func:`~onnxmlu.precision.calibration.load_calibration`, loaded
-    only when a folder is given); a one-line error for a folder that cannot be read."""
-    return optional_import("onnxmlu.precision.calibration").load_calibration(folder, model, what)
-
-
-def _refuse_validation(validation, precision: str | None, check: bool) -> None:
-    if validation is not None and not planner_for(precision).judged and not check:
-        raise OnnxMluError("--validation holds the samples that judge --precision auto's budget and --check; "
-                           "add one of them")
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    """``fuse --check``: compare the fused model with the original on these seeds."""
-
-    seeds: Sequence[int] = (0,)
-    atol: float = 1e-4
-    rtol: float = 1e-4
-    inputs: dict | None = None  # fixed arrays by input name (--inputs)
-    accuracy: Budget | None = None  # a budget that decides instead of atol/rtol (its text is parsed here)
-    samples: str | os.PathLike | None = None  # a folder of samples (--inputs DIR), run instead of the seeds
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "accuracy", Budget.of(self.accuracy))  # the one parse on the check path
+    ``options``: what to do, one typed object per concern (:class:`~onnxmlu.options.Options`,
+    as the CLI builds it); without it, the keywords make one (:meth:`Options.of`, the same names
+    as the CLI's options). ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts
+    every block at that precision; INT8 blocks are calibrated on the samples in the
+    ``calibration`` folder (None: seeded random samples, flagged by a diagnostic) with the
+    ``calibrator`` (``minmax``, ``entropy``, ``percentile``). ``precision="auto"`` chooses
+    blocks, MPs and a precision per block that keep the ``accuracy`` budget (``"cosine>=0.999"``
+    by default, or ``"top1>=X"``), judged on the ``validation`` folder's samples (None: held out
+    from the calibration samples, :func:`~onnxmlu.precision.calibration.split_samples`;
+    :mod:`onnxmlu.precision.auto`). ``inputs``: arrays by input name (``--inputs``) that the
+    shape probe runs instead of zeros, where values set shapes."""
+    options = options or Options.of(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, inputs=inputs,
+                                    rewrite=rewrite, bn_mode=bn_mode, precision=precision, calibration=calibration,
+                                    validation=validation, calibrator=calibrator, accuracy=accuracy,
+                                    keep_fp32=keep_fp32, metric=metric)
+    refuse_validation(options, check=False)
+    return _result(_run(FUSE, model, options, hardware=hardware, progress=progress))
 
 
 def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
@@ -155,7 +119,8 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                  calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None,
                  check: CheckOptions | None = None, portable: bool = False, inputs: dict | None = None,
                  progress=None, validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
-                 metric: str | None = None) -> FuseResult:
+                 metric: str | None = None, options: Options | None = None,
+                 output_options: OutputOptions | None = None) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     A model file is fused holding the weights about once plus one block in memory: right after
@@ -166,35 +131,44 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     need). A ``ModelProto`` (or ``check``, which needs both models in memory) is fused in memory
     and saved whole; a model over protobuf's 2 GB limit is saved with external data.
     ``portable`` writes each block as a model-local ONNX function (the ``PORTABLE`` passes: no
-    custom-op library needed to run it; ``check`` then compares that model). ``precision``,
-    ``calibration``, ``calibrator``, ``accuracy`` and ``inputs`` (also ``check``'s) as for
-    :func:`fuse`. A model whose soundness is not certain is loaded (:func:`_verify_loads`).
-    ``progress`` is told each pass as it starts (``say``; a plain callable works too).
+    custom-op library needed to run it; ``check`` then compares that model); both together are
+    ``output_options`` (:class:`~onnxmlu.options.OutputOptions`). ``options`` and the other
+    keywords as for :func:`fuse`. A model whose soundness is not certain is loaded
+    (:func:`_verify_loads`). ``progress`` is told each pass as it starts (``say``; a plain
+    callable works too).
     """
-    out = _checked_output(model, output, validation, precision, check)
-    streamed = not (isinstance(model, onnx.ModelProto) or check is not None or portable)
-    inputs, check = _shared_inputs(inputs, check)
-    precision_options = _precision_options(precision, calibration, calibrator, accuracy, validation=validation,
-                                           metric=metric)
-    options = Options(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, inputs=inputs, rewrite=rewrite,
-                      bn_mode=bn_mode, keep_fp32=tuple(keep_fp32), **precision_options)
+    out = _checked_output(model, output)  # before any other work: a bad path must not cost a planning run
+    options = options or Options.of(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, inputs=inputs,
+                                    rewrite=rewrite, bn_mode=bn_mode, precision=precision, calibration=calibration,
+                                    validation=validation, calibrator=calibrator, accuracy=accuracy,
+                                    keep_fp32=keep_fp32, metric=metric)
+    written = output_options or OutputOptions(portable, check)
+    refuse_validation(options, written.check is not None)
+    return _fused_to(out, model, options, written, hardware, progress)
+
+
+def _fused_to(out: Path, model: ModelLike, options: Options, written: OutputOptions, hardware,
+              progress) -> FuseResult:
+    """:func:`fuse_to_file` once its options are made and checked."""
+    streamed = not (isinstance(model, onnx.ModelProto) or written.check is not None or written.portable)
+    inputs, check = _shared_inputs(options.shapes.inputs, written.check)
+    options = replace(options, shapes=replace(options.shapes, inputs=inputs))
     ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
                   progress=as_progress(progress), output=out)
-    result = _result(PassManager(PORTABLE if portable else FUSE_TO_FILE).run(ctx))
+    result = _result(PassManager(PORTABLE if written.portable else FUSE_TO_FILE).run(ctx))
     if check is None:
         return _verify_loads(result, out)
-    result.check = _check_fused(model, result.model, check, ctx, validation, calibration)
+    result.check = _check_fused(model, result.model, check, ctx)
     return result
 
 
-def _checked_output(model: ModelLike, output, validation, precision: str | None, check) -> Path:
+def _checked_output(model: ModelLike, output) -> Path:
     """``output`` as a path, refused in one line before any work (a bad path must not cost a
-    planning run): unwritable, or the input itself; ``--validation`` without a use."""
+    planning run): unwritable, or the input itself."""
     out = Path(output)
     writable(out, "output")
     if not isinstance(model, onnx.ModelProto):
         _refuse_output(out, Path(model))
-    _refuse_validation(validation, precision, check is not None)
     return out
 
 
@@ -221,15 +195,15 @@ def _verify_loads(result: FuseResult, out: Path) -> FuseResult:
     raise OnnxMluError(f"the fused model does not load in onnxruntime, so it was not kept: {error}")
 
 
-def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, ctx: Context, validation,
-                 calibration):
+def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, ctx: Context):
     """``fuse --check``: the fused model against the original, on the data :func:`_check_data` picks;
     auto's output judged by its budget."""
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
     if ctx.auto is not None and check.accuracy is None:
         check = replace(check, accuracy=ctx.auto.budget)
-    data = _check_data(original, check, validation, calibration, ctx.auto)
-    return _check_models(original, fused, check, ctx.options.input_shapes, ctx.progress, data)
+    asked = ctx.options.precision
+    data = _check_data(original, check, asked.validation, asked.calibration, ctx.auto)
+    return _check_models(original, fused, check, ctx.options.shapes.input_shapes, ctx.progress, data)
 
 
 def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, calibration, auto) -> tuple | None:
@@ -237,16 +211,16 @@ def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, cali
     ``--validation DIR``, the samples that judged ``--precision auto`` (held out), the
     calibration samples (real data, but in-sample: they set the INT8 scales); None: the seeds."""
     if check.samples is not None:
-        found = _samples(check.samples, original, "inputs")
+        found = load_samples(check.samples, original, "inputs")
         return found.samples, f"{len(found)} samples from {found.source} (--inputs)"
     if validation is not None:
-        found = _samples(validation, original, "validation")
+        found = load_samples(validation, original, "validation")
         return found.samples, f"{len(found)} validation samples from {found.source}"
     if auto is not None:
         judged = auto.evaluator.validation
         return judged.samples, f"the {len(judged)} samples that judged auto: {auto.rule or judged.describe()}"
     if calibration is not None:
-        found = _samples(calibration, original)
+        found = load_samples(calibration, original)
         return found.samples, (f"{len(found)} calibration samples from {found.source} (in-sample: they set the "
                                "INT8 scales; give --validation DIR for held-out data)")
     return None
@@ -308,7 +282,7 @@ def prepare(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
             bn_mode: str = "substitute", only: Sequence[str] | None = None):
     """load + normalize + rewrite: the model the planner sees, and the rewrite report (None
     without ``rewrite``)."""
-    ctx = _run(PLAN[:3], model, input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, only=only)
+    ctx = _run(PLAN[:3], model, Options.of(input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, only=only))
     return ctx.model, ctx.rewrite_report
 
 
@@ -321,7 +295,7 @@ def rewrite(model: ModelLike, *, bn_mode: str = "substitute", only: Sequence[str
 def rewrite_to_file(model: str | os.PathLike, output: str | os.PathLike, *, bn_mode: str = "substitute",
                     only: Sequence[str] | None = None, input_shapes: dict | None = None, progress=None):
     """:func:`rewrite` ``model`` and save the result at ``output``; the rewrite report."""
-    ctx = _run(PLAN[:3], model, input_shapes=input_shapes, bn_mode=bn_mode, only=only, progress=progress)
+    ctx = _run(PLAN[:3], model, Options.of(input_shapes=input_shapes, bn_mode=bn_mode, only=only), progress=progress)
     ctx.progress.say(f"saving {Path(output).name}")
     save_model(ctx.model, output, input_path=model)
     return ctx.rewrite_report
@@ -331,8 +305,8 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
             bn_mode: str | None = None) -> Analysis:
     """The layer table (load → normalize → rewrite if asked, BN by ``bn_mode`` → analyze); its
     ``to_dict()`` is the ``inspect`` report."""
-    return _run(PLAN[:4], model, input_shapes=input_shapes, rewrite=rewrite, progress=progress,
-                bn_mode=bn_mode).analysis
+    asked = Options.of(input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode)
+    return _run(PLAN[:4], model, asked, progress=progress).analysis
 
 
 def inspect_fused(model: ModelLike):
@@ -347,17 +321,21 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
          output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None,
          pareto: str | os.PathLike | None = None, progress=None,
          validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
-         metric: str | None = None) -> PlanReport:
+         metric: str | None = None, options: Options | None = None) -> PlanReport:
     """Plan ``model`` (the passes up to ``plan``) without collapsing it, every block at
     ``precision`` when given (the strategy planning at it; ``auto``: under the ``accuracy``
     budget, measured on the ``calibration`` samples, as for :func:`fuse`); write the editable
     plan file to ``output``, a timeline of the blocks to ``plot`` and, with ``auto``, the
-    latency-accuracy chart of the plans it considered to ``pareto``."""
-    _refuse_plan_options(precision, validation, output, plot, pareto)
-    ctx = _run(PLAN, model, hardware=hardware, progress=progress, strategy=strategy, mp=mp, input_shapes=input_shapes,
-               keep_fp32=tuple(keep_fp32),
-               **_precision_options(precision, calibration, accuracy=accuracy, pareto=pareto is not None,
-                                    validation=validation, metric=metric))
+    latency-accuracy chart of the plans it considered to ``pareto``. ``options`` as for
+    :func:`fuse` (with ``pareto``, made with ``Options.of(..., pareto=True)``)."""
+    _refuse_plan_outputs(output, plot, pareto)
+    options = options or Options.of(strategy=strategy, mp=mp, input_shapes=input_shapes, precision=precision,
+                                    calibration=calibration, validation=validation, accuracy=accuracy,
+                                    keep_fp32=keep_fp32, metric=metric, pareto=pareto is not None)
+    if pareto is not None and not options.precision.planner.judged:
+        raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
+    refuse_validation(options, check=False)
+    ctx = _run(PLAN, model, options, hardware=hardware, progress=progress)
     report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto, ctx.profile)
     if pareto is not None:
         title = f"{Path(str(model)).stem}: --precision auto --accuracy {ctx.auto.budget}"
@@ -371,12 +349,9 @@ def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int
     return report
 
 
-def _refuse_plan_options(precision: str | None, validation, output, plot, pareto) -> None:
-    """``plan``'s options a run could not honour, each one line before any work: --pareto
-    without auto, --validation without a use, an unwritable path, plotting without matplotlib."""
-    if pareto is not None and not planner_for(precision).judged:
-        raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
-    _refuse_validation(validation, precision, check=False)
+def _refuse_plan_outputs(output, plot, pareto) -> None:
+    """``plan``'s files a run could not write, each one line before any work: an unwritable
+    path, plotting without matplotlib."""
     for path, what in ((output, "--output"), (plot, "--plot"), (pareto, "--pareto")):
         if path is not None:
             writable(Path(path), what)
@@ -491,7 +466,7 @@ def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Seque
     ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``."""
     options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples)  # a bad budget: refused now
     if samples is not None:
-        _samples(samples, what="inputs")  # a bad folder is refused before any model loads
+        load_samples(samples, what="inputs")  # a bad folder is refused before any model loads
     steps = as_progress(progress)
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)

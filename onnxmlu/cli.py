@@ -29,6 +29,7 @@ from rich.table import Table
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.optional import optional_import
+from onnxmlu.plan.precisions import PRECISIONS
 from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewriter_summary
 from onnxmlu.version import __version__
 
@@ -68,9 +69,9 @@ SeedOpt = Annotated[List[int], typer.Option("--seed", help="Seed(s) for random i
 AtolOpt = Annotated[float, typer.Option("--atol", help="Absolute tolerance.")]
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance.")]
 PrecisionOpt = Annotated[Optional[str], _option("--precision", help=(
-    "Run every block at fp32, fp16 or int8; the strategy plans at that precision (default: fp32, or the "
-    "precisions of the --plan file). auto: blocks, MP and a precision per block chosen together under "
-    "the --accuracy budget, measured on the calibration samples."))]
+    f"Run every block at {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}; the strategy plans at that "
+    "precision (default: fp32, or the precisions of the --plan file). auto: blocks, MP and a precision per "
+    "block chosen together under the --accuracy budget, measured on the calibration samples."))]
 AccuracyOpt = Annotated[Optional[str], _option("--accuracy", help=(
     "Budget of --precision auto: cosine>=X (worst cosine similarity of each output over the samples) or "
     "top1>=X (argmax agreement); default cosine>=0.999."))]
@@ -272,16 +273,22 @@ def fuse(
 
 def _fuse_to_file(model, output, strategy, mp, plan, hw, input_shape, bn, precision, calibration, validation,
                   keep_fp32, metric, calibrator, accuracy, check, inputs, portable, json_out, quiet):
-    """``fuse``'s options, parsed, handed to :func:`onnxmlu.api.fuse_to_file`."""
+    """``fuse``'s options, parsed once into their objects, handed to :func:`onnxmlu.api.fuse_to_file`."""
     api = optional_import("onnxmlu.api")
-
+    written = api.OutputOptions(portable, _check_options(inputs) if check else None)
+    options = api.Options(api.ShapeOptions(_shapes(input_shape), None if inputs is None or inputs.is_dir()
+                                           else _arrays(inputs)),
+                          api.RewriteOptions(bn_mode=bn), api.PlanOptions(strategy, plan, mp),
+                          _precision(precision, calibration, validation, keep_fp32, metric, accuracy, calibrator))
     with _steps(quiet) as steps:
-        return api.fuse_to_file(model, output, strategy=strategy, plan=plan, mp=mp, hardware=hw, bn_mode=bn,
-                                input_shapes=_shapes(input_shape), precision=precision, calibration=calibration,
-                                calibrator=calibrator, accuracy=accuracy, portable=portable, progress=steps,
-                                validation=validation, check=_check_options(inputs) if check else None,
-                                inputs=None if inputs is None or inputs.is_dir() else _arrays(inputs),
-                                keep_fp32=keep_fp32 or (), metric=metric)
+        return api.fuse_to_file(model, output, hardware=hw, options=options, output_options=written, progress=steps)
+
+
+def _precision(name, calibration, validation, keep_fp32, metric, accuracy, calibrator="minmax", pareto=False):
+    """``--precision`` and what it takes, as one :class:`~onnxmlu.options.PrecisionOptions`."""
+    return optional_import("onnxmlu.api").PrecisionOptions.parse(
+        name, calibration=calibration, validation=validation, calibrator=calibrator, accuracy=accuracy,
+        keep_fp32=keep_fp32 or (), metric=metric, pareto=pareto)
 
 
 def _check_options(inputs: Optional[Path]):
@@ -675,14 +682,13 @@ def plan(
 
 def _plan(model, output, strategy, mp, hw, input_shape, precision, calibration, validation, keep_fp32, metric,
           accuracy, plot, pareto, json_out, quiet):
-    """``plan``'s options, parsed, handed to :func:`onnxmlu.api.plan`."""
+    """``plan``'s options, parsed once into their objects, handed to :func:`onnxmlu.api.plan`."""
     api = optional_import("onnxmlu.api")
-
+    options = api.Options(api.ShapeOptions(_shapes(input_shape)), plan=api.PlanOptions(strategy, mp=mp),
+                          precision=_precision(precision, calibration, validation, keep_fp32, metric, accuracy,
+                                               pareto=pareto is not None))
     with _steps(quiet) as steps:
-        return api.plan(model, strategy=strategy, mp=mp, hardware=hw, input_shapes=_shapes(input_shape),
-                        precision=precision, calibration=calibration, accuracy=accuracy, output=output, plot=plot,
-                        pareto=pareto, progress=steps, validation=validation, keep_fp32=keep_fp32 or (),
-                        metric=metric)
+        return api.plan(model, hardware=hw, output=output, plot=plot, pareto=pareto, progress=steps, options=options)
 
 
 def _show_plan(report) -> None:

@@ -25,7 +25,7 @@ When the context has a :class:`~onnxmlu.ir.weights.WeightStore` (``fuse_to_file`
 the large weights leave the protobuf tree right after normalizing and every pass that reads
 them is given the store.
 
-Precision (docs/precision.md): the plan pass calls the planner of ``Options.precision``, an
+Precision (docs/precision.md): the plan pass calls the planner of ``Options.precision.name``, an
 entry of :data:`onnxmlu.precision.planners.PLANNERS` (a fixed precision, or ``auto``'s search
 under an accuracy budget); this module names no precision. When a block is not FP32, collapse
 uses the run's one :class:`~onnxmlu.precision.bodies.BlockBodies` (``Context.bodies``: auto's
@@ -62,21 +62,18 @@ from onnxmlu.ir import copy_model, drop_unread_initializers
 from onnxmlu.ir.mapped import MappedModel
 from onnxmlu.ir.weights import WeightStore, all_tensors
 from onnxmlu.optional import optional_import
+from onnxmlu.options import Options, PlanOptions, PrecisionOptions, RewriteOptions, ShapeOptions
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile, profile_plan
-from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike
 from onnxmlu.precision import DEFAULT_PRECISION
-from onnxmlu.precision.accuracy import Budget
-from onnxmlu.precision.planners import bn_for, planner_for
 from onnxmlu.rewrite import RewriteReport, rewrite_owned, selected_rewriters
 from onnxmlu.schema import ensure_registered
 from onnxmlu.tools.view import explode
 
 if TYPE_CHECKING:
-    from onnxmlu.precision.auto import AutoOptions, AutoResult
+    from onnxmlu.precision.auto import AutoResult
     from onnxmlu.precision.bodies import BlockBodies
-    from onnxmlu.precision.int8 import Int8Options
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto]
 
@@ -112,45 +109,6 @@ class Say:
 
 def as_progress(progress: Progress | Callable[[str], None] | None) -> Progress:
     return progress if hasattr(progress, "say") else Say(progress)  # type: ignore[return-value]
-
-
-@dataclass
-class Options:
-    """What the user asked the pipeline for (the ``fuse`` options).
-
-    ``precision``: None runs every block as planned (a strategy's plan at FP32, a plan file's
-    blocks at their own precision); ``"fp32"``, ``"fp16"`` or ``"int8"`` puts every block at
-    that precision (:func:`plan_fixed_precision`). ``calibration``: a folder of calibration
-    samples for INT8 blocks (None: the seeded random fallback); ``int8``: how INT8 blocks are
-    quantized (None: :class:`~onnxmlu.precision.int8.Int8Options` defaults, MinMax).
-    ``bn_mode`` None folds BatchNormalization into its producer when INT8 may be chosen
-    (``int8``, ``auto``): the part quantizes a convolution's weights per output channel, so a
-    folded normalization is quantized with them, where a separate scale layer would be an
-    element-wise INT8 layer of its own (docs/precision.md); otherwise ``substitute``."""
-
-    strategy: StrategyLike = DEFAULT_STRATEGY
-    plan: PlanLike | None = None
-    mp: int | None = None
-    input_shapes: dict | None = None
-    inputs: dict | None = None  # the user's arrays by input name (--inputs): the shape probe runs them
-    rewrite: bool = True
-    bn_mode: str | None = None  # None: bn_for(precision)
-    only: Sequence[str] | None = None
-    precision: str | None = None
-    calibration: str | os.PathLike | None = None
-    validation: str | os.PathLike | None = None  # samples that judge --precision auto (None: split, see split_samples)
-    int8: "Int8Options | None" = None
-    accuracy: Budget | None = None  # --precision auto's budget; its text ("cosine>=0.999") is parsed here
-    auto: "AutoOptions | None" = None  # how hard --precision auto looks (None: the defaults)
-    keep_fp32: Sequence[str] = ()  # node names or shell patterns of layers kept at FP32 (--keep-fp32)
-    metric: str | None = None  # a user metric module:function judging --precision auto (--metric)
-
-    def __post_init__(self) -> None:
-        self.accuracy = Budget.of(self.accuracy)  # the one parse of --accuracy on the fuse/plan path
-        planner = planner_for(self.precision)  # one line for an unknown precision
-        planner.check(self)
-        if self.bn_mode is None:
-            self.bn_mode = bn_for(self.precision)
 
 
 @dataclass
@@ -261,8 +219,8 @@ class Normalize:
         return "normalizing: functions, pins, folding, shapes"
 
     def run(self, ctx: Context) -> None:
-        ctx.model = normalize_owned(ctx.model, ctx.options.input_shapes, diagnostics=ctx.diagnostics,
-                                    probe_values=ctx.options.inputs)
+        ctx.model = normalize_owned(ctx.model, ctx.options.shapes.input_shapes, diagnostics=ctx.diagnostics,
+                                    probe_values=ctx.options.shapes.inputs)
         if ctx.weights is not None:  # the parsed tree dies here: protobuf frees a tree only whole
             ctx.model = ctx.weights.detach(ctx.model, ctx.source_map)
             ctx.source_map = None  # the store's views keep the mapped file
@@ -277,14 +235,15 @@ class Rewrite:
     what = "rewrites what the accelerator cannot run into its primitives"
 
     def label(self, ctx: Context) -> str:
-        if not ctx.options.rewrite:
+        if not ctx.options.rewrite.enabled:
             return "rewriting: off"
-        return f"rewriting {', '.join(selected_rewriters(ctx.options.only))}"  # the registry's names
+        return f"rewriting {', '.join(selected_rewriters(ctx.options.rewrite.only))}"  # the registry's names
 
     def run(self, ctx: Context) -> None:
-        if ctx.options.rewrite:
-            ctx.model, ctx.rewrite_report = rewrite_owned(ctx.model, bn_mode=ctx.options.bn_mode,
-                                                          only=ctx.options.only, weights=ctx.weights)
+        asked = ctx.options.rewrite
+        if asked.enabled:
+            ctx.model, ctx.rewrite_report = rewrite_owned(ctx.model, bn_mode=asked.bn_mode, only=asked.only,
+                                                          weights=ctx.weights)
             ctx.diagnostics.extend(ctx.rewrite_report.skipped)
         if ctx.weights is not None:
             ctx.weights.keep_only(ctx.model)  # the weights a rewrite replaced (Gemm's untransposed B)
@@ -303,8 +262,8 @@ class Analyze:
         return "analysing: layer table"
 
     def run(self, ctx: Context) -> None:
-        values = ctx.options.inputs
-        shapes = pricing_shapes(ctx.model, ctx.options.input_shapes, ctx.note, ctx.weights, values=values)
+        values = ctx.options.shapes.inputs
+        shapes = pricing_shapes(ctx.model, ctx.options.shapes.input_shapes, ctx.note, ctx.weights, values=values)
         sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights, values)
         ctx.analysis = analyze(ctx.model, ctx.weights, sizes, shapes if sizes else None)
         ctx.diagnostics.extend(ctx.analysis.host_diagnostics())
@@ -319,14 +278,14 @@ class PlanPass:
     what = "chooses blocks, MPs and precisions; prices each block"
 
     def label(self, ctx: Context) -> str:
-        at = f" at {ctx.options.precision}" if ctx.options.precision else ""
-        if ctx.options.plan is not None:
+        at = f" at {ctx.options.precision.name}" if ctx.options.precision.name else ""
+        if ctx.options.plan.plan is not None:
             return f"planning: --plan{at}"
-        strategy = ctx.options.strategy
+        strategy = ctx.options.plan.strategy
         return f"planning: {strategy if isinstance(strategy, str) else getattr(strategy, '__name__', strategy)}{at}"
 
     def run(self, ctx: Context) -> None:
-        planned = planner_for(ctx.options.precision).plan(ctx.analysis, ctx.hardware, ctx.options)
+        planned = ctx.options.precision.planner.plan(ctx.analysis, ctx.hardware, ctx.options)
         ctx.plan, ctx.block_latency_us = planned.plan, planned.latencies
         ctx.bodies, ctx.auto = planned.bodies, planned.auto
         ctx.diagnostics.extend(planned.diagnostics)
@@ -347,14 +306,14 @@ class Profile:
         return "pricing the plan over the input ranges"
 
     def run(self, ctx: Context) -> None:
-        pins = ctx.options.input_shapes
+        pins, values = ctx.options.shapes.input_shapes, ctx.options.shapes.inputs
         if not has_ranges(pins):
             return
         layers_at = {"opt": ctx.analysis.layers}
         inputs = {"opt": ctx.analysis.input_shapes}
         for point in ("min", "max"):
-            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point, ctx.options.inputs)
-            sizes = sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights, ctx.options.inputs)
+            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point, values)
+            sizes = sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights, values)
             at = analyze(ctx.model, ctx.weights, sizes).layers
             if [layer.name for layer in at] == [layer.name for layer in ctx.analysis.layers]:
                 layers_at[point] = at
@@ -393,7 +352,7 @@ def _block_bodies(ctx: Context) -> "BlockBodies | None":
     bodies = ctx.bodies  # a planner that measured the bodies (auto) hands them on
     if bodies is None:
         make = optional_import("onnxmlu.precision.bodies").BlockBodies
-        bodies = make(ctx.analysis, ctx.options.calibration, ctx.options.int8)
+        bodies = make(ctx.analysis, ctx.options.precision.calibration, ctx.options.precision.int8)
     bodies = prepare_bodies(ctx.analysis, ctx.blocks, bodies)
     _take_diagnostics(ctx, bodies)
     return bodies
@@ -518,9 +477,9 @@ class Branches:
                                            sub.analysis, sub.branches))
         if not ctx.branches:
             return
-        if planner_for(ctx.options.precision).needs_samples:
+        if ctx.options.precision.planner.needs_samples:
             ctx.note(Diagnostic("branches", "branch-fp32", "", f"blocks inside control flow are planned at FP32: "
-                                f"--precision {ctx.options.precision} needs samples of each branch's inputs"))
+                                f"--precision {ctx.options.precision.name} needs samples of each branch's inputs"))
         drop_unread_initializers(graph)  # weights only the branches read now travel in their blocks
 
 
@@ -550,10 +509,11 @@ def _branch_context(ctx: Context, lifted: "Lifted") -> Context:
     """The context fusing one lifted subgraph: the run's strategy, MP, hardware and precision
     -- FP32 where that precision calibrates on samples (INT8, auto: a branch's own inputs have
     none) --, the pins the enclosing graph sizes."""
-    opts = ctx.options
-    values = {n: v for n, v in (opts.inputs or {}).items() if n in {i.name for i in lifted.model.graph.input}}
-    options = Options(strategy=opts.strategy, mp=opts.mp, input_shapes=lifted.pins or None, inputs=values or None,
-                      rewrite=False, precision=None if planner_for(opts.precision).needs_samples else opts.precision)
+    opts, fed = ctx.options, {i.name for i in lifted.model.graph.input}
+    values = {n: v for n, v in (opts.shapes.inputs or {}).items() if n in fed}
+    precision = None if opts.precision.planner.needs_samples else opts.precision.name
+    options = Options(ShapeOptions(lifted.pins or None, values or None), RewriteOptions(enabled=False),
+                      PlanOptions(opts.plan.strategy, mp=opts.plan.mp), PrecisionOptions(precision))
     return Context(lifted.model, ctx.hardware, options)
 
 

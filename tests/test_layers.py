@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("frontend", "rewrite", "analyze", "plan", "runtime"),
     ("collapse",),
     ("precision",),
-    ("tools", "reports"),
+    ("tools", "reports", "options"),
     ("pipeline",),
     ("api",),
     ("cli", "__main__", "onnxmlu"),

@@ -47,7 +47,7 @@ class Record(Instrument):
 
 def test_passes_run_in_order_under_their_instruments():
     record = Record()
-    ctx = Context(conv_chain_model(), load_hardware("mlu100"), Options(strategy="all-fusion"))
+    ctx = Context(conv_chain_model(), load_hardware("mlu100"), Options.of(strategy="all-fusion"))
     PassManager(FUSE, [record]).run(ctx)
     names = [p.name for p in FUSE]
     assert record.events == ["enter", *[e for n in names for e in (f"before {n}", f"after {n}")], "exit"]
@@ -105,7 +105,7 @@ def test_precision_diagnostics_reach_the_context_in_pass_order(tmp_path):
     FP32; both join ctx.diagnostics after analyze's, once each, streamed to a file or not."""
     # substitute: the normalization-only BN is an operator the quantizer leaves in FP32
     ctx = Context(_conv_bn_mod_relu(), load_hardware("mlu100"),
-                  Options(strategy="all-fusion", precision="int8", bn_mode="substitute"))
+                  Options.of(strategy="all-fusion", precision="int8", bn_mode="substitute"))
     seen: list[tuple[str, list[str]]] = []
 
     class Rules(Instrument):
@@ -130,7 +130,7 @@ def test_precision_diagnostics_reach_the_context_in_pass_order(tmp_path):
 
 def test_fp32_and_fp16_runs_make_no_calibration():
     for precision, made in ((None, False), ("fp32", False), ("fp16", True)):
-        ctx = Context(_conv_bn_mod_relu(), load_hardware("mlu100"), Options(strategy="all-fusion", precision=precision))
+        ctx = Context(_conv_bn_mod_relu(), load_hardware("mlu100"), Options.of(strategy="all-fusion", precision=precision))
         PassManager(FUSE, []).run(ctx)
         assert (ctx.bodies is not None) == made
         assert not [d for d in ctx.diagnostics if d.stage == "precision"]
@@ -148,13 +148,13 @@ def test_the_plan_pass_plans_at_the_precision_asked():
 
     hw = load_hardware("mlu100")
     for precision in ("fp16", "int8"):
-        ctx = PassManager(PLAN, []).run(Context(zoo_model("resnet18"), hw, Options(strategy="optimal",
+        ctx = PassManager(PLAN, []).run(Context(zoo_model("resnet18"), hw, Options.of(strategy="optimal",
                                                                                    precision=precision)))
         layers = ctx.analysis.layers
         expected = with_precision(run_strategy(layers_at_precision(layers, precision), hw, "optimal"), precision)
         assert ctx.plan.blocks == expected.blocks
         assert ctx.block_latency_us == pytest.approx(plan_block_latencies_us(expected, layers, make_cost(hw)))
-    fp32 = PassManager(PLAN, []).run(Context(zoo_model("resnet18"), hw, Options(strategy="optimal")))
+    fp32 = PassManager(PLAN, []).run(Context(zoo_model("resnet18"), hw, Options.of(strategy="optimal")))
     assert sum(ctx.block_latency_us) < sum(fp32.block_latency_us)
 
 
@@ -169,17 +169,17 @@ def test_an_unknown_precision_is_refused_and_a_planner_can_be_slotted_in(monkeyp
     from onnxmlu.registry import Registry
 
     with pytest.raises(OnnxMluError, match="--precision must be one of fp32, fp16, int8, auto, not 'mixed'"):
-        Options(precision="mixed")
+        Options.of(precision="mixed")
     calls = []
 
     def planner(analysis, hw, options):
-        calls.append(options.precision)
+        calls.append(options.precision.name)
         plan = plan_from_ranges([(0, len(analysis.layers), 1, "fp16")])
         return planners.Planned(plan, [1.0], diagnostics=[Diagnostic("precision", "note", "", "planned")])
 
     registry = Registry("precision", planners.PLANNERS.items())
     registry.register("mixed", planners.PrecisionPlanner("mixed", planner))
     monkeypatch.setattr(planners, "PLANNERS", registry)
-    ctx = PassManager(PLAN, []).run(Context(conv_chain_model(), load_hardware("mlu100"), Options(precision="mixed")))
+    ctx = PassManager(PLAN, []).run(Context(conv_chain_model(), load_hardware("mlu100"), Options.of(precision="mixed")))
     assert [d.rule for d in ctx.diagnostics if d.stage == "precision"] == ["note"]
     assert calls == ["mixed"] and ctx.block_latency_us == [1.0] and ctx.plan.blocks[0].precision == "fp16"

@@ -21,6 +21,7 @@ import typer
 from onnxmlu import schemas
 from onnxmlu.analyze import optable
 from onnxmlu.cli import app
+from onnxmlu.options import Options
 from onnxmlu.pipeline import Rewrite
 from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewritten_ops
 
@@ -41,9 +42,25 @@ def test_cli_help_reads_the_registries():
         assert f"{' or '.join(BN_MODES)}" in _help(command, "--bn")
 
 
+def test_cli_help_lists_what_the_strategy_precision_and_calibrator_registries_hold():
+    """``--precision`` reads the precisions; the strategies' and calibrators' lists are written
+    in the help (reading those registries would load the strategies and the INT8 scheme on every
+    ``--help``) and must equal them."""
+    from onnxmlu.plan.strategies import strategy_names
+    from onnxmlu.precision.int8 import CALIBRATION_METHODS
+    from onnxmlu.precision.planners import PLANNERS, judged_names
+
+    listed = re.search(r"strategy: (.*), or one registered", _help("fuse", "--strategy")).group(1)
+    assert listed.split(", ") == list(strategy_names())
+    calibrators = re.search(r"calibrator: (.*)\.", _help("fuse", "--calibrator")).group(1)
+    assert re.split(r", | or ", calibrators) == list(CALIBRATION_METHODS)
+    precision_help = _help("fuse", "--precision")
+    assert all(name in precision_help for name in PLANNERS) and f"{judged_names()[0]}:" in precision_help
+
+
 def test_progress_label_reads_the_registry():
     def label(only):
-        return Rewrite().label(SimpleNamespace(options=SimpleNamespace(rewrite=True, only=only)))
+        return Rewrite().label(SimpleNamespace(options=Options.of(only=only)))
 
     assert label(None) == f"rewriting {', '.join(REWRITER_NAMES)}"
     assert label(["rnn", "bn"]) == "rewriting bn, rnn"  # in the order they run

@@ -59,7 +59,7 @@ class Planned:
 @dataclass(frozen=True)
 class PrecisionPlanner:
     """One ``--precision`` value: its planner and what it takes (module docstring).
-    ``options`` is the pipeline's :class:`~onnxmlu.pipeline.Options`."""
+    ``options`` is the pipeline's :class:`~onnxmlu.options.Options`."""
 
     name: str
     plan: Callable[[Analysis, Hardware, object], Planned]
@@ -68,38 +68,40 @@ class PrecisionPlanner:
     needs_samples: bool = False  # calibrates on samples of the blocks' inputs (INT8 may be chosen)
 
     def check(self, options) -> None:
-        """One-line errors, before any pass, for options this planner cannot honour."""
+        """One-line errors, before any pass, for options this planner cannot honour
+        (``options``: the pipeline's :class:`~onnxmlu.options.Options`)."""
+        asked = options.precision
         if not self.judged:
             searches = " or ".join(f"--precision {name}" for name in judged_names())
-            if options.accuracy is not None:
+            if asked.accuracy is not None:
                 raise OnnxMluError(f"--accuracy is the budget of {searches}; add it")
-            if options.metric is not None:
+            if asked.metric is not None:
                 raise OnnxMluError(f"--metric judges {searches}; add it")
             return
-        if options.plan is not None or options.mp is not None:
+        if options.plan.plan is not None or options.plan.mp is not None:
             raise OnnxMluError(f"--precision {self.name} chooses blocks and MPs itself; drop --plan / --mp")
-        if options.accuracy is not None:
-            if options.accuracy.metric == "metric" and options.metric is None:
-                raise OnnxMluError("--accuracy metric>=X judges by a user metric: give --metric module:function")
-        if options.metric is not None:
-            load_metric(options.metric)  # a metric that cannot be loaded is one line now, not after planning
+        if asked.accuracy is not None and asked.accuracy.metric == "metric" and asked.metric is None:
+            raise OnnxMluError("--accuracy metric>=X judges by a user metric: give --metric module:function")
+        if asked.metric is not None:
+            load_metric(asked.metric)  # a metric that cannot be loaded is one line now, not after planning
 
 
 def plan_fixed_precision(analysis: Analysis, hw: Hardware, options) -> Planned:
-    """The strategy's plan (or the plan file), every block at ``options.precision`` when one is
+    """The strategy's plan (or the plan file), every block at ``options.precision.name`` when one is
     given, the strategy planning on the layers at that precision (:func:`plan_layers`)."""
-    return Planned(*plan_layers(analysis.layers, hw, strategy=options.strategy, plan=options.plan, mp=options.mp,
-                                precision=options.precision, keep_fp32=options.keep_fp32))
+    how = options.plan
+    return Planned(*plan_layers(analysis.layers, hw, strategy=how.strategy, plan=how.plan, mp=how.mp,
+                                precision=options.precision.name, keep_fp32=options.precision.keep_fp32))
 
 
 def plan_auto_precision(analysis: Analysis, hw: Hardware, options) -> Planned:
     """``--precision auto``: blocks, MPs and precisions under the accuracy budget
     (:func:`~onnxmlu.precision.auto.plan_analysis`, on the calibration samples), blocks over the
     body limit split, and the bodies it measured, for collapse."""
-    auto = optional_import("onnxmlu.precision.auto")
-    effort = replace(options.auto or auto.AutoOptions(), keep_fp32=tuple(options.keep_fp32))
-    result = auto.plan_analysis(analysis, hw, options.accuracy, calibration=options.calibration, int8=options.int8,
-                           options=effort, validation=options.validation, metric=options.metric)
+    auto, asked = optional_import("onnxmlu.precision.auto"), options.precision
+    effort = replace(asked.auto or auto.AutoOptions(), keep_fp32=asked.keep_fp32)
+    result = auto.plan_analysis(analysis, hw, asked.accuracy, calibration=asked.calibration, int8=asked.int8,
+                                options=effort, validation=asked.validation, metric=asked.metric)
     plan = split_oversized_blocks(honest_labels(result.plan, analysis.layers), analysis.layers,
                                   plan_stage.BODY_WEIGHT_LIMIT_BYTES)
     latencies = block_latencies(analysis.layers, plan, make_cost(hw))

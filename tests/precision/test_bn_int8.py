@@ -25,9 +25,9 @@ from onnxmlu.tools.verify import random_inputs
 
 
 def test_bn_folds_by_default_under_int8_and_auto_only():
-    assert Options(precision="int8").bn_mode == "fold" and Options(precision="auto").bn_mode == "fold"
-    assert Options().bn_mode == Options(precision="fp16").bn_mode == "substitute"
-    assert Options(precision="int8", bn_mode="substitute").bn_mode == "substitute"  # asked: kept
+    assert Options.of(precision="int8").rewrite.bn_mode == "fold" and Options.of(precision="auto").rewrite.bn_mode == "fold"
+    assert Options().rewrite.bn_mode == Options.of(precision="fp16").rewrite.bn_mode == "substitute"
+    assert Options.of(precision="int8", bn_mode="substitute").rewrite.bn_mode == "substitute"  # asked: kept
     model = synthetic_model(9, "chain")  # Conv -> BN -> Relu, three times
     folded = api.fuse(model, precision="int8", strategy="all-fusion")
     substituted = api.fuse(model, precision="int8", strategy="all-fusion", bn_mode="substitute")
