@@ -222,9 +222,13 @@ def with_digest(build: Callable[[int], list[Piece]], body: Digested) -> list[Pie
         body.crc = crc32(body.pieces)
         return build(body.crc)
 
+    built: dict[int, tuple[list[Piece], list[Piece]]] = {}  # the CRC -> the pieces around the body
+
     def part(index: int) -> bytes:
         assert body.crc is not None, "the body is written before what depends on its CRC"
-        return join(_around(build(body.crc), body)[index])
+        if body.crc not in built:  # once for both parts (the bytes after the body, then the reserved ones)
+            built[body.crc] = _around(build(body.crc), body)
+        return join(built[body.crc][index])
 
     return [Reserved(heads.pop(), lambda: part(0)), body, Later(lambda: part(1))]
 
@@ -243,7 +247,7 @@ class Writer:
     def __init__(self, write: Callable[[bytes | memoryview], None], patch: Callable[[int, bytes], None]) -> None:
         self._write, self._patch = write, patch
         self.offset = 0
-        self._crcs: dict[int, tuple[Digested, int]] = {}  # bodies being written -> running CRC
+        self._crcs: dict[Digested, int] = {}  # bodies being written -> running CRC
         self._reserved: list[tuple[int, Reserved]] = []
 
     def take(self, item: Item) -> None:
@@ -251,11 +255,11 @@ class Writer:
             self._buffer(item)
         elif isinstance(item, Opened):
             if item.body.crc is None:  # else taken before (see with_digest)
-                self._crcs[id(item.body)] = (item.body, 0)
+                self._crcs[item.body] = 0
         elif isinstance(item, Closed):
-            taken = self._crcs.pop(id(item.body), None)
+            taken = self._crcs.pop(item.body, None)
             if taken is not None:
-                item.body.crc = taken[1]
+                item.body.crc = taken
         elif isinstance(item, Reserved):
             self._reserved.append((self.offset, item))
             self._buffer(bytes(item.nbytes))
@@ -274,8 +278,8 @@ class Writer:
         self._reserved.clear()
 
     def _buffer(self, buf: bytes | memoryview) -> None:
-        for key, (body, value) in self._crcs.items():
-            self._crcs[key] = (body, zlib.crc32(buf, value))
+        for body, value in self._crcs.items():
+            self._crcs[body] = zlib.crc32(buf, value)
         self._write(buf)
         self.offset += len(buf) if isinstance(buf, bytes) else buf.nbytes
 
