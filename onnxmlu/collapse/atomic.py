@@ -88,15 +88,15 @@ def write_bytes_atomic(data: bytes, out: Path) -> None:
 def write_pieces_atomic(pieces: Iterable[wire.Piece], out: Path) -> None:
     """Write the bytes of ``pieces`` (:mod:`onnxmlu.ir.wire`) to ``out`` like
     :func:`write_bytes_atomic`. A thread makes the pieces' buffers (copies of transposed
-    weights, protobuf's bytes) a few items ahead of this one, which writes them, takes the
-    digests and drops each buffer once written: a model streamed as pieces is never whole in
-    memory, and making, digesting and writing overlap."""
+    weights, protobuf's bytes) and takes the bodies' digests a few items ahead of this one,
+    which writes them and drops each buffer once written: a model streamed as pieces is never
+    whole in memory, and making and digesting overlap writing."""
     folder = check_destination(out)
     fd, tmp = _mkstemp(out, folder)
     try:
         os.fchmod(fd, _final_mode(out))  # mkstemp makes 0600 files; a saved model is a normal file
         try:
-            _write_items(fd, wire.items(pieces))
+            _write_items(fd, wire.digested(wire.items(pieces)))
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -1,5 +1,5 @@
-"""The file writer of streamed pieces: a thread makes the buffers ahead of the writer, which
-takes the digests, fills reserved bytes at the end and leaves nothing behind on a failure."""
+"""The file writer of streamed pieces: a thread makes the buffers and takes the digests ahead of
+the writer, which fills reserved bytes at the end and leaves nothing behind on a failure."""
 
 from __future__ import annotations
 
@@ -30,6 +30,24 @@ def test_the_file_is_the_joined_pieces(tmp_path, monkeypatch):
     atomic.write_pieces_atomic(pieces, out)
     assert out.read_bytes() == expected
     assert expected[5:9] == body.crc.to_bytes(4, "little") and b"<" + body.crc.to_bytes(4, "big") + b">" in expected
+
+
+def test_the_digest_is_taken_by_the_thread_that_makes_the_buffers(tmp_path, monkeypatch):
+    """The CRC overlaps the write: it runs beside it, not on the writing thread."""
+    threads = []
+    crc32 = wire.zlib.crc32
+
+    class RecordingZlib:
+        @staticmethod
+        def crc32(data, value=0):
+            threads.append(threading.current_thread())
+            return crc32(data, value)
+
+    monkeypatch.setattr(wire, "zlib", RecordingZlib)
+    pieces, body = _pieces_with_a_reserved_head(bytes(range(256)) * 4 + bytes(1))
+    atomic.write_pieces_atomic(pieces, tmp_path / "m.bin")
+    assert threads and threading.main_thread() not in threads
+    assert body.crc == crc32(b"".join(b if isinstance(b, bytes) else b.array.tobytes() for b in body.pieces))
 
 
 def test_a_failure_while_making_the_pieces_leaves_the_destination_as_it_was(tmp_path):
