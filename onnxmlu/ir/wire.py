@@ -24,9 +24,10 @@ bytes), so they depend on the CRC's value, but usually not their *length*: :func
 builds the node for one CRC of each varint size, and when the bytes before the body have one
 length for all five, they are :class:`Reserved` (left as zeros, written at the end), the body
 is :class:`Digested` (its CRC taken from the very chunks written, as they are handed to the
-writer: :func:`digested`) and the bytes after it are made :class:`Later`, once the CRC is known. Each weight is then read once, and a
-transposed one copied once, a chunk at a time. When the lengths differ (a frame that crosses a
-varint boundary) the CRC is taken before (:func:`crc32`, one more read of the body).
+writer: :func:`digested`) and the bytes after it are made :class:`Later`, once the CRC is
+known. Each weight is then read once, and a transposed one copied once, a chunk at a time.
+When the lengths differ (a frame that crosses a varint boundary) the CRC is taken before
+(:func:`crc32`, one more read of the body).
 
 A :class:`Writer` consumes the pieces' :func:`items` (buffers, and the events above) in order,
 once :func:`digested` has taken the bodies' CRCs from them; :func:`join` is the in-memory
