@@ -14,6 +14,14 @@ Three measurements of the same inputs, in one process:
    operator type, and the session's own wall time;
 3. the original and the fused model end to end, timed in turns (``onnxmlu.tools.timing``).
 
+The kernels of the bodies are also split by what onnxruntime cannot do across a session's
+edge: a Conv with a fused residual Add (NCHWc ``Conv``'s fourth input, ``FusedConv``'s
+``Z``) writes its result into the added tensor's buffer when that tensor dies there, but a
+session never writes into its own inputs, nor hands an intermediate's buffer to its outputs,
+so where the added tensor is a block input, or the result a block output, the kernel first
+copies the added tensor. Those Convs are matched by name with the original's and printed as
+rows of their own.
+
 4. the same cut made without onnxmlu: the original model's own subgraphs between the blocks'
    boundaries (``onnx.utils.extract_model``), each a plain onnxruntime session, chained in
    Python, against the block bodies chained the same way (what splitting one graph into
@@ -63,7 +71,10 @@ class Profiled:
         options.inter_op_num_threads = 1
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(folder, tag)
+        options.optimized_model_filepath = os.path.join(folder, f"{tag}.optimized.onnx")
+        options.log_severity_level = 3  # not the warning that an NCHWc model is machine-specific
         self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self.optimized = onnx.load(options.optimized_model_filepath)  # the graph the kernels below belong to
         self.feeds, self.walls = feeds, []
         self.session.run(None, feeds)  # warm-up: run 0 of the profile, dropped below
 
@@ -72,8 +83,9 @@ class Profiled:
         self.session.run(None, self.feeds)
         self.walls.append((time.perf_counter() - start) * 1e6)
 
-    def kernels(self) -> dict[str, list[float]]:
-        """Kernel microseconds per operator type, one entry per timed run."""
+    def kernels(self, copying: dict[str, str]) -> dict[str, list[float]]:
+        """Kernel microseconds per operator type, one entry per timed run; the nodes named in
+        ``copying`` are counted under the row it gives them instead."""
         events = json.loads(Path(self.session.end_profiling()).read_text())
         runs = len(self.walls)
         per_run: dict[str, list[float]] = defaultdict(lambda: [0.0] * (runs + 1))
@@ -82,16 +94,39 @@ class Profiled:
             if event.get("cat") == "Session" and event.get("name") == "model_run":
                 run += 1
             elif event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and run <= runs:
-                per_run[event["args"]["op_name"]][run] += float(event["dur"])
+                node = event["name"][: -len("_kernel_time")]
+                per_run[copying.get(node, event["args"]["op_name"])][run] += float(event["dur"])
         return {op: v[1:] for op, v in per_run.items()}
 
 
-def summed(profiles: list[Profiled]) -> tuple[dict[str, list[float]], list[float]]:
-    """Kernel time per operator type and wall per run, summed over sessions run by run."""
+#: The two rows of Convs that copy their fused Add's tensor because it crosses a session's edge.
+COPIED_IN = "Conv+Add, added tensor a block input (copied first)"
+COPIED_OUT = "Conv+Add, result a block output (added tensor copied)"
+
+
+def copying_convs(graph: onnx.GraphProto) -> dict[str, str]:
+    """The Convs of an optimized body whose fused residual Add cannot run in place, by node
+    name: the added tensor (NCHWc Conv's input 3, FusedConv's ``Z``) is a graph input, or the
+    result a graph output."""
+    inputs, outputs = {v.name for v in graph.input}, {v.name for v in graph.output}
+    found = {}
+    for node in graph.node:
+        if node.op_type not in ("Conv", "FusedConv") or len(node.input) < 4 or not node.input[3]:
+            continue
+        if node.input[3] in inputs:
+            found[node.name] = COPIED_IN
+        elif node.output[0] in outputs:
+            found[node.name] = COPIED_OUT
+    return found
+
+
+def summed(profiles: list[Profiled], copying: dict[str, str]) -> tuple[dict[str, list[float]], list[float]]:
+    """Kernel time per operator type (``copying``'s nodes under their own rows) and wall per
+    run, summed over sessions run by run."""
     ops: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(profiles[0].walls))
     walls = [sum(w) for w in zip(*(p.walls for p in profiles))]
     for p in profiles:
-        for op, values in p.kernels().items():
+        for op, values in p.kernels(copying).items():
             ops[op] = [a + b for a, b in zip(ops[op], values)]
     return ops, walls
 
@@ -129,8 +164,9 @@ def main() -> int:
         for _ in range(args.runs):  # interleaved: the original, then every body, run after run
             for p in (base, *bodies):
                 p.run()
-        base_ops, base_walls = summed([base])
-        block_ops, body_walls = summed(bodies)
+        copying = {name: row for p in bodies for name, row in copying_convs(p.optimized.graph).items()}
+        base_ops, base_walls = summed([base], copying)  # the same Convs of the original, for comparison
+        block_ops, body_walls = summed(bodies, copying)
     sessions = {"original": plain_session(original, args.threads),
                 "fused": InferenceSession(fused, _fused_options(args.threads), block_layouts=not args.no_layouts)}
     timings = time_in_turns(sessions, feeds, rounds=max(3, args.runs // 2), chunk=2)
