@@ -158,7 +158,7 @@ def _block_node_pieces(node: onnx.NodeProto, analysis: Analysis, b: int, iface: 
     """The piece of the file holding block ``b``'s node (a model whose graph holds only that
     node) with its body and ``body_crc32``: the bytes :func:`_add_body` and ``SerializeToString``
     give, framed by hand around the weights' own buffers (:mod:`onnxmlu.ir.wire`), so each
-    weight is read once, by the writer that takes the digest from what it writes."""
+    weight is read once, as it is written (the digest is taken from the same chunks)."""
     body = wire.Digested(_body_pieces(analysis, b, iface, uses, bodies))
     target = onnx.NodeProto()
     target.CopyFrom(node)
