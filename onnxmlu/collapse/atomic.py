@@ -45,8 +45,10 @@ T = TypeVar("T")
 #: Buffers smaller than this are gathered into one ``write``.
 GATHER_BYTES = 2**20
 #: Larger buffers are written this much at a time, and the disk is handed each slice once
-#: written (flush-behind).
-SLICE_BYTES = 2**25
+#: written (flush-behind), so the disk works while the rest is made and the final fsync waits
+#: for one slice. Save phase, 7 runs side by side, 32 MiB -> 2 MiB slices: MobileNetV2 0.03 ->
+#: 0.02 s, ResNet-18 0.04 -> 0.03, ResNet-50 0.07 -> 0.06, AlexNet 0.17 -> 0.13, VGG-19 0.32 -> 0.29.
+SLICE_BYTES = 2**21
 #: Batches the thread making the pieces' buffers may run ahead of the writer. A batch holds one
 #: large buffer at most, and a transposed weight's copies are made ``wire.CHUNK_BYTES`` at a
 #: time, so this bounds what the overlap adds to the peak.
