@@ -154,7 +154,7 @@ def main() -> int:
     fused = api.fuse(original, strategy=args.strategy).model
     feeds = random_inputs(fused, seed=0)
     rng = np.random.default_rng(0)
-    run_model = fused if args.no_layouts else optimize_block_layouts(fused)[0]
+    run_model = fused if args.no_layouts else optimize_block_layouts(fused, inner_threads=args.threads)[0]
 
     blocks = [n for n in run_model.graph.node if is_fusion_block(n)]
     with tempfile.TemporaryDirectory() as folder:

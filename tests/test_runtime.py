@@ -607,3 +607,33 @@ def test_block_layouts_leave_unloadable_bodies_to_the_library(library):
     body.t.dims[:] = [len(body.t.raw_data)]
     assert runtime.optimize_block_layouts(model)[1] == 0
     assert "body is not a valid ONNX model" in creation_error(model)
+
+
+def _parallel_copies(model: onnx.ModelProto) -> list[str]:
+    """The Max(x, x) copies the layout pass gave the model's block bodies."""
+    from onnxmlu.schema import body_model as stored_body, is_fusion_block
+
+    return [n.name for node in model.graph.node if is_fusion_block(node)
+            for n in stored_body(node).graph.node if n.op_type == "Max"]
+
+
+def test_residual_copies_at_block_edges_run_on_the_block_threads(library):
+    """A Conv whose fused residual Add reads a block input, or writes a block output, must copy
+    the added tensor: a block on two threads gets that copy as a parallel Max(x, x), one on one
+    thread keeps the kernel's own; both give the original's numbers."""
+    from onnxmlu import api
+    from onnxmlu.tools.verify import random_inputs
+    from onnxmlu.tools.zoo import build_model
+
+    original = build_model("resnet18", batch=2)
+    fused = api.fuse(original, strategy="dlfusion").model
+    two = _parallel_copies(runtime.optimize_block_layouts(fused, inner_threads=2)[0])
+    assert any(n.endswith("_sum_copy") for n in two) and any(n.endswith("_out_copy") for n in two)
+    assert _parallel_copies(runtime.optimize_block_layouts(fused, inner_threads=1)[0]) == []
+    feeds = random_inputs(original, seed=3)
+    want = runtime.reference_session(original).run(None, feeds)
+    for threads in (1, 2):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        got = runtime.InferenceSession(fused, options).run(None, feeds)
+        np.testing.assert_allclose(got[0], want[0], atol=1e-4, rtol=1e-4)

@@ -189,7 +189,8 @@ def InferenceSession(  # noqa: N802 - mirrors onnxruntime's name
     """
     options = session_options() if sess_options is None else _adopt_user_options(sess_options)
     if block_layouts:
-        model = _with_block_layouts(model, per_session_threads=options.use_per_session_threads)
+        model = _with_block_layouts(model, per_session_threads=options.use_per_session_threads,
+                                    inner_threads=int(_config_entry(options, INNER_THREADS_KEY) or 0))
     return ort.InferenceSession(
         _model_source(model),
         sess_options=options,
@@ -206,15 +207,16 @@ def reference_session(model: ModelArg) -> ort.InferenceSession:
     return ort.InferenceSession(_model_source(model), sess_options=options, providers=list(_DEFAULT_PROVIDERS))
 
 
-def _with_block_layouts(model: ModelArg, *, per_session_threads: bool = True) -> ModelArg:
+def _with_block_layouts(model: ModelArg, *, per_session_threads: bool = True, inner_threads: int = 0) -> ModelArg:
     """``model`` rewritten by the block-layout pass when it has blocks and is small enough to
     rewrite in memory (see _MAX_REWRITE_BYTES); otherwise unchanged."""
     proto = _rewritable_proto(model)
     if proto is None or not any(is_fusion_block(n) for n in proto.graph.node):
         return model
+    threads = dict(per_session_threads=per_session_threads, inner_threads=inner_threads)
     if proto is model:  # the caller's model: rewrite a copy of it
-        return optimize_block_layouts(proto, per_session_threads=per_session_threads)[0]
-    optimize_layouts_in_place(proto, per_session_threads=per_session_threads)  # loaded here: ours
+        return optimize_block_layouts(proto, **threads)[0]
+    optimize_layouts_in_place(proto, **threads)  # loaded here: ours
     return proto
 
 
