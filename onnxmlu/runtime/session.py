@@ -189,6 +189,7 @@ def InferenceSession(  # noqa: N802 - mirrors onnxruntime's name
     """
     options = session_options() if sess_options is None else _adopt_user_options(sess_options)
     if block_layouts:
+        # the entry is valid here: registering the library checked it
         model = _with_block_layouts(model, per_session_threads=options.use_per_session_threads,
                                     inner_threads=int(_config_entry(options, INNER_THREADS_KEY) or 0))
     return ort.InferenceSession(
