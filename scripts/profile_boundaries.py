@@ -54,7 +54,7 @@ import onnxruntime as ort
 
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession
-from onnxmlu.runtime.layouts import optimize_block_layouts
+from onnxmlu.runtime.layouts import ADDED_INPUT, RESULT_OUTPUT, edge_copying_convs, optimize_block_layouts
 from onnxmlu.schema import body_model, is_fusion_block
 from onnxmlu.tools.timing import plain_session, time_in_turns
 from onnxmlu.tools.verify import random_inputs
@@ -100,24 +100,14 @@ class Profiled:
 
 
 #: The two rows of Convs that copy their fused Add's tensor because it crosses a session's edge.
-COPIED_IN = "Conv+Add, added tensor a block input (copied first)"
-COPIED_OUT = "Conv+Add, result a block output (added tensor copied)"
+COPIED_IN = f"Conv+Add, {ADDED_INPUT} (copied first)"
+COPIED_OUT = f"Conv+Add, {RESULT_OUTPUT} (added tensor copied)"
 
 
 def copying_convs(graph: onnx.GraphProto) -> dict[str, str]:
-    """The Convs of an optimized body whose fused residual Add cannot run in place, by node
-    name: the added tensor (NCHWc Conv's input 3, FusedConv's ``Z``) is a graph input, or the
-    result a graph output."""
-    inputs, outputs = {v.name for v in graph.input}, {v.name for v in graph.output}
-    found = {}
-    for node in graph.node:
-        if node.op_type not in ("Conv", "FusedConv") or len(node.input) < 4 or not node.input[3]:
-            continue
-        if node.input[3] in inputs:
-            found[node.name] = COPIED_IN
-        elif node.output[0] in outputs:
-            found[node.name] = COPIED_OUT
-    return found
+    """The Convs of an optimized body whose fused residual Add cannot run in place
+    (:func:`~onnxmlu.runtime.layouts.edge_copying_convs`), by node name -> their row."""
+    return {node.name: COPIED_IN if side == ADDED_INPUT else COPIED_OUT for node, side in edge_copying_convs(graph)}
 
 
 def summed(profiles: list[Profiled], copying: dict[str, str]) -> tuple[dict[str, list[float]], list[float]]:

@@ -123,8 +123,9 @@ class ArrayBytes:
 
 @dataclass(eq=False)
 class Digested:
-    """``pieces`` whose CRC-32 the writer takes as it writes them (:attr:`crc` once written;
-    set before when :func:`with_digest` had to take it first, and the writer then keeps it)."""
+    """``pieces`` whose CRC-32 :func:`digested` takes from their buffers on their way to the
+    writer (:attr:`crc` once they passed; set before when :func:`with_digest` had to take it
+    first, and :func:`digested` then keeps it)."""
 
     pieces: list["Piece"]
     crc: int | None = None

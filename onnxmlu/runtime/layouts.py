@@ -350,22 +350,38 @@ def _copy_sums_in_parallel(graph: onnx.GraphProto) -> int:
     (ResNet-50 dlfusion b8 at 2 threads, fused/original 1.129-1.132 -> 1.054-1.078; at 1
     thread 1.062-1.078 -> 1.081-1.091, so it is not done there)."""
     g = _Graph(graph)
-    inputs = {v.name for v in graph.input}
-    made = 0
-    for conv in [n for n in graph.node if _is(n, "Conv", _NCHWC) and len(n.input) > 3 and n.input[3]]:
-        if conv.input[3] in inputs:
+    copies = [(conv, side) for conv, side in edge_copying_convs(graph) if conv.domain == _NCHWC]
+    for conv, side in copies:
+        if side == ADDED_INPUT:
             source, conv.input[3] = conv.input[3], f"{conv.input[3]}_sum_copy"
             graph.node.append(_copy_node(source, conv.input[3], f"{conv.name}_sum_copy"))
-        elif conv.output[0] in g.outputs:
+        else:
             result, conv.output[0] = conv.output[0], f"{conv.output[0]}_in_place"
             graph.node.append(_copy_node(conv.output[0], result, f"{conv.name}_out_copy"))
             g.rename_uses(result, conv.output[0])  # readers inside the body need not wait for the copy
-        else:
-            continue
-        made += 1
-    if made:
+    if copies:
         sort_graphs(graph)
-    return made
+    return len(copies)
+
+
+#: The side of a block's edge that makes a fused residual Add copy its tensor.
+ADDED_INPUT, RESULT_OUTPUT = "added tensor a block input", "result a block output"
+
+
+def edge_copying_convs(graph: onnx.GraphProto) -> list[tuple[onnx.NodeProto, str]]:
+    """The Convs of an onnxruntime-optimized body whose fused residual Add (input 3: NCHWc
+    Conv's Sum, FusedConv's ``Z``) cannot run in place, each with the side of the edge that
+    stops it (:data:`ADDED_INPUT` or :data:`RESULT_OUTPUT`)."""
+    inputs, outputs = {v.name for v in graph.input}, {v.name for v in graph.output}
+    found = []
+    for node in graph.node:
+        if node.op_type not in ("Conv", "FusedConv") or len(node.input) < 4 or not node.input[3]:
+            continue
+        if node.input[3] in inputs:
+            found.append((node, ADDED_INPUT))
+        elif node.output[0] in outputs:
+            found.append((node, RESULT_OUTPUT))
+    return found
 
 
 def _copy_node(source: str, target: str, name: str) -> onnx.NodeProto:
