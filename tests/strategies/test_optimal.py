@@ -17,6 +17,7 @@ from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.perf.model import block_latency_us, make_cost, plan_latency_us
 from onnxmlu.plan.strategies import (
     BUILTIN_ORDER,
+    STRATEGIES,
     get_strategy,
     register,
     run_strategy,
@@ -209,14 +210,17 @@ def test_register_and_run_a_hand_written_strategy():
         n = len(layers)
         return plan_from_ranges([(i, min(i + 2, n), 2) for i in range(0, n, 2)])
 
-    register("test-pairs", pairs)
-    with pytest.raises(ValueError):
+    try:
         register("test-pairs", pairs)
-    layers = [dataclasses.replace(l, segment=0) for l in zoo_layers("alexnet")]
-    for strategy in ("test-pairs", pairs):
-        plan = run_strategy(layers, HW, strategy)
-        assert plan.strategy in ("test-pairs", "pairs") and plan.hardware == HW.name
-        assert all(b.mp == 2 for b in plan.blocks)
+        with pytest.raises(ValueError):
+            register("test-pairs", pairs)
+        layers = [dataclasses.replace(l, segment=0) for l in zoo_layers("alexnet")]
+        for strategy in ("test-pairs", pairs):
+            plan = run_strategy(layers, HW, strategy)
+            assert plan.strategy in ("test-pairs", "pairs") and plan.hardware == HW.name
+            assert all(b.mp == 2 for b in plan.blocks)
+    finally:  # the registry is the process's: a test's strategy must not outlive it (the CLI help lists them all)
+        STRATEGIES.pop("test-pairs", None)
 
 
 def test_run_strategy_rejects_an_invalid_plan():
