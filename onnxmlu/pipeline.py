@@ -60,7 +60,7 @@ from onnxmlu.frontend.pins import has_ranges
 from onnxmlu.frontend.shapes import pricing_shapes, sizes_at
 from onnxmlu.ir import copy_model, drop_unread_initializers
 from onnxmlu.ir.mapped import MappedModel
-from onnxmlu.ir.weights import WeightStore, all_tensors
+from onnxmlu.ir.weights import WeightStore, all_tensors, is_marker
 from onnxmlu.optional import optional_import
 from onnxmlu.options import Options, PlanOptions, PrecisionOptions, RewriteOptions, ShapeOptions
 from onnxmlu.plan.perf.hardware import Hardware
@@ -119,7 +119,6 @@ class Context:
     hardware: Hardware | None
     options: Options = field(default_factory=Options)
     weights: WeightStore | None = None
-    source_map: MappedModel | None = None  # load (a model file with a weight store), until normalize
     diagnostics: list[Diagnostic] = field(default_factory=list)
     progress: Progress = field(default_factory=Say)
     output: Path | None = None
@@ -170,7 +169,7 @@ class Load:
     name = "load"
     requires = ("source",)
     provides = ("model",)
-    may_leave = ("source_map",)
+    may_leave = ()
     where = "`frontend/load.py`, `ir/mapped.py`"
     what = "reads the file (or copies the caller's `ModelProto`)"
 
@@ -189,21 +188,21 @@ class Load:
 
 
 def _load_mapped(ctx: Context) -> onnx.ModelProto | None:
-    """The model file parsed through a memory map (:class:`~onnxmlu.ir.mapped.MappedModel`,
-    kept in ``ctx.source_map`` so the weight store can view the weights in the file), or None
+    """The model file parsed through a memory map (:class:`~onnxmlu.ir.mapped.MappedModel`),
+    its large weights views of the file in ``ctx.weights`` and markers in the tree; or None
     where :func:`load_model` reads it: a file it cannot parse (load_model's one-line errors), a
     text format, a model with external data (load_model reads those files)."""
     if registry.get_format_from_file_extension(Path(ctx.source).suffix) not in (None, "protobuf"):
         return None
     try:
-        mapped = MappedModel(ctx.source)
-        model = mapped.parse()
+        model = MappedModel(ctx.source).parse(ctx.weights)
     except MappedModel.PARSE_ERRORS:  # load_model says what is wrong with the file
+        ctx.weights.clear()
         return None
     if not model.HasField("graph") or not model.graph.node or any(
-            t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model.graph)):
+            t.data_location == onnx.TensorProto.EXTERNAL and not is_marker(t) for t in all_tensors(model.graph)):
+        ctx.weights.clear()
         return None
-    ctx.source_map = mapped
     return model
 
 
@@ -220,10 +219,9 @@ class Normalize:
 
     def run(self, ctx: Context) -> None:
         ctx.model = normalize_owned(ctx.model, ctx.options.shapes.input_shapes, diagnostics=ctx.diagnostics,
-                                    probe_values=ctx.options.shapes.inputs)
+                                    probe_values=ctx.options.shapes.inputs, weights=ctx.weights)
         if ctx.weights is not None:  # the parsed tree dies here: protobuf frees a tree only whole
-            ctx.model = ctx.weights.detach(ctx.model, ctx.source_map)
-            ctx.source_map = None  # the store's views keep the mapped file
+            ctx.model = ctx.weights.detach(ctx.model)
 
 
 class Rewrite:

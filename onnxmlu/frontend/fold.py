@@ -44,9 +44,10 @@ import onnx_graphsurgeon as gs
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
-from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_default_domain, iter_graphs, node_subgraphs
-from onnxmlu.ir import unresolved_names
-from onnxmlu.ir.weights import skeleton
+from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_default_domain, iter_graphs, node_inputs
+from onnxmlu.ir import nested_graphs, node_subgraphs, unresolved_names
+from onnxmlu.ir.graphsurgeon import bind_stored
+from onnxmlu.ir.weights import WeightStore, skeleton
 from onnxmlu.optional import optional_import
 
 #: Folding may write a constant up to this size, or up to FOLD_GROWTH times its inputs.
@@ -188,11 +189,17 @@ def _taken_branch(node: onnx.NodeProto, constants: dict[str, np.ndarray]) -> onn
 
 
 # ------------------------------------------------------------------------- all-constant nodes
-def fold_constant_nodes(model: onnx.ModelProto, note: Callable[[Diagnostic], None]) -> onnx.ModelProto:
+def fold_constant_nodes(model: onnx.ModelProto, note: Callable[[Diagnostic], None],
+                        weights: WeightStore | None = None) -> onnx.ModelProto:
     """graphsurgeon's folder over ``model`` (a new model), checked; ``model`` itself when the
-    result is unsound or the folder fails (``note`` is told why)."""
+    result is unsound or the folder fails (``note`` is told why). ``weights``: the store whose
+    markers ``model`` holds; those a node the folder may evaluate reads are filled in first
+    (onnxruntime evaluates those nodes; graphsurgeon, given a partition it cannot load, retries
+    it until Python's recursion limit), the others stay markers."""
+    if weights is not None:
+        weights.fill_markers(model.graph, folded_inputs(model))
     try:
-        folded = _graphsurgeon_fold(model)
+        folded = _graphsurgeon_fold(model, weights)
     except Exception as exc:  # noqa: BLE001 - folding is an optimization; the model stays valid
         note(Diagnostic("normalize", "fold-failed", "", f"constant folding failed ({first_line(exc)}); "
                         "the model is planned unfolded"))
@@ -210,17 +217,40 @@ def _problems_text(problems: list[str]) -> str:
     return "unresolved names " + ", ".join(problems[:3]) + more
 
 
-def _graphsurgeon_fold(model: onnx.ModelProto) -> onnx.ModelProto:
+def folded_inputs(model: onnx.ModelProto) -> set[str]:
+    """The names graphsurgeon's folder may hand onnxruntime: every input of a node whose inputs
+    (its subgraphs' outer names included) are all constants -- initializers that are not graph
+    inputs, and the outputs of such nodes -- in graph order, in every scope."""
+    graphs = list(iter_graphs(model.graph))
+    constant = {t.name for g in graphs for t in g.initializer} - {i.name for g in graphs for i in g.input}
+    read: set[str] = set()
+    for graph in graphs:
+        for node in graph.node:
+            inputs = node_inputs(node)
+            if all(name in constant for name in inputs):
+                read.update(inputs)
+                constant.update(o for o in node.output if o)
+    return read
+
+
+def _graphsurgeon_fold(model: onnx.ModelProto, weights: WeightStore | None) -> onnx.ModelProto:
+    """The folder's result as a new model; the markers of ``weights`` left in ``model`` read
+    from the store if the folder asks for a value, and are exported as they are, never copied."""
     G_LOGGER.severity = G_LOGGER.ERROR  # nodes it cannot evaluate are expected and harmless
     if any(node_subgraphs(node) for node in model.graph.node):
         model = copy_model(model)  # the folder writes into the subgraph protos it imported
     graph = gs.import_onnx(model)
+    if weights is not None:
+        bind_stored(graph, weights)
     with _onnxruntime_warnings_off():  # its optimizer's notes about the folded pieces
         graph.fold_constants(fold_shapes=False, partitioning="basic", flatten_subgraphs=False,
                              should_exclude_node=_grows_the_model)
     graph.cleanup(remove_unused_graph_inputs=False)
     folded = gs.export_onnx(graph, do_type_check=False)
     copy_model_fields(folded, model)
+    if weights is not None:  # graphsurgeon copies the outer initializers a subgraph reads into it
+        for sub in nested_graphs(folded.graph):
+            weights.fill_markers(sub)
     return folded
 
 

@@ -23,7 +23,7 @@ from onnxmlu.frontend.fold import flatten_constant_ifs, fold_constant_nodes, fol
 from onnxmlu.frontend.shapes import infer_shapes, probe_shapes
 from onnxmlu.ir import branch_attributes, copy_model, iter_graphs, node_subgraphs, opset_version, sort_graphs
 from onnxmlu.ir import unresolved_names
-from onnxmlu.ir.weights import tensor_payload_bytes
+from onnxmlu.ir.weights import WeightStore, tensor_payload_bytes
 
 MIN_OPSET = 7
 #: Above this many bytes of tensor data, shape inference runs on a skeleton of the model
@@ -50,7 +50,7 @@ def normalize(model: onnx.ModelProto, input_shapes: Pins | None = None,
 
 def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
                     fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None,
-                    probe_values: dict | None = None) -> onnx.ModelProto:
+                    probe_values: dict | None = None, weights: WeightStore | None = None) -> onnx.ModelProto:
     """:func:`normalize` for a caller that gives ``model`` away: it is changed in place (no copy
     of every weight) and returned, or a new model when inlining or folding made one.
 
@@ -58,10 +58,14 @@ def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
     graph keeps its symbolic dims), every graph's nodes sorted, constants folded (exactly, see
     :mod:`onnxmlu.frontend.fold`) and every tensor typed and shaped
     (:mod:`onnxmlu.frontend.shapes`); folding and inference alternate while fixed shapes turn
-    ``Shape`` nodes into constants. What could not be done is appended to ``diagnostics``."""
+    ``Shape`` nodes into constants. What could not be done is appended to ``diagnostics``.
+    ``weights``: the store whose markers ``model`` holds (a file parsed through a map); only
+    what must read a marker's value fills it in."""
     note = _unique_appender(diagnostics)
     check_opset(model)
     if opset_version(model) < MIN_OPSET:
+        if weights is not None:
+            weights.fill_markers(model.graph)  # the converter rewrites weights (PRelu slopes)
         model = _upgrade_opset(model, note)
     elif model.functions:
         model = _inline_functions(model)
@@ -71,10 +75,10 @@ def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
         forget_traced_sizes(model)
     sort_graphs(model.graph)
     if fold_constants and tensor_payload_bytes(model) <= LIGHT_INFERENCE_BYTES:
-        model = _fold(model, note)  # graphsurgeon copies every weight: not for huge models
+        model = _fold(model, note, weights)  # graphsurgeon copies every weight: not for huge models
     else:
         model = infer_shapes(model, note)
-    probe_shapes(model, note, probe_values)  # the user's --inputs, where given
+    probe_shapes(model, note, probe_values, weights)  # the user's --inputs, where given
     return model
 
 
@@ -99,17 +103,17 @@ def forget_traced_sizes(model: onnx.ModelProto) -> int:
     return count
 
 
-def _fold(model: onnx.ModelProto, note) -> onnx.ModelProto:
+def _fold(model: onnx.ModelProto, note, weights: WeightStore | None) -> onnx.ModelProto:
     """:func:`_fold_all`, with every branch that folding makes invalid kept as exported.
 
     Pinned shapes specialize every ``If`` branch, also one the pins never take, and
     onnxruntime type-checks every branch when it loads a model (see
     :func:`~onnxmlu.frontend.fold.invalid_branch`)."""
     if not any(node_subgraphs(n) for n in model.graph.node) or invalid_branch(model) is not None:
-        return _fold_all(model, frozenset(), note)
+        return _fold_all(model, frozenset(), note, weights)
     frozen: frozenset[str] = frozenset()
     for _ in range(MAX_FROZEN_BRANCHES + 1):
-        folded = _restore_branches(_fold_all(copy_model(model), frozen, note), model, frozen, note)
+        folded = _restore_branches(_fold_all(copy_model(model), frozen, note, weights), model, frozen, note)
         bad = invalid_branch(folded)
         if bad is None and not unresolved_names(folded.graph):
             return folded
@@ -123,16 +127,16 @@ def _fold(model: onnx.ModelProto, note) -> onnx.ModelProto:
     return infer_shapes(model, note)
 
 
-def _fold_all(model: onnx.ModelProto, frozen: frozenset[str], note) -> onnx.ModelProto:
+def _fold_all(model: onnx.ModelProto, frozen: frozenset[str], note, weights: WeightStore | None) -> onnx.ModelProto:
     """Fold constants and infer, then rounds of: fold ``Shape`` nodes and constant ``If``
     nodes (outside ``frozen`` branches), fold constants, infer; until nothing is left."""
     model = infer_shapes(model, note)  # the folder bounds what it writes by the inferred sizes
     if needs_folding(model.graph):
-        model = infer_shapes(fold_constant_nodes(model, note), note)
+        model = infer_shapes(fold_constant_nodes(model, note, weights), note)
     for _ in range(MAX_FOLD_ROUNDS):
         if not fold_shape_ops(model, frozen) + flatten_constant_ifs(model, frozen):
             break
-        model = infer_shapes(fold_constant_nodes(model, note), note)
+        model = infer_shapes(fold_constant_nodes(model, note, weights), note)
     return model
 
 

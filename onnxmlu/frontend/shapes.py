@@ -28,7 +28,7 @@ from onnxmlu.errors import first_line
 from onnxmlu.frontend.pins import Pins, concrete_shapes, defaulted_keys, symbolic_axes, with_defaults
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
 from onnxmlu.ir.graphs import merge_value_infos
-from onnxmlu.ir.weights import WeightStore, fill_tensor, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
+from onnxmlu.ir.weights import WeightStore, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.optional import optional_import
 
@@ -99,10 +99,12 @@ def _symbolic(model: onnx.ModelProto, note: Note) -> onnx.ModelProto | None:
 
 
 # ----------------------------------------------------------------------------------- probe
-def probe_shapes(model: onnx.ModelProto, note: Note, values: dict[str, np.ndarray] | None = None) -> int:
+def probe_shapes(model: onnx.ModelProto, note: Note, values: dict[str, np.ndarray] | None = None,
+                 weights: WeightStore | None = None) -> int:
     """Source 3 on the main graph of ``model``, in place: the number of tensors it completed.
     ``values``: the user's arrays (``--inputs``), run instead of zeros where an input's shape
-    allows them (a length read from an input must be the user's, not 0)."""
+    allows them (a length read from an input must be the user's, not 0). ``weights``: the
+    store whose markers ``model`` holds (filled into the probe's copy)."""
     known = _value_infos(model.graph)
     # a dim inference named (NonZero, TopK by a computed k) depends on data: it must stay
     # symbolic, never become a probed number, so only what lacks a type, a rank or a dim's
@@ -118,7 +120,7 @@ def probe_shapes(model: onnx.ModelProto, note: Note, values: dict[str, np.ndarra
         note(Diagnostic("normalize", "probe-skipped", "", f"{len(wanted)} tensors have unknown shapes; "
                         "the model is too large to probe them"))
         return 0
-    results = _run_probe(model, wanted, feeds, note)
+    results = _run_probe(_with_weights(model, weights), wanted, feeds, note)
     for name, value in results.items():
         _set_value_info(model.graph, name, value)
     return len(results)
@@ -347,7 +349,5 @@ def _with_weights(model: onnx.ModelProto, weights: WeightStore | None) -> onnx.M
     if weights is None or not any(is_marker(t) for t in model.graph.initializer):
         return model
     full = copy_model(model)
-    for marker, target in zip(model.graph.initializer, full.graph.initializer):
-        if is_marker(marker):
-            fill_tensor(target, marker, weights)
+    weights.fill_markers(full.graph)
     return full

@@ -130,7 +130,7 @@ def constant_array(tensor: gs.Constant) -> np.ndarray:
     return np.asarray(tensor.values)
 
 
-def _bind_stored(graph: gs.Graph, store: WeightStore) -> None:
+def bind_stored(graph: gs.Graph, store: WeightStore) -> None:
     """Every marker constant of ``graph`` (subgraphs included) reads from ``store``."""
     for g in gs_graphs(graph):
         for tensor in g.tensors().values():
@@ -147,7 +147,7 @@ def import_graph(model: onnx.ModelProto, weights: WeightStore | None = None) -> 
     of ``weights`` read from it."""
     graph = gs.import_onnx(model)
     if weights is not None:
-        _bind_stored(graph, weights)
+        bind_stored(graph, weights)
     inferred = None if _fully_typed(model) else inferred_graphs(model)
     if inferred is None:
         return graph

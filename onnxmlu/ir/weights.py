@@ -180,6 +180,19 @@ class WeightStore:
         self.min_bytes = STORE_MIN_TENSOR_BYTES if min_bytes is None else min_bytes
         self._source: "MappedModel | None" = None  # the mapped file some arrays view (detach)
 
+    def takes(self, tensor: onnx.TensorProto) -> bool:
+        """Whether initializer ``tensor`` moves into the store (large enough, an element type
+        whose raw bytes are numpy's; a marker already is in it)."""
+        return tensor.data_type in _STORABLE and tensor_bytes(tensor) >= self.min_bytes and not is_marker(tensor)
+
+    def attach(self, source: "MappedModel") -> None:
+        """Arrays put from now on may view ``source``, the mapped file (see :meth:`releaser`)."""
+        self._source = source
+
+    def clear(self) -> None:
+        """Forget every array (a parse whose markers are thrown away)."""
+        self._arrays.clear()
+
     def holds(self, array: np.ndarray) -> bool:
         """Whether a constant with this value belongs in the store rather than in the graph."""
         return array.nbytes >= self.min_bytes and array.dtype.kind in "biuf"
@@ -207,22 +220,15 @@ class WeightStore:
         under it from memory (:meth:`MappedModel.releaser`); None for an array in memory."""
         return self._source.releaser(array) if self._source is not None else None
 
-    def detach(self, model: onnx.ModelProto, source: "MappedModel | None" = None) -> onnx.ModelProto:
-        """A new model whose large main-graph initializers are markers into this store. The
-        caller drops ``model`` afterwards: only then does protobuf free its weights. With the
-        mapped file ``model`` was parsed from, a weight whose bytes are still the file's is
-        held as a view of the file (:meth:`MappedModel.array`), not as a copy."""
-        self._source = source if source is not None else self._source
+    def detach(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """A new model whose large main-graph initializers are markers into this store (those
+        still in the tree: a model parsed through a map has its file's as markers already).
+        The caller drops ``model`` afterwards: only then does protobuf free its weights."""
         light = onnx.ModelProto()
         _copy_fields(light, model, skip="graph")
         _copy_fields(light.graph, model.graph, skip="initializer")
         for t in model.graph.initializer:
-            if t.data_type in _STORABLE and tensor_bytes(t) >= self.min_bytes and not is_marker(t):
-                array = source.array(t, _raw_dtype(t)) if source is not None else None
-                light.graph.initializer.append(self.put(t.name, _stored_array(t) if array is None else array,
-                                                        t.data_type))
-            else:
-                light.graph.initializer.append(t)
+            light.graph.initializer.append(self.put(t.name, _stored_array(t), t.data_type) if self.takes(t) else t)
         return light
 
     def keep_only(self, model: onnx.ModelProto) -> None:
@@ -247,6 +253,16 @@ class WeightStore:
         target.CopyFrom(header)
         target.raw_data = data
 
+    def fill_markers(self, graph: onnx.GraphProto, names: "set[str] | None" = None) -> int:
+        """Turn the markers among ``graph``'s initializers (those in ``names``; all without)
+        back into the tensors they stand for, in place, for code that hands the tree to
+        onnxruntime or onnx (the folder, the shape probe, the version converter); the number
+        filled."""
+        markers = [t for t in graph.initializer if is_marker(t) and (names is None or t.name in names)]
+        for t in markers:
+            self.fill(t, t)
+        return len(markers)
+
     def header(self, marker: onnx.TensorProto) -> onnx.TensorProto:
         """The tensor ``marker`` stands for, all but its data: name, element type, dims. With
         ``raw_data`` the bytes of :meth:`array` it is what :meth:`fill` makes (a writer that
@@ -264,10 +280,10 @@ def _stored_array(t: onnx.TensorProto) -> np.ndarray:
     :func:`_as_bytes` hands back as is), or numpy_helper's array for typed-field data."""
     if not t.HasField("raw_data"):
         return numpy_helper.to_array(t)
-    return np.frombuffer(t.raw_data, dtype=_raw_dtype(t)).reshape(tuple(t.dims))
+    return np.frombuffer(t.raw_data, dtype=raw_dtype(t)).reshape(tuple(t.dims))
 
 
-def _raw_dtype(t: onnx.TensorProto) -> np.dtype:
+def raw_dtype(t: onnx.TensorProto) -> np.dtype:
     """The numpy type of ``t``'s raw data (little-endian, as ONNX stores it)."""
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
 
