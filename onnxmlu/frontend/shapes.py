@@ -120,7 +120,7 @@ def probe_shapes(model: onnx.ModelProto, note: Note, values: dict[str, np.ndarra
         note(Diagnostic("normalize", "probe-skipped", "", f"{len(wanted)} tensors have unknown shapes; "
                         "the model is too large to probe them"))
         return 0
-    results = _run_probe(_with_weights(model, weights), wanted, feeds, note)
+    results = _run_probe(model, wanted, feeds, note, weights)
     for name, value in results.items():
         _set_value_info(model.graph, name, value)
     return len(results)
@@ -141,10 +141,15 @@ def _zero_feeds(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> dict[s
     return feeds
 
 
-def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note) -> dict[str, np.ndarray]:
+def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note,
+               weights: WeightStore | None) -> dict[str, np.ndarray]:
+    """``names``' values in a run of a copy of ``model`` (the markers of ``weights`` filled in
+    that one copy) on ``feeds``; {} when the run fails (``note`` is told why)."""
     ort = optional_import("onnxruntime")
 
     probe = copy_model(model)
+    if weights is not None:
+        weights.fill_markers(probe.graph)
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names
                               if n not in {o.name for o in probe.graph.output})
     options = ort.SessionOptions()
@@ -324,7 +329,7 @@ def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, lis
     types = _feed_types(model)
     if types is None:
         return {}
-    probed = _run_probe(_with_weights(model, weights), names, _feeds(types, shapes, values), note)
+    probed = _run_probe(model, names, _feeds(types, shapes, values), note, weights)
     return {n: (onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in probed.items()}
 
 

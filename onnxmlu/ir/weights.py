@@ -178,7 +178,7 @@ class WeightStore:
         self._arrays: dict[str, np.ndarray] = {}
         self._keys = itertools.count()
         self.min_bytes = STORE_MIN_TENSOR_BYTES if min_bytes is None else min_bytes
-        self._source: "MappedModel | None" = None  # the mapped file some arrays view (detach)
+        self._source: "MappedModel | None" = None  # the mapped file some arrays view (attach)
 
     def takes(self, tensor: onnx.TensorProto) -> bool:
         """Whether initializer ``tensor`` moves into the store (large enough, an element type
