@@ -57,7 +57,7 @@ from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused
 from onnxmlu.frontend.normalize import normalize_owned
 from onnxmlu.frontend.pins import has_ranges
-from onnxmlu.frontend.shapes import pricing_shapes, sizes_at
+from onnxmlu.frontend.shapes import pricing_shapes, sizes_at, sizing_hint
 from onnxmlu.ir import copy_model, drop_unread_initializers
 from onnxmlu.ir.mapped import MappedModel
 from onnxmlu.ir.weights import WeightStore, all_tensors, is_marker
@@ -263,7 +263,8 @@ class Analyze:
         values = ctx.options.shapes.inputs
         shapes = pricing_shapes(ctx.model, ctx.options.shapes.input_shapes, ctx.note, ctx.weights, values=values)
         sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights, values)
-        ctx.analysis = analyze(ctx.model, ctx.weights, sizes, shapes if sizes else None)
+        ctx.analysis = analyze(ctx.model, ctx.weights, sizes, shapes if sizes else None,
+                               sizing_hint(ctx.model, ctx.options.shapes.input_shapes))
         ctx.diagnostics.extend(ctx.analysis.host_diagnostics())
 
 

@@ -1,8 +1,10 @@
 """Seeded random inputs for a model: what ``check``, ``run`` and the random calibration
 samples feed where the user gives no data.
 
-Floats are standard normal, integers uniform in ``[0, 10)``, booleans fair coins, all from one
-``numpy`` generator seeded by the caller, so a seed names one set of feeds on every machine.
+Floats are standard normal, integers uniform in ``[0, 10)``, booleans fair coins, strings one
+lowercase ASCII letter each (what a character-level model, a grapheme-to-phoneme encoder's
+LabelEncoder, looks up; a word-level one maps them to its default), all from one ``numpy``
+generator seeded by the caller, so a seed names one set of feeds on every machine.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import onnx
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.pins import concrete_shapes
 from onnxmlu.ir import fed_inputs
+
+#: What a random string input is drawn from (one letter each).
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int] | None = None,
@@ -58,4 +63,6 @@ def _random_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -
         return rng.random(shape) < 0.5
     if np.issubdtype(dtype, np.integer):
         return rng.integers(0, 10, size=shape).astype(dtype)
+    if dtype == np.object_:  # onnx's STRING
+        return np.array(list(LETTERS), dtype=object)[rng.integers(0, len(LETTERS), size=shape)]
     raise OnnxMluError(f"cannot make random inputs of type {dtype}; pass --inputs data.npz")

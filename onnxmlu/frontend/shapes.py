@@ -25,7 +25,8 @@ import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
-from onnxmlu.frontend.pins import Pins, concrete_shapes, defaulted_keys, symbolic_axes, with_defaults
+from onnxmlu.frontend.pins import (Pins, concrete_shapes, declared_dims, defaulted_keys, symbolic_axes,
+                                  with_defaults)
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
 from onnxmlu.ir.graphs import merge_value_infos
 from onnxmlu.ir.weights import WeightStore, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
@@ -161,8 +162,9 @@ def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note
         quiet.log_severity_level = 4  # a failed probe is a diagnostic, not a log line
         values = session.run(names, feeds, quiet)
     except Exception as exc:  # noqa: BLE001 - the probe is an aid; analysis reports what stays unknown
-        note(Diagnostic("normalize", "probe-failed", "", f"running the model on zeros to learn {len(names)} "
-                        f"shapes failed: {first_line(exc)}"))
+        at = _shapes_text({n: list(np.shape(v)) for n, v in feeds.items()})
+        note(Diagnostic("normalize", "probe-failed", "", f"running the model on zeros at {at} to learn "
+                        f"{len(names)} shapes failed: {first_line(exc)}"))
         return {}
     return {n: v for n, v in zip(names, values) if isinstance(v, np.ndarray)}
 
@@ -233,10 +235,26 @@ def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weight
     return shapes
 
 
+def sizing_hint(model: onnx.ModelProto, pins: Pins | None) -> str:
+    """What a host reason for a tensor no source could size advises: ``--input-shape`` for
+    the symbolic dims that took a default size and the inputs of unknown rank no pin gives
+    (the probe ran, or failed, at sizes the user did not choose), or, when the pins leave
+    nothing to choose, the probe's own diagnostic (a pin cannot help there)."""
+    unpinned = defaulted_keys(model, pins) + [vi.name for vi in fed_inputs(model.graph)
+                                              if declared_dims(vi) is None and vi.name not in (pins or {})]
+    if unpinned:
+        return f"try --input-shape for {', '.join(unpinned)}"
+    return "every input size is known, so --input-shape cannot help: see the normalize diagnostics"
+
+
 def _value_or_zeros(value: np.ndarray | None, shape: list[int], elem: int) -> np.ndarray:
-    """The user's ``value`` when it has ``shape``, else zeros of ``shape`` and type ``elem``."""
+    """The user's ``value`` when it has ``shape``, else zeros of ``shape`` and type ``elem``
+    (a string input's zero is the empty string: what its ops, a LabelEncoder or a tokenizer,
+    take, as a number's zero is)."""
     if value is not None and list(np.shape(value)) == list(shape):
         return value
+    if elem == onnx.TensorProto.STRING:
+        return np.full(shape, "", dtype=object)
     return np.zeros(shape, dtype=onnx.helper.tensor_dtype_to_np_dtype(elem))
 
 
@@ -328,17 +346,21 @@ def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, lis
         return {}
     types = _feed_types(model)
     if types is None:
+        note(Diagnostic("normalize", "probe-failed", "", f"{len(names)} tensors have unknown shapes and the model "
+                        f"cannot be run to learn them at {_shapes_text(shapes)}: an input has no tensor type, "
+                        "so no --input-shape can size them"))
         return {}
     probed = _run_probe(model, names, _feeds(types, shapes, values), note, weights)
     return {n: (onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in probed.items()}
 
 
 def _feed_types(model: onnx.ModelProto) -> dict[str, int] | None:
-    """Each fed input's element type; None when one has none, or is a string (no zeros of it)."""
+    """Each fed input's element type (strings included: :func:`_value_or_zeros`); None when
+    one is not a tensor of a known type (nothing can be fed to it)."""
     types = {}
     for vi in fed_inputs(model.graph):
         elem = vi.type.tensor_type.elem_type
-        if not elem or elem == onnx.TensorProto.STRING:
+        if not vi.type.HasField("tensor_type") or not elem:
             return None
         types[vi.name] = elem
     return types

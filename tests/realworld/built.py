@@ -338,6 +338,41 @@ def string_input_mlp() -> onnx.ModelProto:
     return _model(graph)
 
 
+def grapheme_to_phoneme() -> onnx.ModelProto:
+    """A grapheme-to-phoneme encoder as a 2021 exporter wrote it (a singing synthesizer's): the
+    letters of each word, strings [N, 8], looked up by an ``ai.onnx.ml`` LabelEncoder-1
+    (whose output onnx cannot type), embedded, mixed over the 8 letters and over features by
+    five MatMuls, and each letter's phoneme read from a string table by its ArgMax."""
+    rng = np.random.default_rng(13)
+    letters, feat, phonemes = 8, 16, 12
+    classes = [chr(ord("a") + k) for k in range(26)]
+    nodes = [helper.make_node("LabelEncoder", ["letters"], ["ids"], domain="ai.onnx.ml",
+                              classes_strings=classes, default_int64=26),
+             helper.make_node("Cast", ["ids"], ["ids64"], to=TensorProto.INT64),
+             helper.make_node("Gather", ["embed", "ids64"], ["e"]),  # [N, 8, F]
+             helper.make_node("MatMul", ["e", "w0"], ["h0"]), helper.make_node("Relu", ["h0"], ["r0"]),
+             helper.make_node("Transpose", ["r0"], ["t0"], perm=[0, 2, 1]),  # [N, F, 8]: mix letters
+             helper.make_node("MatMul", ["t0", "mix"], ["h1"]), helper.make_node("Relu", ["h1"], ["r1"]),
+             helper.make_node("Transpose", ["r1"], ["t1"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t1", "w2"], ["h2"]), helper.make_node("Add", ["h2", "b2"], ["a2"]),
+             helper.make_node("Relu", ["a2"], ["r2"]),
+             helper.make_node("MatMul", ["r2", "w3"], ["h3"]), helper.make_node("Relu", ["h3"], ["r3"]),
+             helper.make_node("MatMul", ["r3", "w4"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["p"], axis=-1),
+             helper.make_node("ArgMax", ["p"], ["best"], axis=-1, keepdims=0),
+             helper.make_node("Gather", ["table", "best"], ["phs"])]
+    inits = [_init("embed", _rand(rng, 27, feat, scale=1.0)), _init("w0", _rand(rng, feat, feat, scale=0.5)),
+             _init("mix", _rand(rng, letters, letters, scale=0.5)), _init("w2", _rand(rng, feat, feat, scale=0.5)),
+             _init("b2", _rand(rng, feat)), _init("w3", _rand(rng, feat, feat, scale=0.5)),
+             _init("w4", _rand(rng, feat, phonemes, scale=0.5)),
+             _init("table", np.array([f"ph{k}" for k in range(phonemes)], dtype=object))]
+    graph = helper.make_graph(
+        nodes, "grapheme_to_phoneme", [helper.make_tensor_value_info("letters", TensorProto.STRING, ["N", letters])],
+        [helper.make_tensor_value_info("phs", TensorProto.STRING, ["N", letters]),
+         helper.make_tensor_value_info("logits", FLOAT, ["N", letters, phonemes])], inits)
+    return _model(graph, {"ai.onnx.ml": 1})
+
+
 def _conv_branch(tag: str, first: str, second: str, activation: str, pool: bool) -> onnx.GraphProto:
     """Conv(first) -> activation -> [MaxPool] -> Conv(second) -> Relu -> GAP -> Flatten -> MatMul(fc_TAG)."""
     a, b = f"{tag}_a", f"{tag}_b"
@@ -438,5 +473,5 @@ BUILDERS = {
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
               lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm, ort_qdq_cnn, fp16_conv_chain,
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
-              keras_lstm_loop)
+              keras_lstm_loop, grapheme_to_phoneme)
 }  # fmt: skip

@@ -196,6 +196,8 @@ MODELS: list[ModelCase] = [
           ("control-flow", "torch-cond", "outer-scope-weights", "symbolic-dims")),
     _case("built_keras_lstm_loop", "built", "keras_lstm_loop", {"x": [2, 20, 12]},
           ("control-flow", "loop-recurrence", "tf2onnx", "symbolic-dims")),
+    _case("built_g2p_strings", "built", "grapheme_to_phoneme", {"letters": [4, 8]},
+          ("string-input", "ai-onnx-ml", "symbolic-dims")),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)
@@ -410,6 +412,8 @@ def feeds(case: ModelCase, model: onnx.ModelProto, seed: int = 0,
             array = np.full(shape, value)
         elif np.issubdtype(dtype, np.floating):
             array = rng.uniform(-1, 1, shape)
+        elif dtype == np.object_:  # a string input: lowercase letters (a character model's vocabulary)
+            array = np.array(list("abcdefghijklmnopqrstuvwxyz"), dtype=object)[rng.integers(0, 26, shape)]
         else:
             array = rng.integers(0, 2, shape)
         result[vi.name] = np.asarray(array).astype(dtype)
