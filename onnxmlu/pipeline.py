@@ -134,6 +134,8 @@ class Context:
     auto: "AutoResult | None" = None  # plan: what --precision auto chose, considered and measured
     profile: ShapeProfile | None = None  # profile: the plan priced over the --input-shape ranges
     branches: list["BranchPlan"] = field(default_factory=list)  # branches: blocks inside host control flow
+    #: A lifted subgraph's: the enclosing graph's constants it reads, shared by its blocks.
+    outer_constants: frozenset[str] = frozenset()
 
     def note(self, diagnostic: Diagnostic) -> None:
         """Record ``diagnostic`` once."""
@@ -338,7 +340,7 @@ class Collapse:
         layers = ctx.analysis.layers
         figures = [BlockFigures(sum(l.gops for l in b.layers(layers)), t)
                    for b, t in zip(ctx.plan.blocks, ctx.block_latency_us)]
-        ctx.fused, ctx.blocks = fused_without_bodies(ctx.analysis, ctx.plan, figures)
+        ctx.fused, ctx.blocks = fused_without_bodies(ctx.analysis, ctx.plan, figures, ctx.outer_constants)
         ctx.bodies = _block_bodies(ctx)
 
 
@@ -513,7 +515,7 @@ def _branch_context(ctx: Context, lifted: "Lifted") -> Context:
     precision = None if opts.precision.planner.needs_samples else opts.precision.name
     options = Options(ShapeOptions(lifted.pins or None, values or None), RewriteOptions(enabled=False),
                       PlanOptions(opts.plan.strategy, mp=opts.plan.mp), PrecisionOptions(precision))
-    return Context(lifted.model, ctx.hardware, options)
+    return Context(lifted.model, ctx.hardware, options, outer_constants=lifted.copied)
 
 
 #: The stages up to a plan (``prepare`` is the first three).

@@ -373,6 +373,35 @@ def grapheme_to_phoneme() -> onnx.ModelProto:
     return _model(graph, {"ai.onnx.ml": 1})
 
 
+def _tower(tag: str, x: str) -> list[onnx.NodeProto]:
+    """Conv(w1) -> Relu -> MaxPool -> Conv(w2) -> Relu -> GAP -> Flatten -> MatMul(fc) of ``x``."""
+    return [helper.make_node("Conv", [x, "w1", "b1"], [f"{tag}_c1"], pads=[1, 1, 1, 1], name=f"{tag}_conv1"),
+            helper.make_node("Relu", [f"{tag}_c1"], [f"{tag}_r1"], name=f"{tag}_relu1"),
+            helper.make_node("MaxPool", [f"{tag}_r1"], [f"{tag}_p1"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("Conv", [f"{tag}_p1", "w2", "b2"], [f"{tag}_c2"], pads=[1, 1, 1, 1], name=f"{tag}_conv2"),
+            helper.make_node("Relu", [f"{tag}_c2"], [f"{tag}_r2"], name=f"{tag}_relu2"),
+            helper.make_node("GlobalAveragePool", [f"{tag}_r2"], [f"{tag}_g"]),
+            helper.make_node("Flatten", [f"{tag}_g"], [f"{tag}_f"]),
+            helper.make_node("MatMul", [f"{tag}_f", "fc"], [f"{tag}_emb"], name=f"{tag}_fc")]
+
+
+def siamese_tower() -> onnx.ModelProto:
+    """A Siamese CNN: one tower (two convolutions and a projection, its weights one set of
+    initializers) applied to two images, then the L1 distance of the embeddings. Cut into a
+    block per tower, each block reads every weight of the tower."""
+    rng = np.random.default_rng(14)
+    nodes = [*_tower("a", "left"), *_tower("b", "right"),
+             helper.make_node("Sub", ["a_emb", "b_emb"], ["diff"]), helper.make_node("Abs", ["diff"], ["l1"]),
+             helper.make_node("ReduceSum", ["l1", "axes"], ["distance"], keepdims=0)]
+    inits = [_init("w1", _rand(rng, 32, 3, 3, 3, scale=0.3)), _init("b1", _rand(rng, 32)),
+             _init("w2", _rand(rng, 64, 32, 3, 3, scale=0.1)), _init("b2", _rand(rng, 64)),
+             _init("fc", _rand(rng, 64, 128, scale=0.2)), _init("axes", np.array([1], np.int64))]
+    image = lambda name: helper.make_tensor_value_info(name, FLOAT, ["N", 3, 32, 32])  # noqa: E731
+    graph = helper.make_graph(nodes, "siamese_tower", [image("left"), image("right")],
+                              [helper.make_tensor_value_info("distance", FLOAT, ["N"])], inits)
+    return _model(graph)
+
+
 def _conv_branch(tag: str, first: str, second: str, activation: str, pool: bool) -> onnx.GraphProto:
     """Conv(first) -> activation -> [MaxPool] -> Conv(second) -> Relu -> GAP -> Flatten -> MatMul(fc_TAG)."""
     a, b = f"{tag}_a", f"{tag}_b"
@@ -473,5 +502,5 @@ BUILDERS = {
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
               lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm, ort_qdq_cnn, fp16_conv_chain,
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
-              keras_lstm_loop, grapheme_to_phoneme)
+              keras_lstm_loop, grapheme_to_phoneme, siamese_tower)
 }  # fmt: skip
