@@ -1,0 +1,128 @@
+"""A weight several blocks read is stored once (onnxmlu/collapse/shared.py): it stays an
+initializer of the outer graph, each block reads it as an input, and its body holds a
+placeholder the custom-op library fills. The fused file is the original's size plus framing,
+and it runs in plain onnxruntime with the library, as ``--portable`` functions, with external
+data, and in onnx's reference evaluator."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxmlu import api
+from onnxmlu.collapse.shared import SHARED_ATTRIBUTE, SHARED_LOCATION, placeholder
+from onnxmlu.ir.weights import tensor_bytes
+from onnxmlu.plan.plan import plan_from_ranges
+from onnxmlu.reference import reference_evaluator
+from onnxmlu.runtime import reference_session
+from onnxmlu.schema import BodyFileReferenceError, add_body, body_model, body_model_from_attribute, is_fusion_block
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "realworld"))
+from built import siamese_tower  # noqa: E402
+
+RTOL = ATOL = 1e-4
+PINS = {"left": [1, 3, 32, 32], "right": [1, 3, 32, 32]}
+#: Serialized framing of one block (its body's ModelProto, graph, value infos, attributes).
+FRAMING_BYTES_PER_BLOCK = 8 << 10
+TOWER_LAYERS = 8  # conv, relu, pool, conv, relu, pool, flatten, projection
+
+
+def _tower_blocks():
+    """One block per tower (the second also holds the distance): both read every tower weight."""
+    model = siamese_tower()
+    layers = len(api.inspect(model, input_shapes=PINS).layers)
+    return model, plan_from_ranges([(0, TOWER_LAYERS, 1), (TOWER_LAYERS, layers, 1)])
+
+
+def _feeds(batch: int = 2) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {name: rng.standard_normal((batch, 3, 32, 32)).astype(np.float32) for name in ("left", "right")}
+
+
+def _plain_session(path: Path, library: str | None) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    if library is not None:
+        options.register_custom_ops_library(library)
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _stored_weights(model: onnx.ModelProto) -> list[str]:
+    """Names of the weights (>= 1 KiB) holding data, bodies included, one entry per copy."""
+    names = [t.name for t in model.graph.initializer if tensor_bytes(t) >= 1024]
+    for node in model.graph.node:
+        if is_fusion_block(node):
+            body = body_model_from_attribute(next(a for a in node.attribute if a.name == "body"))
+            names += [t.name for t in body.graph.initializer if t.HasField("raw_data") and tensor_bytes(t) >= 1024]
+    return names
+
+
+def test_a_tower_read_by_two_blocks_is_stored_once_and_runs_everywhere(library, tmp_path):
+    model, plan = _tower_blocks()
+    src, out = tmp_path / "siamese.onnx", tmp_path / "fused.onnx"
+    onnx.save(model, src)
+    api.fuse_to_file(src, out, plan=plan, input_shapes=PINS)
+    fused = onnx.load(out)
+    blocks = [n for n in fused.graph.node if is_fusion_block(n)]
+    assert len(blocks) == 2 and all(list(n.input[-3:]) == ["w1", "w2", "fc"] for n in blocks)
+    assert sorted(_stored_weights(fused)) == ["fc", "w1", "w2"]  # each once, in the outer graph
+    assert out.stat().st_size <= 1.05 * src.stat().st_size + FRAMING_BYTES_PER_BLOCK * len(blocks)
+
+    feeds = _feeds()
+    want = reference_session(model).run(None, feeds)[0]
+    np.testing.assert_allclose(_plain_session(out, library).run(None, feeds)[0], want, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(reference_evaluator(fused).run(None, feeds)[0], want, rtol=RTOL, atol=ATOL)
+
+    portable = tmp_path / "portable.onnx"
+    api.fuse_to_file(src, portable, plan=plan, input_shapes=PINS, portable=True)
+    assert portable.stat().st_size <= 1.05 * src.stat().st_size + FRAMING_BYTES_PER_BLOCK * len(blocks)
+    np.testing.assert_allclose(_plain_session(portable, None).run(None, feeds)[0], want, rtol=RTOL, atol=ATOL)
+
+    external = tmp_path / "external.onnx"
+    api.save_model(fused, external, external_data=True)
+    np.testing.assert_allclose(_plain_session(external, library).run(None, feeds)[0], want, rtol=RTOL, atol=ATOL)
+
+
+def _block_reading_w(shared: bool, name: str = "W") -> onnx.ModelProto:
+    """One block computing x @ W whose body holds a placeholder of ``name``; the node passes the
+    outer initializer W as its shared input only when ``shared``."""
+    w = np.arange(256, dtype=np.float32).reshape(16, 16) / 256
+    inner = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "body",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+                              [placeholder(numpy_helper.from_array(w, name))])
+    body = helper.make_model(inner, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    node = helper.make_node("MLUFusionBlock", ["x", "W"] if shared else ["x"], ["y"], domain="com.onnxmlu",
+                            name="block_0", mp=1, **({SHARED_ATTRIBUTE: 1} if shared else {}))
+    add_body(node, body.SerializeToString())
+    graph = helper.make_graph([node], "outer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+                              [numpy_helper.from_array(w, "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.onnxmlu", 1)],
+                             ir_version=8)
+
+
+def test_the_library_fills_a_placeholder_from_the_shared_input(library, tmp_path):
+    path = tmp_path / "shared.onnx"
+    onnx.save(_block_reading_w(shared=True), path)
+    x = np.ones((1, 16), np.float32)
+    w = np.arange(256, dtype=np.float32).reshape(16, 16) / 256
+    np.testing.assert_allclose(_plain_session(path, library).run(None, {"x": x})[0], x @ w, rtol=RTOL)
+
+
+@pytest.mark.parametrize("shared, name", [(False, "W"), (True, "other")], ids=["no-shared-input", "other-name"])
+def test_a_placeholder_no_shared_input_names_is_a_file_reference_and_refused(library, tmp_path, shared, name):
+    """Only the initializers the node's shared inputs name may refer to the placeholder location:
+    any other is a reference to a file, which neither the library nor Python readers follow."""
+    model = _block_reading_w(shared, name)
+    path = tmp_path / "refused.onnx"
+    onnx.save(model, path)
+    with pytest.raises(Exception, match=f"refers to a file.*{SHARED_LOCATION}"):
+        _plain_session(path, library)
+    with pytest.raises(BodyFileReferenceError, match=SHARED_LOCATION):
+        body_model(model.graph.node[0])
