@@ -198,6 +198,12 @@ MODELS: list[ModelCase] = [
           ("control-flow", "loop-recurrence", "tf2onnx", "symbolic-dims")),
     _case("built_g2p_strings", "built", "grapheme_to_phoneme", {"letters": [4, 8]},
           ("string-input", "ai-onnx-ml", "symbolic-dims")),
+    _case("built_siamese_tower", "built", "siamese_tower", {"left": [1, 3, 32, 32], "right": [1, 3, 32, 32]},
+          ("shared-weights", "symbolic-dims")),
+    _case("built_merged_if_decoder", "built", "merged_if_decoder",
+          {"input_ids": [1, 3], "past_key": [1, 2, 5, 16], "past_value": [1, 2, 5, 16]},
+          ("control-flow", "merged-decoder", "kv-cache", "outer-scope-weights", "shared-weights", "symbolic-dims"),
+          values={"input_ids": (0, 64)}),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)

@@ -50,6 +50,10 @@ NODE_BYTES = 256
 #: What folding may add: shape constants and small folded weights (each at most FOLD_FREE_BYTES).
 FOLDED_BYTES = 1 << 20
 REWRITTEN = ("Gemm", "LSTM", "GRU", "RNN")
+#: The most a fused file may weigh per byte of the original (besides framing and nodes), for the
+#: models whose weights several blocks read (onnxmlu/collapse/shared.py stores them once): the
+#: others keep the looser 1.5 of a format that copies a block's constants into its body.
+SIZE_CEILING = {"built_siamese_tower": 1.05, "built_merged_if_decoder": 1.05, "built_g2p_strings": 1.05}
 
 # Coverage (onnxmlu/analyze/coverage.py, the fuse report's ``coverage``): per model the least
 # share of heavy nodes in blocks, and the most blocks and host nodes (every graph, blocks not
@@ -115,6 +119,8 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
     "built_cond_convs": (0.9, 4, 1),  # the If stays on the host, each branch one block
     "built_keras_lstm_loop": (0.9, 3, 1),  # the Loop stays on the host, its body one block per step
     "built_g2p_strings": (1.0, 1, 2),  # the LabelEncoder and the string-table Gather stay on the host
+    "built_siamese_tower": (1.0, 1, 0),
+    "built_merged_if_decoder": (1.0, 2, 1),  # the If stays on the host, each branch one block
 }  # fmt: skip
 
 
@@ -148,7 +154,8 @@ def test_real_model_fuses_runs_matches_and_checks(case_model, library, tmp_path,
     _assert_other_shapes_match(case, original, out, library)
     _assert_check_agrees(case, original, src, out, tmp_path)
     assert _weight_bytes(fused) <= 1.1 * tensor_payload_bytes(original) + FOLDED_BYTES
-    assert out.stat().st_size <= (1.5 * src.stat().st_size + FRAMING_BYTES_PER_BLOCK * (len(report["blocks"]) + 8)
+    growth = SIZE_CEILING.get(case.id, 1.5)
+    assert out.stat().st_size <= (growth * src.stat().st_size + FRAMING_BYTES_PER_BLOCK * (len(report["blocks"]) + 8)
                                   + NODE_BYTES * sum(row["layers"] for row in report["blocks"]))
     assert list(workdir.iterdir()) == []
 
