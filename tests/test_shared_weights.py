@@ -1,4 +1,4 @@
-"""A weight several blocks read is stored once (onnxmlu/collapse/shared.py): it stays an
+"""A weight several blocks (or blocks in several branches) read is stored once (onnxmlu/collapse/shared.py): it stays an
 initializer of the outer graph, each block reads it as an input, and its body holds a
 placeholder the custom-op library fills. The fused file is the original's size plus framing,
 and it runs in plain onnxruntime with the library, as ``--portable`` functions, with external
@@ -16,7 +16,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import api
-from onnxmlu.collapse.shared import SHARED_ATTRIBUTE, SHARED_LOCATION, placeholder
+from onnxmlu.collapse.shared import SHARED_ATTRIBUTE, SHARED_LOCATION, placeholder, shared_names
+from onnxmlu.ir import iter_graphs
 from onnxmlu.ir.weights import tensor_bytes
 from onnxmlu.plan.plan import plan_from_ranges
 from onnxmlu.reference import reference_evaluator
@@ -24,7 +25,7 @@ from onnxmlu.runtime import reference_session
 from onnxmlu.schema import BodyFileReferenceError, add_body, body_model, body_model_from_attribute, is_fusion_block
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "realworld"))
-from built import siamese_tower  # noqa: E402
+from built import merged_if_decoder, siamese_tower  # noqa: E402
 
 RTOL = ATOL = 1e-4
 PINS = {"left": [1, 3, 32, 32], "right": [1, 3, 32, 32]}
@@ -53,9 +54,10 @@ def _plain_session(path: Path, library: str | None) -> ort.InferenceSession:
 
 
 def _stored_weights(model: onnx.ModelProto) -> list[str]:
-    """Names of the weights (>= 1 KiB) holding data, bodies included, one entry per copy."""
-    names = [t.name for t in model.graph.initializer if tensor_bytes(t) >= 1024]
-    for node in model.graph.node:
+    """Names of the weights (>= 1 KiB) holding data, in every graph and body, one entry per copy."""
+    graphs = list(iter_graphs(model.graph))
+    names = [t.name for g in graphs for t in g.initializer if tensor_bytes(t) >= 1024]
+    for node in (n for g in graphs for n in g.node):
         if is_fusion_block(node):
             body = body_model_from_attribute(next(a for a in node.attribute if a.name == "body"))
             names += [t.name for t in body.graph.initializer if t.HasField("raw_data") and tensor_bytes(t) >= 1024]
@@ -86,6 +88,45 @@ def test_a_tower_read_by_two_blocks_is_stored_once_and_runs_everywhere(library, 
     external = tmp_path / "external.onnx"
     api.save_model(fused, external, external_data=True)
     np.testing.assert_allclose(_plain_session(external, library).run(None, feeds)[0], want, rtol=RTOL, atol=ATOL)
+
+
+DECODER_PINS = {"input_ids": [1, 3], "past_key": [1, 2, 5, 16], "past_value": [1, 2, 5, 16]}
+
+
+def _decoder_feeds(use_cache: bool, past: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(past)
+    kv = lambda: rng.standard_normal((2, 2, past, 16)).astype(np.float32)  # noqa: E731
+    return {"input_ids": rng.integers(0, 64, (2, 3)), "past_key": kv(), "past_value": kv(),
+            "use_cache_branch": np.array([use_cache])}
+
+
+def test_a_merged_decoder_holds_every_branch_matmul_in_blocks_reading_one_copy_of_the_weights(library, tmp_path):
+    """Optimum's ``If(use_cache_branch)``: both branches read the outer weights. Each branch's
+    block holds all of its MatMuls, and reads the weights as shared inputs of the outer graph:
+    graphsurgeon's folder copies them into each branch, and they must move back first."""
+    model = merged_if_decoder()
+    src, out = tmp_path / "decoder.onnx", tmp_path / "fused.onnx"
+    onnx.save(model, src)
+    api.fuse_to_file(src, out, input_shapes=DECODER_PINS)
+    fused = onnx.load(out)
+    branches = [a.g for a in fused.graph.node[0].attribute if a.type == onnx.AttributeProto.GRAPH]
+    for branch in branches:
+        assert [n.op_type for n in branch.node if n.op_type == "MatMul"] == [], branch.name
+        blocks = [n for n in branch.node if is_fusion_block(n)]
+        assert blocks and all("lm_head" in shared_names(n) for n in blocks)
+    weights = ["embed", "lm_head", "w_down", "w_up", "wk", "wo", "wq", "wv"]
+    assert sorted(_stored_weights(fused)) == weights
+    assert out.stat().st_size <= 1.05 * src.stat().st_size + FRAMING_BYTES_PER_BLOCK * 2
+
+    reference = reference_session(model)
+    portable = tmp_path / "portable.onnx"
+    api.fuse_to_file(src, portable, input_shapes=DECODER_PINS, portable=True)
+    sessions = (_plain_session(out, library), _plain_session(portable, None))
+    for use_cache, past in ((True, 5), (False, 1), (True, 11)):
+        feeds = _decoder_feeds(use_cache, past)
+        for want, *got in zip(reference.run(None, feeds), *(s.run(None, feeds) for s in sessions)):
+            for value in got:
+                np.testing.assert_allclose(value, want, rtol=RTOL, atol=ATOL, err_msg=f"cache {use_cache} past {past}")
 
 
 def _block_reading_w(shared: bool, name: str = "W") -> onnx.ModelProto:
