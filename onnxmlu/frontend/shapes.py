@@ -6,7 +6,8 @@
    element type, a rank or a dim; its partial result is kept when it cannot finish;
 3. a probe: when every model input has a concrete shape (static, or pinned with
    ``--input-shape``) and a tensor of the main graph is still not fully known, the model runs
-   once in onnxruntime on zeros with those tensors exposed as outputs, and their concrete
+   once in onnxruntime on zeros (empty strings for a string input: a LabelEncoder's output has
+   no type onnx can infer) with those tensors exposed as outputs, and their concrete
    types and shapes are read back (onnxsim does the same). Models over
    :data:`PROBE_MAX_BYTES` of weights are not probed (it would hold a second copy).
 
