@@ -136,6 +136,9 @@ class Context:
     branches: list["BranchPlan"] = field(default_factory=list)  # branches: blocks inside host control flow
     #: A lifted subgraph's: the enclosing graph's constants it reads, shared by its blocks.
     outer_constants: frozenset[str] = frozenset()
+    #: Constants an enclosing graph lets its caller override (IR < 4 initializers listed as
+    #: graph inputs): not constant where the blocks run, so never shared (collapse/shared.py).
+    overridable: frozenset[str] = frozenset()
 
     def note(self, diagnostic: Diagnostic) -> None:
         """Record ``diagnostic`` once."""
@@ -340,7 +343,8 @@ class Collapse:
         layers = ctx.analysis.layers
         figures = [BlockFigures(sum(l.gops for l in b.layers(layers)), t)
                    for b, t in zip(ctx.plan.blocks, ctx.block_latency_us)]
-        ctx.fused, ctx.blocks = fused_without_bodies(ctx.analysis, ctx.plan, figures, ctx.outer_constants)
+        ctx.fused, ctx.blocks = fused_without_bodies(ctx.analysis, ctx.plan, figures, ctx.outer_constants,
+                                                     ctx.overridable)
         ctx.bodies = _block_bodies(ctx)
 
 
@@ -515,7 +519,9 @@ def _branch_context(ctx: Context, lifted: "Lifted") -> Context:
     precision = None if opts.precision.planner.needs_samples else opts.precision.name
     options = Options(ShapeOptions(lifted.pins or None, values or None), RewriteOptions(enabled=False),
                       PlanOptions(opts.plan.strategy, mp=opts.plan.mp), PrecisionOptions(precision))
-    return Context(lifted.model, ctx.hardware, options, outer_constants=lifted.copied)
+    overridable = ctx.overridable | {i.name for i in ctx.analysis.model.graph.input}
+    return Context(lifted.model, ctx.hardware, options, outer_constants=lifted.copied - overridable,
+                   overridable=overridable)
 
 
 #: The stages up to a plan (``prepare`` is the first three).

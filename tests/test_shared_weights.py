@@ -90,6 +90,21 @@ def test_a_tower_read_by_two_blocks_is_stored_once_and_runs_everywhere(library, 
     np.testing.assert_allclose(_plain_session(external, library).run(None, feeds)[0], want, rtol=RTOL, atol=ATOL)
 
 
+def test_weights_the_caller_may_override_are_not_shared(library, tmp_path):
+    """An initializer also listed as a graph input (IR < 4 style) is a default the caller may
+    replace, so no constant where a block runs: each block keeps its own copy, and runs."""
+    model, plan = _tower_blocks()
+    model.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in model.graph.initializer)
+    out = tmp_path / "fused.onnx"
+    api.fuse_to_file(model, out, plan=plan, input_shapes=PINS)
+    fused = onnx.load(out)
+    assert not any(shared_names(n) for n in fused.graph.node if is_fusion_block(n))
+    feeds = _feeds()
+    want = reference_session(model).run(None, feeds)[0]
+    np.testing.assert_allclose(_plain_session(out, library).run(None, feeds)[0], want, rtol=RTOL, atol=ATOL)
+
+
 DECODER_PINS = {"input_ids": [1, 3], "past_key": [1, 2, 5, 16], "past_value": [1, 2, 5, 16]}
 
 

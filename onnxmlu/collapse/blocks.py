@@ -230,15 +230,17 @@ def _release_unused(analysis: Analysis, uses: Counter) -> None:
 
 
 def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None,
-                         outer: frozenset[str] = frozenset()
+                         outer: frozenset[str] = frozenset(), overridable: frozenset[str] = frozenset()
                          ) -> tuple[onnx.ModelProto, dict[int, tuple[int, BlockInterface]]]:
     """The fused model with bodiless fusion nodes (checked acyclic), and node position ->
     (block, interface) for each fusion node. ``outer``: the constants the enclosing graph
-    defines (a lifted subgraph's), shared by every block that reads them (:mod:`.shared`)."""
+    defines (a lifted subgraph's), shared by every block that reads them; ``overridable``:
+    names never shared, the graph's own inputs besides (:mod:`.shared`)."""
     graph = analysis.model.graph
     plan = honest_labels(plan, analysis.layers)
     owner = _block_of_node(analysis, plan)
-    interfaces = _with_shared(analysis, owner, plan, block_interfaces(analysis, owner, len(plan.blocks)), outer)
+    never = overridable | {i.name for i in graph.input}
+    interfaces = _with_shared(analysis, owner, plan, block_interfaces(analysis, owner, len(plan.blocks)), outer, never)
     fused = _outer_shell(analysis)
     blocks: dict[int, tuple[int, BlockInterface]] = {}
     emitted: set[int] = set()
@@ -261,14 +263,14 @@ def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[Block
 
 
 def _with_shared(analysis: Analysis, owner: dict[int, int], plan: Plan, interfaces: list[BlockInterface],
-                 outer: frozenset[str]) -> list[BlockInterface]:
-    """``interfaces`` with the shared constants (:func:`~onnxmlu.collapse.shared.shared_constants`)
-    of each FP32 block moved from its ``constants`` to its ``shared``."""
+                 outer: frozenset[str], never: frozenset[str]) -> list[BlockInterface]:
+    """``interfaces`` with the shared constants (:func:`~onnxmlu.collapse.shared.shared_constants`,
+    none of ``never``) of each FP32 block moved from its ``constants`` to its ``shared``."""
     index = analysis.index
     eligible = [b for b, block in enumerate(plan.blocks)
                 if block.precision == DEFAULT_PRECISION and not holds_int8_arithmetic(block.layers(analysis.layers))]
     kept = {n for i in analysis.order if i not in owner for n in index.inputs[i]} | index.graph_outputs
-    shared = shared_constants(index.initializers, (interfaces[b].constants for b in eligible), kept, outer)
+    shared = shared_constants(index.initializers, (interfaces[b].constants for b in eligible), kept, outer) - never
     result = list(interfaces)
     for b in eligible:
         if any(n in shared for n in interfaces[b].constants):

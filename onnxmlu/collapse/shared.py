@@ -27,7 +27,9 @@ Python readers see the body *opened* (:func:`open_body`): the placeholders becom
 graph inputs, so body inputs and node inputs match by position again (the reference evaluator,
 ``--portable``'s functions, the views).
 
-FP16 and INT8 blocks keep their own copy: their bodies hold the weights converted.
+FP16 and INT8 blocks keep their own copy: their bodies hold the weights converted. So does a
+block reading an initializer its graph (or an enclosing one) also lists as an input (IR < 4):
+the caller may override it, so it is no constant where the block runs.
 """
 
 from __future__ import annotations
