@@ -44,7 +44,7 @@ def tower_model(hidden: int) -> onnx.ModelProto:
     inits.append(numpy_helper.from_array(np.array([1], np.int64), "axes"))
     nodes = []
     for x in ("left", "right"):
-        t = lambda name: f"{x}_{name}"  # noqa: E731
+        t = lambda name, x=x: f"{x}_{name}"  # noqa: E731
         nodes += [helper.make_node("Conv", [x, "w1"], [t("c1")], pads=[1, 1, 1, 1]),
                   helper.make_node("Relu", [t("c1")], [t("r1")]),
                   helper.make_node("MaxPool", [t("r1")], [t("p1")], kernel_shape=[2, 2], strides=[2, 2]),
