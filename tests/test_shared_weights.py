@@ -118,7 +118,8 @@ def _decoder_feeds(use_cache: bool, past: int) -> dict[str, np.ndarray]:
 def test_a_merged_decoder_holds_every_branch_matmul_in_blocks_reading_one_copy_of_the_weights(library, tmp_path):
     """Optimum's ``If(use_cache_branch)``: both branches read the outer weights. Each branch's
     block holds all of its MatMuls, and reads the weights as shared inputs of the outer graph:
-    graphsurgeon's folder copies them into each branch, and they must move back first."""
+    graphsurgeon's folder copies them into each branch, and they must move back first. Runs
+    with the library, as ``--portable`` functions and with external data, at both branches."""
     model = merged_if_decoder()
     src, out = tmp_path / "decoder.onnx", tmp_path / "fused.onnx"
     onnx.save(model, src)
@@ -136,7 +137,9 @@ def test_a_merged_decoder_holds_every_branch_matmul_in_blocks_reading_one_copy_o
     reference = reference_session(model)
     portable = tmp_path / "portable.onnx"
     api.fuse_to_file(src, portable, input_shapes=DECODER_PINS, portable=True)
-    sessions = (_plain_session(out, library), _plain_session(portable, None))
+    external = tmp_path / "external.onnx"
+    api.save_model(fused, external, external_data=True)
+    sessions = (_plain_session(out, library), _plain_session(portable, None), _plain_session(external, library))
     for use_cache, past in ((True, 5), (False, 1), (True, 11)):
         feeds = _decoder_feeds(use_cache, past)
         for want, *got in zip(reference.run(None, feeds), *(s.run(None, feeds) for s in sessions)):
