@@ -26,7 +26,9 @@ from onnxmlu.rewrite.batchnorm import BN_MODES, BatchNormRewriter
 from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
 from onnxmlu.rewrite.instancenorm import InstanceNormRewriter
+from onnxmlu.rewrite.rmsnorm import RMSNormRewriter
 from onnxmlu.rewrite.rnn import RecurrentRewriter
+from onnxmlu.rewrite.rotary import RotaryEmbeddingRewriter
 
 __all__ = [
     "BN_MODES",
@@ -45,7 +47,9 @@ __all__ = [
 REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("gemm", GemmRewriter),
                                                   ("rnn", RecurrentRewriter),
                                                   ("dqlstm", DynamicQuantizeLSTMRewriter),
-                                                  ("instancenorm", InstanceNormRewriter)])
+                                                  ("instancenorm", InstanceNormRewriter),
+                                                  ("rmsnorm", RMSNormRewriter),
+                                                  ("rotary", RotaryEmbeddingRewriter)])
 REWRITER_NAMES = REWRITERS.names()
 
 
