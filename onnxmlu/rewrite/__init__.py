@@ -22,6 +22,7 @@ from onnxmlu.ir.graphsurgeon import export_model, import_graph
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.registry import Registry
 from onnxmlu.rewrite.base import NameAllocator, RewriteContext, RewriteReport, constant_value, in_domain, run_rewriter
+from onnxmlu.rewrite.attention import AttentionRewriter
 from onnxmlu.rewrite.batchnorm import BN_MODES, BatchNormRewriter
 from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
@@ -49,7 +50,8 @@ REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("g
                                                   ("dqlstm", DynamicQuantizeLSTMRewriter),
                                                   ("instancenorm", InstanceNormRewriter),
                                                   ("rmsnorm", RMSNormRewriter),
-                                                  ("rotary", RotaryEmbeddingRewriter)])
+                                                  ("rotary", RotaryEmbeddingRewriter),
+                                                  ("attention", AttentionRewriter)])
 REWRITER_NAMES = REWRITERS.names()
 
 

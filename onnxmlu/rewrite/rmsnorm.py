@@ -47,7 +47,7 @@ class RMSNormRewriter:
             if tensor_dtype(t) not in FLOAT_DTYPES:
                 return f"{t.name} has element type {tensor_dtype(t) or 'unknown'}, need float16/float/double"
         if tensor_dtype(scale) != tensor_dtype(x):
-            return f"scale {scale.name} is {tensor_dtype(scale)} and X is {tensor_dtype(x)}: mixed types are not rewritten"
+            return f"scale {scale.name} is {tensor_dtype(scale)}, X {tensor_dtype(x)}: mixed types are not rewritten"
         stash = int(node.attrs.get("stash_type", onnx.TensorProto.FLOAT))
         if stash not in STASH_TYPES:
             return f"stash_type {stash} is not float16/float/double"
