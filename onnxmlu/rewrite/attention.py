@@ -20,7 +20,10 @@ with T = P + Skv the total length (P = past length, 0 without a cache) and the b
   Shape unless both lengths are fixed numbers);
 * the causal mask (``is_causal=1``), bottom-right aligned: query i sees key j iff
   ``j <= i + P``: ``Where(Less(Range(Sq) + P, Range(T)), -inf, 0)``, a constant when Sq, T and P
-  are fixed numbers, else computed from Shape at run time (a symbolic dim is never baked in).
+  are fixed numbers, else computed from Shape at run time (a symbolic dim is never baked in);
+* the external cache (opset 24, ``nonpad_kv_seqlen`` N of shape [B], K and V the whole cache):
+  keys ``j >= N[b]`` get -inf ([B, 1, 1, T]), and the causal offset is ``N[b] - Sq`` per sample
+  instead of P ([B, 1, Sq, T]; a negative offset masks the leading rows entirely).
 
 Grouped heads (GQA, Hq = g * Hkv): query head h reads key/value head ``h // g``. Instead of
 repeating K' and V' g times (the function body's Expand), the query heads of a group are laid
@@ -29,13 +32,14 @@ key head, and the scores Reshape back to [B, Hq, Sq, T] ([0, Hq, -1, 0]) for the
 softmax; P goes the same way before its MatMul with V'. One key head (MQA) broadcasts as it is.
 
 ``qk_matmul_output`` is S0 (mode 0), S1 (mode 1), S2 (mode 2) or the guarded P (mode 3). The
-row guard is only emitted with a mask: the causal mask alone always lets key 0 through.
+row guard is only emitted with a mask or an external cache: the causal mask alone always lets
+key 0 through.
 
 Left on the host, with the reason: types other than float16/float/double, mixed Q/K/V types,
 an input of unknown rank or a rank other than 3 and 4, 3-D inputs without both head counts,
 head counts or a head size that are not fixed numbers where they are needed (grouping, the
 default scale), a mask that is not bool or Q's type or of unknown rank, only one of
-past_key/past_value, ``nonpad_kv_seqlen`` (the external-cache form), the opset-25 sliding
+past_key/past_value, ``nonpad_kv_seqlen`` together with ``past_key`` (which the operator forbids), the opset-25 sliding
 window, and a ``softmax_precision`` other than float16/float/double.
 """
 
@@ -95,7 +99,7 @@ class AttentionRewriter:
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         form = _form(node)
         q, k, v = node.inputs[:3]
-        mask, past_k, past_v = (node_input(node, i) for i in (3, 4, 5))
+        mask, past_k, past_v, nonpad = (node_input(node, i) for i in (3, 4, 5, 6))
         outs = [node_output(node, i) for i in range(4)]
         bld = ctx.builder(node, tensor_dtype(q))
         lengths = _Lengths.of(node)
@@ -105,8 +109,8 @@ class AttentionRewriter:
         present_k = bld.concat([past_k, k4], axis=2, name="present_key") if past_k is not None else k4
         present_v = bld.concat([past_v, v4], axis=2, name="present_value") if past_v is not None else v4
         scores = _scores(bld, node, form, q4, present_k)
-        bias = _bias(bld, node, (q, mask, present_k, past_k), lengths)
-        probs, debug = _softmax(bld, node, scores, bias, guard=mask is not None)
+        bias = _bias(bld, node, (q, mask, present_k, past_k, nonpad), lengths)
+        probs, debug = _softmax(bld, node, scores, bias, guard=mask is not None or nonpad is not None)
         y = _grouped_matmul(bld, form, probs, present_v, "pv")
         if form.rank == 3:
             y = bld.reshape(bld.transpose(y, [0, 2, 1, 3], name="y_seq"), [0, 0, -1], name="y_hidden")
@@ -128,8 +132,8 @@ def _input_reason(node: gs.Node) -> str | None:
         return f"Q, K and V have ranks {sorted(map(str, ranks))}: need all 3 or all 4, known"
     if (node_input(node, 4) is None) != (node_input(node, 5) is None):
         return "past_key and past_value must come together"
-    if node_input(node, 6) is not None:
-        return "nonpad_kv_seqlen (the external-cache form) is not rewritten"
+    if node_input(node, 6) is not None and node_input(node, 4) is not None:
+        return "nonpad_kv_seqlen with past_key: the operator forbids the two cache forms together"
     if any(int(node.attrs.get(a, -1)) != -1 for a in ("left_window_size", "right_window_size")):
         return "the sliding window (left/right_window_size) is not rewritten"
     return _mask_reason(node_input(node, 3), dtype)
@@ -204,13 +208,19 @@ def _softmax(bld, node: gs.Node, scores: gs.Tensor, bias: gs.Tensor | None, guar
 
 
 def _bias(bld, node: gs.Node, tensors: tuple, lengths: _Lengths) -> gs.Tensor | None:
-    """The additive bias: the (padded) mask plus the causal mask; None when neither applies.
-    ``tensors``: the node's Q, its mask, the present key and the past key (or None)."""
-    q, mask, present_k, past_k = tensors
+    """The additive bias: the (padded) mask, the causal mask and the external cache's padding;
+    None when none applies. ``tensors``: the node's Q, mask, present key, past key and
+    nonpad_kv_seqlen (None where absent)."""
+    q, mask, present_k, past_k, nonpad = tensors
     bias = _mask_bias(bld, mask, present_k, lengths) if mask is not None else None
+    terms = []
     if int(node.attrs.get("is_causal", 0)):
-        causal = _causal_bias(bld, q, present_k, past_k, lengths)
-        bias = causal if bias is None else bld.add(bias, causal, name="mask_causal")
+        terms.append(_causal_bias(bld, q, present_k, past_k, lengths) if nonpad is None
+                     else _external_causal_bias(bld, q, present_k, nonpad))
+    if nonpad is not None:
+        terms.append(_padding_bias(bld, present_k, nonpad))
+    for term in terms:
+        bias = term if bias is None else bld.add(bias, term, name="bias_sum")
     return bias
 
 
@@ -260,6 +270,25 @@ def _causal_bias(bld, q: gs.Tensor, present_k: gs.Tensor, past_k, lengths: _Leng
     return bld.select(later, bld.scalar(-_INF), bld.scalar(0.0), name="causal")
 
 
+def _external_causal_bias(bld, q: gs.Tensor, present_k: gs.Tensor, nonpad: gs.Tensor) -> gs.Tensor:
+    """[B, 1, Sq, T] for the external cache: query i of batch b sees key j iff
+    ``j <= i + nonpad[b] - Sq`` (bottom-right at each sample's own length)."""
+    q_len = _dim(bld, q, 2 if len(tensor_shape(q)) == 4 else 1, "q_len")
+    offset = bld.reshape(bld.sub(nonpad, q_len, name="offset"), [-1, 1, 1], name="offset_3d")
+    rows = bld.add(bld.unsqueeze(_range(bld, q_len, "rows"), [1], name="rows_2d"), offset, name="rows_offset")
+    cols = bld.unsqueeze(_range(bld, _dim(bld, present_k, 2, "total"), "cols"), [0], name="cols_2d")
+    later = bld.op("Less", [rows, cols], name="causal_later", dtype=np.bool_)
+    return bld.unsqueeze(bld.select(later, bld.scalar(-_INF), bld.scalar(0.0), name="causal"), [1], name="causal_4d")
+
+
+def _padding_bias(bld, present_k: gs.Tensor, nonpad: gs.Tensor) -> gs.Tensor:
+    """[B, 1, 1, T]: -inf at the keys past each sample's ``nonpad_kv_seqlen``."""
+    cols = bld.unsqueeze(_range(bld, _dim(bld, present_k, 2, "total"), "key_cols"), [0], name="key_cols_2d")
+    valid = bld.op("Less", [cols, bld.unsqueeze(nonpad, [1], name="nonpad_2d")], name="key_valid", dtype=np.bool_)
+    bias = bld.select(valid, bld.scalar(0.0), bld.scalar(-_INF), name="padding")
+    return bld.unsqueeze(bias, [1, 2], name="padding_4d")
+
+
 def _dim(bld, x: gs.Tensor, axis: int, name: str) -> gs.Tensor:
     """``x``'s dim ``axis`` as a [1] int64 tensor: a constant when fixed, else Shape at run time."""
     shape = tensor_shape(x)
@@ -270,7 +299,10 @@ def _dim(bld, x: gs.Tensor, axis: int, name: str) -> gs.Tensor:
 
 
 def _range(bld, length: gs.Tensor, name: str) -> gs.Tensor:
-    """0, 1, ..., length - 1 (``length`` a [1] int64 tensor)."""
-    scalar = bld.reshape(length, [], name=f"{name}_n")
+    """0, 1, ..., length - 1 (``length`` a [1] int64 tensor): a constant when it is one."""
+    fixed = bld.value(length)
+    if fixed is not None:
+        return bld.int64(np.arange(int(fixed.reshape(-1)[0])), name)
+    scalar = bld.op("Squeeze", [length, bld.int64([0], f"{name}_axis")], name=f"{name}_n", dtype=np.int64)
     zero, one = bld.scalar(0, np.int64), bld.scalar(1, np.int64)
     return bld.op("Range", [zero, scalar, one], name=name, dtype=np.int64)

@@ -2,9 +2,9 @@
 
 Draws 3-D and 4-D inputs, MHA / GQA / MQA head counts, causal or not, no mask or a bool or float
 mask of rank 2-4 (full length or shorter than the total, which the operator pads with -inf),
-a KV cache (past_key/past_value in, present_key/present_value out) or none, ``scale``,
-``softcap``, every ``qk_matmul_output_mode``, fixed or symbolic dims; float32 at rtol = atol =
-1e-4. Each draw is compared with the reference evaluator, and with onnxruntime where its kernel
+a KV cache (past_key/past_value in, present_key/present_value out), opset 24's external cache
+(``nonpad_kv_seqlen``) or none, ``scale``, ``softcap``, every ``qk_matmul_output_mode``, fixed
+or symbolic dims; float32 at rtol = atol = 1e-4. Each draw is compared with the reference evaluator, and with onnxruntime where its kernel
 takes the input and agrees with the operator's definition:
 
 * a mask shorter than the total length: onnxruntime refuses it (the reference pads it);
@@ -35,9 +35,10 @@ MASKS = (None, "bool2", "bool4", "float4", "float3")
 
 
 def attention_model(rank, q_heads, kv_heads, *, causal=0, mask=None, past=0, softcap=0.0, mode=0, scale=None,
-                    precision=None, sizes=(2, 3, 3, 8, 6), short=0, symbolic=False, elem=F, seed=0):
+                    precision=None, sizes=(2, 3, 3, 8, 6), short=0, symbolic=False, elem=F, seed=0, nonpad=None):
     """One Attention node and its feeds; ``sizes`` = (B, Sq, Skv, D, Dv), ``past`` the cache length
-    (0: no cache), ``short`` how much shorter than the total the mask is."""
+    (0: no cache), ``short`` how much shorter than the total the mask is, ``nonpad`` the valid
+    lengths of an external cache (opset 24's nonpad_kv_seqlen)."""
     rng = np.random.default_rng(seed)
     batch, q_len, kv_len, head, v_head = sizes
     total = past + kv_len
@@ -53,6 +54,7 @@ def attention_model(rank, q_heads, kv_heads, *, causal=0, mask=None, past=0, sof
     if rank == 3:
         attrs.update(q_num_heads=q_heads, kv_num_heads=kv_heads)
     inputs = ["q", "k", "v", "m" if mask else "", "pk" if past else "", "pv" if past else ""]
+    inputs += ["nonpad"] if nonpad is not None else []
     outputs = ["y", "pk_out" if past else "", "pv_out" if past else "", "qk"]
     node = helper.make_node("Attention", inputs, outputs, name="attn", **attrs)
     dtype = helper.tensor_dtype_to_np_dtype(elem)
@@ -61,10 +63,14 @@ def attention_model(rank, q_heads, kv_heads, *, causal=0, mask=None, past=0, sof
         feeds["m"] = rng.random(shapes["m"]) > 0.3
     graph_inputs = [helper.make_tensor_value_info(n, TensorProto.BOOL if feeds[n].dtype == np.bool_ else elem,
                                                   _dims(n, s, symbolic)) for n, s in shapes.items()]
+    if nonpad is not None:
+        feeds["nonpad"] = np.asarray(nonpad, np.int64)
+        graph_inputs.append(helper.make_tensor_value_info("nonpad", TensorProto.INT64, ["B" if symbolic else batch]))
     graph_outputs = [helper.make_tensor_value_info(o, elem, [f"{o}_{i}" for i in range(rank if o == "y" else 4)])
                      for o in outputs if o]
     graph = helper.make_graph([node], "g", graph_inputs, graph_outputs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10), feeds
+    opset = 23 if nonpad is None else 24
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10), feeds
 
 
 def _layout(rank, batch, heads, length, head):
@@ -148,6 +154,19 @@ def test_float64_matches_the_reference_evaluator(precision):
                                    precision=precision, elem=TensorProto.DOUBLE)
     got = run_ort(_rewritten(model), feeds)
     assert_close(got, ReferenceEvaluator(model).run(None, feeds), rtol=1e-10, atol=1e-10, what="float64")
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("mask", [None, "bool4", "float4"])
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_external_cache_nonpad_kv_seqlen(causal, mask, symbolic):
+    """Opset 24: K and V are the whole cache, keys past each sample's valid length are masked and
+    the causal offset is that length minus Sq (a length shorter than Sq masks leading rows: zeros)."""
+    model, feeds = attention_model(4, 4, 2, causal=causal, mask=mask, sizes=(3, 3, 7, 8, 6), mode=3,
+                                   symbolic=symbolic, nonpad=[7, 4, 2])
+    got = run_ort(_rewritten(model), feeds)
+    assert_close(got, ReferenceEvaluator(model).run(None, feeds), what="vs reference")
+    assert_close(got, run_ort(model, feeds), what="vs onnxruntime")
 
 
 def test_grouped_heads_never_repeat_the_cache():
