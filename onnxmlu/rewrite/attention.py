@@ -106,8 +106,8 @@ class AttentionRewriter:
         detach(node, ctx.graph)
         q4, k4, v4 = (_heads(bld, t, h, n) for t, h, n in ((q, form.q_heads, "q"), (k, form.kv_heads, "k"),
                                                            (v, form.kv_heads, "v")))
-        present_k = bld.concat([past_k, k4], axis=2, name="present_key") if past_k is not None else k4
-        present_v = bld.concat([past_v, v4], axis=2, name="present_value") if past_v is not None else v4
+        present_k = _present(bld, past_k, k4, outs[1], "present_key")
+        present_v = _present(bld, past_v, v4, outs[2], "present_value")
         scores = _scores(bld, node, form, q4, present_k)
         bias = _bias(bld, node, (q, mask, present_k, past_k, nonpad), lengths)
         probs, debug = _softmax(bld, node, scores, bias, guard=mask is not None or nonpad is not None)
@@ -115,8 +115,18 @@ class AttentionRewriter:
         if form.rank == 3:
             y = bld.reshape(bld.transpose(y, [0, 2, 1, 3], name="y_seq"), [0, 0, -1], name="y_hidden")
         for value, out in zip((y, present_k, present_v, debug), outs):
-            if out is not None:  # last: finish may rename a tensor that later nodes would read
+            if out is not None and value is not out:  # last: finish may rename a tensor later nodes read
                 bld.finish(value, out)
+
+
+def _present(bld, past: gs.Tensor | None, new: gs.Tensor, out: gs.Variable | None, name: str) -> gs.Tensor:
+    """The cache after this step, Concat(past, new) on the sequence axis, written straight into
+    the node's present output when it has one (no Identity behind it)."""
+    if past is None:
+        return new
+    if out is None:
+        return bld.concat([past, new], axis=2, name=name)
+    return bld.op("Concat", [past, new], attrs={"axis": 2}, name=name, out=out)
 
 
 def _input_reason(node: gs.Node) -> str | None:

@@ -93,11 +93,14 @@ def _as_stash1(model):
 @pytest.mark.parametrize(("change", "reason"), [
     ("rank", "unknown rank"),
     ("stash", "stash_type 16"),
+    ("mixed", "mixed types"),
 ])
 def test_refusals_are_diagnostics(change, reason):
     model, _ = rms_model([2, 3, 8], -1)
     if change == "rank":
         model.graph.input[0].type.tensor_type.ClearField("shape")
+    elif change == "mixed":
+        model.graph.input[1].type.tensor_type.elem_type = TensorProto.FLOAT16
     else:
         model.graph.node[0].attribute.append(helper.make_attribute("stash_type", TensorProto.BFLOAT16))
     rewritten, report = rewrite_model(model, only=["rmsnorm"])
