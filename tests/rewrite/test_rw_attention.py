@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
-from rw_util import assert_close, full_check, op_types, run_ort
+from rw_util import assert_close, full_check, initializer_values, op_types, run_ort
 
 from onnxmlu.rewrite import rewrite_model
 
@@ -209,3 +209,19 @@ def test_refusals_are_diagnostics():
     model, _ = attention_model(4, 4, 2, past=2)
     model.graph.node[0].input[5] = ""
     assert "past_key and past_value" in _refused(model)
+
+
+def test_structure_of_causal_attention_at_fixed_lengths():
+    """At fixed lengths the causal mask is one constant and the node becomes exactly the
+    definition's chain: Transpose, two Muls by sqrt(scale), MatMul, Add, Softmax, MatMul."""
+    model, feeds = attention_model(4, 2, 2, causal=1, past=2, sizes=(1, 3, 3, 4, 4))
+    model.graph.node[0].output[3] = ""  # no qk_matmul_output
+    del model.graph.output[-1]
+    rewritten = _rewritten(model)
+    assert op_types(rewritten) == ["Concat", "Concat", "Transpose", "Mul", "Mul", "MatMul", "Add", "Softmax", "MatMul"]
+    values = initializer_values(rewritten)
+    [causal] = [v for v in values.values() if v.shape == (3, 5)]
+    assert np.array_equal(np.isinf(causal), np.triu(np.ones((3, 5), bool), k=3)) and causal.max() == 0
+    [root] = [v for v in values.values() if v.shape == () and v.dtype == np.float32]
+    assert root == np.float32(np.sqrt(1 / np.sqrt(4)))
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds), what="structure case")
