@@ -4,7 +4,9 @@ MLP -> residual (``built.opset23_decoder_layer``, also a corpus model) fuses int
 rmsnorm, rotary and attention rewriters have run, and the fused model, run with the custom-op
 library, matches the original (onnxruntime, optimizations off) at 1e-4: at the pinned shape and
 at other batch, sequence and past lengths (a decode step of one token after a long past, a
-prefill without past), since pins choose the plan, never the fused model's interface.
+prefill without past), since pins choose the plan, never the fused model's interface. The
+same with a padding mask as exporters feed it (an int64 input [batch, 1, seq, total] cast to
+bool): its length is symbolic, so the rewrite pads it to the total length at run time.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 from rw_util import assert_close, run_ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "realworld"))
@@ -29,23 +33,43 @@ PINS = {"x": [1, 4, HIDDEN], "position_ids": [1, 4], "past_key": [1, KV_HEADS, 1
         "past_value": [1, KV_HEADS, 12, HEAD]}
 
 
-def _feeds(batch: int, seq: int, past: int, seed: int = 0) -> dict[str, np.ndarray]:
+def _feeds(batch: int, seq: int, past: int, seed: int = 0, masked: bool = False) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     cache = (batch, KV_HEADS, past, HEAD)
-    return {"x": rng.standard_normal((batch, seq, HIDDEN)).astype(np.float32),
-            "position_ids": np.tile(past + np.arange(seq), (batch, 1)).astype(np.int64),
-            "past_key": rng.standard_normal(cache).astype(np.float32),
-            "past_value": rng.standard_normal(cache).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((batch, seq, HIDDEN)).astype(np.float32),
+             "position_ids": np.tile(past + np.arange(seq), (batch, 1)).astype(np.int64),
+             "past_key": rng.standard_normal(cache).astype(np.float32),
+             "past_value": rng.standard_normal(cache).astype(np.float32)}
+    if masked:  # the first sample's first two cache positions are padding
+        feeds["attention_mask"] = np.ones((batch, 1, seq, past + seq), np.int64)
+        feeds["attention_mask"][0, ..., :2] = 0
+    return feeds
 
 
-@pytest.fixture(scope="module")
-def layer():
+def _with_padding_mask(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The layer with an attention mask input [batch, 1, seq, total] (int64, cast to bool)."""
+    graph = model.graph
+    attention = next(n for n in graph.node if n.op_type == "Attention")
+    attention.input[3] = "mask_bool"
+    graph.node.insert(list(graph.node).index(attention),
+                      helper.make_node("Cast", ["attention_mask"], ["mask_bool"], to=TensorProto.BOOL))
+    graph.input.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", 1, "seq", "total"]))
+    return model
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["causal", "causal+mask"])
+def layer(request):
+    masked = request.param
     model = built.opset23_decoder_layer()
-    return model, api.fuse(model, input_shapes=PINS).model
+    pins = dict(PINS)
+    if masked:
+        model = _with_padding_mask(model)
+        pins["attention_mask"] = [1, 1, 4, 16]
+    return model, api.fuse(model, input_shapes=pins).model, masked
 
 
 def test_the_layer_is_one_block(layer):
-    model, fused = layer
+    model, fused, _ = layer
     assert {n.op_type for n in model.graph.node} >= {"RMSNormalization", "RotaryEmbedding", "Attention"}
     assert len(fused.graph.node) == 1 and is_fusion_block(fused.graph.node[0])
 
@@ -53,8 +77,8 @@ def test_the_layer_is_one_block(layer):
 @pytest.mark.parametrize(("batch", "seq", "past"), [(1, 4, 12), (2, 1, 40), (1, 6, 0), (3, 2, 5)],
                          ids=["pinned", "decode-long-past", "prefill-no-past", "batch3"])
 def test_the_fused_layer_matches_the_original(layer, batch, seq, past):
-    model, fused = layer
+    model, fused, masked = layer
     ensure_registered()
-    feeds = _feeds(batch, seq, past, seed=seq + past)
+    feeds = _feeds(batch, seq, past, seed=seq + past, masked=masked)
     got = InferenceSession(fused).run(None, feeds)
     assert_close(got, run_ort(model, feeds), what=f"batch {batch}, seq {seq}, past {past}")
