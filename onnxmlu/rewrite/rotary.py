@@ -13,7 +13,8 @@ and ``cos``, ``sin`` of shape [B, S, r/2] (the caches indexed by ``position_ids`
     Y = [rotated, x[..., r:]]
 
 Layouts: a 4-D input is [B, H, S, D], and cos/sin get a head axis ([B, 1, S, r/2]) so that
-no transpose is needed; a 3-D input [B, S, H*D] (``num_heads`` = H) is reshaped to
+no transpose is needed (nodes that read the same caches at the same positions in the same layout
+share them: Q and K of every layer); a 3-D input [B, S, H*D] (``num_heads`` = H) is reshaped to
 [B, S, H, D] (Reshape [0, 0, H, -1]: the batch and sequence stay symbolic), cos/sin become
 [B, S, 1, r/2], and the result is reshaped back ([0, 0, -1]). The halves come from Split, the
 even/odd features from Slice with step 2, and the interleaved result from stacking ``real``
@@ -40,7 +41,10 @@ class RotaryEmbeddingRewriter:
     op_types = ("RotaryEmbedding",)
 
     def __init__(self, **_: object) -> None:
-        pass
+        # (graph, cos, sin, position_ids, head axis) -> the gathered, unsqueezed cos and sin:
+        # Q and K of a layer (and every layer of a decoder) read the same caches at the same
+        # positions, so they share one Gather and Unsqueeze each
+        self._angles: dict[tuple, tuple[gs.Tensor, gs.Tensor]] = {}
 
     def check(self, node: gs.Node, ctx: RewriteContext) -> str | None:
         x, cos, sin = node.inputs[:3]
@@ -70,12 +74,11 @@ class RotaryEmbeddingRewriter:
         bld = ctx.builder(node, tensor_dtype(x))
         three_d = len(tensor_shape(x)) == 3
         y = detach(node, ctx.graph)[0]
-        if positions is not None:  # cache[position_ids]: [B, S, r/2]
-            cos = bld.op("Gather", [cos, positions], attrs={"axis": 0}, name="cos")
-            sin = bld.op("Gather", [sin, positions], attrs={"axis": 0}, name="sin")
         head_axis = 2 if three_d else 1  # [B, S, 1, r/2] against [B, S, H, D]; [B, 1, S, r/2] against [B, H, S, D]
-        cos = bld.unsqueeze(cos, [head_axis], name="cos_heads")
-        sin = bld.unsqueeze(sin, [head_axis], name="sin_heads")
+        key = (id(ctx.graph), id(cos), id(sin), id(positions), head_axis)
+        if key not in self._angles:
+            self._angles[key] = _angles(bld, cos, sin, positions, head_axis)
+        cos, sin = self._angles[key]
         xh = bld.reshape(x, [0, 0, heads, -1], name="heads") if three_d else x
         parts = bld.split(xh, [rotary, head - rotary], axis=3, name="partial") if rotary < head else [xh]
         rotated = _rotate(bld, parts[0], cos, sin, rotary, bool(node.attrs.get("interleaved", 0)))
@@ -83,6 +86,15 @@ class RotaryEmbeddingRewriter:
         if three_d:
             out = bld.reshape(out, [0, 0, -1], name="hidden")
         bld.finish(out, y)
+
+
+def _angles(bld, cos: gs.Tensor, sin: gs.Tensor, positions: gs.Tensor | None, head_axis: int):
+    """cos and sin per token (``cache[position_ids]`` when positions are given: [B, S, r/2]),
+    with a head axis of size 1 at ``head_axis``."""
+    if positions is not None:
+        cos = bld.op("Gather", [cos, positions], attrs={"axis": 0}, name="cos")
+        sin = bld.op("Gather", [sin, positions], attrs={"axis": 0}, name="sin")
+    return bld.unsqueeze(cos, [head_axis], name="cos_heads"), bld.unsqueeze(sin, [head_axis], name="sin_heads")
 
 
 def _head_size(node: gs.Node) -> int | None:

@@ -102,3 +102,17 @@ def test_refusals_are_diagnostics(change, reason):
     assert report.total == 0 and op_types(rewritten) == ["RotaryEmbedding"]
     [diagnostic] = report.skipped
     assert diagnostic.rule == "rotary" and reason in diagnostic.message
+
+
+def test_two_nodes_on_the_same_caches_share_one_gather_each():
+    """Q and K of a layer read the same caches at the same positions: one Gather per cache."""
+    model, feeds = rotary_model(3, 2, 3, 4, 8, const_cache=True)
+    graph = model.graph
+    graph.node.append(helper.make_node("RotaryEmbedding", ["x2", "cos", "sin", "pos"], ["y2"], num_heads=2))
+    graph.input.append(helper.make_tensor_value_info("x2", TensorProto.FLOAT, [2, 3, 16]))
+    graph.output.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, [2, 3, 16]))
+    feeds["x2"] = np.random.default_rng(1).standard_normal((2, 3, 16)).astype(np.float32)
+    rewritten, report = rewrite_model(model, only=["rotary"])
+    assert report.applied == {"rotary": 2}
+    assert op_types(rewritten).count("Gather") == 2 and op_types(rewritten).count("Unsqueeze") == 2
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds), what="two nodes")
