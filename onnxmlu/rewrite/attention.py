@@ -19,8 +19,9 @@ with T = P + Skv the total length (P = past length, 0 without a cache) and the b
   mask whose last dim is shorter than T is padded to T with -inf (Pad, its width computed from
   Shape unless both lengths are fixed numbers);
 * the causal mask (``is_causal=1``), bottom-right aligned: query i sees key j iff
-  ``j <= i + P``: ``Where(Less(Range(Sq) + P, Range(T)), -inf, 0)``, a constant when Sq, T and P
-  are fixed numbers, else computed from Shape at run time (a symbolic dim is never baked in);
+  ``j <= i + P``: ``Trilu(Expand(-inf, [Sq, T]), k=P+1, upper=1)`` (-inf where j > i + P, 0
+  below), a constant when Sq, T and P are fixed numbers, else computed from Shape at run time
+  (a symbolic dim is never baked in);
 * the external cache (opset 24, ``nonpad_kv_seqlen`` N of shape [B], K and V the whole cache):
   keys ``j >= N[b]`` get -inf ([B, 1, 1, T]), and the causal offset is ``N[b] - Sq`` per sample
   instead of P ([B, 1, Sq, T]; a negative offset masks the leading rows entirely).
@@ -271,13 +272,17 @@ def _causal_bias(bld, q: gs.Tensor, present_k: gs.Tensor, past_k, lengths: _Leng
     if None not in (lengths.q_len, lengths.total, lengths.past):
         allowed = np.arange(lengths.total)[None, :] <= np.arange(lengths.q_len)[:, None] + lengths.past
         return bld.const(np.where(allowed, 0.0, -_INF), "causal")
-    rows = _range(bld, _dim(bld, q, 2 if len(tensor_shape(q)) == 4 else 1, "q_len"), "rows")
-    if past_k is not None:
-        rows = bld.add(rows, _dim(bld, past_k, 2, "past_len"), name="rows_past")
-    cols = _range(bld, _dim(bld, present_k, 2, "total"), "cols")
-    later = bld.op("Less", [bld.unsqueeze(rows, [1], name="rows_2d"), bld.unsqueeze(cols, [0], name="cols_2d")],
-                   name="causal_later", dtype=np.bool_)
-    return bld.select(later, bld.scalar(-_INF), bld.scalar(0.0), name="causal")
+    # -inf from diagonal P + 1 up (key j > query i + P), 0 below: one Trilu of a -inf matrix
+    size = bld.concat([_dim(bld, q, 2 if len(tensor_shape(q)) == 4 else 1, "q_len"),
+                       _dim(bld, present_k, 2, "total")], axis=0, name="causal_shape")
+    if past_k is None or lengths.past is not None:
+        diagonal = bld.scalar(1 + (lengths.past or 0), np.int64)
+    else:
+        past = bld.op("Squeeze", [_dim(bld, past_k, 2, "past_len"), bld.int64([0], "past_axis")], name="past",
+                      dtype=np.int64)
+        diagonal = bld.add(past, bld.scalar(1, np.int64), name="diagonal")
+    filled = bld.op("Expand", [bld.scalar(-_INF), size], name="causal_fill")
+    return bld.op("Trilu", [filled, diagonal], attrs={"upper": 1}, name="causal")
 
 
 def _external_causal_bias(bld, q: gs.Tensor, present_k: gs.Tensor, nonpad: gs.Tensor) -> gs.Tensor:
