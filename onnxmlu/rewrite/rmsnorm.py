@@ -1,4 +1,4 @@
-"""RMSNormalization (opset 23) -> Mul, ReduceMean, Add, Sqrt, Div, Mul ([ONNX-ops]).
+"""RMSNormalization (opset 23) -> Pow, ReduceMean, Add, Sqrt, Div, Mul ([ONNX-ops]).
 
 ONNX RMSNormalization (input ``X`` of rank r, ``axis`` in [-r, r), default -1)::
 
@@ -10,11 +10,14 @@ when absent). The first stage (up to ``X / RMS``) is computed in ``stash_type`` 
 float32): ``X`` is cast to it and the quotient cast back to ``X``'s type before the multiply by
 ``scale``, as the operator's function body does. The rewrite emits exactly that chain::
 
-    Xs = Cast(X, stash)?      m = ReduceMean(Mul(Xs, Xs), axes, keepdims=1)
+    Xs = Cast(X, stash)?      m = ReduceMean(Pow(Xs, 2), axes, keepdims=1)
     N  = Div(Xs, Sqrt(Add(m, epsilon)))      Y = Mul(Cast(N, T)?, scale)
 
-(the Casts only when ``X``'s type is not ``stash_type``). ``ReduceMean`` takes its axes as
-an input (the op exists from opset 23, after ReduceMean's change at 18).
+(the Casts only when ``X``'s type is not ``stash_type``). The square is a ``Pow`` by 2, which
+is X * X exactly (as the reference's ``np.power(X, 2)``), because inside a block onnxruntime
+recognizes Pow-ReduceMean-Add-Sqrt-Div-Mul as its own RMS kernel and runs one node for six.
+``ReduceMean`` takes its axes as an input (the op exists from opset 23, after ReduceMean's change
+at 18).
 
 Left on the host, with the reason: an input of unknown rank (the axes need it), element types
 numpy does not hold (bfloat16), a ``scale`` of another type than
@@ -68,8 +71,9 @@ class RMSNormRewriter:
         bld = ctx.builder(node, stash)
         y = detach(node, ctx.graph)[0]
         xs = x if stash == dtype else bld.cast(x, stash, name="stash")
-        mean = bld.op("ReduceMean", [bld.mul(xs, xs, name="square"), bld.int64(list(range(axis, rank)), "axes")],
-                      attrs={"keepdims": 1}, name="mean_square")
+        square = bld.op("Pow", [xs, bld.scalar(2.0)], name="square")
+        mean = bld.op("ReduceMean", [square, bld.int64(list(range(axis, rank)), "axes")], attrs={"keepdims": 1},
+                      name="mean_square")
         rms = bld.unary("Sqrt", bld.add(mean, bld.scalar(float(node.attrs.get("epsilon", 1e-5))), name="eps"),
                         name="rms")
         normalized = bld.op("Div", [xs, rms], name="normalized")
