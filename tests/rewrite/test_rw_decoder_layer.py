@@ -82,3 +82,29 @@ def test_the_fused_layer_matches_the_original(layer, batch, seq, past):
     feeds = _feeds(batch, seq, past, seed=seq + past, masked=masked)
     got = InferenceSession(fused).run(None, feeds)
     assert_close(got, run_ort(model, feeds), what=f"batch {batch}, seq {seq}, past {past}")
+
+
+def _as_float16(model: onnx.ModelProto) -> onnx.ModelProto:
+    for i, tensor in enumerate(model.graph.initializer):
+        array = onnx.numpy_helper.to_array(tensor)
+        if array.dtype == np.float32:
+            model.graph.initializer[i].CopyFrom(onnx.numpy_helper.from_array(array.astype(np.float16), tensor.name))
+    for vi in [*model.graph.input, *model.graph.output]:
+        if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT16
+    return model
+
+
+def test_the_float16_layer_is_one_block_and_matches():
+    """float16 throughout (RMSNormalization's statistics in float32, its stash_type): one block;
+    the outputs agree to about one float16 ulp at their size (y reaches ~12, where an ulp is
+    2**-7), since onnxruntime's kernels compute some products in float32 and the primitives in
+    float16."""
+    model = _as_float16(built.opset23_decoder_layer())
+    fused = api.fuse(model, input_shapes=PINS).model
+    assert len(fused.graph.node) == 1 and is_fusion_block(fused.graph.node[0])
+    ensure_registered()
+    session = InferenceSession(fused)
+    for batch, seq, past in ((1, 4, 12), (2, 1, 30)):
+        feeds = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in _feeds(batch, seq, past).items()}
+        assert_close(session.run(None, feeds), run_ort(model, feeds), rtol=1e-2, atol=1e-2, what=f"float16 {seq}/{past}")
