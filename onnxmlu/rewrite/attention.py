@@ -1,4 +1,4 @@
-"""Attention (opset 23/24) -> Reshape/Transpose, Concat, Mul, MatMul, Tanh, Where, Softmax ([ONNX-ops]).
+"""Attention (opset 23/24) -> Reshape/Transpose, Concat, Mul, MatMul, Tanh, Trilu, Softmax ([ONNX-ops]).
 
 ONNX Attention over Q [B, Hq, Sq, D], K [B, Hkv, Skv, D], V [B, Hkv, Skv, Dv] (3-D inputs
 [B, S, H*D] are first reshaped to [B, S, H, D] and transposed to [B, H, S, D], with H from
@@ -40,8 +40,9 @@ Left on the host, with the reason: types other than float16/float/double, mixed 
 an input of unknown rank or a rank other than 3 and 4, 3-D inputs without both head counts,
 head counts or a head size that are not fixed numbers where they are needed (grouping, the
 default scale), a mask that is not bool or Q's type or of unknown rank, only one of
-past_key/past_value, ``nonpad_kv_seqlen`` together with ``past_key`` (which the operator forbids), the opset-25 sliding
-window, and a ``softmax_precision`` other than float16/float/double.
+past_key/past_value, ``nonpad_kv_seqlen`` together with ``past_key`` (which the operator
+forbids), the opset-25 sliding window, and a ``softmax_precision`` other than
+float16/float/double.
 """
 
 from __future__ import annotations
