@@ -209,6 +209,12 @@ def test_refusals_are_diagnostics():
     model, _ = attention_model(4, 4, 2, past=2)
     model.graph.node[0].input[5] = ""
     assert "past_key and past_value" in _refused(model)
+    model, _ = attention_model(4, 4, 2, past=2, nonpad=[5, 3])
+    assert "forbids" in _refused(model)
+    model, _ = attention_model(4, 4, 2)
+    model.opset_import[0].version = 25
+    model.graph.node[0].attribute.append(helper.make_attribute("left_window_size", 2))
+    assert "sliding window" in _refused(model)
 
 
 def test_structure_of_causal_attention_at_fixed_lengths():
