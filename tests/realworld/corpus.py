@@ -196,6 +196,9 @@ MODELS: list[ModelCase] = [
           ("control-flow", "torch-cond", "outer-scope-weights", "symbolic-dims")),
     _case("built_keras_lstm_loop", "built", "keras_lstm_loop", {"x": [2, 20, 12]},
           ("control-flow", "loop-recurrence", "tf2onnx", "symbolic-dims")),
+    _case("built_opset23_decoder", "built", "opset23_decoder_layer",
+          {"x": [1, 4, 64], "position_ids": [1, 4], "past_key": [1, 2, 12, 8], "past_value": [1, 2, 12, 8]},
+          ("opset23", "kv-cache", "gqa", "rope", "symbolic-dims"), {"position_ids": (0, 128)}),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)
