@@ -71,11 +71,6 @@ def layer_mp(layer: Layer, hw: Hardware) -> int:
     return 2 ** min(max(int(math.floor(x + 0.5)), 0), top)
 
 
-def block_mp(mps: Sequence[int]) -> int:
-    """Algorithm 1 line 14: the mean MP of the block rounded down to a power of two."""
-    return _mean_mp(sum(mps), len(mps))
-
-
 def _mean_mp(mp_sum: int, count: int) -> int:
     if not count:
         return 1
