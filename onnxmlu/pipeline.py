@@ -49,10 +49,11 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence, Union
 import onnx
 from onnx.serialization import registry
 
-from onnxmlu.analyze import Analysis, analyze
+from onnxmlu.analyze import analyze
 from onnxmlu.collapse.atomic import needs_external_data, write_model_atomic, write_pieces_atomic
 from onnxmlu.analyze.layers import node_label
-from onnxmlu.collapse.branches import Lifted, LiftError, computes, graft, lift, may_hold_arithmetic, subgraph_of
+from onnxmlu.collapse.branches import (BranchPlan, Lifted, LiftError, computes, graft, lift, may_hold_arithmetic,
+                                      subgraph_of)
 from onnxmlu.collapse.branches import sites as branch_sites
 from onnxmlu.collapse.blocks import BlockFigures, add_bodies, fused_without_bodies, prepare_bodies, stream_pieces
 from onnxmlu.diagnostics import Diagnostic
@@ -67,7 +68,6 @@ from onnxmlu.ir.weights import WeightStore, all_tensors, is_marker
 from onnxmlu.optional import optional_import
 from onnxmlu.options import Options, PlanOptions, PrecisionOptions, RewriteOptions, ShapeOptions
 from onnxmlu.plan.perf.hardware import Hardware
-from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import profile_plan
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.rewrite import rewrite_owned, selected_rewriters
@@ -488,25 +488,6 @@ class Write:
         else:
             write_pieces_atomic(stream_pieces(ctx.analysis, ctx.fused, ctx.blocks, ctx.bodies), ctx.output)
         _take_diagnostics(ctx, ctx.bodies)
-
-
-@dataclass
-class BranchPlan:
-    """The blocks planned inside one subgraph of a host control-flow node (``key``:
-    ``NODE.ATTR``): its plan and latencies per run of the branch, ``runs`` per run of the
-    enclosing graph (None: not known before the run), its analysis and its own branches."""
-
-    key: str
-    op_type: str
-    runs: int | None
-    plan: Plan
-    latencies: list[float]
-    analysis: Analysis
-    branches: list["BranchPlan"] = field(default_factory=list)
-
-    @property
-    def sim_latency_us(self) -> float:
-        return float(sum(self.latencies))
 
 
 class Branches:

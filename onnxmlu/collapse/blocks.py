@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Protocol, Sequence
 
 import onnx
 from onnx import helper
@@ -51,8 +51,17 @@ from onnxmlu.ir import wire
 from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, describe_fused_model, fill_body_header,
                             label_mismatch)
 
-if TYPE_CHECKING:
-    from onnxmlu.precision.bodies import BlockBodies
+
+
+class BlockBodies(Protocol):
+    """What collapse asks of the bodies at FP16/INT8 (:class:`onnxmlu.precision.bodies.BlockBodies`
+    is one): collapse sits below the precision package and calls it only through this."""
+
+    def prepare(self, blocks: Mapping[int, tuple[str, Sequence[str]]]) -> None: ...
+
+    def transform(self, b: int, precision: str, body: onnx.ModelProto) -> onnx.ModelProto: ...
+
+    def note(self, precision: str) -> str: ...
 
 MAX_BODY_BYTES = 2**31 - 1
 
