@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "onnxmlu"
 #: The layers, bottom first: a package or top-level module imports only from its own layer or
 #: those below. ``onnxmlu`` is the package's root (its facade), ``__main__`` is ``python -m``.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "diagnostics", "registry", "optional", "version", "plots", "schemas"),
+    ("errors", "diagnostics", "registry", "optional", "version", "plots", "schemas", "precisions"),
     ("ir", "schema", "reference"),
     ("frontend", "rewrite", "analyze", "plan", "runtime"),
     ("collapse",),

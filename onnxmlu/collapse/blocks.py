@@ -45,7 +45,7 @@ from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node
 from onnxmlu.ir.weights import fill_tensor, is_marker
 from onnxmlu.plan.plan import Block, Plan
 from onnxmlu.plan.labels import holds_int8_arithmetic, honest_labels
-from onnxmlu.plan.precisions import DEFAULT_PRECISION
+from onnxmlu.precisions import DEFAULT_PRECISION
 from onnxmlu.collapse.own import OWN_INT8_NOTE, mark_own_int8
 from onnxmlu.ir import wire
 from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, describe_fused_model, fill_body_header,

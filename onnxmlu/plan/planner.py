@@ -22,7 +22,7 @@ from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.labels import honest_labels
 from onnxmlu.plan.perf.layers import Layer, layers_at_precision
 from onnxmlu.plan.plan import Plan, keep_epilogues, split_oversized_blocks, with_precision
-from onnxmlu.plan.precisions import DEFAULT_PRECISION, check_precision
+from onnxmlu.precisions import DEFAULT_PRECISION, check_precision
 from onnxmlu.plan.perf.model import make_cost
 from onnxmlu.plan.perf.model import plan_block_latencies_us
 from onnxmlu.plan.strategies import run_strategy

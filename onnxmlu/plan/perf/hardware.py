@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.precisions import record
 
 DEFAULT_PROFILE = "mlu100"
 #: The most cores a profile may have: the runtime library refuses a block with a larger ``mp``.
@@ -135,11 +136,7 @@ class Hardware:
 
     def peak_per_core(self, precision: str = "fp32") -> float:
         """Datasheet peak of one core at ``precision``: TFLOPS for fp32/fp16, TOPS for int8."""
-        peaks = {"fp32": self.peak_tflops_fp32_per_core, "fp16": self.peak_tflops_fp16_per_core,
-                 "int8": self.peak_tops_int8_per_core}
-        if precision not in peaks:
-            raise OnnxMluError(f"precision must be one of {', '.join(peaks)}, not {precision!r}")
-        return float(peaks[precision])
+        return float(getattr(self, record(precision).peak))
 
     def mp_choices(self) -> list[int]:
         """Every legal core count, 1..cores."""

@@ -121,7 +121,7 @@ import numpy as np
 
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import WHOLE_MAP_KINDS, Layer, layers_at_precision
-from onnxmlu.plan.precisions import DEFAULT_PRECISION
+from onnxmlu.precisions import DEFAULT_PRECISION, PRECISIONS
 
 CostFn = Callable[[Sequence[Layer], int], float]
 
@@ -146,12 +146,11 @@ class ModelParams:
     core_sync_us: float
     overlap_theta: float
     grouped_conv_as_dense: bool
-    fp16_speedup: float = 2.0     # peak FP16 / peak FP32
-    int8_speedup: float = 4.0     # peak INT8 / peak FP32
+    speedups: tuple[tuple[str, float], ...] = ()  # (precision, its peak / the FP32 peak)
 
     def speed(self, precision: str) -> float:
         """Peak at ``precision`` over the FP32 peak (1 for fp32)."""
-        return {"fp32": 1.0, "fp16": self.fp16_speedup, "int8": self.int8_speedup}[precision]
+        return dict(self.speedups)[precision]
 
     @classmethod
     def from_hardware(cls, hw: Hardware) -> "ModelParams":
@@ -169,8 +168,7 @@ class ModelParams:
             core_sync_us=float(p.core_sync_us),
             overlap_theta=float(p.overlap_theta),
             grouped_conv_as_dense=bool(p.grouped_conv_as_dense),
-            fp16_speedup=hw.peak_per_core("fp16") / hw.peak_per_core("fp32"),
-            int8_speedup=hw.peak_per_core("int8") / hw.peak_per_core("fp32"),
+            speedups=tuple((p, hw.peak_per_core(p) / hw.peak_per_core(DEFAULT_PRECISION)) for p in PRECISIONS),
         )
 
 
