@@ -60,7 +60,8 @@ from onnxmlu.tools import view as netron
 from onnxmlu.tools import verify
 
 HardwareLike = str | Hardware
-Progress = Callable[[str], None]
+#: A plain progress callback: called with each step's line (pipeline.Progress is the richer form).
+SayFn = Callable[[str], None]
 
 
 def as_model(model: ModelLike) -> onnx.ModelProto:
@@ -89,7 +90,7 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
          bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
          calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None, inputs: dict | None = None,
-         validation: str | os.PathLike | None = None, progress: Progress | None = None,
+         validation: str | os.PathLike | None = None, progress: SayFn | None = None,
          keep_fp32: Sequence[str] = (), metric: str | None = None, options: Options | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 

@@ -29,7 +29,7 @@ from rich.table import Table
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.optional import optional_import
-from onnxmlu.plan.precisions import PRECISIONS
+from onnxmlu.precisions import PRECISIONS
 from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewriter_summary
 from onnxmlu.version import __version__
 

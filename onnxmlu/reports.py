@@ -24,7 +24,7 @@ from onnxmlu.plan.profile import ShapeProfile
 from onnxmlu.analyze.coverage import branch_coverage, coverage
 
 if TYPE_CHECKING:
-    from onnxmlu.pipeline import BranchPlan
+    from onnxmlu.collapse.branches import BranchPlan
     from onnxmlu.precision.auto import AutoResult
     from onnxmlu.rewrite import RewriteReport
     from onnxmlu.tools.profiling import NodeProfile
@@ -67,7 +67,7 @@ class FuseResult:
     auto: "AutoResult | None" = None
     #: The plan priced over the ``--input-shape`` ranges (None without a range).
     profile: ShapeProfile | None = None
-    #: Blocks planned inside host control flow (:class:`~onnxmlu.pipeline.BranchPlan`, one per branch).
+    #: Blocks planned inside host control flow (:class:`~onnxmlu.collapse.branches.BranchPlan`, one per branch).
     branches: list["BranchPlan"] = field(default_factory=list)
 
     @property
@@ -115,7 +115,7 @@ def _block_rows(plan: Plan, latencies: Sequence[float], layers: Sequence[Layer])
 
 def branch_rows(branches, parent: str = "") -> list[dict]:
     """The ``branches`` of the ``fuse`` report, one row per planned subgraph
-    (:class:`~onnxmlu.pipeline.BranchPlan`), each followed by the rows of its own: its key, the
+    (:class:`~onnxmlu.collapse.branches.BranchPlan`), each followed by the rows of its own: its key, the
     key of the subgraph holding it (``""``: the main graph), its op, runs per run of that graph,
     and its blocks and latency per run."""
     rows = []

@@ -41,6 +41,7 @@ import onnx
 from onnx import defs
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.precisions import FP16, INT8, RECORDS
 from onnxmlu.ir.graphs import FUSION_DOMAIN as DOMAIN
 from onnxmlu.ir.graphs import FUSION_OP_TYPE as OP_TYPE
 from onnxmlu.ir.graphs import copy_model, iter_graphs, node_subgraphs
@@ -271,10 +272,9 @@ def label_mismatch(precision: str, body: onnx.ModelProto) -> str | None:
     output or value_info of that type). The body's main graph is read; the custom-op library
     applies the same rule when a session is created (custom_ops/mlu_fusion_block.cc, CheckLabel)."""
     graph = body.graph
-    if precision == "int8" and not _holds_int8(graph):
-        return "labelled int8 but its body holds no quantized operator and no 8-bit integer weight cast to float"
-    if precision == "fp16" and not _holds_fp16(graph):
-        return "labelled fp16 but its body holds no float16 tensor"
+    holds = _BODY_HOLDS.get(precision)
+    if holds is not None and not holds(graph):
+        return f"labelled {precision} but its body holds no {RECORDS[precision].body_holds}"
     return None
 
 
@@ -385,3 +385,7 @@ def fill_body_header(attr: onnx.AttributeProto, size: int) -> None:
     attr.name, attr.type = "body", onnx.AttributeProto.TENSOR
     attr.t.name, attr.t.data_type = "body", onnx.TensorProto.UINT8
     attr.t.dims.append(size)
+
+
+#: What a body labelled with each precision must hold (the records' ``body_holds``, checked).
+_BODY_HOLDS = {INT8.name: _holds_int8, FP16.name: _holds_fp16}
