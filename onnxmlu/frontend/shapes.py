@@ -26,6 +26,7 @@ import onnx
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.frontend.pins import Pins, concrete_shapes, defaulted_keys, symbolic_axes, with_defaults
+from onnxmlu.frontend.symbolic import symbolic_infer
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
 from onnxmlu.ir.graphs import merge_value_infos
 from onnxmlu.ir.weights import WeightStore, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
@@ -79,19 +80,11 @@ def _complete(vi: onnx.ValueInfoProto | None, symbolic_ok: bool) -> bool:
 
 
 def _symbolic(model: onnx.ModelProto, note: Note) -> onnx.ModelProto | None:
-    """onnxruntime's symbolic inference, driven step by step so that an unfinished run keeps
-    what it found and writes no file (its ``infer_shapes`` saves the model to the current
-    directory and raises)."""
+    """onnxruntime's symbolic inference (:func:`~onnxmlu.frontend.symbolic.symbolic_infer`:
+    an unfinished run keeps what it found and writes no file; merged dims are named by a fixed
+    rule, so the result does not follow the process's string hashes)."""
     try:
-        symbolic = optional_import("onnxruntime.tools.symbolic_shape_infer")
-        # int_max, auto_merge, guess_output_rank (no: a guessed type for an op onnxruntime does not
-        # know would be declared on a block boundary as if it were known), verbose
-        engine = symbolic.SymbolicShapeInference(2**31 - 1, True, False, 0)
-        engine._preprocess(model)
-        while engine.run_:
-            engine._infer_impl()
-        engine._update_output_from_vi()
-        return engine.out_mp_
+        return symbolic_infer(model)
     except Exception as exc:  # noqa: BLE001 - an aid: onnx's result stands
         note(Diagnostic("normalize", "symbolic-inference", "",
                         f"onnxruntime's symbolic shape inference stopped: {first_line(exc)}"))

@@ -115,3 +115,32 @@ def mlp(widths=(64, 128, 128, 32), batch=1, seed=0) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, widths[0]])],
                               [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, widths[-1]])], inits)
     return make_model(graph)
+
+
+def merged_dims(pairs: int = 3) -> onnx.ModelProto:
+    """Dims that only onnxruntime's symbolic shape inference can relate, so it must merge them.
+
+    Per pair ``i``: ``x_i`` ``[N, p_i]`` and ``y_i`` ``[N, ?]`` (a dim without a name) are added
+    after a contrib ``Gelu`` (no onnx schema: onnx's inference stops there, the symbolic one
+    goes on), at the top level and inside both branches of an ``If``. Each Add makes
+    ``p_i`` and the name the engine gives ``y_i``'s dim one dim, whose name it must pick."""
+    nodes, inputs, outputs = [], [helper.make_tensor_value_info("c", TensorProto.BOOL, [])], []
+    for i in range(pairs):
+        inputs += [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, ["N", f"p{i}"]),
+                   helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, ["N", None])]
+        nodes += [helper.make_node("Gelu", [f"x{i}"], [f"g{i}"], domain="com.microsoft"),
+                  helper.make_node("Add", [f"g{i}", f"y{i}"], [f"a{i}"]),
+                  helper.make_node("If", ["c"], [f"s{i}"], then_branch=_gelu_branch(i, "Add", "t"),
+                                   else_branch=_gelu_branch(i, "Mul", "e")),
+                  helper.make_node("Add", [f"a{i}", f"s{i}"], [f"b{i}"]),
+                  helper.make_node("Relu", [f"b{i}"], [f"z{i}"])]
+        outputs.append(helper.make_tensor_value_info(f"z{i}", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "merged_dims", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def _gelu_branch(i: int, op: str, tag: str) -> onnx.GraphProto:
+    """A branch reading the outer ``x_i`` and ``y_i``: Gelu(x_i) ``op`` y_i."""
+    return helper.make_graph([helper.make_node("Gelu", [f"x{i}"], [f"g{i}{tag}"], domain="com.microsoft"),
+                              helper.make_node(op, [f"g{i}{tag}", f"y{i}"], [f"o{i}{tag}"])],
+                             f"branch{i}{tag}", [], [helper.make_tensor_value_info(f"o{i}{tag}", TensorProto.FLOAT, None)])
