@@ -306,10 +306,10 @@ def rewrite_to_file(model: str | os.PathLike, output: str | os.PathLike, *, bn_m
 
 
 def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = False, progress=None,
-            bn_mode: str | None = None) -> Analysis:
+            bn_mode: str | None = None, max_memory: int | str | None = None) -> Analysis:
     """The layer table (load → normalize → rewrite if asked, BN by ``bn_mode`` → analyze); its
-    ``to_dict()`` is the ``inspect`` report."""
-    asked = Options.of(input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode)
+    ``to_dict()`` is the ``inspect`` report. ``max_memory``: the shape probes' budget (as for :func:`fuse`)."""
+    asked = Options.of(input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, max_memory=max_memory)
     return _run(PLAN[:4], model, asked, progress=progress).analysis
 
 

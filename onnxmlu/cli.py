@@ -511,6 +511,7 @@ def _show_check(report) -> None:
 def inspect(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
+    max_memory: MaxMemoryOpt = None,
     rewrite: Annotated[bool, typer.Option("--rewrite/--no-rewrite",
                                           help=f"Rewrite first: {rewriter_summary()}.")] = False,
     json_out: JsonOpt = None,
@@ -529,7 +530,8 @@ def inspect(
         proto = api.load_model(model)
         fused = api.inspect_fused(proto)
         if fused is None:
-            analysis = api.inspect(proto, input_shapes=_shapes(input_shape), rewrite=rewrite, progress=steps)
+            analysis = api.inspect(proto, input_shapes=_shapes(input_shape), rewrite=rewrite, progress=steps,
+                                   max_memory=max_memory)
     if fused is not None:
         _deliver("inspect-fused", fused, json_out, quiet, _show_fused)
         return
