@@ -261,10 +261,10 @@ class Analyze:
         return "analysing: layer table"
 
     def run(self, ctx: Context) -> None:
-        values, budget = ctx.options.shapes.inputs, ctx.options.shapes.max_memory
+        values, budget, inferred = ctx.options.shapes.inputs, ctx.options.shapes.max_memory, {}
         shapes = pricing_shapes(ctx.model, ctx.options.shapes.input_shapes, ctx.note, ctx.weights, values=values,
-                                budget=budget)
-        sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights, values, budget)
+                                budget=budget, cache=inferred)
+        sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights, values, budget, inferred)
         ctx.analysis = analyze(ctx.model, ctx.weights, sizes, shapes if sizes else None)
         ctx.diagnostics.extend(ctx.analysis.host_diagnostics())
 
@@ -312,8 +312,9 @@ class Profile:
         layers_at = {"opt": ctx.analysis.layers}
         inputs = {"opt": ctx.analysis.input_shapes}
         for point in ("min", "max"):
-            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point, values, budget)
-            sizes = sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights, values, budget)
+            inferred = {}  # the model does not change between the two
+            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point, values, budget, inferred)
+            sizes = sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights, values, budget, inferred)
             at = analyze(ctx.model, ctx.weights, sizes).layers
             if [layer.name for layer in at] == [layer.name for layer in ctx.analysis.layers]:
                 layers_at[point] = at

@@ -120,7 +120,7 @@ def probe_shapes(model: onnx.ModelProto, note: Note, values: dict[str, np.ndarra
                         "the model is too large to probe them"))
         return 0
     shapes = {n: list(v.shape) for n, v in feeds.items()}
-    results = _run_probe(model, wanted, feeds, note, weights, budget, probe_need(model, shapes, weights, note))
+    results = _run_probe(model, wanted, feeds, note, weights, budget, probe_need(model, shapes, weights))
     for name, value in results.items():
         _set_value_info(model.graph, name, value)
     return len(results)
@@ -182,16 +182,46 @@ def _quiet_run():
     return quiet
 
 
-def probe_need(model: onnx.ModelProto, shapes: dict[str, list[int]], weights: WeightStore | None, note: Note,
-               inferred: onnx.ModelProto | None = None) -> int | None:
+def probe_need(model: onnx.ModelProto, shapes: dict[str, list[int]], weights: WeightStore | None,
+               cache: "InferenceCache | None" = None) -> int | None:
     """The bound (:func:`~onnxmlu.frontend.memory.probe_bound`) of a run of ``model`` on inputs of
-    ``shapes``: its skeleton inferred at those shapes (``inferred``, where the caller has it)."""
-    if inferred is None:
-        inferred = _infer(_shaped_skeleton(model, shapes), note)
+    ``shapes``, from its skeleton inferred at those shapes (:func:`inferred_at`; what that
+    inference could not do is said where the sizes are used, not here)."""
+    inferred = inferred_at(model, shapes, _silent, cache)
     types = {vi.name: vi.type.tensor_type.elem_type for vi in fed_inputs(model.graph)}
     feed_bytes = sum(tensor_nbytes(types.get(n, 0), dims) for n, dims in shapes.items())
     weight_bytes = tensor_payload_bytes(model) + (weights.nbytes if weights is not None else 0)
     return probe_bound(inferred, weight_bytes, feed_bytes)
+
+
+#: Skeletons inferred at input shapes, by shapes, for one model that does not change meanwhile
+#: (one analysis: its pricing shapes, their bounds and their sizes), each with the diagnostics
+#: its inference made.
+InferenceCache = dict
+
+
+def inferred_at(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
+                cache: InferenceCache | None = None) -> onnx.ModelProto:
+    """Sources 1 and 2 on a copy of ``model``'s skeleton whose fed inputs have ``shapes``; from
+    ``cache`` where it holds them (its diagnostics told to ``note`` again)."""
+    key = tuple(sorted((name, tuple(dims)) for name, dims in shapes.items()))
+    if cache is None or key not in cache:
+        said: list[Diagnostic] = []
+        inferred = _infer(_shaped_skeleton(model, shapes), said.append)
+        if cache is None:
+            return _told(inferred, said, note)
+        cache[key] = (inferred, said)
+    return _told(*cache[key], note)
+
+
+def _told(inferred: onnx.ModelProto, said: list[Diagnostic], note: Note) -> onnx.ModelProto:
+    for diagnostic in said:
+        note(diagnostic)
+    return inferred
+
+
+def _silent(diagnostic: Diagnostic) -> None:
+    """A ``note`` that keeps nothing: an inference made only to bound a run."""
 
 
 def _shaped_skeleton(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
@@ -218,12 +248,12 @@ Sized = tuple[int, list[int]]
 
 def sizes_at(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
              weights: WeightStore | None = None, values: dict[str, np.ndarray] | None = None,
-             budget: int | None = None) -> dict[str, Sized]:
+             budget: int | None = None, cache: InferenceCache | None = None) -> dict[str, Sized]:
     """:func:`priced_shapes` at the fed inputs' ``shapes``; empty for a model whose inputs
     are all fixed (its value infos already say every size)."""
     if not symbolic_axes(model):
         return {}
-    return priced_shapes(model, shapes, note, weights, values, budget)
+    return priced_shapes(model, shapes, note, weights, values, budget, cache)
 
 
 #: Sizes tried, in order, for the symbolic dims no pin sizes when the model does not run at
@@ -237,7 +267,7 @@ FALLBACK_MAX_ELEMENTS = 1 << 22
 
 def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weights: WeightStore | None = None,
                    point: str = "opt", values: dict[str, np.ndarray] | None = None,
-                   budget: int | None = None) -> dict[str, list[int]]:
+                   budget: int | None = None, cache: InferenceCache | None = None) -> dict[str, list[int]]:
     """The fed inputs' shapes the planner prices at ``point`` of the pins' profile
     (:func:`~onnxmlu.frontend.pins.concrete_shapes`). When dims no pin sizes took their
     defaults and the model does not run on zeros at those shapes, each of
@@ -247,7 +277,7 @@ def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weight
     the largest smaller size that fits and runs is taken instead, with a diagnostic; with none,
     one line names the inputs to pin (:func:`_over_budget`).
     An unpinned input the user gave ``values`` for (``--inputs``) is priced at their shape, and
-    the runs use them."""
+    the runs use them. ``cache``: inferences at shapes, kept for :func:`sizes_at` (:func:`inferred_at`)."""
     values = values or {}
     budget = default_budget() if budget is None else budget
     pins = {**{n: list(np.shape(v)) for n, v in values.items()}, **(pins or {})}
@@ -255,7 +285,7 @@ def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weight
     keys = defaulted_keys(model, pins)
     if not [k for k in keys if not k.endswith(":0")] or tensor_payload_bytes(model) > PROBE_MAX_BYTES:
         return shapes
-    session = _zeros_runner(model, weights, values, note, budget)
+    session = _zeros_runner(model, weights, values, note, budget, {} if cache is None else cache)
     if session is None:
         return shapes
     need = session.need(shapes)
@@ -325,7 +355,7 @@ def _shapes_text(shapes: dict[str, list[int]]) -> str:
 
 
 def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: dict[str, np.ndarray], note: Note,
-                  budget: int) -> "_ZerosRunner | None":
+                  budget: int, cache: InferenceCache) -> "_ZerosRunner | None":
     """A :class:`_ZerosRunner` of ``model``; None when no session can be made (a diagnostic says why)."""
     ort = optional_import("onnxruntime")
 
@@ -342,7 +372,7 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: d
         note(Diagnostic("normalize", "default-shape", "", "the default sizes of the symbolic dims could not be "
                         f"tried (no onnxruntime session: {first_line(exc)}); pass --input-shape"))
         return None
-    return _ZerosRunner(model, session, types, values, weights, note, budget)
+    return _ZerosRunner(model, session, types, values, weights, note, budget, cache)
 
 
 class _ZerosRunner:
@@ -351,13 +381,14 @@ class _ZerosRunner:
     refusal, or that the run's bound (:meth:`need`) exceeds ``budget`` (then it is not run).
     A run that cannot be bounded runs capped at ``budget``."""
 
-    def __init__(self, model, session, types: dict[str, int], values, weights, note: Note, budget: int) -> None:
+    def __init__(self, model, session, types: dict[str, int], values, weights, note: Note, budget: int,
+                 cache: InferenceCache) -> None:
         self.model, self.session, self.types, self.values = model, session, types, values
-        self.weights, self.note, self.budget = weights, note, budget
+        self.weights, self.note, self.budget, self.cache = weights, note, budget, cache
 
     def need(self, shapes: dict[str, list[int]]) -> int | None:
         """The run's bound at ``shapes`` (:func:`probe_need`); None where it cannot be bounded."""
-        return probe_need(self.model, shapes, self.weights, self.note)
+        return probe_need(self.model, shapes, self.weights, self.cache)
 
     def __call__(self, shapes: dict[str, list[int]]) -> str | None:
         if set(shapes) != set(self.types):
@@ -375,18 +406,19 @@ class _ZerosRunner:
 
 def priced_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
                   weights: WeightStore | None = None, values: dict[str, np.ndarray] | None = None,
-                  budget: int | None = None) -> dict[str, Sized]:
+                  budget: int | None = None, cache: InferenceCache | None = None) -> dict[str, Sized]:
     """Every main-graph tensor's type and concrete dims when the fed inputs have ``shapes``
     (docs/architecture.md, "Dynamic shapes"): the graph itself keeps its symbolic dims.
 
     Sources 1 and 2 run on a copy of the skeleton whose inputs are given ``shapes``; what they
     leave unknown is probed at those shapes (on zeros), the weights read from ``weights`` for
     a model whose large tensors are markers, within the memory ``budget`` (bytes)."""
-    inferred = _infer(_shaped_skeleton(model, shapes), note)
+    cache = {} if cache is None else cache  # the probe's bound reads the same inference
+    inferred = inferred_at(model, shapes, note, cache)
     sized = _sized(inferred.graph)
     wanted = [o for node in model.graph.node for o in node.output if o and o not in sized]
     if wanted and set(shapes) >= {vi.name for vi in fed_inputs(model.graph)}:
-        need = probe_need(model, shapes, weights, note, inferred)
+        need = probe_need(model, shapes, weights, cache)
         sized.update(_probe_sizes(model, wanted, shapes, note, weights, values or {}, budget, need))
     return sized
 

@@ -72,7 +72,7 @@ def test_the_bound_covers_every_tensor_of_the_run():
     """probe_need at 64 x 64 is at least the bytes of every tensor the run makes, weights and feed."""
     model = models.attention_over_pixels()
     shapes = {"latent": [1, 4, 64, 64]}
-    need = probe_need(model, shapes, None, lambda d: None)
+    need = probe_need(model, shapes, None)
     names = [o for node in model.graph.node for o in node.output]
     exposed = onnx.ModelProto()
     exposed.CopyFrom(model)
