@@ -309,13 +309,15 @@ def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weight
 
 def _within_budget(model: onnx.ModelProto, pins: Pins, point: str, session, keys: list[str],
                    shapes: dict[str, list[int]], need: int, note: Note) -> dict[str, list[int]]:
-    """The largest of :data:`FALLBACK_SIZES` under the defaults whose run fits the budget and
-    succeeds, for every defaulted dim but the batch, with a diagnostic; one line naming the
-    inputs to pin when none does (:func:`_over_budget`)."""
-    largest = max(max(dims, default=0) for dims in shapes.values())
+    """The largest of :data:`FALLBACK_SIZES`, for every defaulted dim but the batch, whose inputs
+    are smaller than at the defaults and whose run fits the budget and succeeds, with a
+    diagnostic; one line naming the inputs to pin when none does (:func:`_over_budget`)."""
+    elements = sum(math.prod(dims) for dims in shapes.values())
     fitting = None
-    for size in sorted((s for s in FALLBACK_SIZES if s < largest), reverse=True):
+    for size in sorted(FALLBACK_SIZES, reverse=True):
         candidate = concrete_shapes(model, with_defaults(model, pins, size), point)
+        if sum(math.prod(dims) for dims in candidate.values()) >= elements:
+            continue  # not smaller than the defaults
         candidate_need = session.need(candidate)
         if candidate_need is not None and candidate_need > session.budget:
             continue
