@@ -283,8 +283,9 @@ class Normalize:
         return "normalizing: functions, pins, folding, shapes"
 
     def run(self, ctx: Context) -> None:
-        ctx.model = normalize_owned(ctx.model, ctx.options.shapes.input_shapes, diagnostics=ctx.diagnostics,
-                                    probe_values=ctx.options.shapes.inputs, weights=ctx.weights)
+        shapes = ctx.options.shapes
+        ctx.model = normalize_owned(ctx.model, shapes.input_shapes, diagnostics=ctx.diagnostics,
+                                    probe_values=shapes.inputs, weights=ctx.weights, max_memory=shapes.max_memory)
         if ctx.weights is not None:  # the parsed tree dies here: protobuf frees a tree only whole
             ctx.model = ctx.weights.detach(ctx.model)
 
@@ -325,9 +326,10 @@ class Analyze:
         return "analysing: layer table"
 
     def run(self, ctx: Context) -> None:
-        values = ctx.options.shapes.inputs
-        shapes = pricing_shapes(ctx.model, ctx.options.shapes.input_shapes, ctx.note, ctx.weights, values=values)
-        sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights, values)
+        values, budget, inferred = ctx.options.shapes.inputs, ctx.options.shapes.max_memory, {}
+        shapes = pricing_shapes(ctx.model, ctx.options.shapes.input_shapes, ctx.note, ctx.weights, values=values,
+                                budget=budget, cache=inferred)
+        sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights, values, budget, inferred)
         ctx.analysis = analyze(ctx.model, ctx.weights, sizes, shapes if sizes else None)
         ctx.diagnostics.extend(ctx.analysis.host_diagnostics())
 
@@ -369,14 +371,15 @@ class Profile:
         return "pricing the plan over the input ranges"
 
     def run(self, ctx: Context) -> None:
-        pins, values = ctx.options.shapes.input_shapes, ctx.options.shapes.inputs
+        pins, values, budget = ctx.options.shapes.input_shapes, ctx.options.shapes.inputs, ctx.options.shapes.max_memory
         if not has_ranges(pins):
             return
         layers_at = {"opt": ctx.analysis.layers}
         inputs = {"opt": ctx.analysis.input_shapes}
         for point in ("min", "max"):
-            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point, values)
-            sizes = sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights, values)
+            inferred = {}  # the model does not change between the two
+            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point, values, budget, inferred)
+            sizes = sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights, values, budget, inferred)
             at = analyze(ctx.model, ctx.weights, sizes).layers
             if [layer.name for layer in at] == [layer.name for layer in ctx.analysis.layers]:
                 layers_at[point] = at

@@ -17,6 +17,7 @@ import onnx
 
 from onnxmlu.analyze import Analysis
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.frontend.memory import peak_rss_bytes
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.plan import Plan
@@ -69,6 +70,8 @@ class FuseResult:
     profile: ShapeProfile | None = None
     #: Blocks planned inside host control flow (:class:`~onnxmlu.collapse.branches.BranchPlan`, one per branch).
     branches: list["BranchPlan"] = field(default_factory=list)
+    #: The shape probes' memory budget in bytes (``--max-memory``, :mod:`onnxmlu.frontend.memory`).
+    memory_budget: int | None = None
 
     @property
     def sim_latency_us(self) -> float:
@@ -94,7 +97,8 @@ class FuseResult:
             "host_nodes": self.analysis.host_nodes(),
             "coverage": self.coverage.to_dict(),
             "calibration": self.calibration, "auto": _auto(self.auto), "profile": _profile(self.profile),
-            "diagnostics": [d.to_dict() for d in self.diagnostics], "pass_seconds": dict(self.pass_seconds)})
+            "diagnostics": [d.to_dict() for d in self.diagnostics], "pass_seconds": dict(self.pass_seconds),
+            "memory": {"budget_bytes": self.memory_budget, "peak_rss_bytes": peak_rss_bytes()}})
         if self.check is not None:
             payload["check"] = tagged("check", self.check.to_dict())
         return payload
