@@ -60,7 +60,8 @@ from onnxmlu.tools import view as netron
 from onnxmlu.tools import verify
 
 HardwareLike = str | Hardware
-Progress = Callable[[str], None]
+#: A plain progress callback: called with each step's line (pipeline.Progress is the richer form).
+SayFn = Callable[[str], None]
 
 
 def as_model(model: ModelLike) -> onnx.ModelProto:
@@ -81,7 +82,8 @@ def _run(passes, model: ModelLike, options: Options, *, hardware: HardwareLike |
 def _result(ctx: Context) -> FuseResult:
     return FuseResult(ctx.fused, ctx.analysis, ctx.plan, ctx.hardware, ctx.rewrite_report, ctx.block_latency_us,
                       ctx.diagnostics, ctx.pass_seconds, ctx.output, calibration=calibration_report(ctx.bodies),
-                      auto=ctx.auto, profile=ctx.profile, branches=ctx.branches)
+                      auto=ctx.auto, profile=ctx.profile, branches=ctx.branches,
+                      memory_budget=ctx.options.shapes.max_memory)
 
 
 # ---------------------------------------------------------------------------------- fuse
@@ -89,8 +91,9 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
          hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
          bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
          calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None, inputs: dict | None = None,
-         validation: str | os.PathLike | None = None, progress: Progress | None = None,
-         keep_fp32: Sequence[str] = (), metric: str | None = None, options: Options | None = None) -> FuseResult:
+         validation: str | os.PathLike | None = None, progress: SayFn | None = None,
+         keep_fp32: Sequence[str] = (), metric: str | None = None, options: Options | None = None,
+         max_memory: int | str | None = None) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 
     ``options``: what to do, one typed object per concern (:class:`~onnxmlu.options.Options`,
@@ -103,11 +106,13 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     by default, or ``"top1>=X"``), judged on the ``validation`` folder's samples (None: held out
     from the calibration samples, :func:`~onnxmlu.precision.calibration.split_samples`;
     :mod:`onnxmlu.precision.auto`). ``inputs``: arrays by input name (``--inputs``) that the
-    shape probe runs instead of zeros, where values set shapes."""
+    shape probe runs instead of zeros, where values set shapes. ``max_memory``: the shape probes'
+    memory budget (bytes or ``"4G"``; None: half the host's available memory,
+    :mod:`onnxmlu.frontend.memory`)."""
     options = options or Options.of(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, inputs=inputs,
                                     rewrite=rewrite, bn_mode=bn_mode, precision=precision, calibration=calibration,
                                     validation=validation, calibrator=calibrator, accuracy=accuracy,
-                                    keep_fp32=keep_fp32, metric=metric)
+                                    keep_fp32=keep_fp32, metric=metric, max_memory=max_memory)
     refuse_validation(options, check=False)
     return _result(_run(FUSE, model, options, hardware=hardware, progress=progress))
 
@@ -120,7 +125,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                  check: CheckOptions | None = None, portable: bool = False, inputs: dict | None = None,
                  progress=None, validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
                  metric: str | None = None, options: Options | None = None,
-                 output_options: OutputOptions | None = None) -> FuseResult:
+                 output_options: OutputOptions | None = None, max_memory: int | str | None = None) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     A model file is fused holding the weights about once plus one block in memory: right after
@@ -141,7 +146,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     options = options or Options.of(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, inputs=inputs,
                                     rewrite=rewrite, bn_mode=bn_mode, precision=precision, calibration=calibration,
                                     validation=validation, calibrator=calibrator, accuracy=accuracy,
-                                    keep_fp32=keep_fp32, metric=metric)
+                                    keep_fp32=keep_fp32, metric=metric, max_memory=max_memory)
     written = output_options or OutputOptions(portable, check)
     refuse_validation(options, written.check is not None)
     return _fused_to(out, model, options, written, hardware, progress)
@@ -302,10 +307,10 @@ def rewrite_to_file(model: str | os.PathLike, output: str | os.PathLike, *, bn_m
 
 
 def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool = False, progress=None,
-            bn_mode: str | None = None) -> Analysis:
+            bn_mode: str | None = None, max_memory: int | str | None = None) -> Analysis:
     """The layer table (load → normalize → rewrite if asked, BN by ``bn_mode`` → analyze); its
-    ``to_dict()`` is the ``inspect`` report."""
-    asked = Options.of(input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode)
+    ``to_dict()`` is the ``inspect`` report. ``max_memory``: the shape probes' budget (as for :func:`fuse`)."""
+    asked = Options.of(input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, max_memory=max_memory)
     return _run(PLAN[:4], model, asked, progress=progress).analysis
 
 

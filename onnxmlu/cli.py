@@ -29,7 +29,7 @@ from rich.table import Table
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.optional import optional_import
-from onnxmlu.plan.precisions import PRECISIONS
+from onnxmlu.precisions import PRECISIONS
 from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewriter_summary
 from onnxmlu.version import __version__
 
@@ -56,6 +56,10 @@ InputShapeOpt = Annotated[List[str], _option(
     "--input-shape", help=(
         "The shape to plan for, NAME:D1,D2,... (repeatable); a dim may be a range MIN..MAX or MIN/OPT/MAX "
         "(priced at OPT, default MIN). Pins choose the plan: symbolic dims stay symbolic in the fused model."))]
+MaxMemoryOpt = Annotated[Optional[str], _option("--max-memory", help=(
+    "Memory budget of the runs that learn shapes, e.g. 4G or 512M (default: half the memory the host has "
+    "available). A run is bounded before it starts; unpinned dims whose default sizes do not fit are "
+    "planned smaller, or the one error line names the inputs to pin."))]
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=(
     "Fusion/MP strategy: none, fixed-mp, dynamic-mp, all-fusion, fusion-fixed-mp, dlfusion, oracle, "
     "optimal, or one registered in Python. oracle/optimal search blocks of at most 256 layers plus whole "
@@ -251,6 +255,7 @@ def fuse(
     plan: PlanOpt = None,
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
+    max_memory: MaxMemoryOpt = None,
     bn: FuseBnOpt = None,
     precision: PrecisionOpt = None,
     calibration: CalibrationOpt = None,
@@ -271,13 +276,13 @@ def fuse(
     _deliver_fuse(_fuse_to_file(**locals()), json_out, quiet, portable)
 
 
-def _fuse_to_file(model, output, strategy, mp, plan, hw, input_shape, bn, precision, calibration, validation,
-                  keep_fp32, metric, calibrator, accuracy, check, inputs, portable, json_out, quiet):
+def _fuse_to_file(model, output, strategy, mp, plan, hw, input_shape, max_memory, bn, precision, calibration,
+                  validation, keep_fp32, metric, calibrator, accuracy, check, inputs, portable, json_out, quiet):
     """``fuse``'s options, parsed once into their objects, handed to :func:`onnxmlu.api.fuse_to_file`."""
     api = optional_import("onnxmlu.api")
     written = api.OutputOptions(portable, _check_options(inputs) if check else None)
     options = api.Options(api.ShapeOptions(_shapes(input_shape), None if inputs is None or inputs.is_dir()
-                                           else _arrays(inputs)),
+                                           else _arrays(inputs), max_memory),
                           api.RewriteOptions(bn_mode=bn), api.PlanOptions(strategy, plan, mp),
                           _precision(precision, calibration, validation, keep_fp32, metric, accuracy, calibrator))
     with _steps(quiet) as steps:
@@ -506,6 +511,7 @@ def _show_check(report) -> None:
 def inspect(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
+    max_memory: MaxMemoryOpt = None,
     rewrite: Annotated[bool, typer.Option("--rewrite/--no-rewrite",
                                           help=f"Rewrite first: {rewriter_summary()}.")] = False,
     json_out: JsonOpt = None,
@@ -524,7 +530,8 @@ def inspect(
         proto = api.load_model(model)
         fused = api.inspect_fused(proto)
         if fused is None:
-            analysis = api.inspect(proto, input_shapes=_shapes(input_shape), rewrite=rewrite, progress=steps)
+            analysis = api.inspect(proto, input_shapes=_shapes(input_shape), rewrite=rewrite, progress=steps,
+                                   max_memory=max_memory)
     if fused is not None:
         _deliver("inspect-fused", fused, json_out, quiet, _show_fused)
         return
@@ -657,6 +664,7 @@ def plan(
     mp: MpOpt = None,
     hw: HwOpt = "mlu100",
     input_shape: InputShapeOpt = None,
+    max_memory: MaxMemoryOpt = None,
     precision: PrecisionOpt = None,
     calibration: CalibrationOpt = None,
     validation: ValidationOpt = None,
@@ -680,11 +688,12 @@ def plan(
     _deliver("plan", report, json_out, quiet, _show_plan)
 
 
-def _plan(model, output, strategy, mp, hw, input_shape, precision, calibration, validation, keep_fp32, metric,
-          accuracy, plot, pareto, json_out, quiet):
+def _plan(model, output, strategy, mp, hw, input_shape, max_memory, precision, calibration, validation, keep_fp32,
+          metric, accuracy, plot, pareto, json_out, quiet):
     """``plan``'s options, parsed once into their objects, handed to :func:`onnxmlu.api.plan`."""
     api = optional_import("onnxmlu.api")
-    options = api.Options(api.ShapeOptions(_shapes(input_shape)), plan=api.PlanOptions(strategy, mp=mp),
+    options = api.Options(api.ShapeOptions(_shapes(input_shape), max_memory=max_memory),
+                          plan=api.PlanOptions(strategy, mp=mp),
                           precision=_precision(precision, calibration, validation, keep_fp32, metric, accuracy,
                                                pareto=pareto is not None))
     with _steps(quiet) as steps:

@@ -8,9 +8,7 @@ owns; the CLI prints a summary of that list and ``--json`` carries it whole.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -23,7 +21,3 @@ class Diagnostic:
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
 
-
-def most_common_messages(diagnostics: Iterable[Diagnostic], stage: str, limit: int = 5) -> list[tuple[str, int]]:
-    """The ``limit`` most frequent messages of one stage, with their counts."""
-    return Counter(d.message for d in diagnostics if d.stage == stage).most_common(limit)

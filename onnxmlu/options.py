@@ -4,7 +4,8 @@ The CLI parses its options into these objects and hands them to :mod:`onnxmlu.ap
 call's keywords become the same objects, :meth:`Options.of`); the pipeline's passes and the
 planners read the one each needs, and nothing below parses an option again:
 
-* :class:`ShapeOptions` -- ``--input-shape`` pins and the ``--inputs`` arrays the shape probe runs;
+* :class:`ShapeOptions` -- ``--input-shape`` pins, the ``--inputs`` arrays the shape probe runs and
+  its memory budget (``--max-memory``);
 * :class:`RewriteOptions` -- whether to rewrite, ``--bn`` (None: the precision's default) and ``--only``;
 * :class:`PlanOptions` -- ``--strategy``, ``--plan`` and ``--mp``;
 * :class:`PrecisionOptions` -- ``--precision`` and what its planner takes (samples, ``--calibrator``,
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.frontend.memory import default_budget, parse_size
 from onnxmlu.optional import optional_import
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, PlanLike, StrategyLike
 from onnxmlu.precision.accuracy import Budget
@@ -44,10 +46,18 @@ DEFAULT_CALIBRATOR = "minmax"
 @dataclass(frozen=True)
 class ShapeOptions:
     """``input_shapes``: the parsed ``--input-shape`` pins (they choose the plan, never the graph);
-    ``inputs``: the user's arrays by input name (``--inputs``), run by the shape probe."""
+    ``inputs``: the user's arrays by input name (``--inputs``), run by the shape probe;
+    ``max_memory``: the shape probes' memory budget (``--max-memory``: bytes, or text such as
+    ``4G``, parsed here; None: :func:`~onnxmlu.frontend.memory.default_budget` when made)."""
 
     input_shapes: dict | None = None
     inputs: dict | None = None
+    max_memory: int | str | None = None
+
+    def __post_init__(self) -> None:
+        budget = self.max_memory
+        budget = default_budget() if budget is None else parse_size(budget) if isinstance(budget, str) else int(budget)
+        object.__setattr__(self, "max_memory", budget)
 
 
 @dataclass(frozen=True)
@@ -170,9 +180,10 @@ class Options:
            bn_mode: str | None = None, only: Sequence[str] | None = None, precision: str | None = None,
            calibration: PathLike | None = None, validation: PathLike | None = None,
            calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None,
-           keep_fp32: Sequence[str] = (), metric: str | None = None, pareto: bool = False) -> "Options":
+           keep_fp32: Sequence[str] = (), metric: str | None = None, pareto: bool = False,
+           max_memory: int | str | None = None) -> "Options":
         """The objects of the API's keyword arguments (the same names as the CLI's options)."""
-        return cls(ShapeOptions(input_shapes, inputs), RewriteOptions(rewrite, bn_mode, only),
+        return cls(ShapeOptions(input_shapes, inputs, max_memory), RewriteOptions(rewrite, bn_mode, only),
                    PlanOptions(strategy, plan, mp),
                    PrecisionOptions.parse(precision, calibration=calibration, validation=validation,
                                           calibrator=calibrator, accuracy=accuracy, keep_fp32=keep_fp32,

@@ -8,8 +8,11 @@
                    host If/Loop/Scan, lifted into a model: :class:`Branches`)
 
 Every pass has a ``name``, a ``label(ctx)`` (the progress line shown while it runs) and
-``run(ctx) -> None``: it reads what the passes before it left in the :class:`Context` and
-leaves its own result there. :class:`PassManager` runs a list of passes under *instruments*
+``run(ctx) -> None``, and declares its contract: what it ``requires`` (a setting, a result),
+the results it ``provides`` and those it ``may_leave``. The :class:`Context` keeps the caller's
+frozen :class:`Settings` apart from the :data:`RESULTS`, which are absent until a pass writes
+them; :class:`Sequential` (a list of passes that is itself a pass) checks every pass's contract
+on both sides and names the pass that broke it. :class:`PassManager` runs a list under *instruments*
 (hooks around the whole run and around each pass, as TVM's ``PassContext`` instruments [TVM-passes] and
 onnxscript's ``PassManager`` [ONNXScript] do): the progress line of each pass, the time each pass took
 (``Context.pass_seconds``), and Python's cyclic garbage collector paused for the run. The two
@@ -39,17 +42,18 @@ from __future__ import annotations
 import gc
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence, Union
 
 import onnx
 from onnx.serialization import registry
 
-from onnxmlu.analyze import Analysis, analyze
+from onnxmlu.analyze import analyze
 from onnxmlu.collapse.atomic import needs_external_data, write_model_atomic, write_pieces_atomic
 from onnxmlu.analyze.layers import node_label
-from onnxmlu.collapse.branches import Lifted, LiftError, computes, graft, lift, may_hold_arithmetic, subgraph_of
+from onnxmlu.collapse.branches import (BranchPlan, Lifted, LiftError, computes, graft, lift, may_hold_arithmetic,
+                                      subgraph_of)
 from onnxmlu.collapse.branches import sites as branch_sites
 from onnxmlu.collapse.blocks import BlockFigures, add_bodies, fused_without_bodies, prepare_bodies, stream_pieces
 from onnxmlu.diagnostics import Diagnostic
@@ -64,15 +68,13 @@ from onnxmlu.ir.weights import WeightStore, all_tensors, is_marker
 from onnxmlu.optional import optional_import
 from onnxmlu.options import Options, PlanOptions, PrecisionOptions, RewriteOptions, ShapeOptions
 from onnxmlu.plan.perf.hardware import Hardware
-from onnxmlu.plan.plan import Plan
-from onnxmlu.plan.profile import ShapeProfile, profile_plan
+from onnxmlu.plan.profile import profile_plan
 from onnxmlu.precision import DEFAULT_PRECISION
-from onnxmlu.rewrite import RewriteReport, rewrite_owned, selected_rewriters
+from onnxmlu.rewrite import rewrite_owned, selected_rewriters
 from onnxmlu.schema import ensure_registered
 from onnxmlu.tools.view import explode
 
 if TYPE_CHECKING:
-    from onnxmlu.precision.auto import AutoResult
     from onnxmlu.precision.bodies import BlockBodies
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto]
@@ -111,34 +113,96 @@ def as_progress(progress: Progress | Callable[[str], None] | None) -> Progress:
     return progress if hasattr(progress, "say") else Say(progress)  # type: ignore[return-value]
 
 
-@dataclass
-class Context:
-    """One run of the pipeline: its inputs, then what each pass leaves for the next."""
+@dataclass(frozen=True)
+class Settings:
+    """What the caller asked for one run: frozen, read by every pass, written by none."""
 
     source: ModelLike
     hardware: Hardware | None
     options: Options = field(default_factory=Options)
-    weights: WeightStore | None = None
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    progress: Progress = field(default_factory=Say)
     output: Path | None = None
-    pass_seconds: dict[str, float] = field(default_factory=dict)
-    model: onnx.ModelProto | None = None  # load, normalize, rewrite
-    rewrite_report: RewriteReport | None = None  # rewrite
-    analysis: Analysis | None = None  # analyze
-    plan: Plan | None = None  # plan
-    block_latency_us: list[float] = field(default_factory=list)  # plan
-    fused: onnx.ModelProto | None = None  # collapse (bodiless), embed / write
-    blocks: dict = field(default_factory=dict)  # collapse: fused node position -> (block, interface)
-    bodies: "BlockBodies | None" = None  # plan (auto) or collapse: FP16/INT8 bodies (None: every block FP32)
-    auto: "AutoResult | None" = None  # plan: what --precision auto chose, considered and measured
-    profile: ShapeProfile | None = None  # profile: the plan priced over the --input-shape ranges
-    branches: list["BranchPlan"] = field(default_factory=list)  # branches: blocks inside host control flow
     #: A lifted subgraph's: the enclosing graph's constants it reads, shared by its blocks.
     outer_constants: frozenset[str] = frozenset()
     #: Constants an enclosing graph lets its caller override (IR < 4 initializers listed as
     #: graph inputs): not constant where the blocks run, so never shared (collapse/shared.py).
     overridable: frozenset[str] = frozenset()
+
+
+#: What the passes produce, each absent until a pass sets it (docs/architecture.md, "Passes").
+RESULTS: dict[str, str] = {
+    "model": "the model being compiled (load, normalize, rewrite)",
+    "rewrite_report": "what each rewriter did (rewrite)",
+    "analysis": "the layer table and host reasons (analyze)",
+    "plan": "blocks, MPs and precisions (plan)",
+    "block_latency_us": "each block's simulated latency (plan)",
+    "bodies": "FP16/INT8 block bodies; None: every block FP32 (plan, collapse)",
+    "auto": "what --precision auto chose, considered and measured (plan)",
+    "profile": "the plan priced over the --input-shape ranges (profile)",
+    "fused": "the fused graph, bodiless until embed or write (collapse)",
+    "blocks": "fused node position -> (block, interface) of the bodies still to write (collapse)",
+    "branches": "the blocks planned inside host control flow (branches)",
+}
+#: Results a pass leaves only when it has something to say: absent, they read as None.
+OPTIONAL_RESULTS = frozenset({"rewrite_report", "auto", "profile"})
+
+
+class MissingResultError(AttributeError):
+    """A result read before any pass produced it: a pass list that does not meet its contracts."""
+
+
+class Context:
+    """One run of the pipeline: the caller's frozen :class:`Settings`; the :data:`RESULTS`,
+    absent until a pass produces them (reading a missing one raises :class:`MissingResultError`,
+    except :data:`OPTIONAL_RESULTS`, which read as None); and the run's record (diagnostics,
+    seconds per pass, the weight store, where progress goes).
+
+    Every write of a result is logged, so :class:`Sequential` can check that a pass wrote only
+    what it declares (``provides`` and ``may_leave``)."""
+
+    def __init__(self, source: ModelLike, hardware: Hardware | None, options: Options | None = None,
+                 weights: WeightStore | None = None, *, progress: Progress | None = None,
+                 output: Path | None = None) -> None:
+        object.__setattr__(self, "settings", Settings(source, hardware, options or Options(), output))
+        object.__setattr__(self, "_results", {})
+        object.__setattr__(self, "written", [])
+        self.weights = weights
+        self.diagnostics: list[Diagnostic] = []
+        self.progress = progress if progress is not None else Say()
+        self.pass_seconds: dict[str, float] = {}
+
+    def __getattr__(self, name: str):
+        if name in RESULTS:
+            if name in self._results:
+                return self._results[name]
+            if name in OPTIONAL_RESULTS:
+                return None
+            raise MissingResultError(f"ctx.{name} was read before any pass produced it")
+        if name in _SETTINGS:
+            return getattr(self.settings, name)
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _SETTINGS:
+            raise AttributeError(f"ctx.{name} is a setting: a pass reads it and never writes it")
+        if name in RESULTS:
+            self._results[name] = value
+            self.written.append(name)
+        else:
+            object.__setattr__(self, name, value)
+
+    def has(self, name: str) -> bool:
+        """Whether ``name`` (a result or a setting) is there: a result a pass produced, or a
+        setting the caller gave (not None)."""
+        if name in _SETTINGS:
+            return getattr(self.settings, name) is not None
+        return name in self._results
+
+    def child(self, source: ModelLike, options: Options, **settings) -> "Context":
+        """A context for a sub-pipeline (a branch): the same hardware, its own source and options
+        (and the other :class:`Settings` given as keywords)."""
+        child = Context(source, self.hardware, options)
+        object.__setattr__(child, "settings", replace(child.settings, **settings))
+        return child
 
     def note(self, diagnostic: Diagnostic) -> None:
         """Record ``diagnostic`` once."""
@@ -150,12 +214,16 @@ class Context:
         return "the model" if isinstance(self.source, onnx.ModelProto) else Path(self.source).name
 
 
+_SETTINGS = frozenset(f.name for f in fields(Settings))
+
+
 class Pass(Protocol):
-    """A pass and its contract: the :class:`Context` fields it ``requires`` (set by an earlier
-    pass, or by the caller), those it ``provides`` (set when it returns) and those it
-    ``may_leave`` (set only when there is something to say: a report, a profile); ``where``
-    names its modules and ``what`` says what it does (docs/architecture.md's table of passes is
-    :func:`pass_table` of these declarations)."""
+    """A pass and its contract: what it ``requires`` (settings the caller gave, results an
+    earlier pass produced), the results it ``provides`` (writes on every run) and those it
+    ``may_leave`` (writes only when there is something to say: a report, a profile). It writes
+    no other result: :class:`Sequential` checks both sides and names the pass that breaks the
+    contract. ``where`` names its modules and ``what`` says what it does (docs/architecture.md's
+    table of passes is :func:`pass_table` of these declarations)."""
 
     name: str
     requires: tuple[str, ...]
@@ -223,8 +291,9 @@ class Normalize:
         return "normalizing: functions, pins, folding, shapes"
 
     def run(self, ctx: Context) -> None:
-        ctx.model = normalize_owned(ctx.model, ctx.options.shapes.input_shapes, diagnostics=ctx.diagnostics,
-                                    probe_values=ctx.options.shapes.inputs, weights=ctx.weights)
+        shapes = ctx.options.shapes
+        ctx.model = normalize_owned(ctx.model, shapes.input_shapes, diagnostics=ctx.diagnostics,
+                                    probe_values=shapes.inputs, weights=ctx.weights, max_memory=shapes.max_memory)
         if ctx.weights is not None:  # the parsed tree dies here: protobuf frees a tree only whole
             ctx.model = ctx.weights.detach(ctx.model)
 
@@ -232,8 +301,8 @@ class Normalize:
 class Rewrite:
     name = "rewrite"
     requires = ("model",)
-    provides = ("model",)
-    may_leave = ("rewrite_report",)
+    provides = ()
+    may_leave = ("model", "rewrite_report")  # nothing when rewriting is off
     where = "`rewrite/`"
     what = "rewrites what the accelerator cannot run into its primitives"
 
@@ -265,9 +334,10 @@ class Analyze:
         return "analysing: layer table"
 
     def run(self, ctx: Context) -> None:
-        values = ctx.options.shapes.inputs
-        shapes = pricing_shapes(ctx.model, ctx.options.shapes.input_shapes, ctx.note, ctx.weights, values=values)
-        sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights, values)
+        values, budget, inferred = ctx.options.shapes.inputs, ctx.options.shapes.max_memory, {}
+        shapes = pricing_shapes(ctx.model, ctx.options.shapes.input_shapes, ctx.note, ctx.weights, values=values,
+                                budget=budget, cache=inferred)
+        sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights, values, budget, inferred)
         ctx.analysis = analyze(ctx.model, ctx.weights, sizes, shapes if sizes else None,
                                sizing_hint(ctx.model, ctx.options.shapes.input_shapes))
         ctx.diagnostics.extend(ctx.analysis.host_diagnostics())
@@ -276,8 +346,8 @@ class Analyze:
 class PlanPass:
     name = "plan"
     requires = ("analysis", "hardware")
-    provides = ("plan", "block_latency_us")
-    may_leave = ("bodies", "auto")
+    provides = ("plan", "block_latency_us", "bodies")
+    may_leave = ("auto",)
     where = "`plan/planner.py` (+ `strategies/`, `perf/`), `precision/`"
     what = "chooses blocks, MPs and precisions; prices each block"
 
@@ -310,14 +380,15 @@ class Profile:
         return "pricing the plan over the input ranges"
 
     def run(self, ctx: Context) -> None:
-        pins, values = ctx.options.shapes.input_shapes, ctx.options.shapes.inputs
+        pins, values, budget = ctx.options.shapes.input_shapes, ctx.options.shapes.inputs, ctx.options.shapes.max_memory
         if not has_ranges(pins):
             return
         layers_at = {"opt": ctx.analysis.layers}
         inputs = {"opt": ctx.analysis.input_shapes}
         for point in ("min", "max"):
-            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point, values)
-            sizes = sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights, values)
+            inferred = {}  # the model does not change between the two
+            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point, values, budget, inferred)
+            sizes = sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights, values, budget, inferred)
             at = analyze(ctx.model, ctx.weights, sizes).layers
             if [layer.name for layer in at] == [layer.name for layer in ctx.analysis.layers]:
                 layers_at[point] = at
@@ -329,9 +400,9 @@ class Profile:
 
 class Collapse:
     name = "collapse"
-    requires = ("analysis", "plan")
-    provides = ("fused", "blocks")
-    may_leave = ("bodies",)
+    requires = ("analysis", "plan", "block_latency_us", "bodies")
+    provides = ("fused", "blocks", "bodies")
+    may_leave = ()
     where = "`collapse/blocks.py`"
     what = "builds the fused graph, one bodiless `MLUFusionBlock` node per block"
 
@@ -375,8 +446,8 @@ class Embed:
     """Last pass of ``fuse``: every block's body into its node, in memory."""
 
     name = "embed"
-    requires = ("fused",)
-    provides = ("fused",)
+    requires = ("fused", "analysis", "blocks", "bodies")
+    provides = ("blocks",)  # the bodies go into ctx.fused's nodes in place
     may_leave = ()
     where = "`collapse/blocks.py`"
     what = "puts each block's body into its node"
@@ -414,7 +485,7 @@ class Write:
     memory, or one over protobuf's 2 GB limit (external data), is embedded and saved whole."""
 
     name = "write"
-    requires = ("fused", "output")
+    requires = ("fused", "analysis", "blocks", "bodies", "output")
     provides = ()
     may_leave = ()
     where = "`collapse/blocks.py`, `ir/wire.py`, `collapse/atomic.py`"
@@ -432,25 +503,6 @@ class Write:
         _take_diagnostics(ctx, ctx.bodies)
 
 
-@dataclass
-class BranchPlan:
-    """The blocks planned inside one subgraph of a host control-flow node (``key``:
-    ``NODE.ATTR``): its plan and latencies per run of the branch, ``runs`` per run of the
-    enclosing graph (None: not known before the run), its analysis and its own branches."""
-
-    key: str
-    op_type: str
-    runs: int | None
-    plan: Plan
-    latencies: list[float]
-    analysis: Analysis
-    branches: list["BranchPlan"] = field(default_factory=list)
-
-    @property
-    def sim_latency_us(self) -> float:
-        return float(sum(self.latencies))
-
-
 class Branches:
     """Blocks inside the subgraphs of the host ``If``/``Loop``/``Scan`` nodes: each subgraph is
     lifted into a model, fused by :data:`BRANCH` (this pass included, for nested control flow)
@@ -458,8 +510,8 @@ class Branches:
 
     name = "branches"
     requires = ("fused", "analysis")
-    provides = ()
-    may_leave = ("branches",)
+    provides = ("branches",)
+    may_leave = ()
     where = "`collapse/branches.py`"
     what = "fuses each subgraph of a host `If`/`Loop`/`Scan` and grafts it back"
 
@@ -467,7 +519,7 @@ class Branches:
         return "planning blocks inside control flow"
 
     def run(self, ctx: Context) -> None:
-        graph = ctx.fused.graph
+        graph, ctx.branches = ctx.fused.graph, []
         for site in branch_sites(graph, node_label):
             subgraph, node = subgraph_of(graph, site), graph.node[site.position]
             if not may_hold_arithmetic(subgraph):
@@ -495,7 +547,9 @@ def _fuse_branch(ctx: Context, site, node: onnx.NodeProto, subgraph: onnx.GraphP
     which is what every model got before this pass, so no failure here may refuse a model."""
     try:
         lifted = lift(ctx.analysis.model, ctx.analysis.index, node, subgraph)
-        return lifted, PassManager(BRANCH, instruments=()).run(_branch_context(ctx, lifted))
+        sub = _branch_context(ctx, lifted)
+        BRANCH.run(sub)
+        return lifted, sub
     except (LiftError, OnnxMluError) as reason:
         why = str(reason)
     except Exception as error:  # noqa: BLE001 - recorded: the branch keeps its exported form
@@ -520,16 +574,7 @@ def _branch_context(ctx: Context, lifted: "Lifted") -> Context:
     options = Options(ShapeOptions(lifted.pins or None, values or None), RewriteOptions(enabled=False),
                       PlanOptions(opts.plan.strategy, mp=opts.plan.mp), PrecisionOptions(precision))
     overridable = ctx.overridable | {i.name for i in ctx.analysis.model.graph.input}
-    return Context(lifted.model, ctx.hardware, options, outer_constants=lifted.copied - overridable,
-                   overridable=overridable)
-
-
-#: The stages up to a plan (``prepare`` is the first three).
-PLAN = (Load(), Normalize(), Rewrite(), Analyze(), PlanPass(), Profile())
-BRANCH = (Load(), Normalize(), Analyze(), PlanPass(), Collapse(), Branches(), Embed())
-FUSE = (*PLAN, Collapse(), Branches(), Embed())
-FUSE_TO_FILE = (*PLAN, Collapse(), Branches(), Write())
-PORTABLE = (*PLAN, Collapse(), Branches(), Embed(), Portable(), Write())
+    return ctx.child(lifted.model, options, outer_constants=lifted.copied - overridable, overridable=overridable)
 
 
 # ------------------------------------------------------------------------------ instruments
@@ -573,25 +618,57 @@ class CollectorPaused(Instrument):
             gc.enable()
 
 
-class PassManager:
-    """Runs ``passes`` in order over one context, under ``instruments``."""
+class Sequential:
+    """A list of passes that is itself a pass (TVM's ``Sequential`` [TVM-passes], onnxscript's
+    ``PassManager`` [ONNXScript]): its contract is its passes' (what the first ones require from
+    the caller; what any of them provides or may leave), and it runs them in order, checking
+    each one's contract on both sides (:func:`check_before`, :func:`check_after`), under
+    ``instruments``' per-pass hooks."""
+
+    where = "`pipeline.py`"
+
+    def __init__(self, name: str, passes: Sequence[Pass], instruments: Sequence[Instrument] = ()) -> None:
+        self.name, self.passes, self.instruments = name, tuple(passes), tuple(instruments)
+        self.what = " → ".join(p.name for p in self.passes)
+        provided: set[str] = set()
+        requires: list[str] = []
+        for p in self.passes:
+            requires += [f for f in p.requires if f not in provided and f not in requires]
+            provided |= set(p.provides)
+        self.requires = tuple(requires)
+        self.provides = tuple(dict.fromkeys(f for p in self.passes for f in p.provides))
+        self.may_leave = tuple(dict.fromkeys(f for p in self.passes for f in p.may_leave if f not in self.provides))
+
+    def __iter__(self):
+        return iter(self.passes)
+
+    def label(self, ctx: Context) -> str:
+        return f"{self.name}: {self.what}"
+
+    def run(self, ctx: Context) -> None:
+        for p in self.passes:
+            check_before(p, ctx)
+            for instrument in self.instruments:
+                instrument.before(p, ctx)
+            start = len(ctx.written)
+            p.run(ctx)
+            for instrument in reversed(self.instruments):
+                instrument.after(p, ctx)
+            check_after(p, ctx, set(ctx.written[start:]))
+
+
+class PassManager(Sequential):
+    """Runs ``passes`` over one context under ``instruments`` (also their hooks around the
+    whole run) and returns the context."""
 
     def __init__(self, passes: Sequence[Pass], instruments: Sequence[Instrument] | None = None) -> None:
-        self.passes = tuple(passes)
-        self.instruments = tuple(instruments) if instruments is not None else default_instruments()
+        super().__init__("pipeline", passes, default_instruments() if instruments is None else instruments)
 
-    def run(self, ctx: Context) -> Context:
+    def run(self, ctx: Context) -> Context:  # type: ignore[override]
         for instrument in self.instruments:
             instrument.enter(ctx)
         try:
-            for p in self.passes:
-                _check_contract(p, ctx, p.requires, "requires", "which no earlier pass left")
-                for instrument in self.instruments:
-                    instrument.before(p, ctx)
-                p.run(ctx)
-                for instrument in reversed(self.instruments):
-                    instrument.after(p, ctx)
-                _check_contract(p, ctx, p.provides, "provides", "but left it unset")
+            super().run(ctx)
         finally:
             for instrument in reversed(self.instruments):
                 instrument.exit(ctx)
@@ -599,15 +676,36 @@ class PassManager:
 
 
 class PassContractError(AssertionError):
-    """A pass ran without a field it requires, or returned without one it provides: a bug in
-    the pipeline's pass list, named at the pass that broke the contract (onnxscript's
-    ``requires``/``ensures`` checks)."""
+    """A pass ran without something it requires, returned without writing a result it
+    provides, or wrote one it does not declare: a bug in the pipeline's pass list, named at
+    the pass that broke the contract (onnxscript's ``requires``/``ensures`` checks)."""
 
 
-def _check_contract(p: Pass, ctx: Context, fields: Sequence[str], verb: str, why: str) -> None:
-    missing = [f for f in fields if getattr(ctx, f) is None]
+def check_before(p: Pass, ctx: Context) -> None:
+    missing = [f for f in p.requires if not ctx.has(f)]
     if missing:
-        raise PassContractError(f"pass {p.name!r} {verb} ctx.{', ctx.'.join(missing)}, {why}")
+        raise PassContractError(f"pass {p.name!r} requires ctx.{', ctx.'.join(missing)}, which no earlier "
+                                f"pass left")
+
+
+def check_after(p: Pass, ctx: Context, written: set[str]) -> None:
+    forgot = [f for f in p.provides if f not in written]
+    if forgot:
+        raise PassContractError(f"pass {p.name!r} provides ctx.{', ctx.'.join(forgot)} but did not write it")
+    undeclared = sorted(written - set(p.provides) - set(p.may_leave))
+    if undeclared:
+        raise PassContractError(f"pass {p.name!r} wrote ctx.{', ctx.'.join(undeclared)}, which it does not "
+                                f"declare")
+
+
+# ------------------------------------------------------------------------------ the pass lists
+#: The stages up to a plan (``prepare`` is the first three).
+PLAN = (Load(), Normalize(), Rewrite(), Analyze(), PlanPass(), Profile())
+#: Each subgraph of a host If/Loop/Scan, lifted into a model (:class:`Branches`).
+BRANCH = Sequential("branch", (Load(), Normalize(), Analyze(), PlanPass(), Collapse(), Branches(), Embed()))
+FUSE = (*PLAN, Collapse(), Branches(), Embed())
+FUSE_TO_FILE = (*PLAN, Collapse(), Branches(), Write())
+PORTABLE = (*PLAN, Collapse(), Branches(), Embed(), Portable(), Write())
 
 
 def pass_table(passes: Sequence[Pass]) -> str:

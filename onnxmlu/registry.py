@@ -12,6 +12,8 @@ from typing import Generic, Iterable, TypeVar
 from onnxmlu.errors import DuplicateNameError, OnnxMluError
 
 T = TypeVar("T")
+#: No default given to :meth:`Registry.get`: an unknown name is an error.
+_REQUIRED = object()
 
 
 class Registry(dict, Generic[T]):
@@ -28,11 +30,15 @@ class Registry(dict, Generic[T]):
             raise DuplicateNameError(f"{self.kind} {name!r} is already registered")
         self[name] = entry
 
-    def get(self, name: str) -> T:  # type: ignore[override]
-        try:
+    def get(self, name: str, default: object = _REQUIRED) -> T:  # type: ignore[override]
+        """The entry under ``name``; an unknown name returns ``default`` when one is given (as
+        :meth:`dict.get` does) and raises a one-line :class:`OnnxMluError` naming the known
+        entries otherwise."""
+        if name in self:
             return self[name]
-        except KeyError:
-            raise OnnxMluError(f"unknown {self.kind} {name!r} (known: {', '.join(self)})") from None
+        if default is not _REQUIRED:
+            return default  # type: ignore[return-value]
+        raise OnnxMluError(f"unknown {self.kind} {name!r} (known: {', '.join(self)})")
 
     def names(self) -> tuple[str, ...]:
         return tuple(self)

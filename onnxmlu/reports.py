@@ -17,6 +17,7 @@ import onnx
 
 from onnxmlu.analyze import Analysis
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.frontend.memory import peak_rss_bytes
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.plan import Plan
@@ -24,7 +25,7 @@ from onnxmlu.plan.profile import ShapeProfile
 from onnxmlu.analyze.coverage import branch_coverage, coverage
 
 if TYPE_CHECKING:
-    from onnxmlu.pipeline import BranchPlan
+    from onnxmlu.collapse.branches import BranchPlan
     from onnxmlu.precision.auto import AutoResult
     from onnxmlu.rewrite import RewriteReport
     from onnxmlu.tools.profiling import NodeProfile
@@ -67,8 +68,10 @@ class FuseResult:
     auto: "AutoResult | None" = None
     #: The plan priced over the ``--input-shape`` ranges (None without a range).
     profile: ShapeProfile | None = None
-    #: Blocks planned inside host control flow (:class:`~onnxmlu.pipeline.BranchPlan`, one per branch).
+    #: Blocks planned inside host control flow (:class:`~onnxmlu.collapse.branches.BranchPlan`, one per branch).
     branches: list["BranchPlan"] = field(default_factory=list)
+    #: The shape probes' memory budget in bytes (``--max-memory``, :mod:`onnxmlu.frontend.memory`).
+    memory_budget: int | None = None
 
     @property
     def sim_latency_us(self) -> float:
@@ -94,7 +97,8 @@ class FuseResult:
             "host_nodes": self.analysis.host_nodes(),
             "coverage": self.coverage.to_dict(),
             "calibration": self.calibration, "auto": _auto(self.auto), "profile": _profile(self.profile),
-            "diagnostics": [d.to_dict() for d in self.diagnostics], "pass_seconds": dict(self.pass_seconds)})
+            "diagnostics": [d.to_dict() for d in self.diagnostics], "pass_seconds": dict(self.pass_seconds),
+            "memory": {"budget_bytes": self.memory_budget, "peak_rss_bytes": peak_rss_bytes()}})
         if self.check is not None:
             payload["check"] = tagged("check", self.check.to_dict())
         return payload
@@ -115,7 +119,7 @@ def _block_rows(plan: Plan, latencies: Sequence[float], layers: Sequence[Layer])
 
 def branch_rows(branches, parent: str = "") -> list[dict]:
     """The ``branches`` of the ``fuse`` report, one row per planned subgraph
-    (:class:`~onnxmlu.pipeline.BranchPlan`), each followed by the rows of its own: its key, the
+    (:class:`~onnxmlu.collapse.branches.BranchPlan`), each followed by the rows of its own: its key, the
     key of the subgraph holding it (``""``: the main graph), its op, runs per run of that graph,
     and its blocks and latency per run."""
     rows = []

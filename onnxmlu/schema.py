@@ -46,8 +46,8 @@ from typing import Sequence
 import onnx
 from onnx import defs
 
-from onnxmlu.collapse.shared import SHARED_ATTRIBUTE, is_placeholder, open_body, shared_names
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.precisions import FP16, INT8, RECORDS
 from onnxmlu.ir.graphs import FUSION_DOMAIN as DOMAIN
 from onnxmlu.ir.graphs import FUSION_OP_TYPE as OP_TYPE
 from onnxmlu.ir.graphs import copy_model, iter_graphs, node_subgraphs
@@ -197,7 +197,7 @@ def body_model(node: onnx.NodeProto) -> onnx.ModelProto:
     the body's bytes do not match the node's ``body_crc32``, :class:`BodyFileReferenceError`
     when the body refers to a file, :class:`BodyLabelError` when its ``precision`` is not what
     the body computes (every Python reader comes through here). Shared weights come back as
-    the body's last graph inputs (:func:`~onnxmlu.collapse.shared.open_body`)."""
+    the body's last graph inputs (:func:`open_body`)."""
     attrs = {a.name: a for a in node.attribute}
     if "body" not in attrs:
         raise ValueError(f"MLUFusionBlock {node.name!r} has no body attribute")
@@ -206,6 +206,49 @@ def body_model(node: onnx.NodeProto) -> onnx.ModelProto:
     refuse_file_references(node, body)
     refuse_mislabel(node, body)
     return open_body(body, shared_names(node))
+
+
+# ------------------------------------------------------------------------ shared weights
+#: The node attribute counting the node's last inputs that are shared weights.
+SHARED_ATTRIBUTE = "shared_weights"
+#: The external-data location of a placeholder: never a file, the node's input.
+SHARED_LOCATION = "onnxmlu:outer-constant"
+
+
+def placeholder(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """``tensor``'s name, type and dims, its data an external reference to the node's input."""
+    ref = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims,
+                           data_location=onnx.TensorProto.EXTERNAL)
+    ref.external_data.add(key="location", value=SHARED_LOCATION)
+    return ref
+
+
+def is_placeholder(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL and [(e.key, e.value) for e in tensor.external_data] == [
+        ("location", SHARED_LOCATION)]
+
+
+def shared_names(node: onnx.NodeProto) -> list[str]:
+    """The node's shared-weight inputs (its last ``shared_weights`` inputs)."""
+    count = next((a.i for a in node.attribute if a.name == SHARED_ATTRIBUTE), 0)
+    return list(node.input[len(node.input) - count:]) if count > 0 else []
+
+
+def open_body(body: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """``body`` (changed in place) with the placeholders of ``names`` turned into graph inputs
+    after its own, in that order: the body as a function of all the node's inputs."""
+    if not names:
+        return body
+    graph = body.graph
+    found = {t.name: t for t in graph.initializer if t.name in set(names) and is_placeholder(t)}
+    kept = [t for t in graph.initializer if t.name not in found]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    for name in names:
+        tensor = found.get(name)
+        if tensor is not None:
+            graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+    return body
 
 
 class BodyDigestError(OnnxMluError):
@@ -222,7 +265,7 @@ def file_references(body: onnx.ModelProto, shared: Sequence[str] = ()) -> list[s
     and local function. A body must hold its weights inline: loaded from bytes, a relative
     location would resolve against the process's working directory, not the model's folder.
     The one exception: a main-graph initializer named in ``shared`` (the node's shared-weight
-    inputs) that refers to the node's input (:func:`~onnxmlu.collapse.shared.placeholder`)."""
+    inputs) that refers to the node's input (:func:`placeholder`)."""
     graphs = [*iter_graphs(body.graph), *(g for f in body.functions for n in f.node for sub in node_subgraphs(n)
                                           for g in iter_graphs(sub))]
     allowed = {t.name for t in body.graph.initializer if t.name in set(shared) and is_placeholder(t)}
@@ -285,10 +328,9 @@ def label_mismatch(precision: str, body: onnx.ModelProto) -> str | None:
     output or value_info of that type). The body's main graph is read; the custom-op library
     applies the same rule when a session is created (custom_ops/mlu_fusion_block.cc, CheckLabel)."""
     graph = body.graph
-    if precision == "int8" and not _holds_int8(graph):
-        return "labelled int8 but its body holds no quantized operator and no 8-bit integer weight cast to float"
-    if precision == "fp16" and not _holds_fp16(graph):
-        return "labelled fp16 but its body holds no float16 tensor"
+    holds = _BODY_HOLDS.get(precision)
+    if holds is not None and not holds(graph):
+        return f"labelled {precision} but its body holds no {RECORDS[precision].body_holds}"
     return None
 
 
@@ -399,3 +441,7 @@ def fill_body_header(attr: onnx.AttributeProto, size: int) -> None:
     attr.name, attr.type = "body", onnx.AttributeProto.TENSOR
     attr.t.name, attr.t.data_type = "body", onnx.TensorProto.UINT8
     attr.t.dims.append(size)
+
+
+#: What a body labelled with each precision must hold (the records' ``body_holds``, checked).
+_BODY_HOLDS = {INT8.name: _holds_int8, FP16.name: _holds_fp16}

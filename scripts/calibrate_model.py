@@ -10,7 +10,6 @@ layer tables unless ``--real`` is given (they match the real pipeline's layers).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -32,8 +31,7 @@ def main(argv: list[str]) -> int:
 
     hw = load_hardware()
     overrides = dict(a.split("=", 1) for a in argv if "=" in a)
-    model = {**hw.model, **{k: float(v) for k, v in overrides.items()}}
-    hw = dataclasses.replace(hw, model=model)
+    hw = hw.with_params(**{k: float(v) for k, v in overrides.items()})
     cost = make_cost(hw)
     ok = True
     rows = {}

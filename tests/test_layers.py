@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "onnxmlu"
 #: The layers, bottom first: a package or top-level module imports only from its own layer or
 #: those below. ``onnxmlu`` is the package's root (its facade), ``__main__`` is ``python -m``.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "diagnostics", "registry", "optional", "version", "plots", "schemas"),
+    ("errors", "diagnostics", "registry", "optional", "version", "plots", "schemas", "precisions"),
     ("ir", "schema", "reference"),
     ("frontend", "rewrite", "analyze", "plan", "runtime"),
     ("collapse",),
@@ -136,3 +136,17 @@ def test_the_layer_test_sees_an_arrow_up_and_a_cycle():
     assert [u for u, ts in graph.items() for t in ts if RANK[t] > RANK[u]] == ["plan"]
     assert _reaches(graph, "plan", "precision") and _reaches(graph, "precision", "plan")
     assert not _reaches(graph, "ir", "plan")
+
+
+def test_type_only_imports_point_down_too():
+    """An import under ``if TYPE_CHECKING`` runs never, but a type named from a layer above is a
+    call back up through an object handed down: name it by a Protocol of the lower layer."""
+    up = []
+    for path in PACKAGE.rglob("*.py"):
+        module, tree = _module(path), ast.parse(path.read_text())
+        for block in (n for n in tree.body if _is_type_checking(n)):
+            for node in (n for n in ast.walk(block) if isinstance(n, (ast.Import, ast.ImportFrom))):
+                targets = {_unit(m) for m in _imported(node, module, path.name == "__init__.py")
+                           if m.startswith("onnxmlu.")}
+                up += [f"{module} -> {t}" for t in targets if RANK[t] > RANK[_unit(module)]]
+    assert not up, "type-only imports up the layers:\n" + "\n".join(up)

@@ -183,3 +183,65 @@ def test_an_unknown_precision_is_refused_and_a_planner_can_be_slotted_in(monkeyp
     ctx = PassManager(PLAN, []).run(Context(conv_chain_model(), load_hardware("mlu100"), Options.of(precision="mixed")))
     assert [d.rule for d in ctx.diagnostics if d.stage == "precision"] == ["note"]
     assert calls == ["mixed"] and ctx.block_latency_us == [1.0] and ctx.plan.blocks[0].precision == "fp16"
+
+
+# ------------------------------------------------------------------------------ contracts
+class _Analyze:
+    """The real analyze pass's declaration with a body that breaks it in a chosen way."""
+
+    name, requires, where, what = "analyze", ("model",), "x", "x"
+
+    def __init__(self, provides=("analysis",), may_leave=(), writes=()) -> None:
+        self.provides, self.may_leave, self.writes = provides, may_leave, writes
+
+    def label(self, ctx):
+        return self.name
+
+    def run(self, ctx):
+        for name in self.writes:
+            setattr(ctx, name, None)
+
+
+def _contracted(*passes) -> None:
+    from onnxmlu.pipeline import Load
+
+    PassManager([Load(), *passes], instruments=()).run(Context(conv_chain_model(), load_hardware("mlu100")))
+
+
+def test_a_pass_that_skips_its_declared_output_fails_naming_the_pass():
+    from onnxmlu.pipeline import PassContractError
+
+    # block_latency_us once defaulted to [], so a pass that forgot it went unnoticed
+    with pytest.raises(PassContractError, match=r"pass 'analyze' provides ctx.block_latency_us but did not write it"):
+        _contracted(_Analyze(provides=("analysis", "block_latency_us"), writes=("analysis",)))
+
+
+def test_a_pass_that_writes_a_result_it_does_not_declare_fails_naming_the_pass():
+    from onnxmlu.pipeline import PassContractError
+
+    with pytest.raises(PassContractError, match=r"pass 'analyze' wrote ctx.plan, which it does not declare"):
+        _contracted(_Analyze(writes=("analysis", "plan")))
+    _contracted(_Analyze(may_leave=("plan",), writes=("analysis", "plan")))  # declared: fine
+
+
+def test_results_are_absent_until_produced_and_settings_are_frozen():
+    from onnxmlu.pipeline import MissingResultError
+
+    ctx = Context(conv_chain_model(), load_hardware("mlu100"))
+    with pytest.raises(MissingResultError, match="ctx.plan was read before any pass produced it"):
+        _ = ctx.plan
+    assert ctx.profile is None and not ctx.has("profile")  # optional: absent reads as None
+    with pytest.raises(AttributeError, match="setting"):
+        ctx.options = Options()
+
+
+def test_a_pass_list_is_a_pass_whose_contract_is_its_passes():
+    from onnxmlu.pipeline import BRANCH, Sequential
+
+    plan = Sequential("plan-only", PLAN)
+    assert plan.requires == ("source", "hardware")
+    assert {"model", "analysis", "plan", "block_latency_us", "bodies"} <= set(plan.provides)
+    assert {"rewrite_report", "auto", "profile"} <= set(plan.may_leave)
+    assert "branches" in BRANCH.provides and [p.name for p in BRANCH][-2:] == ["branches", "embed"]
+    ctx = PassManager([plan], instruments=()).run(Context(conv_chain_model(), load_hardware("mlu100")))
+    assert ctx.plan.blocks

@@ -97,3 +97,17 @@ def test_op_table_agrees_with_the_rewriters():
     both = rewritten & set(optable.OP_KINDS)
     assert both == {"BatchNormalization"}, f"rewritten and also run as is: {sorted(both)}"
     assert both <= set(optable._SPECIAL_CHECKS)  # the special check tells the forms apart
+
+
+def test_registry_get_takes_a_default_as_dict_get_does():
+    from onnxmlu.errors import OnnxMluError
+    from onnxmlu.registry import Registry
+
+    registry = Registry("widget", [("a", 1)])
+    assert registry.get("a") == 1 and registry.get("b", None) is None and registry.get("b", 7) == 7
+    try:
+        registry.get("b")
+    except OnnxMluError as exc:
+        assert "unknown widget 'b' (known: a)" in str(exc)
+    else:
+        raise AssertionError("an unknown name without a default must raise")

@@ -239,6 +239,12 @@ def test_schemas_ship_in_the_package_and_docs_point_to_them():
         schemas.for_report({"schema": "onnxmlu.fuse/2"})
 
 
+def test_hardware_schema_s_model_is_derived_from_the_parameter_record():
+    from onnxmlu.plan.perf.hardware import model_schema
+
+    assert schemas.load("hardware")["properties"]["model"] == model_schema()
+
+
 def test_hardware_schema_and_loader_agree(tmp_path):
     """The loader's checks (onnxmlu.plan.perf.hardware) and hardware.json accept and refuse the
     same profiles."""

@@ -16,13 +16,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import api
-from onnxmlu.collapse.shared import SHARED_ATTRIBUTE, SHARED_LOCATION, placeholder, shared_names
 from onnxmlu.ir import iter_graphs
 from onnxmlu.ir.weights import tensor_bytes
 from onnxmlu.plan.plan import plan_from_ranges
 from onnxmlu.reference import reference_evaluator
 from onnxmlu.runtime import reference_session
-from onnxmlu.schema import BodyFileReferenceError, add_body, body_model, body_model_from_attribute, is_fusion_block
+from onnxmlu.schema import (SHARED_ATTRIBUTE, SHARED_LOCATION, BodyFileReferenceError, add_body, body_model,
+                            body_model_from_attribute, is_fusion_block, placeholder, shared_names)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "realworld"))
 from built import merged_if_decoder, siamese_tower  # noqa: E402

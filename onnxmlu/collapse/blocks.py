@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Protocol, Sequence
 
 import onnx
 from onnx import helper
@@ -45,15 +45,24 @@ from onnxmlu.ir import copy_model_fields, is_default_domain, nested_graphs, node
 from onnxmlu.ir.weights import fill_tensor, is_marker
 from onnxmlu.plan.plan import Block, Plan
 from onnxmlu.plan.labels import holds_int8_arithmetic, honest_labels
-from onnxmlu.plan.precisions import DEFAULT_PRECISION
+from onnxmlu.precisions import DEFAULT_PRECISION
 from onnxmlu.collapse.own import OWN_INT8_NOTE, mark_own_int8
-from onnxmlu.collapse.shared import SHARED_ATTRIBUTE, placeholder, shared_constants
+from onnxmlu.collapse.shared import shared_constants
 from onnxmlu.ir import wire
-from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, describe_fused_model, fill_body_header,
-                            label_mismatch)
+from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, SHARED_ATTRIBUTE, VERSION, add_body, describe_fused_model,
+                            fill_body_header, label_mismatch, placeholder)
 
-if TYPE_CHECKING:
-    from onnxmlu.precision.bodies import BlockBodies
+
+
+class BlockBodies(Protocol):
+    """What collapse asks of the bodies at FP16/INT8 (:class:`onnxmlu.precision.bodies.BlockBodies`
+    is one): collapse sits below the precision package and calls it only through this."""
+
+    def prepare(self, blocks: Mapping[int, tuple[str, Sequence[str]]]) -> None: ...
+
+    def transform(self, b: int, precision: str, body: onnx.ModelProto) -> onnx.ModelProto: ...
+
+    def note(self, precision: str) -> str: ...
 
 MAX_BODY_BYTES = 2**31 - 1
 

@@ -35,15 +35,17 @@ to them: which branch runs, and how often, depends on the data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx
 from onnx import TensorProto, helper
 
+from onnxmlu.analyze import Analysis
 from onnxmlu.analyze.optable import OP_KINDS
 from onnxmlu.ir import attribute_value, is_fusion_block, iter_graphs, outer_scope_names
 from onnxmlu.ir.index import GraphIndex
 from onnxmlu.ir.weights import fill_tensor
+from onnxmlu.plan.plan import Plan
 
 #: Control-flow ops whose subgraphs are fused.
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
@@ -217,3 +219,21 @@ def graft(sub: onnx.GraphProto, fused: onnx.ModelProto, copied: frozenset[str], 
     defined = {o for node in sub.node for o in node.output} - {vi.name for vi in sub.output}
     sub.value_info.extend(vi for vi in fused.graph.value_info if vi.name in defined)
 
+
+@dataclass
+class BranchPlan:
+    """The blocks planned inside one subgraph of a host control-flow node (``key``:
+    ``NODE.ATTR``): its plan and latencies per run of the branch, ``runs`` per run of the
+    enclosing graph (None: not known before the run), its analysis and its own branches."""
+
+    key: str
+    op_type: str
+    runs: int | None
+    plan: Plan
+    latencies: list[float]
+    analysis: Analysis
+    branches: list["BranchPlan"] = field(default_factory=list)
+
+    @property
+    def sim_latency_us(self) -> float:
+        return float(sum(self.latencies))

@@ -14,17 +14,19 @@ branches of its ``If``. Instead, a weight is *shared* when it is at least
 
 A shared weight stays one initializer of the (outer) graph and becomes an extra input of every
 block that reads it, after the block's ordinary inputs; the node's ``shared_weights``
-attribute (:data:`SHARED_ATTRIBUTE`) counts them. In the body, each is an initializer of the
-same name, type and dims whose data is an external reference to :data:`SHARED_LOCATION`
-(:func:`placeholder`): no bytes. The custom-op library reads the node's constant input when it
-creates the kernel and hands it to the inner session in place of the placeholder, so the inner
-session still sees an initializer (constant folding and prepacking work as before) and the file
-holds the weight once: the fused file weighs the original plus the blocks' framing. A reference
-to that location is the only one a body may hold, and only for the initializers the node's
-shared inputs name (:func:`onnxmlu.schema.file_references`).
+attribute (:data:`onnxmlu.schema.SHARED_ATTRIBUTE`) counts them. In the body, each is an
+initializer of the same name, type and dims whose data is an external reference to
+:data:`onnxmlu.schema.SHARED_LOCATION` (:func:`onnxmlu.schema.placeholder`): no bytes. The
+custom-op library reads the node's constant input when it creates the kernel and hands it to
+the inner session in place of the placeholder, so the inner session still sees an initializer
+(constant folding and prepacking work as before) and the file holds the weight once: the fused
+file weighs the original plus the blocks' framing. A reference to that location is the only one
+a body may hold, and only for the initializers the node's shared inputs name
+(:func:`onnxmlu.schema.file_references`).
 
-Python readers see the body *opened* (:func:`open_body`): the placeholders become trailing
-graph inputs, so body inputs and node inputs match by position again (the reference evaluator,
+Python readers see the body *opened* (:func:`onnxmlu.schema.open_body`; the format's helpers
+live with the format, below this package): the placeholders become trailing graph inputs, so
+body inputs and node inputs match by position again (the reference evaluator,
 ``--portable``'s functions, the views).
 
 FP16 and INT8 blocks keep their own copy: their bodies hold the weights converted. So does a
@@ -41,10 +43,6 @@ import onnx
 
 from onnxmlu.ir.weights import tensor_bytes
 
-#: The node attribute counting the node's last inputs that are shared weights.
-SHARED_ATTRIBUTE = "shared_weights"
-#: The external-data location of a placeholder: never a file, the node's input.
-SHARED_LOCATION = "onnxmlu:outer-constant"
 #: Smaller constants (shape vectors, scalars) are copied: a copy costs less than an input.
 MIN_SHARED_BYTES = 1024
 
@@ -57,39 +55,3 @@ def shared_constants(initializers: dict[str, onnx.TensorProto], readers: Iterabl
     return {name for name, count in counts.items()
             if tensor_bytes(initializers[name]) >= MIN_SHARED_BYTES
             and (count > 1 or name in kept_outside or name in outer)}
-
-
-def placeholder(tensor: onnx.TensorProto) -> onnx.TensorProto:
-    """``tensor``'s name, type and dims, its data an external reference to the node's input."""
-    ref = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims,
-                           data_location=onnx.TensorProto.EXTERNAL)
-    ref.external_data.add(key="location", value=SHARED_LOCATION)
-    return ref
-
-
-def is_placeholder(tensor: onnx.TensorProto) -> bool:
-    return tensor.data_location == onnx.TensorProto.EXTERNAL and [(e.key, e.value) for e in tensor.external_data] == [
-        ("location", SHARED_LOCATION)]
-
-
-def shared_names(node: onnx.NodeProto) -> list[str]:
-    """The node's shared-weight inputs (its last ``shared_weights`` inputs)."""
-    count = next((a.i for a in node.attribute if a.name == SHARED_ATTRIBUTE), 0)
-    return list(node.input[len(node.input) - count:]) if count > 0 else []
-
-
-def open_body(body: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
-    """``body`` (changed in place) with the placeholders of ``names`` turned into graph inputs
-    after its own, in that order: the body as a function of all the node's inputs."""
-    if not names:
-        return body
-    graph = body.graph
-    found = {t.name: t for t in graph.initializer if t.name in set(names) and is_placeholder(t)}
-    kept = [t for t in graph.initializer if t.name not in found]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    for name in names:
-        tensor = found.get(name)
-        if tensor is not None:
-            graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
-    return body

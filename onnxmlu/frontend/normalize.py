@@ -50,7 +50,8 @@ def normalize(model: onnx.ModelProto, input_shapes: Pins | None = None,
 
 def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
                     fold_constants: bool = True, *, diagnostics: list[Diagnostic] | None = None,
-                    probe_values: dict | None = None, weights: WeightStore | None = None) -> onnx.ModelProto:
+                    probe_values: dict | None = None, weights: WeightStore | None = None,
+                    max_memory: int | None = None) -> onnx.ModelProto:
     """:func:`normalize` for a caller that gives ``model`` away: it is changed in place (no copy
     of every weight) and returned, or a new model when inlining or folding made one.
 
@@ -60,7 +61,8 @@ def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
     (:mod:`onnxmlu.frontend.shapes`); folding and inference alternate while fixed shapes turn
     ``Shape`` nodes into constants. What could not be done is appended to ``diagnostics``.
     ``weights``: the store whose markers ``model`` holds (a file parsed through a map); only
-    what must read a marker's value fills it in."""
+    what must read a marker's value fills it in. ``max_memory``: the shape probe's memory budget
+    in bytes (:mod:`onnxmlu.frontend.memory`; None: the default)."""
     note = _unique_appender(diagnostics)
     check_opset(model)
     if opset_version(model) < MIN_OPSET:
@@ -78,7 +80,7 @@ def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
         model = _fold(model, note, weights)  # graphsurgeon copies every weight: not for huge models
     else:
         model = infer_shapes(model, note)
-    probe_shapes(model, note, probe_values, weights)  # the user's --inputs, where given
+    probe_shapes(model, note, probe_values, weights, max_memory)  # the user's --inputs, where given
     return model
 
 

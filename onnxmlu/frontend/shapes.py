@@ -9,7 +9,9 @@
    once in onnxruntime on zeros (empty strings for a string input: a LabelEncoder's output has
    no type onnx can infer) with those tensors exposed as outputs, and their concrete
    types and shapes are read back (onnxsim does the same). Models over
-   :data:`PROBE_MAX_BYTES` of weights are not probed (it would hold a second copy).
+   :data:`PROBE_MAX_BYTES` of weights are not probed (it would hold a second copy), nor is a
+   run whose bound (:func:`~onnxmlu.frontend.memory.probe_bound`) exceeds the memory budget;
+   a run that cannot be bounded runs under the budget as a cap (:mod:`onnxmlu.frontend.memory`).
 
 1 and 2 run on the weight-free skeleton (:func:`onnxmlu.ir.weights.infer_on_skeleton`), so
 no weight is serialized. Nothing is written to the working directory: onnxruntime's symbolic
@@ -18,6 +20,7 @@ inference saves a file there when it cannot finish, so its steps are driven here
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable
 
@@ -26,9 +29,12 @@ import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
+from onnxmlu.frontend.memory import capped, default_budget, probe_bound, size_text
 from onnxmlu.frontend.pins import (Pins, concrete_shapes, declared_dims, defaulted_keys, symbolic_axes,
                                   with_defaults)
+from onnxmlu.frontend.symbolic import symbolic_infer
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
+from onnxmlu.ir.index import tensor_nbytes
 from onnxmlu.ir.graphs import merge_value_infos
 from onnxmlu.ir.weights import WeightStore, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
 from onnxmlu.errors import OnnxMluError
@@ -81,19 +87,11 @@ def _complete(vi: onnx.ValueInfoProto | None, symbolic_ok: bool) -> bool:
 
 
 def _symbolic(model: onnx.ModelProto, note: Note) -> onnx.ModelProto | None:
-    """onnxruntime's symbolic inference, driven step by step so that an unfinished run keeps
-    what it found and writes no file (its ``infer_shapes`` saves the model to the current
-    directory and raises)."""
+    """onnxruntime's symbolic inference (:func:`~onnxmlu.frontend.symbolic.symbolic_infer`:
+    an unfinished run keeps what it found and writes no file; merged dims are named by a fixed
+    rule, so the result does not follow the process's string hashes)."""
     try:
-        symbolic = optional_import("onnxruntime.tools.symbolic_shape_infer")
-        # int_max, auto_merge, guess_output_rank (no: a guessed type for an op onnxruntime does not
-        # know would be declared on a block boundary as if it were known), verbose
-        engine = symbolic.SymbolicShapeInference(2**31 - 1, True, False, 0)
-        engine._preprocess(model)
-        while engine.run_:
-            engine._infer_impl()
-        engine._update_output_from_vi()
-        return engine.out_mp_
+        return symbolic_infer(model)
     except Exception as exc:  # noqa: BLE001 - an aid: onnx's result stands
         note(Diagnostic("normalize", "symbolic-inference", "",
                         f"onnxruntime's symbolic shape inference stopped: {first_line(exc)}"))
@@ -102,11 +100,12 @@ def _symbolic(model: onnx.ModelProto, note: Note) -> onnx.ModelProto | None:
 
 # ----------------------------------------------------------------------------------- probe
 def probe_shapes(model: onnx.ModelProto, note: Note, values: dict[str, np.ndarray] | None = None,
-                 weights: WeightStore | None = None) -> int:
+                 weights: WeightStore | None = None, budget: int | None = None) -> int:
     """Source 3 on the main graph of ``model``, in place: the number of tensors it completed.
     ``values``: the user's arrays (``--inputs``), run instead of zeros where an input's shape
     allows them (a length read from an input must be the user's, not 0). ``weights``: the
-    store whose markers ``model`` holds (filled into the probe's copy)."""
+    store whose markers ``model`` holds (filled into the probe's copy). ``budget``: the memory
+    budget in bytes (None: :func:`~onnxmlu.frontend.memory.default_budget`)."""
     known = _value_infos(model.graph)
     # a dim inference named (NonZero, TopK by a computed k) depends on data: it must stay
     # symbolic, never become a probed number, so only what lacks a type, a rank or a dim's
@@ -122,7 +121,8 @@ def probe_shapes(model: onnx.ModelProto, note: Note, values: dict[str, np.ndarra
         note(Diagnostic("normalize", "probe-skipped", "", f"{len(wanted)} tensors have unknown shapes; "
                         "the model is too large to probe them"))
         return 0
-    results = _run_probe(model, wanted, feeds, note, weights)
+    shapes = {n: list(v.shape) for n, v in feeds.items()}
+    results = _run_probe(model, wanted, feeds, note, weights, budget, probe_need(model, shapes, weights))
     for name, value in results.items():
         _set_value_info(model.graph, name, value)
     return len(results)
@@ -144,11 +144,30 @@ def _zero_feeds(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> dict[s
 
 
 def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note,
-               weights: WeightStore | None) -> dict[str, np.ndarray]:
+               weights: WeightStore | None, budget: int | None, need: int | None) -> dict[str, np.ndarray]:
     """``names``' values in a run of a copy of ``model`` (the markers of ``weights`` filled in
-    that one copy) on ``feeds``; {} when the run fails (``note`` is told why)."""
-    ort = optional_import("onnxruntime")
+    that one copy) on ``feeds``; {} when the run fails or ``need`` (its bound,
+    :func:`probe_need`) exceeds ``budget`` (``note`` is told why). An unbounded run is capped."""
+    budget = default_budget() if budget is None else budget
+    if need is not None and need > budget:
+        note(Diagnostic("normalize", "probe-skipped", "", f"learning {len(names)} shapes would run the model at "
+                        f"{_shapes_text({n: list(v.shape) for n, v in feeds.items()})}, which needs up to "
+                        f"{size_text(need)}: more than the memory budget ({size_text(budget)}, --max-memory)"))
+        return {}
+    try:
+        with contextlib.nullcontext() if need is not None else capped(budget):
+            values = _probe_session(model, names, weights).run(names, feeds, _quiet_run())
+    except Exception as exc:  # noqa: BLE001 - the probe is an aid; analysis reports what stays unknown
+        at = _shapes_text({n: list(np.shape(v)) for n, v in feeds.items()})
+        note(Diagnostic("normalize", "probe-failed", "", f"running the model on zeros at {at} to learn "
+                        f"{len(names)} shapes failed: {first_line(exc)}"))
+        return {}
+    return {n: v for n, v in zip(names, values) if isinstance(v, np.ndarray)}
 
+
+def _probe_session(model: onnx.ModelProto, names: list[str], weights: WeightStore | None):
+    """An unoptimized session of a copy of ``model`` with ``names`` among its outputs."""
+    ort = optional_import("onnxruntime")
     probe = copy_model(model)
     if weights is not None:
         weights.fill_markers(probe.graph)
@@ -157,17 +176,61 @@ def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        quiet = ort.RunOptions()
-        quiet.log_severity_level = 4  # a failed probe is a diagnostic, not a log line
-        values = session.run(names, feeds, quiet)
-    except Exception as exc:  # noqa: BLE001 - the probe is an aid; analysis reports what stays unknown
-        at = _shapes_text({n: list(np.shape(v)) for n, v in feeds.items()})
-        note(Diagnostic("normalize", "probe-failed", "", f"running the model on zeros at {at} to learn "
-                        f"{len(names)} shapes failed: {first_line(exc)}"))
-        return {}
-    return {n: v for n, v in zip(names, values) if isinstance(v, np.ndarray)}
+    return ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _quiet_run():
+    quiet = optional_import("onnxruntime").RunOptions()
+    quiet.log_severity_level = 4  # a failed or refused probe is a diagnostic, not a log line
+    return quiet
+
+
+def probe_need(model: onnx.ModelProto, shapes: dict[str, list[int]], weights: WeightStore | None,
+               cache: "InferenceCache | None" = None) -> int | None:
+    """The bound (:func:`~onnxmlu.frontend.memory.probe_bound`) of a run of ``model`` on inputs of
+    ``shapes``, from its skeleton inferred at those shapes (:func:`inferred_at`; what that
+    inference could not do is said where the sizes are used, not here)."""
+    inferred = inferred_at(model, shapes, _silent, cache)
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in fed_inputs(model.graph)}
+    feed_bytes = sum(tensor_nbytes(types.get(n, 0), dims) for n, dims in shapes.items())
+    weight_bytes = tensor_payload_bytes(model) + (weights.nbytes if weights is not None else 0)
+    return probe_bound(inferred, weight_bytes, feed_bytes)
+
+
+#: Skeletons inferred at input shapes, by shapes, for one model that does not change meanwhile
+#: (one analysis: its pricing shapes, their bounds and their sizes), each with the diagnostics
+#: its inference made.
+InferenceCache = dict
+
+
+def inferred_at(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
+                cache: InferenceCache | None = None) -> onnx.ModelProto:
+    """Sources 1 and 2 on a copy of ``model``'s skeleton whose fed inputs have ``shapes``; from
+    ``cache`` where it holds them (its diagnostics told to ``note`` again)."""
+    key = tuple(sorted((name, tuple(dims)) for name, dims in shapes.items()))
+    if cache is None or key not in cache:
+        said: list[Diagnostic] = []
+        inferred = _infer(_shaped_skeleton(model, shapes), said.append)
+        if cache is None:
+            return _told(inferred, said, note)
+        cache[key] = (inferred, said)
+    return _told(*cache[key], note)
+
+
+def _told(inferred: onnx.ModelProto, said: list[Diagnostic], note: Note) -> onnx.ModelProto:
+    for diagnostic in said:
+        note(diagnostic)
+    return inferred
+
+
+def _silent(diagnostic: Diagnostic) -> None:
+    """A ``note`` that keeps nothing: an inference made only to bound a run."""
+
+
+def _shaped_skeleton(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
+    skel = skeleton(model)
+    _give_shapes(skel.graph, shapes)
+    return skel
 
 
 def _set_value_info(graph: onnx.GraphProto, name: str, value: np.ndarray) -> None:
@@ -187,12 +250,13 @@ Sized = tuple[int, list[int]]
 
 
 def sizes_at(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
-             weights: WeightStore | None = None, values: dict[str, np.ndarray] | None = None) -> dict[str, Sized]:
+             weights: WeightStore | None = None, values: dict[str, np.ndarray] | None = None,
+             budget: int | None = None, cache: InferenceCache | None = None) -> dict[str, Sized]:
     """:func:`priced_shapes` at the fed inputs' ``shapes``; empty for a model whose inputs
     are all fixed (its value infos already say every size)."""
     if not symbolic_axes(model):
         return {}
-    return priced_shapes(model, shapes, note, weights, values)
+    return priced_shapes(model, shapes, note, weights, values, budget, cache)
 
 
 #: Sizes tried, in order, for the symbolic dims no pin sizes when the model does not run at
@@ -205,22 +269,32 @@ FALLBACK_MAX_ELEMENTS = 1 << 22
 
 
 def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weights: WeightStore | None = None,
-                   point: str = "opt", values: dict[str, np.ndarray] | None = None) -> dict[str, list[int]]:
+                   point: str = "opt", values: dict[str, np.ndarray] | None = None,
+                   budget: int | None = None, cache: InferenceCache | None = None) -> dict[str, list[int]]:
     """The fed inputs' shapes the planner prices at ``point`` of the pins' profile
     (:func:`~onnxmlu.frontend.pins.concrete_shapes`). When dims no pin sizes took their
     defaults and the model does not run on zeros at those shapes, each of
     :data:`FALLBACK_SIZES` is tried for all of them (the batch stays 1) and the first the
     model runs at is taken; a diagnostic says which (or that none ran: pass --input-shape).
+    Where a run at the defaults would need more than ``budget`` bytes (its bound, never run),
+    the largest smaller size that fits and runs is taken instead, with a diagnostic; with none,
+    one line names the inputs to pin (:func:`_over_budget`).
     An unpinned input the user gave ``values`` for (``--inputs``) is priced at their shape, and
-    the runs use them."""
+    the runs use them. ``cache``: inferences at shapes, kept for :func:`sizes_at` (:func:`inferred_at`)."""
     values = values or {}
+    budget = default_budget() if budget is None else budget
     pins = {**{n: list(np.shape(v)) for n, v in values.items()}, **(pins or {})}
     shapes = concrete_shapes(model, pins, point)
     keys = defaulted_keys(model, pins)
     if not [k for k in keys if not k.endswith(":0")] or tensor_payload_bytes(model) > PROBE_MAX_BYTES:
         return shapes
-    session = _zeros_runner(model, weights, values, note)
-    if session is None or session(shapes) is None:
+    session = _zeros_runner(model, weights, values, note, budget, {} if cache is None else cache)
+    if session is None:
+        return shapes
+    need = session.need(shapes)
+    if need is not None and need > budget:
+        return _within_budget(model, pins, point, session, keys, shapes, need, note)
+    if session(shapes) is None:
         return shapes
     for size in FALLBACK_SIZES:
         candidate = concrete_shapes(model, with_defaults(model, pins, size), point)
@@ -234,6 +308,44 @@ def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weight
     note(Diagnostic("normalize", "default-shape", "", f"the model runs at none of the sizes tried for its symbolic "
                     f"dims ({', '.join(keys)}); it is planned at {_shapes_text(shapes)}: pass --input-shape"))
     return shapes
+
+
+def _within_budget(model: onnx.ModelProto, pins: Pins, point: str, session, keys: list[str],
+                   shapes: dict[str, list[int]], need: int, note: Note) -> dict[str, list[int]]:
+    """The largest of :data:`FALLBACK_SIZES`, for every defaulted dim but the batch, whose inputs
+    are smaller than at the defaults and whose run fits the budget and succeeds, with a
+    diagnostic; one line naming the inputs to pin when none does (:func:`_over_budget`)."""
+    elements = sum(math.prod(dims) for dims in shapes.values())
+    fitting = None
+    for size in sorted(FALLBACK_SIZES, reverse=True):
+        candidate = concrete_shapes(model, with_defaults(model, pins, size), point)
+        if sum(math.prod(dims) for dims in candidate.values()) >= elements:
+            continue  # not smaller than the defaults
+        candidate_need = session.need(candidate)
+        if candidate_need is not None and candidate_need > session.budget:
+            continue
+        fitting = fitting or candidate
+        if session(candidate) is None:
+            note(Diagnostic("normalize", "default-shape", "", f"at the default sizes of its symbolic dims "
+                            f"({', '.join(keys)}: {_shapes_text(shapes)}) probing the model needs up to "
+                            f"{size_text(need)}, more than the memory budget ({size_text(session.budget)}, "
+                            f"--max-memory); it is planned at {_shapes_text(candidate)}: pass --input-shape "
+                            "to plan at the sizes you run"))
+            return candidate
+    raise _over_budget(keys, shapes, need, session.budget, fitting, list(symbolic_axes(model)))
+
+
+def _over_budget(keys: list[str], shapes: dict[str, list[int]], need: int, budget: int,
+                 fitting: dict[str, list[int]] | None, symbolic: list[str]) -> OnnxMluError:
+    """The one line that stops a fuse whose symbolic dims fit the budget at no size it runs at:
+    it names the inputs to pin (``symbolic``) and, where one fits, a shape that fits."""
+    pin = " ".join(f"--input-shape {name}:{','.join(map(str, dims))}" for name, dims in (fitting or {}).items()
+                   if name in symbolic)
+    hint = f"pin them, e.g. {pin} (fits)" if fitting else f"pin {', '.join(symbolic)} smaller with --input-shape"
+    return OnnxMluError(f"probing the model at the default sizes of its symbolic dims ({', '.join(keys)}: "
+                        f"{_shapes_text(shapes)}) needs up to {size_text(need)}, more than the memory budget "
+                        f"({size_text(budget)}), and no smaller size both fits and runs: {hint}, "
+                        "or raise --max-memory")
 
 
 def sizing_hint(model: onnx.ModelProto, pins: Pins | None) -> str:
@@ -263,10 +375,9 @@ def _shapes_text(shapes: dict[str, list[int]]) -> str:
     return " ".join(f"{name}:{','.join(map(str, dims))}" for name, dims in shapes.items())
 
 
-def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: dict[str, np.ndarray], note: Note):
-    """A function running ``model`` on zeros of the given input shapes (the user's ``values``
-    where their shape is the one asked): None when it runs, else onnxruntime's one-line
-    reason; None itself when no session can be made (a diagnostic says why)."""
+def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: dict[str, np.ndarray], note: Note,
+                  budget: int, cache: InferenceCache) -> "_ZerosRunner | None":
+    """A :class:`_ZerosRunner` of ``model``; None when no session can be made (a diagnostic says why)."""
     ort = optional_import("onnxruntime")
 
     types = _feed_types(model)
@@ -282,37 +393,54 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: d
         note(Diagnostic("normalize", "default-shape", "", "the default sizes of the symbolic dims could not be "
                         f"tried (no onnxruntime session: {first_line(exc)}); pass --input-shape"))
         return None
+    return _ZerosRunner(model, session, types, values, weights, note, budget, cache)
 
-    quiet = ort.RunOptions()
-    quiet.log_severity_level = 4  # a refused shape is an expected answer, not a log line
 
-    def run(shapes: dict[str, list[int]]) -> str | None:
-        if set(shapes) != set(types):
+class _ZerosRunner:
+    """Runs ``model`` on zeros of the given input shapes (the user's ``values`` where their shape
+    is the one asked): a call answers None when it runs, else a one-line reason: onnxruntime's
+    refusal, or that the run's bound (:meth:`need`) exceeds ``budget`` (then it is not run).
+    A run that cannot be bounded runs capped at ``budget``."""
+
+    def __init__(self, model, session, types: dict[str, int], values, weights, note: Note, budget: int,
+                 cache: InferenceCache) -> None:
+        self.model, self.session, self.types, self.values = model, session, types, values
+        self.weights, self.note, self.budget, self.cache = weights, note, budget, cache
+
+    def need(self, shapes: dict[str, list[int]]) -> int | None:
+        """The run's bound at ``shapes`` (:func:`probe_need`); None where it cannot be bounded."""
+        return probe_need(self.model, shapes, self.weights, self.cache)
+
+    def __call__(self, shapes: dict[str, list[int]]) -> str | None:
+        if set(shapes) != set(self.types):
             return "an input has no shape"
+        need = self.need(shapes)
+        if need is not None and need > self.budget:
+            return f"needs up to {size_text(need)}, more than the memory budget ({size_text(self.budget)})"
         try:
-            session.run(None, _feeds(types, shapes, values), quiet)
+            with contextlib.nullcontext() if need is not None else capped(self.budget):
+                self.session.run(None, _feeds(self.types, shapes, self.values), _quiet_run())
         except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal of this shape
             return first_line(exc)
         return None
 
-    return run
-
 
 def priced_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
-                  weights: WeightStore | None = None, values: dict[str, np.ndarray] | None = None) -> dict[str, Sized]:
+                  weights: WeightStore | None = None, values: dict[str, np.ndarray] | None = None,
+                  budget: int | None = None, cache: InferenceCache | None = None) -> dict[str, Sized]:
     """Every main-graph tensor's type and concrete dims when the fed inputs have ``shapes``
     (docs/architecture.md, "Dynamic shapes"): the graph itself keeps its symbolic dims.
 
     Sources 1 and 2 run on a copy of the skeleton whose inputs are given ``shapes``; what they
     leave unknown is probed at those shapes (on zeros), the weights read from ``weights`` for
-    a model whose large tensors are markers."""
-    skel = skeleton(model)
-    _give_shapes(skel.graph, shapes)
-    inferred = _infer(skel, note)
+    a model whose large tensors are markers, within the memory ``budget`` (bytes)."""
+    cache = {} if cache is None else cache  # the probe's bound reads the same inference
+    inferred = inferred_at(model, shapes, note, cache)
     sized = _sized(inferred.graph)
     wanted = [o for node in model.graph.node for o in node.output if o and o not in sized]
     if wanted and set(shapes) >= {vi.name for vi in fed_inputs(model.graph)}:
-        sized.update(_probe_sizes(model, wanted, shapes, note, weights, values or {}))
+        need = probe_need(model, shapes, weights, cache)
+        sized.update(_probe_sizes(model, wanted, shapes, note, weights, values or {}, budget, need))
     return sized
 
 
@@ -340,7 +468,8 @@ def _sized(graph: onnx.GraphProto) -> dict[str, Sized]:
 
 
 def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, list[int]], note: Note,
-                 weights: WeightStore | None, values: dict[str, np.ndarray]) -> dict[str, Sized]:
+                 weights: WeightStore | None, values: dict[str, np.ndarray], budget: int | None,
+                 need: int | None) -> dict[str, Sized]:
     if tensor_payload_bytes(model) + (weights.nbytes if weights is not None else 0) > PROBE_MAX_BYTES:
         note(Diagnostic("normalize", "probe-skipped", "", f"{len(names)} tensors have unknown shapes at the "
                         "pricing shape; the model is too large to probe them"))
@@ -351,7 +480,7 @@ def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, lis
                         f"cannot be run to learn them at {_shapes_text(shapes)}: an input has no tensor type, "
                         "so no --input-shape can size them"))
         return {}
-    probed = _run_probe(model, names, _feeds(types, shapes, values), note, weights)
+    probed = _run_probe(model, names, _feeds(types, shapes, values), note, weights, budget, need)
     return {n: (onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in probed.items()}
 
 

@@ -40,7 +40,7 @@ from typing import Sequence
 
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.plan import Plan
-from onnxmlu.plan.precisions import DEFAULT_PRECISION, INT8_ANCHOR_OPS
+from onnxmlu.precisions import DEFAULT_PRECISION, INT8_ANCHOR_OPS, record
 
 
 def holds_int8_arithmetic(layers: Sequence[Layer]) -> bool:
@@ -56,9 +56,10 @@ def honest_precision(layers: Sequence[Layer], asked: str) -> str:
         return "int8"
     if any(layer.quantized for layer in layers):
         return DEFAULT_PRECISION
-    if asked == "int8" and not any(anchors_int8(layer) for layer in layers):
+    wanted = record(asked)
+    if wanted.quantizes and not any(anchors_int8(layer) for layer in layers):
         return DEFAULT_PRECISION
-    if asked == "fp16" and not any(has_fp32(layer) for layer in layers):
+    if wanted.rounds_floats and not any(has_fp32(layer) for layer in layers):
         return DEFAULT_PRECISION
     return asked
 

@@ -12,7 +12,7 @@ fusion yourself" interface)::
      "blocks": [{"start": 0, "stop": 4, "mp": 8, "first": "conv1", "last": "relu2"}, ...]}
 
 ``first``/``last`` (layer names) are optional; when present they must match the model.
-``precision`` (``"fp32"``, ``"fp16"`` or ``"int8"``, see :mod:`onnxmlu.precision`) is optional
+``precision`` (a name of :data:`~onnxmlu.precisions.PRECISIONS`, see :mod:`onnxmlu.precision`) is optional
 too: a block without it runs at FP32, and FP32 blocks are written without it, so plans from
 before the precision knob read and write as they did.
 """
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from onnxmlu.errors import OnnxMluError, PlanError
 from onnxmlu.plan.perf.layers import Layer
-from onnxmlu.plan.precisions import DEFAULT_PRECISION, check_precision
+from onnxmlu.precisions import DEFAULT_PRECISION, check_precision
 
 PLAN_FORMAT = "onnxmlu-plan"
 PLAN_VERSION = 1

@@ -22,7 +22,7 @@ from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.labels import honest_labels
 from onnxmlu.plan.perf.layers import Layer, layers_at_precision
 from onnxmlu.plan.plan import Plan, keep_epilogues, split_oversized_blocks, with_precision
-from onnxmlu.plan.precisions import DEFAULT_PRECISION, check_precision
+from onnxmlu.precisions import DEFAULT_PRECISION, check_precision
 from onnxmlu.plan.perf.model import make_cost
 from onnxmlu.plan.perf.model import plan_block_latencies_us
 from onnxmlu.plan.strategies import run_strategy
@@ -69,7 +69,8 @@ def _at(layers: Sequence[Layer], precision: str | None) -> Sequence[Layer]:
 def _forced_mp(plan: Plan, mp: int, hw: Hardware) -> Plan:
     if not 1 <= mp <= hw.cores:
         raise OnnxMluError(f"--mp {mp} is outside 1..{hw.cores} (cores of {hw.name})")
-    return Plan(tuple(replace(b, mp=mp) for b in plan.blocks), plan.strategy, hw.name)  # precision kept
+    return replace(plan, blocks=tuple(replace(b, mp=mp) for b in plan.blocks), hardware=hw.name,
+                   notes=dict(plan.notes))  # precision and the strategy's notes kept
 
 
 def plan_layers(layers: Sequence[Layer], hw: Hardware, **how) -> tuple[Plan, list[float]]:

@@ -15,20 +15,23 @@ peak per core at that precision, and feature maps and weights at its element siz
 :mod:`onnxmlu.precision.bodies` gives collapse the per-block body transform. docs/precision.md
 states the numeric and the pricing model.
 
-The names and element sizes live in :mod:`onnxmlu.plan.precisions` (the performance model
+The names and element sizes live in :mod:`onnxmlu.precisions` (the performance model
 prices with them, a layer below this package) and are re-exported here; the transforms live in
 the submodules.
 """
 
-from onnxmlu.plan.precisions import (
+from onnxmlu.precisions import (
     DEFAULT_PRECISION,
     ELEMENT_BYTES,
     INT8_ANCHOR_OPS,
     INT8_OPS,
     PRECISIONS,
+    RECORDS,
+    Precision,
     check_precision,
+    record,
     runs_at,
 )
 
-__all__ = ["DEFAULT_PRECISION", "ELEMENT_BYTES", "INT8_ANCHOR_OPS", "INT8_OPS", "PRECISIONS", "check_precision",
-           "runs_at"]
+__all__ = ["DEFAULT_PRECISION", "ELEMENT_BYTES", "INT8_ANCHOR_OPS", "INT8_OPS", "PRECISIONS", "RECORDS", "Precision",
+           "check_precision", "record", "runs_at"]

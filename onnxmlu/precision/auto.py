@@ -63,7 +63,8 @@ from onnxmlu.plan.perf.layers import Layer, layers_at_precision
 from onnxmlu.plan.perf.model import make_cost, plan_block_latencies_us
 from onnxmlu.plan.plan import Block, Plan, segments
 from onnxmlu.plan.strategies.search import max_block_length, whole_segments
-from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS
+from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS, record
+from onnxmlu.precisions import FP16, FP32, INT8
 from onnxmlu.precision.accuracy import Accuracy, Budget, load_metric, measure, rows_to_certify
 from onnxmlu.precision.bodies import runnable_model
 from onnxmlu.precision.calibration import DEFAULT_RANDOM_SAMPLES, split_samples
@@ -72,7 +73,8 @@ from onnxmlu.plan.planner import kept_layers
 from onnxmlu.plan.strategies import run_strategy
 from onnxmlu.plots import pareto_chart
 
-LOWER = ("fp16", "int8")
+#: The precisions auto may lower a block to.
+LOWER = PRECISIONS[1:]
 #: Share of the savable latency below which a segment is not measured (kept FP32).
 MINOR_SHARE = 0.005
 LAMBDA_GRID = np.logspace(-3, 3, 25)
@@ -335,14 +337,14 @@ class JointSearch:
         self.at = {p: layers_at_precision(layers, p) for p in PRECISIONS}
         self.bands = {p: self.cost.band_table(self.at[p], self.mps, bound) for p in PRECISIONS}
         self.whole = {p: whole_segments(self.at[p], self.mps, self.cost, bound) for p in PRECISIONS}
-        singles = {p: self.cost.layer_table(self.at[p], self.mps).min(axis=1) for p in ("fp32", "int8")}
-        self.gain = np.maximum(singles["fp32"] - singles["int8"], 0.0)
+        singles = {p: self.cost.layer_table(self.at[p], self.mps).min(axis=1) for p in (FP32.name, INT8.name)}
+        self.gain = np.maximum(singles[FP32.name] - singles[INT8.name], 0.0)
         flags = {"own": [layer.int8_arithmetic for layer in layers], "quantized": [layer.quantized for layer in layers],
                  "anchor": [anchors_int8(layer) for layer in layers], "float": [has_fp32(layer) for layer in layers]}
         self._count = {k: _prefix(np.array(v, dtype=bool)) for k, v in flags.items()}
         own, quantized = np.array(flags["own"], dtype=bool), np.array(flags["quantized"], dtype=bool)
         # per layer: what no block at p may hold (the rest of the labelling rule is in _labelled)
-        self._allowed = {"fp32": ~own, "fp16": ~quantized, "int8": np.ones(len(layers), dtype=bool)}
+        self._allowed = {FP32.name: ~own, FP16.name: ~quantized, INT8.name: np.ones(len(layers), dtype=bool)}
         self._cum = {p: np.zeros((len(layers) + 1, 2)) for p in PRECISIONS}
         self._bad = {p: _prefix(~self._allowed[p]) for p in PRECISIONS}
 
@@ -357,9 +359,9 @@ class JointSearch:
         needs quantized arithmetic, or an operator the quantizer quantizes and no other layer
         arriving quantized; FP16 an FP32 tensor."""
         held = {k: self._count[k][j] - self._count[k][lo] for k in self._count}
-        if p == "int8":
+        if record(p).quantizes:
             return (held["own"] > 0) | ((held["quantized"] == 0) & (held["anchor"] > 0))
-        if p == "fp16":
+        if record(p).rounds_floats:
             return held["float"] > 0
         return np.ones_like(held["own"], dtype=bool)
 

@@ -19,7 +19,7 @@ import onnx
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir.weights import fill_tensor, is_marker
-from onnxmlu.precision import check_precision
+from onnxmlu.precision import record
 from onnxmlu.precision.calibration import (
     DEFAULT_RANDOM_SAMPLES,
     DEFAULT_SEED,
@@ -58,7 +58,7 @@ class BlockBodies:
         """Capture the inputs of the INT8 blocks among ``blocks`` (block -> (precision, input
         names)) on the calibration samples; blocks already captured are skipped."""
         wanted = {b: list(names) for b, (precision, names) in blocks.items()
-                  if check_precision(precision) == "int8" and b not in self.block_samples}
+                  if record(precision).calibrated and b not in self.block_samples}
         if not wanted:
             return
         model = runnable_model(self.analysis)
@@ -69,10 +69,13 @@ class BlockBodies:
 
     def transform(self, b: int, precision: str, body: onnx.ModelProto) -> onnx.ModelProto:
         """Block ``b``'s FP32 ``body`` at ``precision`` (FP16 in place; INT8 a new model)."""
-        if check_precision(precision) == "fp32":
-            return body
-        if precision == "fp16":
-            return to_fp16(body)
+        how = record(precision).body
+        return body if how is None else getattr(self, how)(b, body)
+
+    def fp16_body(self, b: int, body: onnx.ModelProto) -> onnx.ModelProto:
+        return to_fp16(body)
+
+    def int8_body(self, b: int, body: onnx.ModelProto) -> onnx.ModelProto:
         if b not in self.block_samples:
             raise OnnxMluError(f"INT8 block {b} has no calibration samples: prepare() was not told of it")
         warnings: list[str] = []
@@ -83,7 +86,7 @@ class BlockBodies:
 
     def note(self, precision: str) -> str:
         """What a fused node's description adds for a block at ``precision``."""
-        if precision != "int8" or self.calibration is None:
+        if not record(precision).calibrated or self.calibration is None:
             return ""
         return f"calibrated on {self.calibration.describe()}"
 

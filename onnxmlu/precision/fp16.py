@@ -30,6 +30,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu.collapse.own import PRECISION_KEY
+from onnxmlu.precisions import FP16
 from onnxmlu.ir.graphs import nested_graphs
 
 #: Operators whose outputs are FP16 values whenever their inputs are: no rounding after them.
@@ -64,7 +65,7 @@ def to_fp16(body: onnx.ModelProto) -> onnx.ModelProto:
         graph.node.append(node)
         graph.node.extend(pairs)
     graph.value_info.extend(new_infos)
-    _mark(body, "fp16")
+    _mark(body, FP16.name)
     return body
 
 

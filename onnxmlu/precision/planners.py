@@ -127,19 +127,9 @@ def planner_for(precision: str | None) -> PrecisionPlanner:
     return PLANNERS[precision]
 
 
-def precision_choices() -> tuple[str, ...]:
-    """The values ``--precision`` accepts."""
-    return PLANNERS.names()
-
-
 def judged_names() -> tuple[str, ...]:
     """The planners that search under a budget (take --accuracy, --metric, --validation)."""
     return tuple(name for name, p in PLANNERS.items() if p.judged)
-
-
-def check_precision_option(precision: str | None) -> None:
-    """An :class:`OnnxMluError` (one line) unless ``precision`` is None or a known choice."""
-    planner_for(precision)
 
 
 def bn_for(precision: str | None) -> str:

@@ -22,11 +22,14 @@ from onnxmlu.ir.graphsurgeon import export_model, import_graph
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.registry import Registry
 from onnxmlu.rewrite.base import NameAllocator, RewriteContext, RewriteReport, constant_value, in_domain, run_rewriter
+from onnxmlu.rewrite.attention import AttentionRewriter
 from onnxmlu.rewrite.batchnorm import BN_MODES, BatchNormRewriter
 from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
 from onnxmlu.rewrite.instancenorm import InstanceNormRewriter
+from onnxmlu.rewrite.rmsnorm import RMSNormRewriter
 from onnxmlu.rewrite.rnn import RecurrentRewriter
+from onnxmlu.rewrite.rotary import RotaryEmbeddingRewriter
 
 __all__ = [
     "BN_MODES",
@@ -45,7 +48,10 @@ __all__ = [
 REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("gemm", GemmRewriter),
                                                   ("rnn", RecurrentRewriter),
                                                   ("dqlstm", DynamicQuantizeLSTMRewriter),
-                                                  ("instancenorm", InstanceNormRewriter)])
+                                                  ("instancenorm", InstanceNormRewriter),
+                                                  ("rmsnorm", RMSNormRewriter),
+                                                  ("rotary", RotaryEmbeddingRewriter),
+                                                  ("attention", AttentionRewriter)])
 REWRITER_NAMES = REWRITERS.names()
 
 

@@ -41,11 +41,10 @@ import onnx
 import onnxruntime as ort
 
 from onnxmlu.diagnostics import Diagnostic
-from onnxmlu.collapse.shared import shared_names
 from onnxmlu.errors import first_line
 from onnxmlu.ir import attribute_value, copy_model, is_fusion_block, sort_graphs
 from onnxmlu.schema import (BodyDigestError, block_precision, file_references, label_mismatch, set_body_digest,
-                            verify_body)
+                            shared_names, verify_body)
 
 _NCHWC = "com.microsoft.nchwc"
 #: The library's override of every inner session's thread count (``kInnerThreadsEnv``).

@@ -4,6 +4,7 @@ value (the CLI exits 2 without a traceback), never a bare TypeError or a silentl
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 from onnxmlu.cli import app
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.plan.perf import hardware
-from onnxmlu.plan.perf.hardware import load_hardware, profile_names
+from onnxmlu.plan.perf.hardware import PerfParams, load_hardware, profile_names
 
 
 @pytest.fixture
@@ -64,17 +65,20 @@ def test_missing_fields_and_non_objects(tmp_path, base):
 def test_valid_files_load_with_integral_floats_as_integers(tmp_path, base):
     base["cores"], base["model"]["search_max_block_layers"] = 8.0, 64.0
     hw = load_hardware(write(tmp_path, base))
-    assert hw.cores == 8 and isinstance(hw.cores, int) and hw.model["search_max_block_layers"] == 64
+    assert hw.cores == 8 and isinstance(hw.cores, int) and hw.model.search_max_block_layers == 64
     del base["description"], base["model"]
-    assert load_hardware(write(tmp_path, base, "minimal.json")).model == {}
+    assert load_hardware(write(tmp_path, base, "minimal.json")).model == PerfParams()
     for name in profile_names():
         assert load_hardware(name).name == name
 
 
-def test_model_parameters_known_to_the_loader_are_the_model_s():
-    from onnxmlu.plan.perf.model import DEFAULT_PARAMS, STRATEGY_PARAMS
-
-    assert set(hardware._MODEL_FIELDS) == set(DEFAULT_PARAMS) | STRATEGY_PARAMS
+def test_each_default_is_written_once():
+    """Each default is written once, in PerfParams: no module keeps a second copy of a value."""
+    package = Path(hardware.__file__).parents[2]
+    sources = [p for p in package.rglob("*.py") if p.name != "hardware.py"]
+    sources += list((package / "plan" / "perf" / "profiles").glob("mlu100.json"))
+    for default in ("3.585", "0.316", "0.659"):
+        assert not [str(p) for p in sources if default in p.read_text()], default
 
 
 @pytest.mark.parametrize("command", [["fuse", "{model}", "{out}"], ["plan", "{model}"], ["hw", "show"]])

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from pathlib import Path
+
 import pytest
 
 from onnxmlu.plan.plan import plan_from_ranges, with_precision
@@ -38,7 +40,27 @@ def test_the_profile_has_table_one_peaks():
     params = ModelParams.from_hardware(HW)
     assert [params.speed(p) for p in ("fp32", "fp16", "int8")] == [1.0, 2.0, 4.0]
     edge = ModelParams.from_hardware(load_hardware("edge4"))
-    assert (edge.fp16_speedup, edge.int8_speedup) == (2.0, 4.0)
+    assert [edge.speed(p) for p in ("fp16", "int8")] == [2.0, 4.0]
+
+
+def test_each_precision_is_one_record_every_stage_reads():
+    """Adding a precision is adding its record: each names a peak the profiles have, a body
+    method BlockBodies has, and the schemas and the label rule know it by that name."""
+    import json
+    from dataclasses import fields
+
+    from onnxmlu import schema
+    from onnxmlu.plan.perf.hardware import Hardware
+    from onnxmlu.precision.bodies import BlockBodies
+    from onnxmlu.precisions import DEFAULT_PRECISION, ELEMENT_BYTES, PRECISIONS, RECORDS
+
+    assert PRECISIONS[0] == DEFAULT_PRECISION and set(ELEMENT_BYTES) == set(RECORDS)
+    for record in RECORDS.values():
+        assert record.peak in {f.name for f in fields(Hardware)}
+        assert record.body is None or callable(getattr(BlockBodies, record.body))
+        assert (record.body_holds != "") == (record.name in schema._BODY_HOLDS)
+    fuse_schema = json.dumps(json.loads((Path(schema.__file__).parent / "schemas" / "fuse.json").read_text()))
+    assert all(f'"{name}"' in fuse_schema for name in PRECISIONS)
 
 
 def test_layer_bytes_follow_the_element_size():

@@ -54,3 +54,16 @@ def test_plan_file_errors(tmp_path):
         Plan.from_dict(bad_name, layers)
     with pytest.raises(PlanError, match="cannot read plan file"):
         Plan.load(tmp_path / "nope.json")
+
+
+def test_a_forced_mp_keeps_the_strategy_s_notes():
+    from onnxmlu.plan.perf.hardware import load_hardware
+    from onnxmlu.plan.planner import make_plan
+    from tests.perf.zoo_layers import conv_chain
+
+    hw = load_hardware("mlu100")
+    layers = conv_chain(64, 28, count=12)
+    planned = make_plan(layers, hw, strategy="optimal")
+    forced = make_plan(layers, hw, strategy="optimal", mp=4)
+    assert planned.notes and forced.notes == planned.notes
+    assert {b.mp for b in forced.blocks} == {4}

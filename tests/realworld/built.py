@@ -7,8 +7,10 @@ branches of a main graph stored out of topological order (branch weights from ou
 Constants), onnxruntime-quantized graphs (QOperator, QDQ and dynamic quantization, com.microsoft
 contrib ops), a float16 model, onnxruntime's own LayerNormalization in an opset-14 model, a
 200-step bidirectional LSTM, a string input, a ``torch.cond``-style ``If`` between two CNN
-heads, and a Keras LSTM as tf2onnx writes it (a ``Loop`` over a symbolic length). :data:`BUILDERS` maps a name to
-its builder; ``corpus.py`` caches the built files next to the downloaded ones.
+heads, a Keras LSTM as tf2onnx writes it (a ``Loop`` over a symbolic length), and an opset-23
+LLaMA-style decoder layer (RMSNormalization, RotaryEmbedding, grouped-query Attention with a KV
+cache). :data:`BUILDERS` maps a name to its builder; ``corpus.py`` caches the built files next to
+the downloaded ones.
 """
 
 from __future__ import annotations
@@ -555,11 +557,58 @@ def keras_lstm_loop() -> onnx.ModelProto:
     return _model(graph)
 
 
+def _rms(x: str, weight: str, out: str) -> onnx.NodeProto:
+    return helper.make_node("RMSNormalization", [x, weight], [out], epsilon=1e-6, axis=-1)
+
+
+def opset23_decoder_layer(hidden: int = 64, heads: int = 8, kv_heads: int = 2, ffn: int = 128) -> onnx.ModelProto:
+    """A LLaMA-style decoder layer as an opset-23 export writes it: RMSNormalization, the Q/K/V
+    MatMuls, RotaryEmbedding of Q and K (3-D, ``num_heads``, caches indexed by
+    ``position_ids``), grouped-query Attention (8 query heads, 2 key/value heads) with a KV cache
+    on a symbolic past length and ``is_causal``, the output projection and residual, then
+    RMSNormalization and a SwiGLU MLP with its residual. Batch, sequence and past are symbolic;
+    the sizes are keywords (the corpus's defaults are small)."""
+    rng = np.random.default_rng(23)
+    head, positions = hidden // heads, 256
+    angles = np.arange(positions)[:, None] * (10000.0 ** (-np.arange(0, head, 2) / head))[None, :]
+    nodes = [_rms("x", "ln1", "h"),
+             *(helper.make_node("MatMul", ["h", w], [o]) for w, o in (("wq", "q"), ("wk", "k"), ("wv", "v"))),
+             helper.make_node("RotaryEmbedding", ["q", "cos", "sin", "position_ids"], ["q_rot"], num_heads=heads),
+             helper.make_node("RotaryEmbedding", ["k", "cos", "sin", "position_ids"], ["k_rot"], num_heads=kv_heads),
+             helper.make_node("Attention", ["q_rot", "k_rot", "v", "", "past_key", "past_value"],
+                              ["attn", "present_key", "present_value"], is_causal=1, q_num_heads=heads,
+                              kv_num_heads=kv_heads),
+             helper.make_node("MatMul", ["attn", "wo"], ["o"]), helper.make_node("Add", ["x", "o"], ["r1"]),
+             _rms("r1", "ln2", "h2"), helper.make_node("MatMul", ["h2", "wg"], ["g"]),
+             helper.make_node("Sigmoid", ["g"], ["g_sig"]), helper.make_node("Mul", ["g", "g_sig"], ["silu"]),
+             helper.make_node("MatMul", ["h2", "wu"], ["u"]), helper.make_node("Mul", ["silu", "u"], ["gu"]),
+             helper.make_node("MatMul", ["gu", "wd"], ["d"]), helper.make_node("Add", ["r1", "d"], ["y"])]
+    inits = [_init("ln1", 1 + _rand(rng, hidden)), _init("ln2", 1 + _rand(rng, hidden)),
+             _init("wq", _rand(rng, hidden, heads * head, scale=0.2)),
+             _init("wk", _rand(rng, hidden, kv_heads * head, scale=0.2)),
+             _init("wv", _rand(rng, hidden, kv_heads * head, scale=0.2)),
+             _init("wo", _rand(rng, heads * head, hidden, scale=0.2)), _init("wg", _rand(rng, hidden, ffn, scale=0.2)),
+             _init("wu", _rand(rng, hidden, ffn, scale=0.2)), _init("wd", _rand(rng, ffn, hidden, scale=0.2)),
+             _init("cos", np.cos(angles).astype(np.float32)), _init("sin", np.sin(angles).astype(np.float32))]
+    cache = ["batch", kv_heads, "past", head]
+    graph = helper.make_graph(
+        nodes, "opset23_decoder_layer",
+        [helper.make_tensor_value_info("x", FLOAT, ["batch", "seq", hidden]),
+         helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("past_key", FLOAT, cache), helper.make_tensor_value_info("past_value", FLOAT, cache)],
+        [helper.make_tensor_value_info("y", FLOAT, ["batch", "seq", hidden]),
+         helper.make_tensor_value_info("present_key", FLOAT, ["batch", kv_heads, "total", head]),
+         helper.make_tensor_value_info("present_value", FLOAT, ["batch", kv_heads, "total", head])], inits)
+    model = _model(graph, {"": 23})
+    model.ir_version = 10
+    return model
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
               lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm, ort_qdq_cnn, fp16_conv_chain,
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
-              keras_lstm_loop, grapheme_to_phoneme, siamese_tower,
+              keras_lstm_loop, opset23_decoder_layer, grapheme_to_phoneme, siamese_tower,
               merged_if_decoder)
 }  # fmt: skip

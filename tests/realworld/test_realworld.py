@@ -118,6 +118,7 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
     "built_string_input": (0.9, 1, 1),
     "built_cond_convs": (0.9, 4, 1),  # the If stays on the host, each branch one block
     "built_keras_lstm_loop": (0.9, 3, 1),  # the Loop stays on the host, its body one block per step
+    "built_opset23_decoder": (0.9, 1, 0),  # RMSNorm, RoPE and Attention rewritten: the layer is one block
     "built_g2p_strings": (1.0, 1, 2),  # the LabelEncoder and the string-table Gather stay on the host
     "built_siamese_tower": (1.0, 1, 0),
     "built_merged_if_decoder": (1.0, 2, 1),  # the If stays on the host, each branch one block

@@ -115,3 +115,59 @@ def mlp(widths=(64, 128, 128, 32), batch=1, seed=0) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, widths[0]])],
                               [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, widths[-1]])], inits)
     return make_model(graph)
+
+
+def merged_dims(pairs: int = 3) -> onnx.ModelProto:
+    """Dims that only onnxruntime's symbolic shape inference can relate, so it must merge them.
+
+    Per pair ``i``: ``x_i`` ``[N, p_i]`` and ``y_i`` ``[N, ?]`` (a dim without a name) are added
+    after a contrib ``Gelu`` (no onnx schema: onnx's inference stops there, the symbolic one
+    goes on), at the top level and inside both branches of an ``If``. Each Add makes
+    ``p_i`` and the name the engine gives ``y_i``'s dim one dim, whose name it must pick."""
+    nodes, inputs, outputs = [], [helper.make_tensor_value_info("c", TensorProto.BOOL, [])], []
+    for i in range(pairs):
+        inputs += [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, ["N", f"p{i}"]),
+                   helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, ["N", None])]
+        nodes += [helper.make_node("Gelu", [f"x{i}"], [f"g{i}"], domain="com.microsoft"),
+                  helper.make_node("Add", [f"g{i}", f"y{i}"], [f"a{i}"]),
+                  helper.make_node("If", ["c"], [f"s{i}"], then_branch=_gelu_branch(i, "Add", "t"),
+                                   else_branch=_gelu_branch(i, "Mul", "e")),
+                  helper.make_node("Add", [f"a{i}", f"s{i}"], [f"b{i}"]),
+                  helper.make_node("Relu", [f"b{i}"], [f"z{i}"])]
+        outputs.append(helper.make_tensor_value_info(f"z{i}", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "merged_dims", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def _gelu_branch(i: int, op: str, tag: str) -> onnx.GraphProto:
+    """A branch reading the outer ``x_i`` and ``y_i``: Gelu(x_i) ``op`` y_i."""
+    return helper.make_graph([helper.make_node("Gelu", [f"x{i}"], [f"g{i}{tag}"], domain="com.microsoft"),
+                              helper.make_node(op, [f"g{i}{tag}", f"y{i}"], [f"o{i}{tag}"])],
+                             f"branch{i}{tag}", [], [helper.make_tensor_value_info(f"o{i}{tag}", TensorProto.FLOAT, None)])
+
+
+def attention_over_pixels(channels: int = 8, pool: int = 2) -> onnx.ModelProto:
+    """A diffusion-UNet-like block: latent ``[N, 4, H, W]`` (symbolic H and W) -> Conv -> pool ->
+    self-attention over the ``(H/pool) * (W/pool)`` pixels as tokens -> the mean attended
+    feature added back -> Conv. Its scores are ``[N, T, T]``: at the 224 x 224 default,
+    12544 tokens and 630 MB per score tensor (scores and softmax: over 1.2 GB); at 64 x 64, 4 MB."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((channels, 4, 3, 3)).astype(np.float32) * 0.1, "w_in"),
+               numpy_helper.from_array(rng.standard_normal((4, channels, 1, 1)).astype(np.float32) * 0.1, "w_out"),
+               numpy_helper.from_array(np.array([0, channels, -1], np.int64), "tokens_shape")]
+    nodes = [helper.make_node("Conv", ["latent", "w_in"], ["f"], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["f"], ["p"], kernel_shape=[pool, pool], strides=[pool, pool]),
+             helper.make_node("Reshape", ["p", "tokens_shape"], ["t"]),  # [N, C, T]
+             helper.make_node("Transpose", ["t"], ["q"], perm=[0, 2, 1]),  # [N, T, C]
+             helper.make_node("MatMul", ["q", "t"], ["scores"]),  # [N, T, T]
+             helper.make_node("Softmax", ["scores"], ["attn"], axis=-1),
+             helper.make_node("MatMul", ["attn", "q"], ["o"]),  # [N, T, C]
+             helper.make_node("ReduceMean", ["o"], ["m"], axes=[1], keepdims=1),  # [N, 1, C]
+             helper.make_node("Transpose", ["m"], ["mt"], perm=[0, 2, 1]),
+             helper.make_node("Unsqueeze", ["mt"], ["m4"], axes=[3]),  # [N, C, 1, 1]
+             helper.make_node("Add", ["f", "m4"], ["g"]),
+             helper.make_node("Conv", ["g", "w_out"], ["out"])]
+    graph = helper.make_graph(nodes, "attention_over_pixels",
+                              [helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", 4, "H", "W"])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 4, "H", "W"])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])

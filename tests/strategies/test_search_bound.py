@@ -84,7 +84,7 @@ def test_bound_applies_with_any_cost_function():
 
 
 def test_bound_comes_from_keyword_then_profile_then_default():
-    profiled = dataclasses.replace(HW, model={**HW.model, "search_max_block_layers": 8})
+    profiled = HW.with_params(search_max_block_layers=8)
     assert max_block_length(HW) == DEFAULT_MAX_BLOCK_LAYERS
     assert max_block_length(profiled) == 8
     assert max_block_length(profiled, 5) == 5

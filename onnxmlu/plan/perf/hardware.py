@@ -10,16 +10,113 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.precisions import record
 
 DEFAULT_PROFILE = "mlu100"
 #: The most cores a profile may have: the runtime library refuses a block with a larger ``mp``.
 MAX_CORES = 1024
+
+
+def _positive(v) -> bool:
+    return _is_number(v) and v > 0
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _whole(v) -> bool:
+    """An integer; 32.0 counts (JSON Schema's "integer" accepts it too)."""
+    return _is_number(v) and float(v).is_integer()
+
+
+#: What a parameter may be: (check, what it wants in the error line, its JSON Schema).
+_KINDS = {
+    "number": (_is_number, "a number", {"type": "number"}),
+    "positive": (_positive, "a number > 0", {"type": "number", "exclusiveMinimum": 0}),
+    "non-negative": (lambda v: _is_number(v) and v >= 0, "a number >= 0", {"type": "number", "minimum": 0}),
+    "share": (lambda v: _is_number(v) and 0 <= v <= 1, "a number from 0 to 1",
+              {"type": "number", "minimum": 0, "maximum": 1}),
+    "flag": (lambda v: _is_number(v) and v in (0, 1), "0 or 1", {"enum": [0, 1]}),
+    "bound": (lambda v: _whole(v) and v >= 0, "an integer >= 0 (0: no bound)", {"type": "integer", "minimum": 0}),
+}
+
+
+def _param(default, kind: str, doc: str):
+    """A :class:`PerfParams` field: its default, its kind (check, error wording and JSON Schema)
+    and its description; ``hardware.json`` is derived from these."""
+    check, wants, schema = _KINDS[kind]
+    return field(default=default, metadata={"check": check, "wants": wants,
+                                            "schema": {**schema, "description": doc}})
+
+
+@dataclass(frozen=True)
+class PerfParams:
+    """The parameters of the performance model (:mod:`onnxmlu.plan.perf.model`) and of the
+    strategies ([DLFusion] Eq. 5, Algorithm 1, the searches' bound): a profile's ``"model"``.
+
+    The defaults are the mlu100 calibration (docs/architecture.md, "The performance model"); a
+    profile writes only the values it changes. This record is the one place that holds each
+    default, each rule and each description: the loader's checks and ``hardware.json`` derive
+    from it (tests/test_schemas.py compares)."""
+
+    critical_mops_per_core: float = _param(
+        210.0, "positive", "efficiency knee: operations per core a block needs to fill the pipeline (MOPs)")
+    knee_sharpness: float = _param(6.0, "positive", "sharpness k of the smooth maximum at the knee")
+    channel_granule: float = _param(40.0, "positive", "smallest channel slice a core computes")
+    launch_us: float = _param(0.5, "non-negative", "cost of launching a block")
+    layer_us: float = _param(6.0, "non-negative", "per-layer issue/barrier cost")
+    core_sync_us: float = _param(1.0, "non-negative", "dispatch/join cost per extra core")
+    core_dram_gbps: float = _param(27.0, "positive", "DRAM bandwidth one core can draw")
+    overlap_theta: float = _param(0.36, "share",
+                                  "share of the shorter of compute and traffic not hidden under the longer")
+    grouped_conv_as_dense: int = _param(1, "flag", "1: grouped convolutions run as dense ones")
+    eq5_alpha: float = _param(0.316, "number", "[DLFusion] Eq. 5: weight of log2(channels)")
+    eq5_beta: float = _param(0.659, "number", "[DLFusion] Eq. 5: weight of log2(ops)")
+    eq5_offset: float = _param(3.585, "number", "[DLFusion] Eq. 5: offset")
+    eq5_ops_unit: float = _param(1e6, "positive", "[DLFusion] Eq. 5: unit of the op count")
+    algorithm1_critical_mops_per_core: float = _param(
+        180.0, "positive", "[DLFusion] Algorithm 1's OpCount_critical per core (MOPs)")
+    search_max_block_layers: int = _param(256, "bound", "oracle/optimal: longest block searched (0: no bound)")
+
+    @classmethod
+    def of(cls, values: "PerfParams | Mapping[str, Any] | None") -> "PerfParams":
+        """The record from a profile's ``"model"`` object (missing keys take their default);
+        OnnxMluError with one line naming the first bad key."""
+        if isinstance(values, PerfParams):
+            return values
+        values = dict(values or {})
+        problem = model_problem(values)
+        if problem:
+            raise OnnxMluError(f"hardware profile: {problem}")
+        if "search_max_block_layers" in values:
+            values["search_max_block_layers"] = int(values["search_max_block_layers"])
+        return cls(**values)
+
+
+def model_problem(values: Mapping[str, Any]) -> str | None:
+    """Why ``values`` (a profile's ``"model"`` object) is not valid, in one line; None if it is."""
+    rules = {f.name: f.metadata for f in fields(PerfParams)}
+    for key, value in values.items():
+        if key not in rules:
+            return f"unknown model parameter 'model.{key}' (known: {', '.join(rules)})"
+        if not rules[key]["check"](value):
+            return f"'model.{key}' must be {rules[key]['wants']}, got {_shown(value)}"
+    return None
+
+
+def model_schema() -> dict[str, Any]:
+    """The JSON Schema of a profile's ``"model"`` object, as ``hardware.json`` holds it."""
+    return {"type": "object", "description": "performance-model and strategy parameters; a missing "
+            "one takes its default (the mlu100 calibration)",
+            "properties": {f.name: f.metadata["schema"] for f in fields(PerfParams)},
+            "required": [], "additionalProperties": False}
 
 
 @dataclass(frozen=True)
@@ -32,19 +129,22 @@ class Hardware:
     dram_gbps: float
     frequency_ghz: float
     description: str = ""
-    model: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    model: PerfParams = field(default_factory=PerfParams, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", PerfParams.of(self.model))
 
     def peak_per_core(self, precision: str = "fp32") -> float:
         """Datasheet peak of one core at ``precision``: TFLOPS for fp32/fp16, TOPS for int8."""
-        peaks = {"fp32": self.peak_tflops_fp32_per_core, "fp16": self.peak_tflops_fp16_per_core,
-                 "int8": self.peak_tops_int8_per_core}
-        if precision not in peaks:
-            raise OnnxMluError(f"precision must be one of {', '.join(peaks)}, not {precision!r}")
-        return float(peaks[precision])
+        return float(getattr(self, record(precision).peak))
 
     def mp_choices(self) -> list[int]:
         """Every legal core count, 1..cores."""
         return list(range(1, self.cores + 1))
+
+    def with_params(self, **changes: Any) -> "Hardware":
+        """The same hardware with some performance-model parameters changed (validated)."""
+        return replace(self, model=PerfParams.of({**asdict(self.model), **changes}))
 
     def to_dict(self) -> dict[str, Any]:
         """The profile in the JSON format :func:`load_hardware` reads back."""
@@ -68,23 +168,7 @@ def load_hardware(name_or_path: str | Path = DEFAULT_PROFILE) -> Hardware:
     problem = profile_problem(data)
     if problem:
         raise OnnxMluError(f"hardware profile {name_or_path!s}: {problem}")
-    model = dict(data.get("model", {}))
-    if "search_max_block_layers" in model:
-        model["search_max_block_layers"] = int(model["search_max_block_layers"])
-    return Hardware(**{**data, "cores": int(data["cores"]), "model": model})
-
-
-def _positive(v) -> bool:
-    return _is_number(v) and v > 0
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _whole(v) -> bool:
-    """An integer; 32.0 counts (JSON Schema's "integer" accepts it too)."""
-    return _is_number(v) and float(v).is_integer()
+    return Hardware(**{**data, "cores": int(data["cores"]), "model": PerfParams.of(data.get("model"))})
 
 
 def _cores(v) -> bool:
@@ -105,27 +189,6 @@ _FIELDS = {
 }
 _REQUIRED = tuple(f.name for f in fields(Hardware) if f.name not in ("description", "model"))
 
-#: Parameters of ``"model"`` (onnxmlu.plan.perf.model, onnxmlu.plan.strategies) with what each must be;
-#: any other finite number is accepted for the ones not listed here.
-_MODEL_FIELDS = {
-    "critical_mops_per_core": (_positive, "a number > 0"),
-    "knee_sharpness": (_positive, "a number > 0"),
-    "channel_granule": (_positive, "a number > 0"),
-    "launch_us": (lambda v: _is_number(v) and v >= 0, "a number >= 0"),
-    "layer_us": (lambda v: _is_number(v) and v >= 0, "a number >= 0"),
-    "core_sync_us": (lambda v: _is_number(v) and v >= 0, "a number >= 0"),
-    "core_dram_gbps": (_positive, "a number > 0"),
-    "overlap_theta": (lambda v: _is_number(v) and 0 <= v <= 1, "a number from 0 to 1"),
-    "grouped_conv_as_dense": (lambda v: _is_number(v) and v in (0, 1), "0 or 1"),
-    "eq5_alpha": (_is_number, "a number"),
-    "eq5_beta": (_is_number, "a number"),
-    "eq5_offset": (_is_number, "a number"),
-    "eq5_ops_unit": (_positive, "a number > 0"),
-    "algorithm1_critical_mops_per_core": (_positive, "a number > 0"),
-    "search_max_block_layers": (lambda v: _whole(v) and v >= 0, "an integer >= 0 (0: no bound)"),
-}
-
-
 def profile_problem(data) -> str | None:
     """Why ``data`` (a parsed profile) is not a valid hardware profile, in one line naming the
     field and its value; None when it is valid."""
@@ -141,13 +204,7 @@ def profile_problem(data) -> str | None:
         ok, wanted = _FIELDS[key]
         if not ok(value):
             return f"{key!r} must be {wanted}, got {_shown(value)}"
-    for key, value in data.get("model", {}).items():
-        if key not in _MODEL_FIELDS:
-            return f"unknown model parameter 'model.{key}' (known: {', '.join(_MODEL_FIELDS)})"
-        ok, wanted = _MODEL_FIELDS[key]
-        if not ok(value):
-            return f"'model.{key}' must be {wanted}, got {_shown(value)}"
-    return None
+    return model_problem(data.get("model", {}))
 
 
 def _shown(value) -> str:

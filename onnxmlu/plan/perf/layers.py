@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, Sequence
 
-from onnxmlu.plan.precisions import DEFAULT_PRECISION, ELEMENT_BYTES, check_precision, runs_at
+from onnxmlu.precisions import DEFAULT_PRECISION, ELEMENT_BYTES, check_precision, runs_at
 
 LayerKind = Literal["conv", "fc", "eltwise", "pool", "global_pool", "norm", "softmax", "data"]
 

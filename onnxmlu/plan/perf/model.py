@@ -94,14 +94,15 @@ One parameter set, fitted with ``scripts/calibrate_model.py`` against the findin
 ``tests/perf/test_paper_findings.py`` ([DLFusion] Section III and Fig. 10): the best fixed MP
 is ~4 for ResNet-18 and ~16 for VGG-19; the best fusion depth among 16 identical convs shrinks
 as the layer grows; DLFusion beats strategies 1-3, ties 4-5, is 3.6-7.9x over no optimisation
-and within 10 % of the optimum.  The knee (210 MOPs per core) and the per-core dispatch cost
+and within 10 % of the optimum.  The knee and the per-core dispatch cost
 place the best MP of a single layer (ResNet-18's 0.23 G-op convs vs VGG-19's 3.7 G-op ones);
 granule, halo and weight re-reads bound how deep and how wide a fused block pays; the per-core
 DRAM cap and the per-layer cost set how slow the unoptimised baseline is.  Margins near the
-optimum are a few percent, as the paper's own are.  Values (``profiles/mlu100.json``):
-knee 210 MOPs/core (sharpness 6), granule 40 channels, launch 0.5 µs + 6 µs per layer +
-1 µs per extra core, 27 GB/s per core of the 102.4 GB/s DRAM, overlap theta 0.36, grouped
-convs dense; [DLFusion] Eq. 5 offset 3.585 and Algorithm 1 threshold 180 MOPs/core.
+optimum are a few percent, as the paper's own are.  The values are the defaults of
+:class:`~onnxmlu.plan.perf.hardware.PerfParams` (``onnxmlu hw show mlu100`` prints them): a
+knee of some 10^2.3 MOPs per core, a granule of a few tens of channels, a launch cost plus a
+per-layer and a per-extra-core cost, a per-core share of the DRAM, partial overlap, grouped
+convs dense, and Eq. 5's offset and Algorithm 1's threshold.
 
 The paper's ``OpCount_critical = 10^1.25 GOPs`` cannot be a per-core count in the units of
 its Table II: ResNet-18 has 3.38 GOPs in total, so Algorithm 1 would never cut and every
@@ -118,10 +119,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from onnxmlu.errors import OnnxMluError
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import WHOLE_MAP_KINDS, Layer, layers_at_precision
-from onnxmlu.plan.precisions import DEFAULT_PRECISION
+from onnxmlu.precisions import DEFAULT_PRECISION, PRECISIONS
 
 CostFn = Callable[[Sequence[Layer], int], float]
 
@@ -129,25 +129,6 @@ CostFn = Callable[[Sequence[Layer], int], float]
 _WINDOW_KINDS = frozenset({"conv", "pool"})
 #: Kinds that run on the matrix engine (through the efficiency knee) and mix channels.
 _TENSOR_KINDS = frozenset({"conv", "fc"})
-
-#: The model's parameters and their defaults (the mlu100 calibration).
-DEFAULT_PARAMS: dict[str, float] = {
-    "critical_mops_per_core": 210.0,
-    "knee_sharpness": 6.0,
-    "channel_granule": 40.0,
-    "launch_us": 0.5,
-    "layer_us": 6.0,
-    "core_sync_us": 1.0,
-    "core_dram_gbps": 27.0,
-    "overlap_theta": 0.36,
-    "grouped_conv_as_dense": 1.0,
-}
-
-#: Keys of the ``"model"`` dict that belong to the strategies ([DLFusion] Eq. 5, Algorithm 1,
-#: the searches' block-length bound).
-STRATEGY_PARAMS = frozenset({"eq5_alpha", "eq5_beta", "eq5_offset", "eq5_ops_unit",
-                             "algorithm1_critical_mops_per_core", "search_max_block_layers"})
-
 
 @dataclass(frozen=True)
 class ModelParams:
@@ -165,36 +146,29 @@ class ModelParams:
     core_sync_us: float
     overlap_theta: float
     grouped_conv_as_dense: bool
-    fp16_speedup: float = 2.0     # peak FP16 / peak FP32
-    int8_speedup: float = 4.0     # peak INT8 / peak FP32
+    speedups: tuple[tuple[str, float], ...] = ()  # (precision, its peak / the FP32 peak)
 
     def speed(self, precision: str) -> float:
         """Peak at ``precision`` over the FP32 peak (1 for fp32)."""
-        return {"fp32": 1.0, "fp16": self.fp16_speedup, "int8": self.int8_speedup}[precision]
+        return dict(self.speedups)[precision]
 
     @classmethod
     def from_hardware(cls, hw: Hardware) -> "ModelParams":
-        model = dict(hw.model or {})
-        unknown = sorted(set(model) - set(DEFAULT_PARAMS) - STRATEGY_PARAMS)
-        if unknown:
-            raise OnnxMluError(f"hardware profile {hw.name!r}: unknown model parameter(s) "
-                               f"{', '.join(unknown)} (known: {', '.join(sorted(DEFAULT_PARAMS))})")
-        p = {**DEFAULT_PARAMS, **model}
+        p = hw.model
         return cls(
             cores=hw.cores,
             peak_ops_per_us=hw.peak_tflops_fp32_per_core * 1e6,
             dram_bytes_per_us=hw.dram_gbps * 1e3,
-            core_dram_bytes_per_us=float(p["core_dram_gbps"]) * 1e3,
-            critical_ops=float(p["critical_mops_per_core"]) * 1e6,
-            knee_sharpness=float(p["knee_sharpness"]),
-            channel_granule=float(p["channel_granule"]),
-            launch_us=float(p["launch_us"]),
-            layer_us=float(p["layer_us"]),
-            core_sync_us=float(p["core_sync_us"]),
-            overlap_theta=float(p["overlap_theta"]),
-            grouped_conv_as_dense=bool(p["grouped_conv_as_dense"]),
-            fp16_speedup=hw.peak_per_core("fp16") / hw.peak_per_core("fp32"),
-            int8_speedup=hw.peak_per_core("int8") / hw.peak_per_core("fp32"),
+            core_dram_bytes_per_us=float(p.core_dram_gbps) * 1e3,
+            critical_ops=float(p.critical_mops_per_core) * 1e6,
+            knee_sharpness=float(p.knee_sharpness),
+            channel_granule=float(p.channel_granule),
+            launch_us=float(p.launch_us),
+            layer_us=float(p.layer_us),
+            core_sync_us=float(p.core_sync_us),
+            overlap_theta=float(p.overlap_theta),
+            grouped_conv_as_dense=bool(p.grouped_conv_as_dense),
+            speedups=tuple((p, hw.peak_per_core(p) / hw.peak_per_core(DEFAULT_PRECISION)) for p in PRECISIONS),
         )
 
 

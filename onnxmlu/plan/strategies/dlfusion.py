@@ -1,16 +1,16 @@
 """[DLFusion] Algorithm 1 (Table III, strategies 5 and 6).
 
 Per-layer MP ([DLFusion] Eq. 5).  The paper only states ``MP ∝ α·log2(C) + β·log2(OpCount)``
-with α = 0.316, β = 0.659.  To land in ``[1, cores]`` it needs a unit and an offset::
+with α and β given (``eq5_alpha``, ``eq5_beta``).  To land in ``[1, cores]`` it needs a unit and an offset::
 
     log2 MP = clip(round(α·log2(C) + β·log2(ops / unit) − b), 0, ⌊log2 cores⌋)
 
 with ``C`` the layer's output channels (the partitioned dimension), ``ops`` its 2·MAC count
 (grouped convs counted dense where the profile says the hardware runs them so, as Table II
 counts MobileNet), ``unit`` = 10^6 ops (``eq5_ops_unit``) and ``b`` the profile's
-``eq5_offset`` (3.585 for mlu100: ResNet's 0.23 G-op 3x3 convs get 8 cores, VGG-19's
-3.7 G-op ones 32, MobileNet's 1x1 convs 4-8).  ``round`` is half-up.  Eq. 5 is applied to
-Conv and FC layers only, as Algorithm 1 does.
+``eq5_offset`` (the mlu100 value, in :class:`~onnxmlu.plan.perf.hardware.PerfParams`, gives
+ResNet's 0.23 G-op 3x3 convs 8 cores, VGG-19's 3.7 G-op ones 32, MobileNet's 1x1 convs 4-8).
+``round`` is half-up.  Eq. 5 is applied to Conv and FC layers only, as Algorithm 1 does.
 
 Algorithm 1.  Walk the layers in order; every Conv/FC layer adds its op count to
 ``sum_Op`` and its Eq. 5 MP to the block's MPs.  Once the ops per core,
@@ -31,10 +31,10 @@ Two further choices, both about where a cut falls:
 ``OpCount_critical``: the paper's ``10^1.25 GOPs`` cannot be a per-core count in the units of
 its own Table II (ResNet-18 totals 3.38 GOPs, so nothing would ever be cut and every network
 would be one block).  Read as a per-core count it is of the order of the performance model's
-efficiency knee (``critical_mops_per_core``, 210 MOPs for mlu100), the count a core needs to
+efficiency knee (``critical_mops_per_core``), the count a core needs to
 reach its peak -- which is what the paper says the parameter means.  The threshold is the
-profile's ``algorithm1_critical_mops_per_core`` (180 MOPs, 10^2.26: a little under the knee
-because the block then runs at its mean MP rounded *down*), by default the knee itself.
+profile's ``algorithm1_critical_mops_per_core`` (for mlu100 10^2.26 MOPs, a little under the
+knee because the block then runs at its mean MP rounded *down*).
 """
 
 from __future__ import annotations
@@ -49,41 +49,26 @@ from onnxmlu.plan.strategies.basic import best_single_mp
 
 WEIGHTED_KINDS = frozenset({"conv", "fc"})
 
-_DEFAULTS = {"eq5_alpha": 0.316, "eq5_beta": 0.659, "eq5_offset": 3.585, "eq5_ops_unit": 1e6,
-             "critical_mops_per_core": 210.0}
-
-
-def _param(hw: Hardware, key: str) -> float:
-    return float((hw.model or {}).get(key, _DEFAULTS[key]))
-
-
 def opcount_critical(hw: Hardware) -> float:
     """Algorithm 1's threshold, in ops (2·MAC) per core."""
-    model = hw.model or {}
-    mops = model.get("algorithm1_critical_mops_per_core", _param(hw, "critical_mops_per_core"))
-    return float(mops) * 1e6
+    return float(hw.model.algorithm1_critical_mops_per_core) * 1e6
 
 
 def op_count(layer: Layer, hw: Hardware) -> float:
     """The op count Algorithm 1 sees: Eq. 1-2, grouped convs as dense where the profile
     says the hardware runs them so (``dense_grouped_conv``, as [DLFusion] Table II counts)."""
-    if layer.kind == "conv" and (hw.model or {}).get("grouped_conv_as_dense", 1):
+    if layer.kind == "conv" and hw.model.grouped_conv_as_dense:
         return layer.ops * max(layer.groups, 1)
     return layer.ops
 
 
 def layer_mp(layer: Layer, hw: Hardware) -> int:
     """Eq. 5: a Conv/FC layer's preferred MP from its channels and op count (power of two)."""
-    alpha, beta = _param(hw, "eq5_alpha"), _param(hw, "eq5_beta")
-    ops = max(op_count(layer, hw) / _param(hw, "eq5_ops_unit"), 1e-9)
-    x = alpha * math.log2(max(layer.out_channels, 1)) + beta * math.log2(ops) - _param(hw, "eq5_offset")
+    p = hw.model
+    ops = max(op_count(layer, hw) / p.eq5_ops_unit, 1e-9)
+    x = p.eq5_alpha * math.log2(max(layer.out_channels, 1)) + p.eq5_beta * math.log2(ops) - p.eq5_offset
     top = int(math.floor(math.log2(hw.cores)))
     return 2 ** min(max(int(math.floor(x + 0.5)), 0), top)
-
-
-def block_mp(mps: Sequence[int]) -> int:
-    """Algorithm 1 line 14: the mean MP of the block rounded down to a power of two."""
-    return _mean_mp(sum(mps), len(mps))
 
 
 def _mean_mp(mp_sum: int, count: int) -> int:

@@ -12,7 +12,7 @@ segment fused whole** (all-fusion's blocks, so the search is never worse than ``
 ``best[j] = min(min_{j-L <= i < j} best[i] + lat[i, j], best[s] + lat[s, e] if j = e)`` for
 the segment ``[s, e)`` ending at ``j``.  That is O(n * L) blocks, linear in the graph.
 ``L`` is, in order: the strategy's ``max_block_layers`` keyword, the hardware profile's
-``"search_max_block_layers"``, else :data:`DEFAULT_MAX_BLOCK_LAYERS` = 256; ``0`` removes the
+``"search_max_block_layers"``, whose default (:data:`DEFAULT_MAX_BLOCK_LAYERS`) is 256; ``0`` removes the
 bound (the exact optimum over all partitions).  Why 256: the model strongly favours long
 blocks (every block pays the pipeline fill, ~210 µs on mlu100), and the longest blocks of the
 unbounded optimum on the zoo are 155-170 layers (ResNet-50, MobileNetV2; on both profiles,
@@ -40,13 +40,13 @@ from typing import Sequence
 import numpy as np
 
 from onnxmlu.plan.plan import Block, Plan, segments
-from onnxmlu.plan.perf.hardware import Hardware
+from onnxmlu.plan.perf.hardware import Hardware, PerfParams
 from onnxmlu.plan.perf.layers import Layer
 
 ORACLE_MPS = (1, 2, 4, 8, 12, 16, 24, 32)
 ORACLE_GRANULE = 4
 #: Longest block (in layers) the searches consider, besides whole segments (see above).
-DEFAULT_MAX_BLOCK_LAYERS = 256
+DEFAULT_MAX_BLOCK_LAYERS = PerfParams().search_max_block_layers
 
 
 def optimal(layers: Sequence[Layer], hw: Hardware, cost, *,
@@ -69,7 +69,7 @@ def max_block_length(hw: Hardware, max_block_layers: int | None = None) -> int |
     """The bound L: the argument, else the profile's ``search_max_block_layers``, else the
     default; None when it is 0 (no bound)."""
     if max_block_layers is None:
-        max_block_layers = (hw.model or {}).get("search_max_block_layers", DEFAULT_MAX_BLOCK_LAYERS)
+        max_block_layers = hw.model.search_max_block_layers
     bound = int(max_block_layers)
     if bound < 0:
         raise ValueError(f"max_block_layers must be >= 0 (0: no bound), not {bound}")
