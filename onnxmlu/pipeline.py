@@ -62,6 +62,7 @@ from onnxmlu.frontend.load import load_model, refuse_fused
 from onnxmlu.frontend.normalize import normalize_owned
 from onnxmlu.frontend.pins import has_ranges
 from onnxmlu.frontend.shapes import pricing_shapes, sizes_at, sizing_hint
+from onnxmlu.ir.dedupe import hoist_identical_constants
 from onnxmlu.ir import copy_model, drop_unread_initializers
 from onnxmlu.ir.mapped import MappedModel
 from onnxmlu.ir.weights import WeightStore, all_tensors, is_marker
@@ -317,6 +318,7 @@ class Rewrite:
             ctx.model, ctx.rewrite_report = rewrite_owned(ctx.model, bn_mode=asked.bn_mode, only=asked.only,
                                                           weights=ctx.weights)
             ctx.diagnostics.extend(ctx.rewrite_report.skipped)
+        hoist_identical_constants(ctx.model.graph)  # per-branch copies of one weight: one tensor, shared by blocks
         if ctx.weights is not None:
             ctx.weights.keep_only(ctx.model)  # the weights a rewrite replaced (Gemm's untransposed B)
         gc.collect()  # the rewrite's graphsurgeon graph is cyclic garbage holding the pre-rewrite weights

@@ -147,6 +147,48 @@ def test_a_merged_decoder_holds_every_branch_matmul_in_blocks_reading_one_copy_o
                 np.testing.assert_allclose(value, want, rtol=RTOL, atol=ATOL, err_msg=f"cache {use_cache} past {past}")
 
 
+def _lstm_in_both_branches() -> onnx.ModelProto:
+    """``If(c)`` whose two branches each run an LSTM over the outer ``W``/``R`` (one keeps the
+    state, the other squares its input first): the LSTM rewrite derives ``W^T`` and ``R^T`` in
+    each branch."""
+    rng = np.random.default_rng(9)
+    hidden, feat = 32, 16
+
+    def branch(tag: str, pre: str | None) -> onnx.GraphProto:
+        x = f"{tag}_x"
+        nodes = [helper.make_node(pre or "Identity", ["x"] if pre != "Mul" else ["x", "x"], [x]),
+                 helper.make_node("LSTM", [x, "W", "R"], [f"{tag}_y"], hidden_size=hidden),
+                 helper.make_node("Squeeze", [f"{tag}_y", "one"], [f"{tag}_out"])]
+        return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(f"{tag}_out", TensorProto.FLOAT, None)])
+
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("a", None), else_branch=branch("b", "Mul"))
+    graph = helper.make_graph(
+        [node], "lstm_branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 1, feat]),
+                                  helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array((rng.standard_normal((1, 4 * hidden, feat)) * 0.2).astype(np.float32), "W"),
+         numpy_helper.from_array((rng.standard_normal((1, 4 * hidden, hidden)) * 0.2).astype(np.float32), "R"),
+         numpy_helper.from_array(np.array([1], np.int64), "one")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_weights_a_rewrite_derives_in_each_branch_are_stored_once(library, tmp_path):
+    """Each branch's LSTM rewrite makes its own transposed copy of the one outer weight: the
+    copies become one tensor of the graph enclosing both branches, read by both blocks."""
+    model = _lstm_in_both_branches()
+    src, out = tmp_path / "branches.onnx", tmp_path / "fused.onnx"
+    onnx.save(model, src)
+    api.fuse_to_file(src, out)
+    fused = onnx.load(out)
+    stored = _stored_weights(fused)
+    assert len(stored) == len(set(stored)) == 2, stored  # W^T and R^T, once each (the unrolled steps add nodes)
+    x = np.random.default_rng(2).standard_normal((6, 1, 16)).astype(np.float32)
+    reference, session = reference_session(model), _plain_session(out, library)
+    for c in (True, False):
+        feeds = {"x": x, "c": np.array(c)}
+        np.testing.assert_allclose(session.run(None, feeds)[0], reference.run(None, feeds)[0], rtol=RTOL, atol=ATOL)
+
+
 def _block_reading_w(shared: bool, name: str = "W") -> onnx.ModelProto:
     """One block computing x @ W whose body holds a placeholder of ``name``; the node passes the
     outer initializer W as its shared input only when ``shared``."""
