@@ -39,7 +39,8 @@ from onnxmlu.options import (  # noqa: F401 - the option objects are part of the
     load_samples,
     refuse_validation,
 )
-from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, PassManager, as_progress
+from onnxmlu.pipeline import (FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, PassManager, as_progress,
+                              pricing_of)
 from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
 from onnxmlu.plan.strategies import strategy_names
@@ -81,7 +82,7 @@ def _run(passes, model: ModelLike, options: Options, *, hardware: HardwareLike |
 def _result(ctx: Context) -> FuseResult:
     return FuseResult(ctx.fused, ctx.analysis, ctx.plan, ctx.hardware, ctx.rewrite_report, ctx.block_latency_us,
                       ctx.diagnostics, ctx.pass_seconds, ctx.output, calibration=calibration_report(ctx.bodies),
-                      auto=ctx.auto, profile=ctx.profile, branches=ctx.branches)
+                      auto=ctx.auto, profile=ctx.profile, branches=ctx.branches, pricing=pricing_of(ctx))
 
 
 # ---------------------------------------------------------------------------------- fuse

@@ -313,6 +313,7 @@ def _exit_if_failed(check) -> None:
 
 def _show_fuse(result, portable: bool) -> None:
     _show_blocks(result)
+    _show_pricing(result.pricing)
     _show_diagnostics(result.diagnostics, result.analysis)
     note = " as ONNX functions, no custom-op library needed" if portable else ""
     _show_branches(result.branches)
@@ -544,9 +545,21 @@ def _show_fused(summary) -> None:
     console.print(table)
     for h in report["host_nodes"]:
         console.print(f"host: {h['node']} ({h['op_type']})", highlight=False)
+    _show_pricing(summary.pricing)
     for key, value in report["metadata"].items():
-        if key.startswith("onnxmlu."):
+        if key.startswith("onnxmlu.") and key != "onnxmlu.pricing_shape":  # shown above, in words
             console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
+
+
+def _show_pricing(pricing) -> None:
+    """Where the plan was priced (``priced at images:1x3x224x224 (default ...)``) and the
+    ranges' min/opt/max shapes; for a fused file written before the record, that it has none."""
+    if pricing is None:
+        _plain("pricing shape: not recorded in this file")
+        return
+    _plain(pricing.describe())
+    if pricing.profile_text():
+        _plain(f"input profile: {pricing.profile_text()}")
 
 
 def _show_layers(analysis) -> None:
@@ -796,6 +809,18 @@ def run(
     _deliver("run", report, json_out, quiet, _show_run)
 
 
+def _sim_shape_note(report) -> str:
+    """Which shapes the ``sim µs`` column is for: the plan's pricing shape, said plainly when
+    this run's shapes differ (the simulated figures are not re-priced at a run's shape)."""
+    pricing = report.pricing
+    if pricing is None:
+        return "sim µs: no pricing shape recorded in this model"
+    if report.priced_elsewhere:
+        return (f"sim µs are the pricing shape's ({pricing.text()}), not this run's ({report.run_shape_text()}): "
+                f"fuse with --input-shape to price that shape")
+    return f"sim µs at this run's shape, the pricing shape {pricing.text()}"
+
+
 def _show_run(report) -> None:
     for s in report.outputs:
         stats = "  ".join(f"{k}={s[k]:.4g}" for k in ("mean", "std", "min", "max") if k in s)
@@ -804,7 +829,8 @@ def _show_run(report) -> None:
     console.print(f"latency: median {t.median_ms:.2f} ms (min {t.min_ms:.2f}, max {t.max_ms:.2f}, {t.runs} runs)")
     if report.profile is None:
         return
-    table = Table(title="per-node CPU time (onnxruntime profiler) vs simulated accelerator")
+    table = Table(title="per-node CPU time (onnxruntime profiler) vs simulated accelerator",
+                  caption=_sim_shape_note(report))
     for col in ("node", "op", "mp", "precision", "CPU µs", "sim µs"):
         table.add_column(col, justify="left" if col in ("node", "op", "precision") else "right")
     for p in report.profile:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence, Union
 
+import numpy as np
 import onnx
 from onnx.serialization import registry
 
@@ -56,7 +57,7 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused
 from onnxmlu.frontend.normalize import normalize_owned
-from onnxmlu.frontend.pins import has_ranges
+from onnxmlu.frontend.pins import PricingShape, has_ranges, pricing_shape
 from onnxmlu.frontend.shapes import pricing_shapes, sizes_at
 from onnxmlu.ir import copy_model, drop_unread_initializers
 from onnxmlu.ir.mapped import MappedModel
@@ -68,7 +69,7 @@ from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile, profile_plan
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.rewrite import RewriteReport, rewrite_owned, selected_rewriters
-from onnxmlu.schema import ensure_registered
+from onnxmlu.schema import ensure_registered, record_pricing_shape
 from onnxmlu.tools.view import explode
 
 if TYPE_CHECKING:
@@ -338,7 +339,15 @@ class Collapse:
         figures = [BlockFigures(sum(l.gops for l in b.layers(layers)), t)
                    for b, t in zip(ctx.plan.blocks, ctx.block_latency_us)]
         ctx.fused, ctx.blocks = fused_without_bodies(ctx.analysis, ctx.plan, figures)
+        record_pricing_shape(ctx.fused, pricing_of(ctx).to_dict())
         ctx.bodies = _block_bodies(ctx)
+
+
+def pricing_of(ctx: Context) -> PricingShape:
+    """The shapes the run's plan was priced at, its profile's with --input-shape ranges."""
+    shapes = ctx.options.shapes
+    pins = {**{n: list(np.shape(v)) for n, v in (shapes.inputs or {}).items()}, **(shapes.input_shapes or {})}
+    return pricing_shape(ctx.model, pins, ctx.analysis.input_shapes, ctx.profile.inputs if ctx.profile else None)
 
 
 def _block_bodies(ctx: Context) -> "BlockBodies | None":

@@ -17,6 +17,7 @@ import onnx
 
 from onnxmlu.analyze import Analysis
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.frontend.pins import shapes_text
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.plan import Plan
@@ -24,6 +25,7 @@ from onnxmlu.plan.profile import ShapeProfile
 from onnxmlu.analyze.coverage import branch_coverage, coverage
 
 if TYPE_CHECKING:
+    from onnxmlu.frontend.pins import PricingShape
     from onnxmlu.pipeline import BranchPlan
     from onnxmlu.precision.auto import AutoResult
     from onnxmlu.rewrite import RewriteReport
@@ -69,6 +71,8 @@ class FuseResult:
     profile: ShapeProfile | None = None
     #: Blocks planned inside host control flow (:class:`~onnxmlu.pipeline.BranchPlan`, one per branch).
     branches: list["BranchPlan"] = field(default_factory=list)
+    #: The input shapes the plan was priced at (also in the fused model's ``onnxmlu.pricing_shape``).
+    pricing: "PricingShape | None" = None
 
     @property
     def sim_latency_us(self) -> float:
@@ -90,7 +94,8 @@ class FuseResult:
         payload = {} if self.output is None else {"output": str(self.output)}
         payload.update({
             "strategy": self.plan.strategy, "hardware": self.hardware.name, "sim_latency_us": self.sim_latency_us,
-            "sim_fps": self.sim_fps, "blocks": self.block_rows(), "branches": branch_rows(self.branches),
+            "sim_fps": self.sim_fps, "pricing_shape": None if self.pricing is None else self.pricing.to_dict(),
+            "blocks": self.block_rows(), "branches": branch_rows(self.branches),
             "host_nodes": self.analysis.host_nodes(),
             "coverage": self.coverage.to_dict(),
             "calibration": self.calibration, "auto": _auto(self.auto), "profile": _profile(self.profile),
@@ -230,10 +235,23 @@ class RunReport:
     outputs: list[dict]
     latency_ms: "Timing"
     profile: "list[NodeProfile] | None" = None  # per node, with --profile
+    #: This run's input shapes, by input name.
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    #: The shapes the fused model's plan was priced at (its simulated figures'), when recorded.
+    pricing: "PricingShape | None" = None
+
+    @property
+    def priced_elsewhere(self) -> bool:
+        """Whether the simulated figures are for other shapes than this run's."""
+        return self.pricing is not None and self.pricing.differs(self.input_shapes)
+
+    def run_shape_text(self) -> str:
+        return shapes_text(self.input_shapes)
 
     def to_dict(self) -> dict:
-        payload = {"outputs": self.outputs, "latency_ms": asdict(self.latency_ms)}
+        payload = {"outputs": self.outputs, "latency_ms": asdict(self.latency_ms), "input_shapes": self.input_shapes}
         if self.profile is not None:
+            payload["pricing_shape"] = None if self.pricing is None else self.pricing.to_dict()
             payload["profile"] = [asdict(p) for p in self.profile]
         return payload
 

@@ -25,7 +25,7 @@ import onnx
 
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
-from onnxmlu.frontend.pins import Pins, concrete_shapes, defaulted_keys, symbolic_axes, with_defaults
+from onnxmlu.frontend.pins import Pins, concrete_shapes, defaulted_keys, shapes_text, symbolic_axes, with_defaults
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
 from onnxmlu.ir.graphs import merge_value_infos
 from onnxmlu.ir.weights import WeightStore, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
@@ -225,11 +225,11 @@ def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weight
             break  # the sizes only grow from here
         if session(candidate) is None:
             note(Diagnostic("normalize", "default-shape", "", f"the model does not run at the default sizes of its "
-                            f"symbolic dims ({', '.join(keys)}); it is planned at {_shapes_text(candidate)}: pass "
+                            f"symbolic dims ({', '.join(keys)}); it is planned at {shapes_text(candidate)}: pass "
                             "--input-shape to plan at the sizes you run"))
             return candidate
     note(Diagnostic("normalize", "default-shape", "", f"the model runs at none of the sizes tried for its symbolic "
-                    f"dims ({', '.join(keys)}); it is planned at {_shapes_text(shapes)}: pass --input-shape"))
+                    f"dims ({', '.join(keys)}); it is planned at {shapes_text(shapes)}: pass --input-shape"))
     return shapes
 
 
@@ -238,10 +238,6 @@ def _value_or_zeros(value: np.ndarray | None, shape: list[int], elem: int) -> np
     if value is not None and list(np.shape(value)) == list(shape):
         return value
     return np.zeros(shape, dtype=onnx.helper.tensor_dtype_to_np_dtype(elem))
-
-
-def _shapes_text(shapes: dict[str, list[int]]) -> str:
-    return " ".join(f"{name}:{','.join(map(str, dims))}" for name, dims in shapes.items())
 
 
 def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: dict[str, np.ndarray], note: Note):

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import onnx
 
 from onnxmlu.ir import iter_graphs
-from onnxmlu.schema import block_precision, body_model, is_fusion_block, model_metadata
+from onnxmlu.frontend.pins import PricingShape
+from onnxmlu.schema import block_precision, body_model, is_fusion_block, model_metadata, recorded_pricing_shape
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,12 @@ class FusedSummary:
     metadata: dict[str, str]
     blocks: list[BlockRow]
     host_nodes: list[dict[str, str]]
+
+    @property
+    def pricing(self) -> PricingShape | None:
+        """The shapes the plan was priced at (``onnxmlu.pricing_shape``), None when not recorded."""
+        record = recorded_pricing_shape(self.metadata)
+        return None if record is None else PricingShape.from_dict(record)
 
     def to_dict(self) -> dict:
         main = [b for b in self.blocks if not b.graph]

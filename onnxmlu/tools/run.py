@@ -12,7 +12,8 @@ import numpy as np
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.reports import RunReport
 from onnxmlu.frontend.load import load_model
-from onnxmlu.frontend.pins import concrete_shapes
+from onnxmlu.frontend.pins import PricingShape, concrete_shapes
+from onnxmlu.schema import model_metadata, recorded_pricing_shape
 from onnxmlu.optional import optional_import
 from onnxmlu.tools.profiling import profile_nodes
 from onnxmlu.tools.timing import time_interleaved
@@ -32,13 +33,20 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
     outputs = session.run(names, feeds)
     progress.say(f"timing {repeat} runs")
     timing = time_interleaved({"model": session}, feeds, runs=repeat, warmup=1)["model"]
-    report = RunReport([output_summary(n, o) for n, o in zip(names, outputs)], timing)
+    report = RunReport([output_summary(n, o) for n, o in zip(names, outputs)], timing,
+                       input_shapes={n: list(np.shape(v)) for n, v in feeds.items()}, pricing=_pricing(proto))
     if profile:
         progress.say(f"profiling {repeat} runs")
         report.profile = profile_nodes(proto, feeds, repeat=repeat)
     if save is not None:
         np.savez(save, **dict(zip(names, outputs)))
     return report
+
+
+def _pricing(model) -> PricingShape | None:
+    """The shapes a fused model's plan was priced at, None for a model without the record."""
+    record = recorded_pricing_shape(model_metadata(model))
+    return None if record is None else PricingShape.from_dict(record)
 
 
 def load_feeds(path: str | os.PathLike) -> dict:
