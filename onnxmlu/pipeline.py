@@ -63,6 +63,7 @@ from onnxmlu.ir import copy_model, drop_unread_initializers
 from onnxmlu.ir.mapped import MappedModel
 from onnxmlu.ir.weights import WeightStore, all_tensors, is_marker
 from onnxmlu.optional import optional_import
+from onnxmlu import progress
 from onnxmlu.options import Options, PlanOptions, PrecisionOptions, RewriteOptions, ShapeOptions
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.plan import Plan
@@ -546,8 +547,17 @@ class Instrument:
 
 
 class ShowProgress(Instrument):
+    """Each pass's line; the run's display is :func:`onnxmlu.progress.current` while it runs, for
+    counts from deep inside a pass (auto's trials)."""
+
+    def enter(self, ctx: Context) -> None:
+        self._token = progress.enter(ctx.progress)
+
     def before(self, p: Pass, ctx: Context) -> None:
         ctx.progress.say(p.label(ctx))
+
+    def exit(self, ctx: Context) -> None:
+        progress.leave(self._token)
 
 
 class TimePasses(Instrument):
