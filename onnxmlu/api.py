@@ -538,10 +538,12 @@ def report(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLik
     summary = optional_import("onnxmlu.tools.fused_info").summarize_fused(proto)
     html = optional_import("onnxmlu.tools.html_report")
     if summary is not None:
-        return html.write_report(tagged("inspect-fused", summary.to_dict()), output, f"{name}: fused model")
+        return html.write_report(tagged("inspect-fused", summary.to_dict()), output, f"{name}: fused model",
+                                 summary.layer_rows())
     with tempfile.TemporaryDirectory(prefix="onnxmlu-report-") as folder:
         result = fuse_to_file(proto, Path(folder) / "fused.onnx", strategy=strategy, hardware=hardware,
                               input_shapes=input_shapes, precision=precision, calibration=calibration,
                               accuracy=accuracy, check=CheckOptions() if check else None, progress=progress)
         payload = tagged("fuse", result.to_dict())
-    return html.write_report(payload, output, f"{name}: {payload['strategy']} plan on {payload['hardware']}")
+    return html.write_report(payload, output, f"{name}: {payload['strategy']} plan on {payload['hardware']}",
+                             result.layer_rows())

@@ -19,7 +19,8 @@ from onnxmlu.analyze import Analysis
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.frontend.pins import shapes_text
 from onnxmlu.plan.perf.hardware import Hardware
-from onnxmlu.plan.perf.layers import Layer
+from onnxmlu.plan.perf.layers import Layer, layers_at_precision
+from onnxmlu.plan.perf.model import layer_estimates
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile
 from onnxmlu.analyze.coverage import branch_coverage, coverage
@@ -89,6 +90,16 @@ class FuseResult:
 
     def block_rows(self) -> list[dict]:
         return _block_rows(self.plan, self.block_latency_us, self.analysis.layers)
+
+    def layer_rows(self) -> list[list[dict]]:
+        """Per block, its layers at its MP and precision as the performance model prices them
+        (:func:`~onnxmlu.plan.perf.model.layer_estimates`): the report's drill-down."""
+        return [[{"name": e.name, "op_type": e.op_type, "precision": e.precision, "mp": block.mp,
+                  "sim_us": e.latency_us, "compute_us": e.compute_us, "memory_us": e.memory_us,
+                  "bytes": e.dram_bytes, "bound": e.bound}
+                 for e in layer_estimates(layers_at_precision(block.layers(self.analysis.layers), block.precision),
+                                          block.mp, self.hardware)]
+                for block in self.plan.blocks]
 
     def to_dict(self) -> dict:
         payload = {} if self.output is None else {"output": str(self.output)}
