@@ -932,15 +932,19 @@ def run(
 
 
 def _sim_shape_note(report) -> str:
-    """Which shapes the ``sim µs`` column is for: the plan's pricing shape, said plainly when
-    this run's shapes differ (the simulated figures are not re-priced at a run's shape)."""
+    """Which shapes the simulated columns are for: ``sim µs`` the pricing shape's; at another
+    shape ``sim µs here`` re-priced at this run's, where a block could be (FP32 blocks)."""
     pricing = report.pricing
     if pricing is None:
         return "sim µs: no pricing shape recorded in this model"
-    if report.priced_elsewhere:
-        return (f"sim µs are the pricing shape's ({pricing.text()}), not this run's ({report.run_shape_text()}): "
-                f"fuse with --input-shape to price that shape")
-    return f"sim µs at this run's shape, the pricing shape {pricing.text()}"
+    if not report.priced_elsewhere:
+        return f"sim µs at this run's shape, the pricing shape {pricing.text()}"
+    note = (f"sim µs at the pricing shape {pricing.text()}; sim µs here: re-priced at this run's "
+            f"{report.run_shape_text()}")
+    blocks = [p for p in report.profile if p.mp is not None]
+    if any(p.sim_here_us is None for p in blocks):
+        note += " (FP16/INT8 blocks are not re-priced: '–'; fuse with --input-shape to price them there)"
+    return note
 
 
 def _show_run(report) -> None:
@@ -949,18 +953,32 @@ def _show_run(report) -> None:
         console.print(f"{s['name']}: {s['dtype']}{s['shape']}  {stats}")
     t = report.latency_ms
     console.print(f"latency: median {t.median_ms:.2f} ms (min {t.min_ms:.2f}, max {t.max_ms:.2f}, {t.runs} runs)")
-    if report.profile is None:
-        return
+    if report.profile is not None:
+        console.print(_fit(_profile_table(report)))
+
+
+def _profile_table(report) -> Table:
+    """Per node: measured CPU µs, simulated µs at the pricing shape and, at another shape, here."""
+    here = report.priced_elsewhere
     table = Table(title="per-node CPU time (onnxruntime profiler) vs simulated accelerator",
                   caption=_sim_shape_note(report))
-    for col in ("node", "op", "mp", "precision", "CPU µs", "sim µs"):
+    for col in ("node", "op", "mp", "precision", "CPU µs", "sim µs", *(("sim µs here",) if here else ())):
         table.add_column(col, justify="left" if col in ("node", "op", "precision") else "right")
     for p in report.profile:
-        table.add_row(p.name, p.op_type, str(p.mp or ""), p.precision or "", f"{p.measured_us:.1f}",
-                      "" if p.sim_latency_us is None else f"{p.sim_latency_us:.1f}")
+        cells = [_us(p.sim_latency_us), *((_us(p.sim_here_us, p.mp is not None),) if here else ())]
+        table.add_row(p.name, p.op_type, str(p.mp or ""), p.precision or "", f"{p.measured_us:.1f}", *cells)
+    totals = [sum(p.sim_latency_us or 0 for p in report.profile)]
+    if here:
+        blocks = [p for p in report.profile if p.mp is not None]
+        totals.append(None if any(p.sim_here_us is None for p in blocks) else sum(p.sim_here_us for p in blocks))
     table.add_row("total", "", "", "", f"{sum(p.measured_us for p in report.profile):.1f}",
-                  f"{sum(p.sim_latency_us or 0 for p in report.profile):.1f}")
-    console.print(_fit(table))
+                  *(_us(t, True) for t in totals))
+    return table
+
+
+def _us(value, block: bool = True) -> str:
+    """A simulated time cell: the value, '–' for a block not priced, '' for a host node."""
+    return f"{value:.1f}" if value is not None else ("–" if block else "")
 
 
 @command

@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
@@ -63,19 +64,35 @@ def test_a_range_is_recorded_with_its_min_opt_max(tmp_path):
     assert record["defaulted"] == [] and record["profile"]["max"] == {"images": [1, 3, 128, 64]}
 
 
-def test_run_profile_says_the_simulated_figures_are_the_pricing_shapes(tmp_path):
+def test_run_profile_reprices_at_another_shape(tmp_path):
+    """At another shape the simulated time is re-priced there: what fuse prices at that shape."""
     fused = tmp_path / "f.onnx"
     onnx.save(api.fuse(symbolic_conv(), input_shapes={"images": [1, 3, 32, 32]}).model, fused)
+    there = api.fuse(symbolic_conv(), input_shapes={"images": [2, 3, 16, 24]}, strategy="dlfusion")
     other = invoke("run", fused, "--profile", "--repeat", "1", "--input-shape", "images:2x3x16x24",
                    "--json", tmp_path / "r.json")
     assert other.exit_code == 0, other.output
     words = " ".join(other.output.split())
-    assert "sim µs are the pricing shape's (images:1x3x32x32), not this run's (images:2x3x16x24)" in words
+    assert "sim µs at the pricing shape images:1x3x32x32; sim µs here: re-priced at this run's images:2x3x16x24" \
+        in words, words
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["input_shapes"] == {"images": [2, 3, 16, 24]}
     assert report["pricing_shape"]["inputs"] == {"images": [1, 3, 32, 32]}
+    (block,) = report["profile"]
+    assert block["sim_here_us"] == pytest.approx(there.sim_latency_us, rel=1e-6) != block["sim_latency_us"]
     same = invoke("run", fused, "--profile", "--repeat", "1", "--input-shape", "images:[1,3,32,32]")
     assert "sim µs at this run's shape" in " ".join(same.output.split()), same.output
+
+
+def test_blocks_that_cannot_be_repriced_say_so(tmp_path):
+    fused = tmp_path / "f.onnx"
+    onnx.save(api.fuse(symbolic_conv(), input_shapes={"images": [1, 3, 32, 32]}, precision="int8",
+                       strategy="none").model, fused)
+    shown = invoke("run", fused, "--profile", "--repeat", "1", "--input-shape", "images:1x3x16x16",
+                   "--json", tmp_path / "r.json")
+    assert "FP16/INT8 blocks are not re-priced: '–'" in " ".join(shown.output.split()), shown.output
+    here = {p["precision"]: p["sim_here_us"] for p in json.loads((tmp_path / "r.json").read_text())["profile"]}
+    assert here["int8"] is None and here["fp32"] > 0
 
 
 def batch_shared_by_a_state() -> onnx.ModelProto:

@@ -5,6 +5,7 @@ time next to its simulated time."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from onnxmlu.frontend.load import load_model
 from onnxmlu.frontend.pins import PricingShape, concrete_shapes
 from onnxmlu.schema import model_metadata, recorded_pricing_shape
 from onnxmlu.optional import optional_import
-from onnxmlu.tools.profiling import profile_nodes
+from onnxmlu.tools.profiling import profile_nodes, reprice_blocks
 from onnxmlu.tools.timing import time_interleaved
 from onnxmlu.tools.verify import random_inputs
 
@@ -38,6 +39,10 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
     if profile:
         progress.say(f"profiling {repeat} runs")
         report.profile = profile_nodes(proto, feeds, repeat=repeat)
+        if report.priced_elsewhere:
+            progress.say("re-pricing the blocks at this run's shape")
+            here = reprice_blocks(proto, feeds)
+            report.profile = [replace(p, sim_here_us=here.get(p.name)) for p in report.profile]
     if save is not None:
         np.savez(save, **dict(zip(names, outputs)))
     return report
