@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 import onnx
 
+from onnxmlu import ortlog
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.frontend.pins import Pins, concrete_shapes, defaulted_keys, shapes_text, symbolic_axes, with_defaults
@@ -154,7 +155,7 @@ def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note
                               if n not in {o.name for o in probe.graph.output})
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    options.log_severity_level = max(3, ortlog.severity())
     try:
         session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
         quiet = ort.RunOptions()
