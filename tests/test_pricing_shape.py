@@ -116,3 +116,15 @@ def test_the_shape_text_is_a_spelling_the_cli_takes_back():
     text = shapes_text(concrete_shapes(batch_shared_by_a_state()))
     assert text == "input:1x128 state:2x1x4"  # the scalar has no dims to pin
     assert parse_input_shapes(text.split()) == {"input": [1, 128], "state": [2, 1, 4]}
+
+
+def test_an_unnamed_dim_is_not_written_as_a_pin_spelling(tmp_path):
+    """An unnamed symbolic dim reads ``images[2]``: ``images:2`` would read as a rank-1 pin."""
+    model = symbolic_conv()
+    for d in model.graph.input[0].type.tensor_type.shape.dim[2:]:
+        d.Clear()
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    result = invoke("fuse", src, tmp_path / "f.onnx")
+    assert "(default for symbolic dims N, images[2], images[3]; pin with --input-shape)" in result.output, \
+        result.output

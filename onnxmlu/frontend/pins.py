@@ -217,6 +217,13 @@ def dim_key(name: str, declared: list | None, axis: int) -> str:
     return _symbol(declared, axis) or f"{name}:{axis}"
 
 
+def dim_label(key: str) -> str:
+    """A :func:`dim_key` for people: ``images[2]`` for an unnamed dim (``images:2`` would read as
+    an ``--input-shape`` spelling, a rank-1 pin), a name as it is."""
+    name, sep, axis = key.rpartition(":")
+    return f"{name}[{axis}]" if sep and axis.isdigit() else key
+
+
 def _size_at(dim: Dim | None, point: str) -> int | None:
     if isinstance(dim, DimRange):
         return dim.at(point)
@@ -297,7 +304,7 @@ class PricingShape:
 
     def describe(self) -> str:
         """One line: where the plan was priced, and whether a default chose it."""
-        why = (f" (default for symbolic dims {', '.join(self.defaulted)}; pin with --input-shape)"
+        why = (f" (default for symbolic dims {', '.join(map(dim_label, self.defaulted))}; pin with --input-shape)"
                if self.defaulted else "")
         return f"priced at {self.text()}{why}"
 

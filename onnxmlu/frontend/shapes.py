@@ -26,7 +26,8 @@ import onnx
 from onnxmlu import ortlog
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
-from onnxmlu.frontend.pins import Pins, concrete_shapes, defaulted_keys, shapes_text, symbolic_axes, with_defaults
+from onnxmlu.frontend.pins import (Pins, concrete_shapes, defaulted_keys, dim_label, shapes_text, symbolic_axes,
+                                   with_defaults)
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
 from onnxmlu.ir.graphs import merge_value_infos
 from onnxmlu.ir.weights import WeightStore, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
@@ -220,17 +221,18 @@ def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weight
     session = _zeros_runner(model, weights, values, note)
     if session is None or session(shapes) is None:
         return shapes
+    unpinned = ", ".join(map(dim_label, keys))
     for size in FALLBACK_SIZES:
         candidate = concrete_shapes(model, with_defaults(model, pins, size), point)
         if sum(math.prod(dims) for dims in candidate.values()) > FALLBACK_MAX_ELEMENTS:
             break  # the sizes only grow from here
         if session(candidate) is None:
             note(Diagnostic("normalize", "default-shape", "", f"the model does not run at the default sizes of its "
-                            f"symbolic dims ({', '.join(keys)}); it is planned at {shapes_text(candidate)}: pass "
+                            f"symbolic dims ({unpinned}); it is planned at {shapes_text(candidate)}: pass "
                             "--input-shape to plan at the sizes you run"))
             return candidate
     note(Diagnostic("normalize", "default-shape", "", f"the model runs at none of the sizes tried for its symbolic "
-                    f"dims ({', '.join(keys)}); it is planned at {shapes_text(shapes)}: pass --input-shape"))
+                    f"dims ({unpinned}); it is planned at {shapes_text(shapes)}: pass --input-shape"))
     return shapes
 
 
