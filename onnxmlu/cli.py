@@ -91,7 +91,7 @@ _PIPED_WIDTH = 100_000
 # A width the user set (COLUMNS) holds there too.
 console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else _PIPED_WIDTH)
 err_console = Console(stderr=True)
-_state = {"debug": False, "quiet": False, "verbose": False}
+_state = {"debug": False, "quiet": False}
 
 # ---- shared options, declared once ------------------------------------------------------
 def _option(*flags: str, help: str):
@@ -163,7 +163,7 @@ def _main(
     version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
-    _state.update(debug=debug, quiet=quiet, verbose=verbose)
+    _state.update(debug=debug, quiet=quiet)
     _quiet_onnxruntime(verbose)
 
 

@@ -110,7 +110,7 @@ def _section(heading: str, body: str) -> str:
     return f"<section><h2>{_e(heading)}</h2>{body}</section>"
 
 
-def pricing_of(report: dict) -> PricingShape | None:
+def _report_pricing(report: dict) -> PricingShape | None:
     """The report's pricing shape: a ``fuse`` report's ``pricing_shape``, or the record in a
     fused file's metadata (``onnxmlu.pricing_shape``); None when neither has one."""
     record = report.get("pricing_shape")
@@ -124,7 +124,7 @@ def pricing_of(report: dict) -> PricingShape | None:
 
 def _pricing(report: dict) -> str:
     """The pricing shape in words, then the min / opt / max table of the input profile."""
-    pricing = pricing_of(report)
+    pricing = _report_pricing(report)
     if pricing is None:
         return "<p id=\"pricing\">No pricing shape is recorded (a file fused before it was).</p>"
     text = f"<p id=\"pricing\">{_e(pricing.describe())}. Simulated figures are for this shape.</p>"
