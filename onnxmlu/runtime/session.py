@@ -58,6 +58,7 @@ from google.protobuf import json_format, text_format
 from google.protobuf.message import EncodeError
 from google.protobuf.message import Error as ProtobufError
 
+from onnxmlu.ortlog import quiet_options
 from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.ir import is_fusion_block
 from onnxmlu.runtime.layouts import optimize_block_layouts, optimize_layouts_in_place
@@ -145,7 +146,7 @@ def session_options(*, intra_op_threads: int = 1, optimize: bool = True, inner_t
     """SessionOptions for a fused model, library registered: ``intra_op_threads`` outer threads
     (spinning off), ``inner_threads`` per block (0: min(mp, hardware threads)), inner pools
     spinning only while their block runs unless ``inner_spinning`` is False."""
-    options = ort.SessionOptions()
+    options = quiet_options(ort.SessionOptions())
     options.intra_op_num_threads = intra_op_threads
     options.add_session_config_entry(_ALLOW_SPINNING_KEY, "0")
     options.add_session_config_entry(INNER_THREADS_KEY, str(int(inner_threads)))
@@ -202,7 +203,7 @@ def InferenceSession(  # noqa: N802 - mirrors onnxruntime's name
 
 def reference_session(model: ModelArg) -> ort.InferenceSession:
     """Plain onnxruntime, every graph optimization off: the numerical reference."""
-    options = ort.SessionOptions()
+    options = quiet_options(ort.SessionOptions())
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     register_library(options)  # harmless for original models, lets fused ones run too
     return ort.InferenceSession(_model_source(model), sess_options=options, providers=list(_DEFAULT_PROVIDERS))
