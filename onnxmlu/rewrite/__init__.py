@@ -23,10 +23,13 @@ from onnxmlu.ir.weights import WeightStore
 from onnxmlu.registry import Registry
 from onnxmlu.rewrite.base import NameAllocator, RewriteContext, RewriteReport, constant_value, in_domain, run_rewriter
 from onnxmlu.rewrite.batchnorm import BN_MODES, BatchNormRewriter
+from onnxmlu.rewrite.contribgelu import ContribGeluRewriter
 from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
+from onnxmlu.rewrite.fusedmatmul import FusedMatMulRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
 from onnxmlu.rewrite.instancenorm import InstanceNormRewriter
 from onnxmlu.rewrite.rnn import RecurrentRewriter
+from onnxmlu.rewrite.skipnorm import SimplifiedNormRewriter, SkipNormRewriter
 
 __all__ = [
     "BN_MODES",
@@ -45,7 +48,12 @@ __all__ = [
 REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("gemm", GemmRewriter),
                                                   ("rnn", RecurrentRewriter),
                                                   ("dqlstm", DynamicQuantizeLSTMRewriter),
-                                                  ("instancenorm", InstanceNormRewriter)])
+                                                  ("instancenorm", InstanceNormRewriter),
+                                                  # onnxruntime's contrib transformer ops
+                                                  ("fusedmatmul", FusedMatMulRewriter),
+                                                  ("skipnorm", SkipNormRewriter),
+                                                  ("simplifiednorm", SimplifiedNormRewriter),
+                                                  ("contribgelu", ContribGeluRewriter)])
 REWRITER_NAMES = REWRITERS.names()
 
 
