@@ -28,6 +28,8 @@ from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
 from onnxmlu.rewrite.fusedmatmul import FusedMatMulRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
 from onnxmlu.rewrite.instancenorm import InstanceNormRewriter
+from onnxmlu.rewrite.matmulnbits import MatMulNBitsRewriter
+from onnxmlu.rewrite.mha import MultiHeadAttentionRewriter
 from onnxmlu.rewrite.rnn import RecurrentRewriter
 from onnxmlu.rewrite.skipnorm import SimplifiedNormRewriter, SkipNormRewriter
 
@@ -53,7 +55,9 @@ REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("g
                                                   ("fusedmatmul", FusedMatMulRewriter),
                                                   ("skipnorm", SkipNormRewriter),
                                                   ("simplifiednorm", SimplifiedNormRewriter),
-                                                  ("contribgelu", ContribGeluRewriter)])
+                                                  ("contribgelu", ContribGeluRewriter),
+                                                  ("mha", MultiHeadAttentionRewriter),
+                                                  ("matmulnbits", MatMulNBitsRewriter)])
 REWRITER_NAMES = REWRITERS.names()
 
 
