@@ -23,8 +23,9 @@ import math
 
 import onnx_graphsurgeon as gs
 
-from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, detach, node_input, tensor_dtype
+from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, detach, node_input
 from onnxmlu.rewrite.builder import Builder
+from onnxmlu.rewrite.floattype import float_dtype, is_float
 
 DOMAIN = "com.microsoft"
 QUICK_GELU_ALPHA = 1.702
@@ -67,15 +68,15 @@ class ContribGeluRewriter:
         pass
 
     def check(self, node: gs.Node, ctx: RewriteContext) -> str | None:
-        dtype = tensor_dtype(node.inputs[0])
-        if dtype not in FLOAT_DTYPES:
+        dtype = float_dtype(node.inputs[0])
+        if not is_float(dtype, FLOAT_DTYPES):
             return f"element type {dtype or 'unknown'} is not float16/float/double"
         return None
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         x = node.inputs[0]
         bias, skip = node_input(node, 1), node_input(node, 2)
-        bld = ctx.builder(node, tensor_dtype(x))
+        bld = ctx.builder(node, float_dtype(x))
         y = detach(node, ctx.graph)[0]
         if bias is not None:
             x = bld.op("Add", [x, bias], name="bias")

@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, constant_value, detach, tensor_dtype, tensor_shape
+from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, constant_value, detach, tensor_shape
+from onnxmlu.rewrite.floattype import float_dtype, is_float
 
 DOMAIN = "com.microsoft"
 
@@ -54,8 +55,8 @@ class FusedMatMulRewriter:
         pass
 
     def check(self, node: gs.Node, ctx: RewriteContext) -> str | None:
-        dtype = tensor_dtype(node.inputs[0]) or tensor_dtype(node.inputs[1])
-        if dtype not in FLOAT_DTYPES:
+        dtype = float_dtype(node.inputs[0]) or float_dtype(node.inputs[1])
+        if not is_float(dtype, FLOAT_DTYPES):
             return f"element type {dtype or 'unknown'} is not float16/float/double"
         for operand, which in zip(node.inputs[:2], "AB"):
             trans, trans_batch = _flags(node, which)
@@ -71,7 +72,7 @@ class FusedMatMulRewriter:
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         a, b = node.inputs[0], node.inputs[1]
         alpha = float(node.attrs.get("alpha", 1.0))
-        bld = ctx.builder(node, tensor_dtype(a) or tensor_dtype(b))
+        bld = ctx.builder(node, float_dtype(a) or float_dtype(b))
         y = detach(node, ctx.graph)[0]
         operands = []
         for operand, which in ((a, "A"), (b, "B")):

@@ -30,14 +30,24 @@ dequantization: analysis carries the whole expression into the block of the MatM
 which is then quantized arithmetic and the block INT8 (:mod:`onnxmlu.analyze.quantized`,
 :mod:`onnxmlu.plan.labels`); its weight bytes are the packed bytes the model stores.
 
-``accuracy_level`` is the *minimum* accuracy the kernel may compute A at (4: A may be quantized
-to int8 per block); the rewrite computes A @ W in float, which every level allows. onnxruntime
-at level 4 rounds A to 8 bits, so it differs from the exact product by about 1e-2 relative;
-tests/rewrite/test_rw_matmulnbits.py compares with the kernel at level 0 to 1e-4 and at level 4
-to that rounding.
+``accuracy_level`` is the minimum accuracy the kernel may compute A at. At 0-3 onnxruntime's
+CPU kernel multiplies float A by W, and so does the rewrite. At 4 (int8) with integer zero points
+it quantizes A per block of ``block_size`` along K (MLAS ``QuantizeARow_CompInt8``; float zero
+points keep the float path) and the rewrite computes exactly that, on the accelerator's INT8
+arithmetic::
+
+    s_A = max|A_blk| / 127,   a = round_half_even(A_blk * (s_A > 0 ? 1 / s_A : 0))     int8
+    Y   = sum_blk (s_A s_B) (a . (q - zp)_blk)
+
+``Pad`` completes A's last block with zeros, ``Reshape`` makes A ``[..., k_blocks, 1, block]``,
+``Abs``/``ReduceMax``/``Div``/``Where``/``Reciprocal``/``Mul``/``Round`` quantize it, one batched
+``MatMul`` against ``(q - zp)`` ``[k_blocks, block, N]`` gives every block's dot product (sums of
+integer products below 2^24: exact in float32, as in int32), ``Mul`` by the two scales and
+``ReduceSum`` over the blocks finish. Only that last sum rounds in another order than the
+kernel's (tests/rewrite/test_rw_matmulnbits.py: 1e-4 against the kernel at every level).
 
 Refused (host, with the reason): ``B``, ``scales`` or ``zero_points`` computed at run time, bits
-other than 2, 4 and 8, a ``g_idx`` other than the plain ``k // block_size``, a prepacked
+other than 2, 4 and 8, accuracy_level 4 on an A of unknown rank or before opset 11, a ``g_idx`` other than the plain ``k // block_size``, a prepacked
 ``B`` (``weight_prepacked``), and an ``A`` that is not float32 (float16 and bfloat16 kernels
 accumulate in their own precision, which this rewrite does not match).
 """
@@ -47,11 +57,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from onnxmlu.rewrite.base import RewriteContext, constant_value, detach, node_input, tensor_dtype
+from onnxmlu.rewrite.base import RewriteContext, constant_value, detach, node_input, tensor_shape
 from onnxmlu.rewrite.builder import Builder
+from onnxmlu.rewrite.floattype import float_dtype, is_float
 
 DOMAIN = "com.microsoft"
 BITS = (2, 4, 8)
+#: accuracy_level at which onnxruntime's CPU kernel quantizes A to int8 per block.
+INT8_LEVEL = 4
 #: Inputs of MatMulNBits.
 A, B, SCALES, ZERO_POINTS, G_IDX, BIAS = range(6)
 
@@ -93,8 +106,8 @@ def _refusal(node: gs.Node) -> str | None:
         return f"bits={bits}: only {', '.join(map(str, BITS))} are rewritten"
     if int(node.attrs.get("weight_prepacked", 0)):
         return "B is prepacked in an execution provider's layout"
-    if tensor_dtype(node.inputs[A]) != np.dtype(np.float32):
-        return f"A has element type {tensor_dtype(node.inputs[A]) or 'unknown'}; only float32 is rewritten exactly"
+    if not is_float(float_dtype(node.inputs[A]), (np.dtype(np.float32),)):
+        return f"A has element type {float_dtype(node.inputs[A]) or 'unknown'}; only float32 is rewritten exactly"
     blocks = -(-k // block)
     for index, what in ((B, "B"), (SCALES, "scales"), (ZERO_POINTS, "zero_points"), (G_IDX, "g_idx")):
         tensor = node_input(node, index)
@@ -124,19 +137,85 @@ def _zero_point(bld: Builder, node: gs.Node, n: int, blocks: int, bits: int) -> 
     return bld.op("Reshape", [unpacked, bld.int64([n, blocks, 1], "zp_shape")], name="zero_point")
 
 
-def dequantized_weight(bld: Builder, node: gs.Node) -> gs.Tensor:
-    """W^T, ``[K, N]`` float32, computed in the body from the packed B (module docstring)."""
+def centred_weight(bld: Builder, node: gs.Node) -> gs.Tensor:
+    """``q - zp`` as float ``[N, k_blocks, block_size]``, computed in the body from the packed B."""
     k, n, bits, block = _attrs(node)
     blocks = -(-k // block)
     packed = bld.reshape(node.inputs[B], [n, blocks, block * bits // 8], name="B_packed")
     q = unpack_bits(bld, packed, (n, blocks, block * bits // 8), bits, "B")
-    zp = _zero_point(bld, node, n, blocks, bits)
-    scale = bld.const(constant_value(node.inputs[SCALES]).astype(np.float32).reshape(n, blocks, 1), "scale")
-    w = bld.op("Mul", [bld.op("Sub", [q, zp], name="centred"), scale], name="dequantized")
+    return bld.op("Sub", [q, _zero_point(bld, node, n, blocks, bits)], name="centred")
+
+
+def _scales(node: gs.Node) -> np.ndarray:
+    k, n, _, block = _attrs(node)
+    return constant_value(node.inputs[SCALES]).astype(np.float32).reshape(n, -(-k // block))
+
+
+def dequantized_weight(bld: Builder, node: gs.Node) -> gs.Tensor:
+    """W^T, ``[K, N]`` float32 (module docstring)."""
+    k, n, bits, block = _attrs(node)
+    blocks = -(-k // block)
+    scale = bld.const(_scales(node)[:, :, None], "scale")
+    w = bld.op("Mul", [centred_weight(bld, node), scale], name="dequantized")
     w = bld.op("Reshape", [w, bld.int64([n, blocks * block], "W_shape")], name="W_rows")
     if blocks * block != k:
         w = bld.op("Slice", [w, bld.int64([0]), bld.int64([k]), bld.int64([1])], name="W_unpadded")
     return bld.op("Transpose", [w], attrs={"perm": [1, 0]}, name="W")
+
+
+def _reduce(bld: Builder, op: str, x: gs.Tensor, axes: list[int], keepdims: int, name: str) -> gs.Tensor:
+    """``op`` over ``axes``: an attribute before opset 18 (13 for ReduceSum), an input after."""
+    if bld.opset >= (13 if op == "ReduceSum" else 18):
+        return bld.op(op, [x, bld.int64(axes, f"{name}_axes")], attrs={"keepdims": keepdims}, name=name)
+    return bld.op(op, [x], attrs={"axes": axes, "keepdims": keepdims}, name=name)
+
+
+def quantized_activation(bld: Builder, a: gs.Tensor, rank: int, k: int, block: int) -> tuple[gs.Tensor, gs.Tensor]:
+    """A in blocks of ``block`` along K, ``[..., k_blocks, 1, block]``, quantized to int8
+    symmetrically per block: (the integers as float, their scale ``[..., k_blocks, 1, 1]``)."""
+    blocks = -(-k // block)
+    if blocks * block != k:  # zeros complete the last block (they change no maximum nor sum)
+        pads = [0] * (2 * rank - 1) + [blocks * block - k]
+        a = bld.op("Pad", [a, bld.int64(pads, "pads")] if bld.opset >= 11 else [a], name="A_padded",
+                   attrs={} if bld.opset >= 11 else {"pads": pads})
+    a = bld.op("Reshape", [a, bld.int64([0] * (rank - 1) + [blocks, 1, block], "A_blocks")], name="A_blocks")
+    amax = _reduce(bld, "ReduceMax", bld.unary("Abs", a, name="A_abs"), [-1], 1, "A_amax")
+    scale = bld.op("Div", [amax, bld.scalar(127.0)], name="A_scale")
+    inverse = bld.select(bld.greater(scale, bld.scalar(0.0), name="A_nonzero"),
+                         bld.unary("Reciprocal", scale, name="A_inverse"), None, name="A_inverse_or_zero")
+    return bld.unary("Round", bld.op("Mul", [a, inverse], name="A_scaled"), name="A_int8"), scale
+
+
+def int8_product(bld: Builder, node: gs.Node, a: gs.Tensor, rank: int) -> gs.Tensor:
+    """accuracy_level 4: sum over blocks of ``s_A s_B (qa . (q - zp))``, the dot products of
+    integers, exact in float32 (module docstring)."""
+    k, n, _, block = _attrs(node)
+    qa, a_scale = quantized_activation(bld, a, rank, k, block)
+    qb = bld.op("Transpose", [centred_weight(bld, node)], attrs={"perm": [1, 2, 0]}, name="B_int")  # [blocks, bs, N]
+    dots = bld.op("MatMul", [qa, qb], name="matmul")  # [..., blocks, 1, N]
+    b_scale = bld.const(_scales(node).T[:, None, :], "B_scale")  # [blocks, 1, N]
+    scales = bld.op("Mul", [a_scale, b_scale], name="scales")
+    total = _reduce(bld, "ReduceSum", bld.op("Mul", [dots, scales], name="scaled"), [-3], 0, "block_sum")
+    if bld.opset >= 13:
+        return bld.op("Squeeze", [total, bld.int64([-2], "row_axis")], name="rows")
+    return bld.op("Squeeze", [total], attrs={"axes": [-2]}, name="rows")
+
+
+def int8_activation(node: gs.Node, opset: int) -> bool:
+    """Whether A is quantized to int8: accuracy_level 4 and integer zero points (the kernel
+    computes float zero points in float), with a known rank of A and opset 11+ (``Round``)
+    for the rewrite; else A is float."""
+    return _level(node) == INT8_LEVEL and not _float_zero_points(node) \
+        and tensor_shape(node.inputs[A]) is not None and opset >= 11
+
+
+def _level(node: gs.Node) -> int:
+    return int(node.attrs.get("accuracy_level", 0))
+
+
+def _float_zero_points(node: gs.Node) -> bool:
+    zp = node_input(node, ZERO_POINTS)
+    return zp is not None and constant_value(zp).dtype != np.uint8
 
 
 class MatMulNBitsRewriter:
@@ -148,15 +227,20 @@ class MatMulNBitsRewriter:
         pass
 
     def check(self, node: gs.Node, ctx: RewriteContext) -> str | None:
-        return _refusal(node)
+        reason = _refusal(node)
+        if reason is None and _level(node) == INT8_LEVEL and not _float_zero_points(node) \
+                and not int8_activation(node, ctx.opset):
+            return "accuracy_level 4 (A quantized to int8) needs A's rank and opset 11 (Round)"
+        return reason
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
-        bias = node_input(node, BIAS)
+        bias, a = node_input(node, BIAS), node.inputs[A]
         bld = ctx.builder(node, np.float32)
-        w = dequantized_weight(bld, node)
-        a = node.inputs[A]
+        if int8_activation(node, ctx.opset):
+            out = int8_product(bld, node, a, len(tensor_shape(a)))
+        else:
+            out = bld.op("MatMul", [a, dequantized_weight(bld, node)], name="matmul")
         y = detach(node, ctx.graph)[0]
-        out = bld.op("MatMul", [a, w], name="matmul")
         if bias is not None:
             out = bld.op("Add", [out, bias], name="bias")
         bld.finish(out, y)

@@ -41,6 +41,7 @@ import onnx_graphsurgeon as gs
 from onnxmlu.rewrite.base import RewriteContext, detach, node_input, node_output, tensor_dtype
 from onnxmlu.rewrite.base import tensor_shape
 from onnxmlu.rewrite.builder import Builder
+from onnxmlu.rewrite.floattype import float_dtype, is_float
 
 DOMAIN = "com.microsoft"
 MASK_FILTER = -10000.0
@@ -74,8 +75,8 @@ def _form(node: gs.Node) -> str:
 
 def refusal(node: gs.Node) -> str | None:
     """Why the node cannot be rewritten exactly (module docstring), or None."""
-    if tensor_dtype(node.inputs[QUERY]) != np.dtype(np.float32):
-        return f"query has element type {tensor_dtype(node.inputs[QUERY]) or 'unknown'}; only float32 is rewritten"
+    if not is_float(float_dtype(node.inputs[QUERY]), (np.dtype(np.float32),)):
+        return f"query has element type {float_dtype(node.inputs[QUERY]) or 'unknown'}; only float32 is rewritten"
     if node_output(node, 3) is not None:
         return "its qk output is read"
     for index, what in ((PAST_LEN, "past_sequence_length (shared past/present buffers)"),
@@ -154,7 +155,7 @@ def padding_mask(bld: Builder, mask: gs.Tensor, keys: gs.Tensor, filter_value: f
         keep = bld.op("Less", [positions, lengths], name="keep", dtype=np.bool_)  # [B, T]
         axes = [1, 2]
     else:
-        keep = bld.op("Greater", [mask, bld.scalar(0, tensor_dtype(mask))], name="keep", dtype=np.bool_)
+        keep = bld.op("Greater", [mask, bld.scalar(0, tensor_dtype(mask) or np.int32)], name="keep", dtype=np.bool_)
         axes = [1, 2] if rank == 2 else [1]
     additive = bld.select(bld.unsqueeze(keep, axes, name="keep_bnst"), bld.scalar(0.0), bld.scalar(filter_value),
                           name="padding")

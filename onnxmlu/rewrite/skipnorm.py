@@ -33,9 +33,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, detach, node_input, node_output, tensor_dtype
+from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, detach, node_input, node_output
 from onnxmlu.rewrite.base import tensor_shape
 from onnxmlu.rewrite.builder import Builder
+from onnxmlu.rewrite.floattype import float_dtype, is_float
 
 DOMAIN = "com.microsoft"
 SKIP_EPSILON = 1e-12
@@ -70,8 +71,8 @@ def layer_norm(bld: Builder, x: gs.Tensor, gamma: gs.Tensor, beta: gs.Tensor | N
 
 
 def _float_reason(node: gs.Node) -> str | None:
-    dtype = tensor_dtype(node.inputs[0])
-    if dtype not in FLOAT_DTYPES:
+    dtype = float_dtype(node.inputs[0])
+    if not is_float(dtype, FLOAT_DTYPES):
         return f"element type {dtype or 'unknown'} is not float16/float/double"
     return None
 
@@ -96,7 +97,7 @@ class SkipNormRewriter:
         beta = None if simplified else node_input(node, 3)
         bias = node_input(node, 3 if simplified else 4)
         epsilon = float(node.attrs.get("epsilon", SKIP_EPSILON))
-        bld = ctx.builder(node, tensor_dtype(x))
+        bld = ctx.builder(node, float_dtype(x))
         outputs = detach(node, ctx.graph)
         total = bld.op("Add", [x, skip], name="skip")
         if bias is not None:
@@ -127,7 +128,7 @@ class SimplifiedNormRewriter:
         x, scale = node.inputs[0], node.inputs[1]
         axis = int(node.attrs.get("axis", -1))
         epsilon = float(node.attrs.get("epsilon", SIMPLIFIED_EPSILON))
-        dtype = tensor_dtype(x)
+        dtype = float_dtype(x)
         bld = ctx.builder(node, np.float32 if dtype == _F16 else dtype)
         y = detach(node, ctx.graph)[0]
         if axis == -1:

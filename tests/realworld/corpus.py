@@ -196,6 +196,11 @@ MODELS: list[ModelCase] = [
           ("control-flow", "torch-cond", "outer-scope-weights", "symbolic-dims")),
     _case("built_keras_lstm_loop", "built", "keras_lstm_loop", {"x": [2, 20, 12]},
           ("control-flow", "loop-recurrence", "tf2onnx", "symbolic-dims")),
+    _case("built_ort_bert", "built", "ort_optimized_bert", {"x": [1, 16, 32], "mask": [1, 16]},
+          ("ort-optimizer", "contrib-ops", "transformer", "symbolic-dims"), {"mask": (0, 2)}),
+    _case("built_llama_nbits", "built", "llama_matmulnbits_decoder", {"input_ids": [1, 16], "position_ids": [1, 16]},
+          ("matmulnbits", "contrib-ops", "decoder", "weight-only-int4", "symbolic-dims"),
+          {"input_ids": (0, 96), "position_ids": (0, 64)}),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)

@@ -189,3 +189,23 @@ def test_integer_activation_is_refused(op):
     model, _ = one_node_model(node, {"x": np.ones((2, 2), np.int32)}, set(), 17, out_dtype=TensorProto.INT32)
     rewritten, report = rewrite_model(model, only=["contribgelu"])
     assert report.total == 0 and "not float" in report.skipped[0].message
+
+
+def test_types_hidden_by_contrib_ops_are_found():
+    """onnx infers no type behind a contrib op: SkipLayerNormalization -> FusedMatMul ->
+    QuickGelu leaves FusedMatMul's and QuickGelu's inputs untyped. Each rewrite finds the type
+    up the chain (float32 here; a float64 scalar made the Mul invalid) and the model runs."""
+    rng = np.random.default_rng(7)
+    arrays = {"x": _rand(rng, (2, 3, 8)), "skip": _rand(rng, (2, 3, 8)), "g": _rand(rng, (8,)),
+              "w": _rand(rng, (4, 8))}
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "skip", "g"], ["n"], domain=MS),
+             helper.make_node("FusedMatMul", ["n", "w"], ["m"], domain=MS, transB=1, alpha=0.5),
+             helper.make_node("QuickGelu", ["m"], ["y"], domain=MS, alpha=1.5)]
+    inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in arrays.items() if k in "x skip"]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(arrays[k], k) for k in ("g", "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    feeds = {k: arrays[k] for k in ("x", "skip")}
+    rewritten, report = rewrite_model(model)
+    assert report.total == 3, report.skipped
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))
