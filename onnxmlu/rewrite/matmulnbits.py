@@ -47,9 +47,10 @@ integer products below 2^24: exact in float32, as in int32), ``Mul`` by the two 
 kernel's (tests/rewrite/test_rw_matmulnbits.py: 1e-4 against the kernel at every level).
 
 Refused (host, with the reason): ``B``, ``scales`` or ``zero_points`` computed at run time, bits
-other than 2, 4 and 8, accuracy_level 4 on an A of unknown rank or before opset 11, a ``g_idx`` other than the plain ``k // block_size``, a prepacked
-``B`` (``weight_prepacked``), and an ``A`` that is not float32 (float16 and bfloat16 kernels
-accumulate in their own precision, which this rewrite does not match).
+other than 2, 4 and 8, accuracy_level 4 on an A of unknown rank or before opset 11, a ``g_idx``
+other than the plain ``k // block_size``, a prepacked ``B`` (``weight_prepacked``), and an ``A``
+that is not float32 (float16 and bfloat16 kernels accumulate in their own precision, which this
+rewrite does not match).
 """
 
 from __future__ import annotations
