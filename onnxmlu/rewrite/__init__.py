@@ -24,6 +24,7 @@ from onnxmlu.registry import Registry
 from onnxmlu.rewrite.base import NameAllocator, RewriteContext, RewriteReport, constant_value, in_domain, run_rewriter
 from onnxmlu.rewrite.batchnorm import BN_MODES, BatchNormRewriter
 from onnxmlu.rewrite.contribgelu import ContribGeluRewriter
+from onnxmlu.rewrite.dq4 import FourBitDequantizeRewriter
 from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
 from onnxmlu.rewrite.fusedmatmul import FusedMatMulRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
@@ -57,7 +58,8 @@ REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("g
                                                   ("simplifiednorm", SimplifiedNormRewriter),
                                                   ("contribgelu", ContribGeluRewriter),
                                                   ("mha", MultiHeadAttentionRewriter),
-                                                  ("matmulnbits", MatMulNBitsRewriter)])
+                                                  ("matmulnbits", MatMulNBitsRewriter),
+                                                  ("dq4", FourBitDequantizeRewriter)])
 REWRITER_NAMES = REWRITERS.names()
 
 

@@ -47,7 +47,7 @@ integer products below 2^24: exact in float32, as in int32), ``Mul`` by the two 
 kernel's (tests/rewrite/test_rw_matmulnbits.py: 1e-4 against the kernel at every level).
 
 Refused (host, with the reason): ``B``, ``scales`` or ``zero_points`` computed at run time, bits
-other than 2, 4 and 8, accuracy_level 4 on an A of unknown rank or before opset 11, a ``g_idx``
+other than 2, 4 and 8, accuracy_level 4 on an A of unknown rank, opsets before 11, a ``g_idx``
 other than the plain ``k // block_size``, a prepacked ``B`` (``weight_prepacked``), and an ``A``
 that is not float32 (float16 and bfloat16 kernels accumulate in their own precision, which this
 rewrite does not match).
@@ -204,8 +204,7 @@ def int8_product(bld: Builder, node: gs.Node, a: gs.Tensor, rank: int) -> gs.Ten
 
 def int8_activation(node: gs.Node, opset: int) -> bool:
     """Whether A is quantized to int8: accuracy_level 4 and integer zero points (the kernel
-    computes float zero points in float), with a known rank of A and opset 11+ (``Round``)
-    for the rewrite; else A is float."""
+    computes float zero points in float), with a known rank of A for the rewrite; else A is float."""
     return _level(node) == INT8_LEVEL and not _float_zero_points(node) \
         and tensor_shape(node.inputs[A]) is not None and opset >= 11
 
@@ -228,10 +227,12 @@ class MatMulNBitsRewriter:
         pass
 
     def check(self, node: gs.Node, ctx: RewriteContext) -> str | None:
+        if ctx.opset < 11:
+            return f"opset {ctx.opset} < 11 (Slice, Pad and Round take their operands as inputs from 10-11)"
         reason = _refusal(node)
         if reason is None and _level(node) == INT8_LEVEL and not _float_zero_points(node) \
                 and not int8_activation(node, ctx.opset):
-            return "accuracy_level 4 (A quantized to int8) needs A's rank and opset 11 (Round)"
+            return "accuracy_level 4 (A quantized to int8) needs A's rank"
         return reason
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
