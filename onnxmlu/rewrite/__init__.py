@@ -32,6 +32,7 @@ from onnxmlu.rewrite.instancenorm import InstanceNormRewriter
 from onnxmlu.rewrite.matmulnbits import MatMulNBitsRewriter
 from onnxmlu.rewrite.mha import MultiHeadAttentionRewriter
 from onnxmlu.rewrite.rnn import RecurrentRewriter
+from onnxmlu.rewrite.rotary import ContribRotaryRewriter
 from onnxmlu.rewrite.skipnorm import SimplifiedNormRewriter, SkipNormRewriter
 
 __all__ = [
@@ -57,6 +58,7 @@ REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("g
                                                   ("skipnorm", SkipNormRewriter),
                                                   ("simplifiednorm", SimplifiedNormRewriter),
                                                   ("contribgelu", ContribGeluRewriter),
+                                                  ("msrotary", ContribRotaryRewriter),
                                                   ("mha", MultiHeadAttentionRewriter),
                                                   ("matmulnbits", MatMulNBitsRewriter),
                                                   ("dq4", FourBitDequantizeRewriter)])
