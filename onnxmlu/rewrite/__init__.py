@@ -21,6 +21,7 @@ from onnxmlu.ir import copy_model, iter_graphs, opset_version
 from onnxmlu.ir.graphsurgeon import export_model, import_graph
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.registry import Registry
+from onnxmlu.rewrite.attention_ms import ContribAttentionRewriter
 from onnxmlu.rewrite.base import NameAllocator, RewriteContext, RewriteReport, constant_value, in_domain, run_rewriter
 from onnxmlu.rewrite.batchnorm import BN_MODES, BatchNormRewriter
 from onnxmlu.rewrite.contribgelu import ContribGeluRewriter
@@ -60,6 +61,7 @@ REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("g
                                                   ("contribgelu", ContribGeluRewriter),
                                                   ("msrotary", ContribRotaryRewriter),
                                                   ("mha", MultiHeadAttentionRewriter),
+                                                  ("msattention", ContribAttentionRewriter),
                                                   ("matmulnbits", MatMulNBitsRewriter),
                                                   ("dq4", FourBitDequantizeRewriter)])
 REWRITER_NAMES = REWRITERS.names()

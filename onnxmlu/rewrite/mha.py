@@ -35,6 +35,8 @@ lengths before opset 14.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_graphsurgeon as gs
 
@@ -197,21 +199,34 @@ def lengths(node: gs.Node) -> tuple[int | None, int | None]:
     return s, None if new is None or past is None else new + past
 
 
-def attend(bld: Builder, node: gs.Node, q, k, v) -> gs.Tensor:
-    """merge(softmax(scale Q K^T + masks) V)."""
-    scale = float(node.attrs["scale"]) if "scale" in node.attrs else 1.0 / np.sqrt(head_size(node))
-    filter_value = float(node.attrs.get("mask_filter_value", MASK_FILTER))
+@dataclass(frozen=True)
+class Masks:
+    """What is added to the scaled scores: a key padding mask (int32, [B], [B, T] or [B, S, T]),
+    a causal mask on (S, T) (None: none; a length None: symbolic), an attention bias."""
+
+    padding: gs.Tensor | None
+    causal: tuple[int | None, int | None] | None
+    bias: gs.Tensor | None
+
+
+def attend(bld: Builder, q, k, v, scale: float, filter_value: float, masks: Masks) -> gs.Tensor:
+    """merge(softmax(scale Q K^T + masks) V) of Q, K, V as [B, N, L, H]."""
     scores = bld.op("Mul", [bld.op("MatMul", [q, bld.transpose(k, [0, 1, 3, 2], name="K_t")], name="QK"),
                             bld.scalar(scale)], name="scaled")
-    if node_input(node, PADDING) is not None:
-        scores = bld.op("Add", [scores, padding_mask(bld, node.inputs[PADDING], k, filter_value)], name="masked")
-    if int(node.attrs.get("unidirectional", 0)):
-        scores = bld.op("Add", [scores, causal_mask(bld, q, k, lengths(node), filter_value)], name="causal_masked")
-    if node_input(node, ATTN_BIAS) is not None:
-        scores = bld.op("Add", [scores, node.inputs[ATTN_BIAS]], name="attention_bias")
+    if masks.padding is not None:
+        scores = bld.op("Add", [scores, padding_mask(bld, masks.padding, k, filter_value)], name="masked")
+    if masks.causal is not None:
+        scores = bld.op("Add", [scores, causal_mask(bld, q, k, masks.causal, filter_value)], name="causal_masked")
+    if masks.bias is not None:
+        scores = bld.op("Add", [scores, masks.bias], name="attention_bias")
     probs = bld.op("Softmax", [scores], attrs={"axis": -1}, name="softmax")
     context = bld.op("MatMul", [probs, v], name="context")
     return bld.reshape(bld.transpose(context, [0, 2, 1, 3], name="bsnh"), [0, 0, -1], name="merged")
+
+
+def node_scale(node: gs.Node, head: int | None) -> float:
+    """The ``scale`` attribute, else ``1 / sqrt(head size)``."""
+    return float(node.attrs["scale"]) if "scale" in node.attrs else 1.0 / float(np.sqrt(head))
 
 
 class MultiHeadAttentionRewriter:
@@ -236,7 +251,10 @@ class MultiHeadAttentionRewriter:
         if past_key is not None:
             k = bld.op("Concat", [past_key, k], attrs={"axis": 2}, name="present_key")
             v = bld.op("Concat", [past_value, v], attrs={"axis": 2}, name="present_value")
-        y = attend(bld, node, q, k, v)
+        causal = lengths(node) if int(node.attrs.get("unidirectional", 0)) else None
+        masks = Masks(node_input(node, PADDING), causal, node_input(node, ATTN_BIAS))
+        y = attend(bld, q, k, v, node_scale(node, head_size(node)),
+                   float(node.attrs.get("mask_filter_value", MASK_FILTER)), masks)
         outputs = detach(node, ctx.graph)
         bld.finish(y, outputs[0])
         for index, tensor in ((1, k), (2, v)):

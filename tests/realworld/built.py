@@ -436,25 +436,34 @@ def keras_lstm_loop() -> onnx.ModelProto:
 MS = "com.microsoft"
 
 
-def _bert_layer(rng, tag: str, x: str, d: int, heads: int, gelu: str) -> tuple[list, list, str]:
-    """One encoder layer as onnxruntime's transformer optimizer saves it: MatMuls for Q, K, V into
-    MultiHeadAttention (bias and key padding mask inside), SkipLayerNormalization twice (the
-    projection bias inside), the feed-forward activation a contrib Gelu with its bias."""
-    t = tag
-    nodes = [helper.make_node("MatMul", [x, f"{t}Wq"], [f"{t}q"]), helper.make_node("MatMul", [x, f"{t}Wk"], [f"{t}k"]),
-             helper.make_node("MatMul", [x, f"{t}Wv"], [f"{t}v"]),
-             helper.make_node("MultiHeadAttention", [f"{t}q", f"{t}k", f"{t}v", f"{t}bqkv", "mask"], [f"{t}ctx"],
-                              domain=MS, num_heads=heads),
-             helper.make_node("MatMul", [f"{t}ctx", f"{t}Wo"], [f"{t}o"]),
-             helper.make_node("SkipLayerNormalization", [f"{t}o", x, f"{t}g1", f"{t}b1", f"{t}bo"], [f"{t}ln1"],
-                              domain=MS, epsilon=1e-12),
-             helper.make_node("MatMul", [f"{t}ln1", f"{t}W1"], [f"{t}h"]),
-             helper.make_node(gelu, [f"{t}h", f"{t}bh"], [f"{t}a"], domain=MS),
-             helper.make_node("MatMul", [f"{t}a", f"{t}W2"], [f"{t}f"]),
-             helper.make_node("SkipLayerNormalization", [f"{t}f", f"{t}ln1", f"{t}g2", f"{t}b2", f"{t}bf"],
-                              [f"{t}out"], domain=MS, epsilon=1e-12)]
-    shapes = {"Wq": (d, d), "Wk": (d, d), "Wv": (d, d), "bqkv": (3 * d,), "Wo": (d, d), "bo": (d,), "b1": (d,),
-              "W1": (d, 4 * d), "bh": (4 * d,), "W2": (4 * d, d), "bf": (d,), "b2": (d,)}
+def _bert_attention(t: str, x: str, heads: int, packed: bool) -> list[onnx.NodeProto]:
+    """The self-attention as the optimizer fuses it: com.microsoft Attention over one packed Q/K/V
+    weight, or MatMuls for Q, K, V into MultiHeadAttention (the projection bias inside either)."""
+    if packed:
+        return [helper.make_node("Attention", [x, f"{t}Wqkv", f"{t}bqkv", "mask"], [f"{t}ctx"], domain=MS,
+                                 num_heads=heads)]
+    return [helper.make_node("MatMul", [x, f"{t}Wq"], [f"{t}q"]), helper.make_node("MatMul", [x, f"{t}Wk"], [f"{t}k"]),
+            helper.make_node("MatMul", [x, f"{t}Wv"], [f"{t}v"]),
+            helper.make_node("MultiHeadAttention", [f"{t}q", f"{t}k", f"{t}v", f"{t}bqkv", "mask"], [f"{t}ctx"],
+                             domain=MS, num_heads=heads)]
+
+
+def _bert_layer(rng, t: str, x: str, d: int, heads: int, gelu: str, packed: bool) -> tuple[list, list, str]:
+    """One encoder layer as onnxruntime's transformer optimizer saves it: the fused attention,
+    SkipLayerNormalization twice (the projection bias inside), the feed-forward activation a
+    contrib Gelu with its bias."""
+    nodes = _bert_attention(t, x, heads, packed) + [
+        helper.make_node("MatMul", [f"{t}ctx", f"{t}Wo"], [f"{t}o"]),
+        helper.make_node("SkipLayerNormalization", [f"{t}o", x, f"{t}g1", f"{t}b1", f"{t}bo"], [f"{t}ln1"],
+                         domain=MS, epsilon=1e-12),
+        helper.make_node("MatMul", [f"{t}ln1", f"{t}W1"], [f"{t}h"]),
+        helper.make_node(gelu, [f"{t}h", f"{t}bh"], [f"{t}a"], domain=MS),
+        helper.make_node("MatMul", [f"{t}a", f"{t}W2"], [f"{t}f"]),
+        helper.make_node("SkipLayerNormalization", [f"{t}f", f"{t}ln1", f"{t}g2", f"{t}b2", f"{t}bf"],
+                         [f"{t}out"], domain=MS, epsilon=1e-12)]
+    projections = {"Wqkv": (d, 3 * d)} if packed else {"Wq": (d, d), "Wk": (d, d), "Wv": (d, d)}
+    shapes = {**projections, "bqkv": (3 * d,), "Wo": (d, d), "bo": (d,), "b1": (d,), "W1": (d, 4 * d),
+              "bh": (4 * d,), "W2": (4 * d, d), "bf": (d,), "b2": (d,)}
     inits = [_init(f"{t}{k}", _rand(rng, *shape)) for k, shape in shapes.items()]
     inits += [_init(f"{t}{g}", (1 + _rand(rng, d)).astype(np.float32)) for g in ("g1", "g2")]
     return nodes, inits, f"{t}out"
@@ -462,12 +471,13 @@ def _bert_layer(rng, tag: str, x: str, d: int, heads: int, gelu: str) -> tuple[l
 
 def ort_optimized_bert() -> onnx.ModelProto:
     """Two BERT encoder layers as onnxruntime's transformer optimizer writes them (contrib
-    MultiHeadAttention, SkipLayerNormalization, BiasGelu / FastGelu) and a pooler head that its
-    MatMul+Transpose fusion made a FusedMatMul (transB, alpha); batch and length symbolic."""
+    MultiHeadAttention in one, Attention with packed weights in the other, SkipLayerNormalization,
+    BiasGelu / FastGelu) and a head that its MatMul+Transpose fusion made a FusedMatMul (transB,
+    alpha) with a QuickGelu; batch and length symbolic."""
     rng = np.random.default_rng(12)
     d, heads = 32, 4
-    nodes1, inits1, h1 = _bert_layer(rng, "l0_", "x", d, heads, "BiasGelu")
-    nodes2, inits2, h2 = _bert_layer(rng, "l1_", h1, d, heads, "FastGelu")
+    nodes1, inits1, h1 = _bert_layer(rng, "l0_", "x", d, heads, "BiasGelu", False)
+    nodes2, inits2, h2 = _bert_layer(rng, "l1_", h1, d, heads, "FastGelu", True)
     head = [helper.make_node("FusedMatMul", [h2, "Whead"], ["logits"], domain=MS, transB=1, alpha=0.5),
             helper.make_node("QuickGelu", ["logits"], ["y"], domain=MS)]
     graph = helper.make_graph(
