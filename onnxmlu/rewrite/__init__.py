@@ -29,6 +29,7 @@ from onnxmlu.rewrite.dq4 import FourBitDequantizeRewriter
 from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
 from onnxmlu.rewrite.fusedmatmul import FusedMatMulRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
+from onnxmlu.rewrite.gqa import GroupQueryAttentionRewriter
 from onnxmlu.rewrite.instancenorm import InstanceNormRewriter
 from onnxmlu.rewrite.matmulnbits import MatMulNBitsRewriter
 from onnxmlu.rewrite.mha import MultiHeadAttentionRewriter
@@ -62,6 +63,7 @@ REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("g
                                                   ("msrotary", ContribRotaryRewriter),
                                                   ("mha", MultiHeadAttentionRewriter),
                                                   ("msattention", ContribAttentionRewriter),
+                                                  ("gqa", GroupQueryAttentionRewriter),
                                                   ("matmulnbits", MatMulNBitsRewriter),
                                                   ("dq4", FourBitDequantizeRewriter)])
 REWRITER_NAMES = REWRITERS.names()
