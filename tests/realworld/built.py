@@ -535,9 +535,9 @@ def _llama_layer(rng, t: str, x: str, d: int, heads: int, ffn: int) -> tuple[lis
         node, weights = _nbits_linear(rng, f"{t}{name}", src, out, k, n)
         nodes.append(node)
         inits += weights
-        if name == "o_proj":
-            nodes += [helper.make_node("Add", [x, f"{t}o"], [f"{t}h"]),
-                      helper.make_node("SimplifiedLayerNormalization", [f"{t}h", f"{t}n2"], [f"{t}hn"], epsilon=1e-6)]
+        if name == "o_proj":  # the residual and the next norm in one node, its sum the new residual
+            nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", [f"{t}o", x, f"{t}n2"],
+                                          [f"{t}hn", "", "", f"{t}h"], domain=MS, epsilon=1e-6))
         if name == "up_proj":
             nodes += [helper.make_node("Sigmoid", [f"{t}g"], [f"{t}gs"]), helper.make_node("Mul", [f"{t}g", f"{t}gs"], [f"{t}silu"]),
                       helper.make_node("Mul", [f"{t}silu", f"{t}u"], [f"{t}m"])]
@@ -546,10 +546,11 @@ def _llama_layer(rng, t: str, x: str, d: int, heads: int, ffn: int) -> tuple[lis
 
 
 def llama_matmulnbits_decoder() -> onnx.ModelProto:
-    """A LLaMA-style decoder (embedding, two layers: RMS norms, rotary on Q and K by position,
-    causal MultiHeadAttention, SiLU-gated MLP; final norm and LM head) whose 15 linear layers are
-    4-bit MatMulNBits, as onnxruntime's quantizer and transformer optimizer leave it; batch and
-    length symbolic."""
+    """A LLaMA-style decoder (embedding, two layers: RMS norms -- SimplifiedLayerNormalization,
+    SkipSimplifiedLayerNormalization with the residual --, rotary on Q and K by position, causal
+    MultiHeadAttention, SiLU-gated MLP; final norm and LM head) whose 15 linear layers are 4-bit
+    MatMulNBits at accuracy_level 4, as onnxruntime's quantizer and transformer optimizer leave
+    it; batch and length symbolic."""
     rng = np.random.default_rng(13)
     d, heads, ffn, vocab, max_pos = 64, 4, 128, 96, 64
     head = d // heads
