@@ -130,6 +130,13 @@ def rewrite_owned(model: onnx.ModelProto, *, bn_mode: str = "substitute", only: 
 
 
 def _has_candidates(model: onnx.ModelProto, rewriters) -> bool:
-    """Whether any graph holds a default-domain node one of ``rewriters`` looks at."""
+    """Whether any graph holds a node one of ``rewriters`` looks at (and, for a rewriter of some
+    forms of an op, may want: ``may_want``, so a QDQ model's 8-bit DequantizeLinear nodes do
+    not cost the graphsurgeon round trip)."""
     return any(node.op_type in r.op_types and in_domain(node.domain, r)
+               and getattr(r, "may_want", _any_form)(node, graph)
                for graph in iter_graphs(model.graph) for node in graph.node for r in rewriters)
+
+
+def _any_form(node: onnx.NodeProto, graph: onnx.GraphProto) -> bool:
+    return True

@@ -28,6 +28,7 @@ other than float, and a blocked axis whose length is not a multiple of ``block_s
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from onnxmlu.rewrite.base import RewriteContext, constant_value, detach, node_input
@@ -86,6 +87,13 @@ class FourBitDequantizeRewriter:
 
     def wants(self, node: gs.Node) -> bool:
         return _four_bit(node.inputs[0])
+
+    @staticmethod
+    def may_want(node: onnx.NodeProto, graph: onnx.GraphProto) -> bool:
+        """Before the graph is imported: an initializer of 4 bits, or an ``x`` that is not one of
+        this graph's initializers (a Constant node, an outer-scope name: looked at after import)."""
+        found = next((t for t in graph.initializer if t.name == node.input[0]), None)
+        return found is None or found.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4)
 
     def check(self, node: gs.Node, ctx: RewriteContext) -> str | None:
         for index, what in ((0, "x"), (1, "x_scale"), (2, "x_zero_point")):

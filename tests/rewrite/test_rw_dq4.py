@@ -89,3 +89,21 @@ def test_eight_bit_dequantize_is_not_its_business(kind):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     rewritten, report = rewrite_model(model)
     assert report.total == 0 and report.skipped == []
+
+
+def test_eight_bit_qdq_model_is_not_imported(monkeypatch):
+    """A QDQ model with only 8-bit DequantizeLinear nodes is never imported into graphsurgeon:
+    no round trip (a copy of every weight) for nodes the rewriter does not own."""
+    import onnxmlu.rewrite as rewrite
+
+    def no_import(*_):
+        raise AssertionError("imported a model with nothing to rewrite")
+
+    monkeypatch.setattr(rewrite, "import_graph", no_import)
+    x = helper.make_tensor("x", TensorProto.INT8, [4], [1, 2, 3, 4])
+    graph = helper.make_graph([helper.make_node("DequantizeLinear", ["x", "s"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [x, numpy_helper.from_array(np.float32(0.5), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    rewritten, report = rewrite.rewrite_owned(model)
+    assert rewritten is model and report.total == 0
