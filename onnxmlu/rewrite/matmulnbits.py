@@ -28,7 +28,8 @@ point is unpacked the same way in the body; a float one and the scales are resha
 of their own size. The ``Cast`` of a stored 8-bit integer constant starts a weight
 dequantization: analysis carries the whole expression into the block of the MatMul that reads it,
 which is then quantized arithmetic and the block INT8 (:mod:`onnxmlu.analyze.quantized`,
-:mod:`onnxmlu.plan.labels`); its weight bytes are the packed bytes the model stores.
+:mod:`onnxmlu.plan.labels`); the MatMul is priced at one byte a weight, an INT8 weight (the file
+holds half that for 4 bits: the price errs high, never low).
 
 ``accuracy_level`` is the minimum accuracy the kernel may compute A at. At 0-3 onnxruntime's
 CPU kernel multiplies float A by W, and so does the rewrite. At 4 (int8) with integer zero points

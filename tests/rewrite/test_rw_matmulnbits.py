@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from rw_util import assert_close, full_check, op_types, run_ort
 
+from onnxmlu import api
 from onnxmlu.rewrite import rewrite_model
+from onnxmlu.schema import block_precision, is_fusion_block
 
 MS = "com.microsoft"
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
@@ -121,3 +125,23 @@ def test_dynamic_weights_and_odd_g_idx_are_refused():
     reordered.graph.initializer.append(numpy_helper.from_array(np.arange(32, dtype=np.int32)[::-1] // 16, "g"))
     reordered.graph.node[0].input.extend(["", "g"])
     _refused(reordered, "g_idx reorders")
+
+
+@pytest.mark.parametrize("accuracy", [0, 4])
+def test_fused_block_is_int8_at_the_packed_weight_bytes(accuracy, library):
+    """Through the whole pipeline: one INT8 block (the body holds the 8-bit packed weights cast to
+    float), its MatMul quantized arithmetic priced at one byte a weight (the INT8 weight the unit
+    reads; never four, the float it is dequantized to), and the fused model matches the kernel
+    at 1e-4."""
+    rng = np.random.default_rng(11)
+    k, n, block = 256, 128, 32
+    model, feeds = nbits_model(k, n, 4, block, "packed", True, accuracy, rng, [1, 8, k], opset=17)
+    result = api.fuse(model)
+    (fused,) = [node for node in result.model.graph.node if is_fusion_block(node)]
+    assert len(result.model.graph.node) == 1 and block_precision(fused) == "int8"
+    matmul = next(layer for layer in result.analysis.layers if layer.op_type == "MatMul")
+    assert matmul.int8_arithmetic and matmul.weight_bytes == n * k
+    opts = ort.SessionOptions()
+    opts.register_custom_ops_library(library)
+    session = ort.InferenceSession(result.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    assert_close(session.run(None, feeds), run_ort(model, feeds))
