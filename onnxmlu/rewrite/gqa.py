@@ -29,7 +29,10 @@ an unseen key adds exactly nothing, as in the kernel, which leaves it out), ``So
 all with a local window; the kernel's output there is whatever its scratch buffer held, the
 rewrite's a finite average (never NaN, which the next layer's products would spread).
 
-Refused: packed QKV (key absent), ``position_ids``, ``attention_bias``, ``head_sink``, quantized
+The query may hold Q, K and V packed (``[B, S, (N + 2 Nkv) H]``, key and value absent), split
+along the last axis first.
+
+Refused: ``position_ids``, ``attention_bias``, ``head_sink``, quantized
 or normalized caches and the other inputs after ``sin_cache``, ``smooth_softmax``,
 ``qk_output``, types other than float32, opsets before 14 (Trilu-era ops, int64 Max/Min).
 """
@@ -55,8 +58,8 @@ def refusal(node: gs.Node, opset: int) -> str | None:
         return f"opset {opset} < 14"
     if not is_float(float_dtype(node.inputs[QUERY]), (np.dtype(np.float32),)):
         return "only float32 is rewritten"
-    if node_input(node, KEY) is None or node_input(node, VALUE) is None:
-        return "packed QKV (key and value absent) is not rewritten"
+    if (node_input(node, KEY) is None) != (node_input(node, VALUE) is None):
+        return "key without value (or the reverse)"
     extra = [i for i in range(9, len(node.inputs)) if node_input(node, i) is not None]
     if extra:
         return f"input {extra[0]} (position_ids, attention_bias, head_sink, quantized caches) is not rewritten"
@@ -188,12 +191,14 @@ class GroupQueryAttentionRewriter:
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         heads, kv_heads = int(node.attrs["num_heads"]), int(node.attrs["kv_num_heads"])
-        head = static_dim(node.inputs[QUERY], 2) // heads
+        packed = node_input(node, KEY) is None
+        head = static_dim(node.inputs[QUERY], 2) // (heads + 2 * kv_heads if packed else heads)
         bld = ctx.builder(node, np.float32)
         lens = lengths(bld, node)
         pos = _positions(bld, lens)
-        q, k, v = (_heads(bld, node.inputs[i], n, name) for i, n, name in
-                   ((QUERY, heads, "Q"), (KEY, kv_heads, "K"), (VALUE, kv_heads, "V")))
+        inputs = (bld.split(node.inputs[QUERY], [heads * head, kv_heads * head, kv_heads * head], 2, name="qkv")
+                  if packed else [node.inputs[i] for i in (QUERY, KEY, VALUE)])
+        q, k, v = (_heads(bld, x, n, name) for x, n, name in zip(inputs, (heads, kv_heads, kv_heads), "QKV"))
         if int(node.attrs.get("do_rotary", 0)):
             q, k = _rotate(bld, node, q, pos, head, "Q_rotary"), _rotate(bld, node, k, pos, head, "K_rotary")
         present_k = present_cache(bld, k, node_input(node, PAST_KEY), lens, "present_key")

@@ -1,7 +1,8 @@
 """com.microsoft GroupQueryAttention rewritten, against onnxruntime 1.32's CPU kernel over random
 shapes and run-time lengths: first prompts (right-padded sequences), token generation with past
 buffers longer than the total (the shared-buffer layout), prompts continued on a past (batch 1:
-the kernel's limit), groups of query heads per kv head, local windows, softcap and rotary.
+the kernel's limit), groups of query heads per kv head, packed QKV, local windows, softcap and
+rotary.
 Tolerance 1e-4 (float32).
 """
 
@@ -20,7 +21,7 @@ MS = "com.microsoft"
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
-def gqa_case(rng, phase, groups, window, softcap, rotary, interleaved, opset=17):
+def gqa_case(rng, phase, groups, window, softcap, rotary, interleaved, opset=17, packed=False):
     kv, h = int(rng.integers(1, 3)), (16 if rotary else 8) * int(rng.integers(1, 3))  # the kernel's head sizes
     n = kv * groups
     if phase == "prompt":  # S == total: past_b = 0, sequences right-padded
@@ -45,6 +46,9 @@ def gqa_case(rng, phase, groups, window, softcap, rotary, interleaved, opset=17)
         names += ["pk", "pv"]
     else:
         names += ["", ""]
+    if packed:  # one [B, S, (N + 2 Nkv) H] query, key and value absent
+        arrays = {"q": np.concatenate([arrays.pop("q"), arrays.pop("k"), arrays.pop("v")], axis=-1), **arrays}
+        names[1:3] = ["", ""]
     arrays = {k_: v_.astype(np.float32) for k_, v_ in arrays.items()}
     arrays |= {"seqlens": seqlens.astype(np.int32), "total": np.array([total], np.int32)}
     names += ["seqlens", "total"]
@@ -71,13 +75,14 @@ def gqa_case(rng, phase, groups, window, softcap, rotary, interleaved, opset=17)
     return model, arrays
 
 
-@settings(max_examples=40, **SETTINGS)
+@settings(max_examples=50, **SETTINGS)
 @given(phase=st.sampled_from(["prompt", "decode", "continue"]), groups=st.sampled_from([1, 2, 4]),
        window=st.sampled_from([0, 2]), softcap=st.sampled_from([0.0, 3.0]), rotary=st.booleans(),
-       interleaved=st.booleans(), opset=st.sampled_from([14, 17, 21]), seed=st.integers(0, 2**16))
-def test_gqa_property(phase, groups, window, softcap, rotary, interleaved, opset, seed):
+       interleaved=st.booleans(), packed=st.booleans(), opset=st.sampled_from([14, 17, 21]),
+       seed=st.integers(0, 2**16))
+def test_gqa_property(phase, groups, window, softcap, rotary, interleaved, packed, opset, seed):
     rng = np.random.default_rng(seed)
-    model, feeds = gqa_case(rng, phase, groups, window, softcap, rotary, interleaved, opset)
+    model, feeds = gqa_case(rng, phase, groups, window, softcap, rotary, interleaved, opset, packed)
     rewritten, report = rewrite_model(model, only=["gqa"])
     assert report.applied["gqa"] == 1, report.skipped
     assert "GroupQueryAttention" not in op_types(rewritten)
