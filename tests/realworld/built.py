@@ -580,10 +580,74 @@ def llama_matmulnbits_decoder() -> onnx.ModelProto:
     return _model(graph, {MS: 1})
 
 
+def _genai_layer(rng, t: str, x: str, norm_in: str, d: int, heads: int, kv: int, ffn: int) -> tuple[list, list, str]:
+    """One decoder layer as onnxruntime's GenAI builder writes it for a 4-bit CPU model: the
+    residual added by SkipSimplifiedLayerNormalization, one packed QKV MatMulNBits into
+    GroupQueryAttention (rotary inside, the KV cache past and present), MatMulNBits MLP."""
+    head = d // heads
+    qkv, qkv_weights = _nbits_linear(rng, f"{t}qkv_proj", norm_in, f"{t}qkv", d, (heads + 2 * kv) * head)
+    nodes = [qkv, helper.make_node("GroupQueryAttention",
+                                   [f"{t}qkv", "", "", f"past_key_{t[1]}", f"past_value_{t[1]}", "seqlens_k",
+                                    "total_sequence_length", "cos_cache", "sin_cache"],
+                                   [f"{t}attn", f"present_key_{t[1]}", f"present_value_{t[1]}"], domain=MS,
+                                   num_heads=heads, kv_num_heads=kv, do_rotary=1)]
+    inits = qkv_weights + [_init(f"{t}n2", (1 + _rand(rng, d)).astype(np.float32))]
+    for name, src, out, k, n in (("o_proj", f"{t}attn", f"{t}o", d, d), ("gate_proj", f"{t}hn", f"{t}g", d, ffn),
+                                 ("up_proj", f"{t}hn", f"{t}u", d, ffn), ("down_proj", f"{t}m", f"{t}dn", ffn, d)):
+        node, weights = _nbits_linear(rng, f"{t}{name}", src, out, k, n)
+        nodes.append(node)
+        inits += weights
+        if name == "o_proj":
+            nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", [f"{t}o", x, f"{t}n2"],
+                                          [f"{t}hn", "", "", f"{t}h"], domain=MS, epsilon=1e-6))
+        if name == "up_proj":
+            nodes += [helper.make_node("Sigmoid", [f"{t}g"], [f"{t}gs"]), helper.make_node("Mul", [f"{t}g", f"{t}gs"], [f"{t}silu"]),
+                      helper.make_node("Mul", [f"{t}silu", f"{t}u"], [f"{t}m"])]
+    nodes.append(helper.make_node("Add", [f"{t}h", f"{t}dn"], [f"{t}out"]))
+    return nodes, inits, f"{t}out"
+
+
+def genai_gqa_decoder_step() -> onnx.ModelProto:
+    """One token of a LLaMA-style decoder as onnxruntime's GenAI builder writes a 4-bit CPU model:
+    two layers of packed-QKV MatMulNBits -> GroupQueryAttention (rotary, KV cache buffers of a
+    symbolic length P, ``seqlens_k`` and ``total_sequence_length`` run-time values), the RMS norms
+    as SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, MatMulNBits MLP and LM
+    head; batch and past length symbolic."""
+    rng = np.random.default_rng(14)
+    d, heads, kv, ffn, vocab, max_pos = 64, 4, 2, 128, 96, 32
+    head = d // heads
+    angles = np.arange(max_pos)[:, None] / (10000 ** (np.arange(0, head, 2) / head))[None, :]
+    nodes = [helper.make_node("Gather", ["embed", "input_ids"], ["h0"]),
+             helper.make_node("SimplifiedLayerNormalization", ["h0", "n_in"], ["h0n"], epsilon=1e-6)]
+    inits = [_init("embed", _rand(rng, vocab, d, scale=1.0)), _init("n_in", np.ones(d, np.float32)),
+             _init("cos_cache", np.cos(angles).astype(np.float32)), _init("sin_cache", np.sin(angles).astype(np.float32)),
+             _init("final_norm", np.ones(d, np.float32))]
+    x, normed = "h0", "h0n"
+    for layer in range(2):
+        layer_nodes, layer_inits, x = _genai_layer(rng, f"l{layer}_", x, normed, d, heads, kv, ffn)
+        nodes += layer_nodes
+        inits += layer_inits
+        normed = f"l{layer + 1}_in"
+        nodes.append(helper.make_node("SimplifiedLayerNormalization", [x, "final_norm" if layer else "n_in"],
+                                      [normed], epsilon=1e-6))
+    lm_head, lm_weights = _nbits_linear(rng, "lm_head", normed, "logits", d, vocab)
+    cache = [helper.make_tensor_value_info(f"past_{kind}_{i}", FLOAT, ["B", kv, "P", head])
+             for i in range(2) for kind in ("key", "value")]
+    presents = [helper.make_tensor_value_info(f"present_{kind}_{i}", FLOAT, ["B", kv, "T", head])
+                for i in range(2) for kind in ("key", "value")]
+    graph = helper.make_graph(
+        nodes + [lm_head], "genai_gqa_step",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", 1]),
+         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
+         helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [1])] + cache,
+        [helper.make_tensor_value_info("logits", FLOAT, ["B", 1, vocab])] + presents, inits + lm_weights)
+    return _model(graph, {MS: 1})
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
               lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm, ort_qdq_cnn, fp16_conv_chain,
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
-              keras_lstm_loop, ort_optimized_bert, llama_matmulnbits_decoder)
+              keras_lstm_loop, ort_optimized_bert, llama_matmulnbits_decoder, genai_gqa_decoder_step)
 }  # fmt: skip
