@@ -209,3 +209,18 @@ def test_types_hidden_by_contrib_ops_are_found():
     rewritten, report = rewrite_model(model)
     assert report.total == 3, report.skipped
     assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))
+
+
+@pytest.mark.parametrize("opset", [17, 21])
+@pytest.mark.parametrize("op, names", [
+    ("SkipLayerNormalization", ["x", "skip", "g", "b", "bias"]), ("SkipSimplifiedLayerNormalization", ["x", "skip", "g", "bias"]),
+    ("FastGelu", ["x", "bias"]), ("BiasGelu", ["x", "bias"]), ("QuickGelu", ["x"])])
+def test_float16_forms(op, names, opset):
+    """float16 models: the rewrite computes the residual sum in float16 where the kernel keeps it
+    in float before normalizing, so outputs may differ by one float16 rounding (2e-3 relative)."""
+    rng = np.random.default_rng(9)
+    arrays = {n: rng.standard_normal((2, 5, 16) if n in ("x", "skip") else (16,)).astype(np.float16) for n in names}
+    node = helper.make_node(op, names, ["y"], domain=MS)
+    model, feeds = one_node_model(node, arrays, {"g", "b", "bias"}, opset, out_dtype=TensorProto.FLOAT16)
+    rewriter = "skipnorm" if "Layer" in op else "contribgelu"
+    check_rewrite(model, feeds, rewriter, op, rtol=2e-3, atol=2e-3)
