@@ -31,7 +31,7 @@ import onnx_graphsurgeon as gs
 from onnxmlu.rewrite.base import RewriteContext, detach, node_input, node_output, tensor_shape
 from onnxmlu.rewrite.builder import Builder
 from onnxmlu.rewrite.floattype import float_dtype, is_float
-from onnxmlu.rewrite.mha import MASK_FILTER, Masks, _heads, attend, node_scale, static_dim
+from onnxmlu.rewrite.mha import MASK_FILTER, Masks, _heads, attend, node_scale, same_dim, static_dim
 
 DOMAIN = "com.microsoft"
 INPUT, WEIGHTS, BIAS, MASK, PAST, ATTN_BIAS, PAST_LEN = range(7)
@@ -62,7 +62,7 @@ def refusal(node: gs.Node) -> str | None:
         shape = tensor_shape(mask)
         if shape is None or len(shape) not in (1, 2, 3):
             return "mask_index of unknown rank or 4-D"
-        if len(shape) == 1 and static_dim(mask, 0) != static_dim(node.inputs[INPUT], 0):
+        if len(shape) == 1 and not same_dim(mask, node.inputs[INPUT]):
             return "a 1-D mask_index that is not [batch] (left padding or the 3 * batch + 2 form)"
     past = node_input(node, PAST)
     if past is not None and (tensor_shape(past) is None or len(tensor_shape(past)) != 5):

@@ -59,6 +59,13 @@ def static_dim(tensor: gs.Tensor, axis: int) -> int | None:
     return int(dim) if isinstance(dim, (int, np.integer)) and int(dim) >= 0 else None
 
 
+def same_dim(a: gs.Tensor, b: gs.Tensor) -> bool:
+    """Whether the first dims of ``a`` and ``b`` are one known size or one named symbol (a
+    ``[batch]`` mask, not ``[2 * batch]`` nor ``[3 * batch + 2]``)."""
+    dims = [tensor_shape(t)[0] if tensor_shape(t) else None for t in (a, b)]
+    return dims[0] is not None and dims[0] == dims[1]
+
+
 def _rank(tensor: gs.Tensor | None) -> int | None:
     shape = tensor_shape(tensor)
     return None if shape is None else len(shape)
@@ -95,7 +102,7 @@ def refusal(node: gs.Node) -> str | None:
     if node_input(node, PADDING) is not None and _rank(node.inputs[PADDING]) not in (1, 2, 3):
         return "key_padding_mask of unknown rank"
     if node_input(node, PADDING) is not None and _rank(node.inputs[PADDING]) == 1 and \
-            static_dim(node.inputs[PADDING], 0) != static_dim(node.inputs[QUERY], 0):
+            not same_dim(node.inputs[PADDING], node.inputs[QUERY]):
         return "a 1-D key_padding_mask that is not [batch] (the 3 * batch + 2 form)"
     if (node_input(node, PAST_KEY) is None) != (node_input(node, PAST_VALUE) is None):
         return "past_key without past_value (or the reverse)"
