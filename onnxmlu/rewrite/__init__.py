@@ -34,7 +34,7 @@ from onnxmlu.rewrite.instancenorm import InstanceNormRewriter
 from onnxmlu.rewrite.matmulnbits import MatMulNBitsRewriter
 from onnxmlu.rewrite.mha import MultiHeadAttentionRewriter
 from onnxmlu.rewrite.rnn import RecurrentRewriter
-from onnxmlu.rewrite.rotary import ContribRotaryRewriter
+from onnxmlu.rewrite.msrotary import ContribRotaryRewriter
 from onnxmlu.rewrite.skipnorm import SimplifiedNormRewriter, SkipNormRewriter
 
 __all__ = [

@@ -16,7 +16,7 @@ case against it, tests/rewrite/test_rw_gqa.py), for ``N`` query heads, ``Nkv`` k
     scores = scale Q K^T (K, V: each kv head repeated G times), softcap c > 0: c tanh(scores / c)
     Y = merge(softmax over the keys seen (scores) V)
 
-``do_rotary`` first rotates Q and K (:mod:`onnxmlu.rewrite.rotary`, ``rotary_interleaved``)
+``do_rotary`` first rotates Q and K (:mod:`onnxmlu.rewrite.msrotary`, ``rotary_interleaved``)
 at the positions ``pos``, with ``cos_cache``/``sin_cache``.
 
 Rewrite: every line above as nodes on run-time values -- ``Shape``/``Range``/``Cast`` for the
@@ -46,7 +46,7 @@ from onnxmlu.rewrite.base import RewriteContext, detach, node_input, node_output
 from onnxmlu.rewrite.builder import Builder
 from onnxmlu.rewrite.floattype import float_dtype, is_float
 from onnxmlu.rewrite.mha import _heads, static_dim
-from onnxmlu.rewrite.rotary import rotated
+from onnxmlu.rewrite.msrotary import rotated
 
 DOMAIN = "com.microsoft"
 QUERY, KEY, VALUE, PAST_KEY, PAST_VALUE, SEQLENS, TOTAL, COS, SIN = range(9)
