@@ -199,6 +199,15 @@ MODELS: list[ModelCase] = [
     _case("built_opset23_decoder", "built", "opset23_decoder_layer",
           {"x": [1, 4, 64], "position_ids": [1, 4], "past_key": [1, 2, 12, 8], "past_value": [1, 2, 12, 8]},
           ("opset23", "kv-cache", "gqa", "rope", "symbolic-dims"), {"position_ids": (0, 128)}),
+    _case("built_ort_bert", "built", "ort_optimized_bert", {"x": [1, 16, 32], "mask": [1, 16]},
+          ("ort-optimizer", "contrib-ops", "transformer", "symbolic-dims"), {"mask": (0, 2)}),
+    _case("built_llama_nbits", "built", "llama_matmulnbits_decoder", {"input_ids": [1, 16], "position_ids": [1, 16]},
+          ("matmulnbits", "contrib-ops", "decoder", "weight-only-int4", "symbolic-dims"),
+          {"input_ids": (0, 96), "position_ids": (0, 64)}),
+    _case("built_genai_gqa_step", "built", "genai_gqa_decoder_step",
+          {"input_ids": [1, 1], "seqlens_k": [1], **{f"past_{k}_{i}": [1, 2, 8, 16] for i in range(2) for k in ("key", "value")}},
+          ("matmulnbits", "contrib-ops", "decoder", "kv-cache", "weight-only-int4", "symbolic-dims"),
+          {"input_ids": (0, 96), "seqlens_k": 4, "total_sequence_length": 5}),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)
