@@ -813,6 +813,8 @@ def _show_run(report) -> None:
     table.add_row("total", "", "", "", f"{sum(p.measured_us for p in report.profile):.1f}",
                   f"{sum(p.sim_latency_us or 0 for p in report.profile):.1f}")
     console.print(table)
+    if report.thread_note:
+        console.print(f"threads: {report.thread_note}")
 
 
 @command

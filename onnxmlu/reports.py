@@ -230,11 +230,16 @@ class RunReport:
     outputs: list[dict]
     latency_ms: "Timing"
     profile: "list[NodeProfile] | None" = None  # per node, with --profile
+    #: With --profile: what the session's inner thread pools cost when a set-up would spare it
+    #: (onnxmlu.runtime.threads.pool_note), else None.
+    thread_note: str | None = None
 
     def to_dict(self) -> dict:
         payload = {"outputs": self.outputs, "latency_ms": asdict(self.latency_ms)}
         if self.profile is not None:
             payload["profile"] = [asdict(p) for p in self.profile]
+        if self.thread_note is not None:
+            payload["thread_note"] = self.thread_note
         return payload
 
 

@@ -142,3 +142,23 @@ def test_pool_note_names_the_missing_global_pool():
 
     assert pool_note(ThreadReport(1, 15, 0, 0, 0)) is None
     assert "global thread pool" in pool_note(ThreadReport(2, 30, 0, 0, 0))
+
+
+@pytest.mark.parametrize("host_op", [True, False], ids=["split-by-a-host-op", "blocks-only"])
+def test_run_profile_says_when_blocks_pay_for_a_pool_each(library, tmp_path, monkeypatch, host_op):
+    from typer.testing import CliRunner
+
+    from onnxmlu.cli import app
+
+    path = tmp_path / "fused.onnx"
+    onnx.save(fused_chain(host_op_after=1 if host_op else None), path)
+    monkeypatch.setenv("ONNXMLU_INNER_THREADS", "2")  # a pool per inner session on any host
+    result = CliRunner().invoke(app, ["run", str(path), "--repeat", "2", "--profile", "--json",
+                                      str(tmp_path / "run.json")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    note = json.loads((tmp_path / "run.json").read_text()).get("thread_note")
+    if host_op:
+        assert note is not None and note.startswith("2 blocks run in inner sessions with a thread pool each")
+        assert "global thread pool" in note
+    else:
+        assert note is None

@@ -27,7 +27,9 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
     shapes = concrete_shapes(proto, input_shapes)  # a range runs at its opt
     feeds = random_inputs(proto, seed, shapes=shapes, given=inputs)
     progress.say("creating the session")
+    before = runtime.thread_report()
     session = runtime.InferenceSession(proto)
+    pools = runtime.thread_report() - before
     names = [o.name for o in session.get_outputs()]
     outputs = session.run(names, feeds)
     progress.say(f"timing {repeat} runs")
@@ -36,6 +38,7 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
     if profile:
         progress.say(f"profiling {repeat} runs")
         report.profile = profile_nodes(proto, feeds, repeat=repeat)
+        report.thread_note = runtime.pool_note(pools)
     if save is not None:
         np.savez(save, **dict(zip(names, outputs)))
     return report
