@@ -22,14 +22,20 @@ a time; the outer pool only dispatches blocks (and the few host ops between them
   ``session.intra_op.allow_spinning`` off) disables it, which wins when the cores are contended.
 * The outer session's own threads hardly matter (1 or T measured the same); by default it gets
   1 thread, spinning off. Options a user passes keep their outer settings.
-* Global thread pools: a user whose options have ``use_per_session_threads = False`` (the
-  process called ``set_global_thread_pool_sizes``; onnxruntime's Python API then requires it of
-  every session) gets inner sessions on that one global pool too (``onnxmlu.inner_global_pool``).
-  The pool's size and spinning are then the global ones, and there is no pool to wake per
-  block: MobileNetV2 dlfusion batch 1, 2 threads, 2 idle cores, separate processes in turn:
-  1.058-1.092x of plain onnxruntime against 1.28-1.36x with a pool per inner session (each
-  block wakes its own pool's sleeping worker). Per-session pools stay the default because a
-  global pool cannot be set up once the process's env exists.
+* Global thread pools: where the process's env has onnxruntime's global pools (Python's
+  ``set_global_thread_pool_sizes`` before the first session, C's ``CreateEnvWithGlobalThreadPools``)
+  the library detects it and every inner session runs on that one pool, whichever API created
+  the outer session; a user whose options have ``use_per_session_threads = False`` also gets
+  ``onnxmlu.inner_global_pool`` = "1" (which demands it). The pool's size and spinning are then
+  the global ones, and there is no pool to wake per block: MobileNetV2 dlfusion batch 1, 2
+  threads, 2 idle cores, separate processes in turn: 1.058-1.092x of plain onnxruntime against
+  1.28-1.36x with a pool per inner session. A library cannot create one (it must exist before
+  the env), so per-session pools stay the default.
+* Merged blocks and no idle outer pool: :func:`InferenceSession` runs each run of consecutive
+  blocks as one inner session (:mod:`onnxmlu.runtime.merge`), one pool where there were one per
+  block, and creates the outer session of a graph of blocks alone on one thread (it runs one
+  kernel at a time; the user's options are restored after), so a fused model holds the threads
+  its original would. :func:`onnxmlu.runtime.thread_report` counts what remains.
 * Graph optimizations are on at both levels: onnxruntime's own fusions inside a block are
   wanted, and the outer graph is mostly MLUFusionBlock nodes it cannot touch.
 
