@@ -73,8 +73,10 @@ def thread_counts(cores: int | None = None) -> list[int]:
 
 def _options(threads: int, global_pools: bool) -> ort.SessionOptions:
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.use_per_session_threads = not global_pools  # onnxruntime requires it under global pools
+    if global_pools:  # the pool's own size; onnxruntime warns that a session's count is ignored
+        options.use_per_session_threads = False  # and requires this of every session
+    else:
+        options.intra_op_num_threads = threads
     return options
 
 
