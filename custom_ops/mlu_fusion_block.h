@@ -9,8 +9,10 @@
 // shapes are static, or learned: a body whose output shapes follow its input shapes (metadata
 // kOutputShapesKey) remembers the output shapes of each set of input shapes it ran at and, at
 // those shapes again, allocates the outputs before the inner Run. `mp` (the block's core count
-// on the simulated accelerator) sets the inner session's intra-op thread count. Node inputs and
-// outputs map to the body's graph inputs and outputs by position.
+// on the simulated accelerator) sets the inner session's intra-op thread count. The inner session
+// runs on the env's global intra-op pool where the process created its env with one (detected,
+// see kInnerGlobalPoolKey), else on a pool of its own; OnnxmluThreadReport counts them. Node
+// inputs and outputs map to the body's graph inputs and outputs by position.
 //
 // `body_crc32` (INT, optional: files written before it existed have none) is the CRC-32 of the
 // body's bytes; a body whose bytes do not match it is refused before it is parsed, so a bit flip
