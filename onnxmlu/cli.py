@@ -964,6 +964,8 @@ def _show_run(report) -> None:
     console.print(f"latency: median {t.median_ms:.2f} ms (min {t.min_ms:.2f}, max {t.max_ms:.2f}, {t.runs} runs)")
     if report.profile is not None:
         console.print(_fit(_profile_table(report)))
+    if report.thread_note:
+        console.print(f"threads: {report.thread_note}")
 
 
 def _profile_table(report) -> Table:

@@ -262,12 +262,17 @@ class RunReport:
 
     def run_shape_text(self) -> str:
         return shapes_text(self.input_shapes)
+    #: With --profile: what the session's inner thread pools cost when a set-up would spare it
+    #: (onnxmlu.runtime.threads.pool_note), else None.
+    thread_note: str | None = None
 
     def to_dict(self) -> dict:
         payload = {"outputs": self.outputs, "latency_ms": asdict(self.latency_ms), "input_shapes": self.input_shapes}
         if self.profile is not None:
             payload["pricing_shape"] = None if self.pricing is None else self.pricing.to_dict()
             payload["profile"] = [asdict(p) for p in self.profile]
+        if self.thread_note is not None:
+            payload["thread_note"] = self.thread_note
         return payload
 
 

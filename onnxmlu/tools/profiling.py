@@ -2,7 +2,8 @@
 
 onnxruntime's own profiler records one ``Node`` event per kernel call with its duration in
 microseconds; for a fused model each MLUFusionBlock node is one kernel, so the median over
-the repeated runs is that block's measured CPU time.
+the repeated runs is that block's measured CPU time (blocks are not merged into one inner
+session here, as ``onnxmlu.InferenceSession`` does for a run, so that each keeps its own time).
 
 A block's ``sim_latency_us`` attribute is its simulated time at the pricing shape
 (``onnxmlu.pricing_shape``). A run at another shape is re-priced (:func:`reprice_blocks`): the
@@ -54,7 +55,7 @@ def profile_nodes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], repea
         options = runtime.session_options()
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(folder, "onnxmlu")
-        session = runtime.InferenceSession(model, options)
+        session = runtime.InferenceSession(model, options, merge_blocks=False)  # a time per block
         for _ in range(repeat):
             session.run(None, dict(feeds))
         events = json.loads(Path(session.end_profiling()).read_text())

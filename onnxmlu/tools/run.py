@@ -31,7 +31,9 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
     shapes = concrete_shapes(proto, input_shapes)  # a range runs at its opt
     feeds = random_inputs(proto, seed, shapes=shapes, given=inputs)
     progress.say("creating the session")
+    before = runtime.thread_report()
     session = runtime.InferenceSession(proto)
+    pools = runtime.thread_report() - before
     names = [o.name for o in session.get_outputs()]
     outputs = session.run(names, feeds)
     progress.say(f"timing {repeat} runs")
@@ -41,6 +43,7 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
     if profile:
         progress.say(f"profiling {repeat} runs")
         report.profile = profile_nodes(proto, feeds, repeat=repeat)
+        report.thread_note = runtime.pool_note(pools)
         if report.priced_elsewhere and analyse is not None:
             progress.say("re-pricing the blocks at this run's shape")
             here = reprice_blocks(proto, feeds, analyse)
