@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -714,6 +715,39 @@ void ShareCpuArena(OrtEnv* env) noexcept {
   Api().ReleaseMemoryInfo(memory_info);
 }
 
+// The thread report's counters (OnnxmluThreadReport, indices as documented in the header).
+std::array<std::atomic<int64_t>, 5> g_thread_report{};
+enum ReportIndex { kOwnPools, kOwnWorkers, kGlobalSessions, kOwnPoolRuns, kGlobalRuns };
+
+// Whether the process env was created with global thread pools (CreateEnvWithGlobalThreadPools,
+// or Python's set_global_thread_pool_sizes before the first session). onnxruntime offers no
+// query, and only its user can set it up (before the env exists), so the library detects it:
+// a session with per-session threads disabled can be created only on such an env (onnxruntime
+// refuses it in the session's constructor, before reading the model, on any other). The first
+// inner session of an env tries that; the answer holds for the env's life.
+class GlobalPoolCache {
+ public:
+  std::optional<bool> Known(const OrtEnv* env) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return env == env_ ? has_pool_ : std::nullopt;
+  }
+  void Remember(const OrtEnv* env, bool has_pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    env_ = env;
+    has_pool_ = has_pool;
+  }
+
+ private:
+  std::mutex mutex_;
+  const OrtEnv* env_ = nullptr;  // the env only changes once every session and the env were released
+  std::optional<bool> has_pool_;
+};
+
+GlobalPoolCache& GlobalPools() {
+  static GlobalPoolCache cache;
+  return cache;
+}
+
 // The node's shared weights (kSharedAttribute): its last inputs, each a constant of the outer
 // graph, named as the body's initializer it replaces. Read once, at kernel creation: onnxruntime
 // keeps the constants for the outer session's life, and the inner session copies them in.
@@ -775,6 +809,31 @@ OrtPtr<OrtValue> ViewOf(const OrtValue* value, const std::string& prefix) {
   return OrtPtr<OrtValue>(view);
 }
 
+// The shared weights as onnxruntime takes them (AddExternalInitializers: tensors over a buffer
+// they do not own), made once per kernel and kept until its inner session is made.
+struct SharedViews {
+  std::vector<OrtPtr<OrtValue>> views;
+  std::vector<const char*> names;
+  std::vector<const OrtValue*> values;
+};
+
+SharedViews ViewsOf(const SharedWeights& shared, const std::string& prefix) {
+  SharedViews result;
+  for (size_t i = 0; i < shared.names.size(); ++i) {
+    result.views.push_back(ViewOf(shared.values[i], prefix));
+    result.names.push_back(shared.names[i].c_str());
+    result.values.push_back(result.views.back().get());
+  }
+  return result;
+}
+
+// The body's placeholders, replaced before onnxruntime optimizes the graph (the inner session
+// copies the data in, so the views may go once it is made).
+void AddShared(OrtSessionOptions* options, const SharedViews& shared, const std::string& prefix) {
+  if (shared.names.empty()) return;
+  Check(Api().AddExternalInitializers(options, shared.names.data(), shared.values.data(), shared.names.size()), prefix);
+}
+
 OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool global_pool, const std::string& node_name,
                                               const std::string& prefix) {
   OrtSessionOptions* raw = nullptr;
@@ -802,7 +861,56 @@ OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool g
   return options;
 }
 
+// The inner session of a body: on the env's global pool where it has one (or the user demands
+// it), so every block of every model in the process shares one pool as the process's plain
+// sessions do; otherwise on a pool of its own. Returns onnxruntime's error for the body, if any.
+OrtStatus* CreateInnerSession(OrtEnv* env, const std::string& body, int threads, const InnerConfig& config,
+                              const std::string& node_name, const std::string& prefix, const SharedViews& shared,
+                              OrtSession** session, bool* on_global_pool) {
+  std::optional<bool> global = GlobalPools().Known(env);
+  if (config.global_pool != GlobalPool::kDetect) global = config.global_pool == GlobalPool::kRequire;
+  if (!global.has_value()) {  // the env's first block: try the global pool
+    auto options = InnerSessionOptions(threads, config.spinning, /*global_pool=*/true, node_name, prefix);
+    AddShared(options.get(), shared, prefix);
+    OrtStatus* status = Api().CreateSessionFromArray(env, body.data(), body.size(), options.get(), session);
+    if (status == nullptr) {
+      GlobalPools().Remember(env, true);
+      *on_global_pool = true;
+      return nullptr;
+    }
+    Api().ReleaseStatus(status);  // no global pool, or a bad body: the per-session try below says which
+  }
+  *on_global_pool = global.value_or(false);
+  auto options = InnerSessionOptions(threads, config.spinning, *on_global_pool, node_name, prefix);
+  AddShared(options.get(), shared, prefix);
+  OrtStatus* status = Api().CreateSessionFromArray(env, body.data(), body.size(), options.get(), session);
+  if (status == nullptr && !global.has_value()) GlobalPools().Remember(env, false);  // the body is fine: no pool
+  return status;
+}
+
 }  // namespace
+
+void FusionBlockKernel::PoolUse::Count(int threads, bool on_global_pool) {
+  global = on_global_pool;
+  // onnxruntime creates threads - 1 workers (the caller is the first thread); 0 threads means
+  // its default, one per physical core, counted here as the hardware threads (an upper bound).
+  own_workers = global ? 0 : static_cast<int>((threads > 0 ? threads : HardwareThreads()) - 1);
+  if (global) {
+    g_thread_report[kGlobalSessions].fetch_add(1, std::memory_order_relaxed);
+  } else if (own_workers > 0) {
+    g_thread_report[kOwnPools].fetch_add(1, std::memory_order_relaxed);
+    g_thread_report[kOwnWorkers].fetch_add(own_workers, std::memory_order_relaxed);
+  }
+}
+
+FusionBlockKernel::PoolUse::~PoolUse() {
+  if (global) {
+    g_thread_report[kGlobalSessions].fetch_sub(1, std::memory_order_relaxed);
+  } else if (own_workers > 0) {
+    g_thread_report[kOwnPools].fetch_sub(1, std::memory_order_relaxed);
+    g_thread_report[kOwnWorkers].fetch_sub(own_workers, std::memory_order_relaxed);
+  }
+}
 
 FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfig& config)
     : node_name_(ReadNodeName(info)) {
@@ -819,24 +927,12 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   env_.reset(env);
   ShareCpuArena(env_.get());
 
-  auto options = InnerSessionOptions(InnerThreads(mp_, config, prefix), config.spinning, config.global_pool,
-                                     node_name_, prefix);
-  // The body's placeholders, replaced before onnxruntime optimizes the graph; onnxruntime takes
-  // only tensors over a buffer it does not own, so each constant is viewed by one (released once
-  // the session is made: onnxruntime has its own copy by then).
-  std::vector<OrtPtr<OrtValue>> views;
-  if (!shared.names.empty()) {
-    std::vector<const char*> names;
-    std::vector<const OrtValue*> values;
-    for (size_t i = 0; i < shared.names.size(); ++i) {
-      views.push_back(ViewOf(shared.values[i], prefix));
-      names.push_back(shared.names[i].c_str());
-      values.push_back(views.back().get());
-    }
-    Check(Api().AddExternalInitializers(options.get(), names.data(), values.data(), names.size()), prefix);
-  }
+  const int threads = InnerThreads(mp_, config, prefix);
+  bool on_global_pool = false;
   OrtSession* session = nullptr;
-  OrtStatus* status = Api().CreateSessionFromArray(env_.get(), body.data(), body.size(), options.get(), &session);
+  const SharedViews views = ViewsOf(shared, prefix);
+  OrtStatus* status = CreateInnerSession(env_.get(), body, threads, config, node_name_, prefix, views, &session,
+                                         &on_global_pool);
   if (status != nullptr) {
     OrtPtr<OrtStatus> owned(status);
     std::string message = Api().GetErrorMessage(status);
@@ -846,6 +942,7 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
     throw BlockError(ORT_INVALID_GRAPH, prefix + "body is not a valid ONNX model: " + message);
   }
   session_.reset(session);
+  pool_use_.Count(threads, on_global_pool);
   CheckLabel(body, precision, prefix);  // after onnxruntime parsed it: the bytes are a well-formed model
   std::string().swap(body);  // the inner session holds what it needs: free the copy now
 
@@ -1011,6 +1108,9 @@ void FusionBlockKernel::Compute(OrtKernelContext* context) const {
     }
     in_place[i] = true;
   }
+  if (pool_use_.global || pool_use_.own_workers > 0) {
+    g_thread_report[pool_use_.global ? kGlobalRuns : kOwnPoolRuns].fetch_add(1, std::memory_order_relaxed);
+  }
   OrtStatus* status = Api().Run(session_.get(), nullptr, input_name_ptrs_.data(), inputs.data(), n_inputs,
                                 output_name_ptrs_.data(), n_outputs, outputs.data());
   // Outputs the inner session allocated are ours to release, whatever happens next.
@@ -1168,7 +1268,7 @@ InnerConfig ReadInnerConfig(const OrtApi& api, const OrtSessionOptions* options)
       throw BlockError(ORT_INVALID_ARGUMENT, std::string("onnxmlu: session config entry ") + kInnerGlobalPoolKey +
                                                  " must be '0' or '1', got '" + text + "'");
     }
-    config.global_pool = text == "1";
+    config.global_pool = text == "1" ? GlobalPool::kRequire : GlobalPool::kNever;
   }
   return config;
 }
@@ -1211,4 +1311,12 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
   } catch (...) {
     return api->CreateStatus(ORT_FAIL, "onnxmlu: cannot register the custom-op domain");
   }
+}
+
+extern "C" int64_t OnnxmluThreadReport(int64_t* values, int64_t count) {
+  const auto& report = onnxmlu::g_thread_report;
+  for (int64_t i = 0; values != nullptr && i < count && i < static_cast<int64_t>(report.size()); ++i) {
+    values[i] = report[i].load(std::memory_order_relaxed);
+  }
+  return static_cast<int64_t>(report.size());
 }

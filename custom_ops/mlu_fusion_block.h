@@ -9,8 +9,10 @@
 // shapes are static, or learned: a body whose output shapes follow its input shapes (metadata
 // kOutputShapesKey) remembers the output shapes of each set of input shapes it ran at and, at
 // those shapes again, allocates the outputs before the inner Run. `mp` (the block's core count
-// on the simulated accelerator) sets the inner session's intra-op thread count. Node inputs and
-// outputs map to the body's graph inputs and outputs by position.
+// on the simulated accelerator) sets the inner session's intra-op thread count. The inner session
+// runs on the env's global intra-op pool where the process created its env with one (detected,
+// see kInnerGlobalPoolKey), else on a pool of its own; OnnxmluThreadReport counts them. Node
+// inputs and outputs map to the body's graph inputs and outputs by position.
 //
 // `body_crc32` (INT, optional: files written before it existed have none) is the CRC-32 of the
 // body's bytes; a body whose bytes do not match it is refused before it is parsed, so a bit flip
@@ -74,20 +76,22 @@ inline constexpr const char* kInnerThreadsKey = "onnxmlu.inner_threads";
 // "1" (default): inner thread pools spin while their block runs and stop when it returns;
 // "0": they never spin (better when the machine's cores are contended).
 inline constexpr const char* kInnerSpinningKey = "onnxmlu.inner_spinning";
-// "1": inner sessions run on the env's global intra-op pool (DisablePerSessionThreads) instead
-// of one pool each; set by onnxmlu.runtime when the user's options have per-session threads
-// off, i.e. the process env was created with global thread pools. One shared pool means no
-// per-block wake-up of another pool's sleeping worker: MobileNetV2 dlfusion batch 1 at 2
-// threads on 2 idle cores ran at 1.06-1.09x of plain onnxruntime (global pools both sides)
-// against 1.28-1.36x with a pool per inner session. Thread count and spinning then come from
-// the global pool's options.
+// Where inner sessions get their threads. Absent: detected per env (GlobalPool::kDetect).
+// "1": the env's global intra-op pool (DisablePerSessionThreads), and session creation fails if
+// the env has none; "0": a pool per inner session even where the env has a global one.
+// One shared pool means no per-block wake-up of another pool's sleeping worker: MobileNetV2
+// dlfusion batch 1 at 2 threads on 2 idle cores ran at 1.06-1.09x of plain onnxruntime (global
+// pools both sides) against 1.28-1.36x with a pool per inner session. Thread count and spinning
+// then come from the global pool's options.
 inline constexpr const char* kInnerGlobalPoolKey = "onnxmlu.inner_global_pool";
+
+enum class GlobalPool { kDetect, kRequire, kNever };
 
 // How the blocks of one registration build their inner sessions.
 struct InnerConfig {
   int threads = 0;  // 0: min(mp, hardware threads)
   bool spinning = true;
-  bool global_pool = false;  // the env's global intra-op pool instead of a pool per session
+  GlobalPool global_pool = GlobalPool::kDetect;  // the env's global intra-op pool or a pool per session
   bool operator<(const InnerConfig& other) const {
     if (threads != other.threads) return threads < other.threads;
     if (spinning != other.spinning) return spinning < other.spinning;
@@ -141,8 +145,20 @@ class FusionBlockKernel {
   OrtPtr<OrtValue> Narrow(const OrtValue* value, ONNXTensorElementDataType type) const;
   std::string BlockName() const;
 
+  // Counts this kernel's inner session in the thread report (OnnxmluThreadReport) while it lives.
+  struct PoolUse {
+    int own_workers = -1;  // worker threads of the session's own pool; -1: none counted yet
+    bool global = false;   // runs on the env's global pool
+    PoolUse() = default;
+    PoolUse(const PoolUse&) = delete;
+    PoolUse& operator=(const PoolUse&) = delete;
+    void Count(int threads, bool on_global_pool);
+    ~PoolUse();
+  };
+
   std::string node_name_;
   int64_t mp_ = 0;
+  PoolUse pool_use_;
   OrtPtr<OrtEnv> env_;          // keeps the process env alive as long as the inner session
   OrtPtr<OrtSession> session_;  // declared after env_: destroyed first
   std::vector<std::string> input_names_, output_names_;
@@ -195,4 +211,13 @@ extern "C" {
 // Entry point called by onnxruntime's register_custom_ops_library / RegisterCustomOpsLibrary.
 __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
                                                                               const OrtApiBase* api_base);
+
+// What the process's inner sessions cost in threads, for tests and `onnxmlu run --profile` (one
+// call, no onnxruntime needed). Writes min(count, 5) values and returns how many it knows (5):
+// [0] live inner sessions with a pool of their own (more than one intra-op thread),
+// [1] the worker threads those pools hold (threads - 1 each, as onnxruntime creates them),
+// [2] live inner sessions on the env's global pool,
+// [3] Runs so far of inner sessions with their own pool (each wakes that pool),
+// [4] Runs so far of inner sessions on the global pool.
+__attribute__((visibility("default"))) int64_t OnnxmluThreadReport(int64_t* values, int64_t count);
 }

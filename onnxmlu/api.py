@@ -39,7 +39,8 @@ from onnxmlu.options import (  # noqa: F401 - the option objects are part of the
     load_samples,
     refuse_validation,
 )
-from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, PassManager, as_progress
+from onnxmlu.pipeline import (FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, PassManager, as_progress,
+                              pricing_of)
 from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
 from onnxmlu.plan.strategies import strategy_names
@@ -82,7 +83,7 @@ def _run(passes, model: ModelLike, options: Options, *, hardware: HardwareLike |
 def _result(ctx: Context) -> FuseResult:
     return FuseResult(ctx.fused, ctx.analysis, ctx.plan, ctx.hardware, ctx.rewrite_report, ctx.block_latency_us,
                       ctx.diagnostics, ctx.pass_seconds, ctx.output, calibration=calibration_report(ctx.bodies),
-                      auto=ctx.auto, profile=ctx.profile, branches=ctx.branches,
+                      auto=ctx.auto, profile=ctx.profile, branches=ctx.branches, pricing=pricing_of(ctx),
                       memory_budget=ctx.options.shapes.max_memory)
 
 
@@ -486,7 +487,7 @@ def run(model: str | os.PathLike, *, inputs: dict | None = None, seed: int = 0, 
     each node's measured CPU time next to its simulated time."""
     return optional_import("onnxmlu.tools.run").run_model(
         model, inputs=inputs, seed=seed, input_shapes=input_shapes, repeat=max(1, repeat), profile=profile, save=save,
-        progress=as_progress(progress))
+        progress=as_progress(progress), analyse=lambda body, pins: inspect(body, input_shapes=pins, rewrite=False))
 
 
 def build_zoo(names: Sequence[str], output: str | os.PathLike, *, batch: int | str = 1, seed: int = 0,
@@ -542,10 +543,12 @@ def report(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLik
     summary = optional_import("onnxmlu.tools.fused_info").summarize_fused(proto)
     html = optional_import("onnxmlu.tools.html_report")
     if summary is not None:
-        return html.write_report(tagged("inspect-fused", summary.to_dict()), output, f"{name}: fused model")
+        return html.write_report(tagged("inspect-fused", summary.to_dict()), output, f"{name}: fused model",
+                                 summary.layer_rows())
     with tempfile.TemporaryDirectory(prefix="onnxmlu-report-") as folder:
         result = fuse_to_file(proto, Path(folder) / "fused.onnx", strategy=strategy, hardware=hardware,
                               input_shapes=input_shapes, precision=precision, calibration=calibration,
                               accuracy=accuracy, check=CheckOptions() if check else None, progress=progress)
         payload = tagged("fuse", result.to_dict())
-    return html.write_report(payload, output, f"{name}: {payload['strategy']} plan on {payload['hardware']}")
+    return html.write_report(payload, output, f"{name}: {payload['strategy']} plan on {payload['hardware']}",
+                             result.layer_rows())

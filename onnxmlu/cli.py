@@ -2,7 +2,7 @@
 
 Exit codes: 0 success, 1 a check or comparison failed, 2 usage or input error. Errors print
 one line; ``--debug`` shows the traceback instead. ``--debug``, ``-v/--verbose`` (onnxruntime's
-own log lines, hidden otherwise) and ``-h`` work before or after the command name.
+own log lines, hidden otherwise), ``-q/--quiet`` and ``-h`` work before or after the command name.
 
 Streams: tables go to stdout, progress (rich, transient) and errors to stderr. ``--json -``
 owns stdout: the report is then the only thing printed there, so it can be piped. Every JSON
@@ -14,9 +14,13 @@ validates the outputs against it.
 from __future__ import annotations
 
 import functools
+import inspect as inspect_module
 import json
 import math
+import os
+import re
 import sys
+import time
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,25 +29,69 @@ from typing import Annotated, Callable, Iterator, List, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich import box
 from rich.table import Table
+from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
+from onnxmlu import ortlog
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.optional import optional_import
 from onnxmlu.precisions import PRECISIONS
 from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewriter_summary
 from onnxmlu.version import __version__
 
+
+class _FieldHelp:
+    """Help as command-line tools write it: ``Usage: onnxmlu fuse [OPTIONS] MODEL OUTPUT`` (no
+    ``{model}``), a flag without a type (no ``<bool>``), a value's placeholder in capitals
+    (``--hw HW``), and each paragraph of a docstring one paragraph (its line breaks are the
+    source's, not sentences to break in the command list)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("help", "short_help"):
+            text = getattr(self, name, None)
+            if text:
+                setattr(self, name, re.sub(r"(?<=\S)[ \t]*\n(?=[ \t]*\S)[ \t]*", " ", inspect_module.cleandoc(text)))
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if param.metavar is None:
+                option = param.param_type_name == "option"
+                param.metavar = "" if option and param.is_flag else param.name.upper()
+        return params
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                pieces.append(param.metavar if param.required else f"[{param.metavar}]")
+        return pieces
+
+
+class _Command(_FieldHelp, TyperCommand):
+    pass
+
+
+class _Group(_FieldHelp, TyperGroup):
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return TyperGroup.collect_usage_pieces(self, ctx)
+
+
 app = typer.Typer(
     name="onnxmlu", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help"]}, cls=_Group,
     help="Compile ONNX models for a simulated multi-core MLU100-class accelerator.",
 )
 # On a terminal rich fits tables to its width; into a file or pipe it would cut them at 80
 # columns ("fc/m…"), so there they keep their natural width.
 _PIPED_WIDTH = 100_000
-console = Console(width=None if sys.stdout.isatty() else _PIPED_WIDTH)
+# A width the user set (COLUMNS) holds there too.
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else _PIPED_WIDTH)
 err_console = Console(stderr=True)
-_state = {"debug": False}
+_state = {"debug": False, "quiet": False}
 
 # ---- shared options, declared once ------------------------------------------------------
 def _option(*flags: str, help: str):
@@ -52,10 +100,11 @@ def _option(*flags: str, help: str):
 
 
 ModelArg = Annotated[Path, typer.Argument(help="ONNX model file.", show_default=False)]
-InputShapeOpt = Annotated[List[str], _option(
-    "--input-shape", help=(
-        "The shape to plan for, NAME:D1,D2,... (repeatable); a dim may be a range MIN..MAX or MIN/OPT/MAX "
-        "(priced at OPT, default MIN). Pins choose the plan: symbolic dims stay symbolic in the fused model."))]
+InputShapeOpt = Annotated[List[str], typer.Option(
+    "--input-shape", metavar="NAME:DIMS", show_default=False, help=(
+        "The shape to plan for, NAME:D1,D2,... (repeatable; also NAME:1x3x224x224 or NAME:[1,3,224,224]); a dim "
+        "may be a range MIN..MAX or MIN/OPT/MAX (priced at OPT, default MIN). Pins choose the plan: symbolic dims "
+        "stay symbolic in the fused model."))]
 MaxMemoryOpt = Annotated[Optional[str], _option("--max-memory", help=(
     "Memory budget of the runs that learn shapes, e.g. 4G or 512M (default: half the memory the host has "
     "available). A run is bounded before it starts; unpinned dims whose default sizes do not fit are "
@@ -99,7 +148,8 @@ CheckOpt = Annotated[bool, typer.Option("--check", help="Run original and fused 
 PortableOpt = Annotated[bool, typer.Option("--portable", help=(
     "Write each block as a model-local ONNX function instead of an MLUFusionBlock node: "
     "runs in plain onnxruntime without the custom-op library."))]
-JsonOpt = Annotated[Optional[Path], _option("--json", help="Also write the report as JSON ('-' for stdout).")]
+JsonOpt = Annotated[Optional[Path], typer.Option("--json", metavar="FILE", show_default=False,
+                                                 help="Also write the report as JSON ('-' for stdout).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
 
 
@@ -113,10 +163,11 @@ def _print_version(value: bool) -> None:
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Let onnxruntime log warnings and errors.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors (any command).")] = False,
     version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
-    _state["debug"] = debug
+    _state.update(debug=debug, quiet=quiet)
     _quiet_onnxruntime(verbose)
 
 
@@ -124,13 +175,11 @@ def _quiet_onnxruntime(verbose: bool) -> None:
     """onnxruntime's default logger prints its own coloured lines (a failed session's error, the
     shape probe's warnings) before our one ``error:`` line says the same; only FATAL unless
     --verbose. Inner sessions share the process's env, so the library's blocks follow too."""
-    onnxruntime = optional_import("onnxruntime")
-
-    onnxruntime.set_default_logger_severity(2 if verbose else 4)
+    ortlog.set_severity(2 if verbose else 4)
 
 
 #: Options of the whole program, accepted after the command name too (`onnxmlu fuse ... --debug`).
-GLOBAL_FLAGS = ("--debug", "--verbose", "-v")
+GLOBAL_FLAGS = ("--debug", "--verbose", "-v", "--quiet", "-q")
 
 
 def command(fn: Callable) -> Callable:
@@ -138,6 +187,8 @@ def command(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if "quiet" in kwargs:  # -q before the command name (or moved there: hoist_global_flags)
+            kwargs["quiet"] = kwargs["quiet"] or _state["quiet"]
         try:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort):
@@ -152,7 +203,7 @@ def command(fn: Callable) -> Callable:
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             _fail(f"{type(exc).__name__}: {text} (rerun with --debug for the traceback)")
 
-    return app.command()(wrapper)
+    return app.command(cls=_Command)(wrapper)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -190,23 +241,45 @@ def _emit_json(target: Optional[Path], payload: dict) -> None:
 
 class Steps:
     """A progress display (:class:`onnxmlu.pipeline.Progress`): ``say`` names the step now
-    running, ``total`` and ``advance`` drive the bar. Without a display (``--quiet``) they do
-    nothing."""
+    running, ``total`` and ``advance`` count its work. With ``tally`` the count shows after the
+    step, ``3/12 · ETA 0:42`` (``total(0)``: a count with no end known, ``3 so far``); without,
+    a bar does. Without a display (``--quiet``) they do nothing."""
 
-    def __init__(self, progress=None, task=None) -> None:
-        self._progress, self._task = progress, task
+    def __init__(self, progress=None, task=None, tally: bool = True) -> None:
+        self._progress, self._task, self._tally = progress, task, tally
+        self._text, self._units, self._done, self._since = "", None, 0, time.monotonic()
 
     def say(self, text: str) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, description=escape(text), refresh=True)  # every step shows
+        self._text, self._units = text, None  # a new step: its own count, if it has one
+        self._show()
 
     def total(self, units: int) -> None:
+        self._units, self._done, self._since = units, 0, time.monotonic()
         if self._progress is not None:
-            self._progress.update(self._task, total=units)
+            self._progress.update(self._task, total=units or None, completed=0)
+        self._show()
 
     def advance(self) -> None:
+        self._done += 1
         if self._progress is not None:
             self._progress.advance(self._task)
+        self._show()
+
+    def _show(self) -> None:
+        if self._progress is not None:  # every step shows
+            self._progress.update(self._task, description=escape(self._text + self.count_text()), refresh=True)
+
+    def count_text(self) -> str:
+        """`` · 3/12 · ETA 0:42`` (the mean pace so far), `` · 3 so far``, or "" (no count)."""
+        if not self._tally or self._units is None:
+            return ""
+        if not self._units:
+            return f" · {self._done} so far"
+        eta = ""
+        if self._done:
+            left = (time.monotonic() - self._since) / self._done * (self._units - self._done)
+            eta = f" · ETA {int(left // 60)}:{int(left % 60):02d}"
+        return f" · {self._done}/{self._units}{eta}"
 
 
 @contextmanager
@@ -222,7 +295,56 @@ def _steps(quiet: bool, bar: bool = False) -> Iterator[Steps]:
     columns = [live.BarColumn(), live.MofNCompleteColumn()] if bar else []
     with live.Progress(live.SpinnerColumn(), live.TextColumn("{task.description}"), *columns, live.TimeElapsedColumn(),
                        console=err_console, transient=True, redirect_stdout=False, redirect_stderr=False) as progress:
-        yield Steps(progress, progress.add_task("", total=None))
+        yield Steps(progress, progress.add_task("", total=None), tally=not bar)
+
+
+#: The narrowest a name column is cut to (in the middle: ``/layer2/…/Conv``) before the table
+#: goes over the terminal's width instead.
+_MIN_NAME = 12
+
+
+def _fit(table: Table) -> Table:
+    """``table`` fitted to the terminal: numbers (right-aligned columns) are never cut; when the
+    cells are wider than the terminal the borders go (one space between columns), headers wrap at
+    their words, and the widest text columns are abbreviated in the middle (``/layer2/…/Conv``:
+    a torch name's ends tell layers apart, its start alone does not)."""
+    cells = [[Text.from_markup(c) if isinstance(c, str) else c for c in col.cells] for col in table.columns]
+    widths = [max([len(c.plain) for c in col] or [0]) for col in cells]
+    heads = [max([len(w) for w in str(c.header).split()] or [1]) for c in table.columns]
+    widths = [max(w, h) for w, h in zip(widths, heads)]
+    if sum(widths) + 3 * len(widths) + 1 <= console.width:
+        return table
+    fitted = Table(title=table.title, caption=table.caption, box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
+    over = sum(widths) + len(widths) - 1 - console.width
+    for i in sorted(range(len(widths)), key=lambda i: -widths[i]):
+        if over > 0 and table.columns[i].justify != "right" and widths[i] > _MIN_NAME:
+            cut = min(over, widths[i] - max(_MIN_NAME, heads[i]))
+            widths[i], over = widths[i] - cut, over - cut
+    for column, width in zip(table.columns, widths):
+        fitted.add_column(column.header, justify=column.justify, width=width, overflow="fold")
+    for row in zip(*cells):
+        fitted.add_row(*(_middle(c, w) for c, w in zip(row, widths)))
+    return fitted
+
+
+def _middle(text: Text, width: int) -> Text:
+    """``text`` cut to ``width`` in the middle, an ellipsis where it was cut; ``first → last``
+    each side in its own middle, so the arrow stays."""
+    plain = text.plain
+    if len(plain) <= width:
+        return text
+    first, arrow, last = plain.partition(" → ")
+    if arrow and width >= 2 * 3 + len(arrow):
+        side = (width - len(arrow)) // 2
+        return Text(_cut(first, side) + arrow + _cut(last, width - len(arrow) - side), style=text.style)
+    return Text(_cut(plain, width), style=text.style)
+
+
+def _cut(plain: str, width: int) -> str:
+    if len(plain) <= width:
+        return plain
+    head = (width - 1) // 2
+    return plain[:head] + "…" + plain[len(plain) - (width - 1 - head):]
 
 
 def _shapes(specs: Optional[List[str]]):
@@ -318,6 +440,7 @@ def _exit_if_failed(check) -> None:
 
 def _show_fuse(result, portable: bool) -> None:
     _show_blocks(result)
+    _show_pricing(result.pricing)
     _show_diagnostics(result.diagnostics, result.analysis)
     note = " as ONNX functions, no custom-op library needed" if portable else ""
     _show_branches(result.branches)
@@ -411,7 +534,7 @@ def _show_blocks(result) -> None:
         table.add_row(str(row["block"]), str(row["mp"]), row["precision"], str(row["layers"]),
                       f"{row['first']} → {row['last']}",
                       _op_summary(row["op_types"]), f"{row['gops']:.3f}", f"{row['sim_latency_us']:.1f}")
-    console.print(table)
+    console.print(_fit(table))
     console.print(f"simulated latency {result.sim_latency_us:.1f} µs · {result.sim_fps:.1f} FPS")
 
 
@@ -548,12 +671,24 @@ def _show_fused(summary) -> None:
     for b in report["blocks"]:
         sim = "–" if b["sim_latency_us"] is None else f"{b['sim_latency_us']:.1f}"
         table.add_row(b["block"], str(b["mp"]), b["precision"], str(b["layers"]), sim, f"{b['body_bytes'] / 1024:.0f}")
-    console.print(table)
+    console.print(_fit(table))
     for h in report["host_nodes"]:
         console.print(f"host: {h['node']} ({h['op_type']})", highlight=False)
+    _show_pricing(summary.pricing)
     for key, value in report["metadata"].items():
-        if key.startswith("onnxmlu."):
+        if key.startswith("onnxmlu.") and key != "onnxmlu.pricing_shape":  # shown above, in words
             console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
+
+
+def _show_pricing(pricing) -> None:
+    """Where the plan was priced (``priced at images:1x3x224x224 (default ...)``) and the
+    ranges' min/opt/max shapes; for a fused file written before the record, that it has none."""
+    if pricing is None:
+        _plain("pricing shape: not recorded in this file")
+        return
+    _plain(pricing.describe())
+    if pricing.profile_text():
+        _plain(f"input profile: {pricing.profile_text()}")
 
 
 def _show_layers(analysis) -> None:
@@ -565,7 +700,7 @@ def _show_layers(analysis) -> None:
         table.add_row(str(r["index"]), r["name"], r["op_type"], f"{r['gops']:.4f}", str(r["in_channels"]),
                       str(r["out_channels"]), "×".join(map(str, r["out_hw"])), f"{r['input_bytes'] / 1024:.0f}",
                       f"{r['output_bytes'] / 1024:.0f}", f"{r['weight_bytes'] / 1024:.0f}", str(r["segment"]))
-    console.print(table)
+    console.print(_fit(table))
     for h in report["host_nodes"]:
         console.print(f"host: {h['node']} ({h['op_type']}): {h['reason']}")
 
@@ -755,14 +890,14 @@ def _show_compare(report) -> None:
             cells = [f"{c['sim_latency_us']:.1f} ({c['speedup_vs_fp32']:.2f}×)" for c in r["precisions"].values()]
             table.add_row(r["strategy"], f"{r['sim_latency_us']:.1f}", f"{r['fps']:.1f}", f"{r['speedup']:.2f}×",
                           str(r["blocks"]), f"{r['plan_seconds']:.3f}", *cells)
-        console.print(table)
+        console.print(_fit(table))
 
 
-hw_app = typer.Typer(help="Hardware profiles of the simulated accelerator.", no_args_is_help=True)
+hw_app = typer.Typer(help="Hardware profiles of the simulated accelerator.", no_args_is_help=True, cls=_Group)
 app.add_typer(hw_app, name="hw")
 
 
-@hw_app.command("list")
+@hw_app.command("list", cls=_Command)
 def hw_list() -> None:
     """List the built-in hardware profiles. Example: onnxmlu hw list"""
     api = optional_import("onnxmlu.api")
@@ -771,7 +906,7 @@ def hw_list() -> None:
         console.print(f"{hw.name:10s} {hw.cores:3d} cores  {hw.description}")
 
 
-@hw_app.command("show")
+@hw_app.command("show", cls=_Command)
 def hw_show(name: Annotated[str, typer.Argument(help="Profile name or JSON file.")] = "mlu100") -> None:
     """Print a hardware profile as JSON. Example: onnxmlu hw show mlu100"""
     try:
@@ -805,23 +940,56 @@ def run(
     _deliver("run", report, json_out, quiet, _show_run)
 
 
+def _sim_shape_note(report) -> str:
+    """Which shapes the simulated columns are for: ``sim µs`` the pricing shape's; at another
+    shape ``sim µs here`` re-priced at this run's, where a block could be (FP32 blocks)."""
+    pricing = report.pricing
+    if pricing is None:
+        return "sim µs: no pricing shape recorded in this model"
+    if not report.priced_elsewhere:
+        return f"sim µs at this run's shape, the pricing shape {pricing.text()}"
+    note = (f"sim µs at the pricing shape {pricing.text()}; sim µs here: re-priced at this run's "
+            f"{report.run_shape_text()}")
+    blocks = [p for p in report.profile if p.mp is not None]
+    if any(p.sim_here_us is None for p in blocks):
+        note += " (FP16/INT8 blocks are not re-priced: '–'; fuse with --input-shape to price them there)"
+    return note
+
+
 def _show_run(report) -> None:
     for s in report.outputs:
         stats = "  ".join(f"{k}={s[k]:.4g}" for k in ("mean", "std", "min", "max") if k in s)
         console.print(f"{s['name']}: {s['dtype']}{s['shape']}  {stats}")
     t = report.latency_ms
     console.print(f"latency: median {t.median_ms:.2f} ms (min {t.min_ms:.2f}, max {t.max_ms:.2f}, {t.runs} runs)")
-    if report.profile is None:
-        return
-    table = Table(title="per-node CPU time (onnxruntime profiler) vs simulated accelerator")
-    for col in ("node", "op", "mp", "precision", "CPU µs", "sim µs"):
+    if report.profile is not None:
+        console.print(_fit(_profile_table(report)))
+    if report.thread_note:
+        console.print(f"threads: {report.thread_note}")
+
+
+def _profile_table(report) -> Table:
+    """Per node: measured CPU µs, simulated µs at the pricing shape and, at another shape, here."""
+    here = report.priced_elsewhere
+    table = Table(title="per-node CPU time (onnxruntime profiler) vs simulated accelerator",
+                  caption=_sim_shape_note(report))
+    for col in ("node", "op", "mp", "precision", "CPU µs", "sim µs", *(("sim µs here",) if here else ())):
         table.add_column(col, justify="left" if col in ("node", "op", "precision") else "right")
     for p in report.profile:
-        table.add_row(p.name, p.op_type, str(p.mp or ""), p.precision or "", f"{p.measured_us:.1f}",
-                      "" if p.sim_latency_us is None else f"{p.sim_latency_us:.1f}")
+        cells = [_us(p.sim_latency_us), *((_us(p.sim_here_us, p.mp is not None),) if here else ())]
+        table.add_row(p.name, p.op_type, str(p.mp or ""), p.precision or "", f"{p.measured_us:.1f}", *cells)
+    totals = [sum(p.sim_latency_us or 0 for p in report.profile)]
+    if here:
+        blocks = [p for p in report.profile if p.mp is not None]
+        totals.append(None if any(p.sim_here_us is None for p in blocks) else sum(p.sim_here_us for p in blocks))
     table.add_row("total", "", "", "", f"{sum(p.measured_us for p in report.profile):.1f}",
-                  f"{sum(p.sim_latency_us or 0 for p in report.profile):.1f}")
-    console.print(table)
+                  *(_us(t, True) for t in totals))
+    return table
+
+
+def _us(value, block: bool = True) -> str:
+    """A simulated time cell: the value, '–' for a block not priced, '' for a host node."""
+    return f"{value:.1f}" if value is not None else ("–" if block else "")
 
 
 @command

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence, Union
 
+import numpy as np
 import onnx
 from onnx.serialization import registry
 
@@ -60,19 +61,20 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused
 from onnxmlu.frontend.normalize import normalize_owned
-from onnxmlu.frontend.pins import has_ranges
+from onnxmlu.frontend.pins import PricingShape, has_ranges, pricing_shape
 from onnxmlu.frontend.shapes import pricing_shapes, sizes_at, sizing_hint
 from onnxmlu.ir.dedupe import hoist_identical_constants
 from onnxmlu.ir import copy_model, drop_unread_initializers
 from onnxmlu.ir.mapped import MappedModel
 from onnxmlu.ir.weights import WeightStore, all_tensors, is_marker
 from onnxmlu.optional import optional_import
+from onnxmlu import progress
 from onnxmlu.options import Options, PlanOptions, PrecisionOptions, RewriteOptions, ShapeOptions
 from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.profile import profile_plan
 from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.rewrite import rewrite_owned, selected_rewriters
-from onnxmlu.schema import ensure_registered
+from onnxmlu.schema import ensure_registered, record_pricing_shape
 from onnxmlu.tools.view import explode
 
 if TYPE_CHECKING:
@@ -418,7 +420,15 @@ class Collapse:
                    for b, t in zip(ctx.plan.blocks, ctx.block_latency_us)]
         ctx.fused, ctx.blocks = fused_without_bodies(ctx.analysis, ctx.plan, figures, ctx.outer_constants,
                                                      ctx.overridable)
+        record_pricing_shape(ctx.fused, pricing_of(ctx).to_dict())
         ctx.bodies = _block_bodies(ctx)
+
+
+def pricing_of(ctx: Context) -> PricingShape:
+    """The shapes the run's plan was priced at, its profile's with --input-shape ranges."""
+    shapes = ctx.options.shapes
+    pins = {**{n: list(np.shape(v)) for n, v in (shapes.inputs or {}).items()}, **(shapes.input_shapes or {})}
+    return pricing_shape(ctx.model, pins, ctx.analysis.input_shapes, ctx.profile.inputs if ctx.profile else None)
 
 
 def _block_bodies(ctx: Context) -> "BlockBodies | None":
@@ -593,8 +603,17 @@ class Instrument:
 
 
 class ShowProgress(Instrument):
+    """Each pass's line; the run's display is :func:`onnxmlu.progress.current` while it runs, for
+    counts from deep inside a pass (auto's trials)."""
+
+    def enter(self, ctx: Context) -> None:
+        self._token = progress.enter(ctx.progress)
+
     def before(self, p: Pass, ctx: Context) -> None:
         ctx.progress.say(p.label(ctx))
+
+    def exit(self, ctx: Context) -> None:
+        progress.leave(self._token)
 
 
 class TimePasses(Instrument):

@@ -18,14 +18,17 @@ import onnx
 from onnxmlu.analyze import Analysis
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.frontend.memory import peak_rss_bytes
+from onnxmlu.frontend.pins import shapes_text
 from onnxmlu.plan.perf.hardware import Hardware
-from onnxmlu.plan.perf.layers import Layer
+from onnxmlu.plan.perf.layers import Layer, layers_at_precision
+from onnxmlu.plan.perf.model import layer_estimates
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.profile import ShapeProfile
 from onnxmlu.analyze.coverage import branch_coverage, coverage
 
 if TYPE_CHECKING:
     from onnxmlu.collapse.branches import BranchPlan
+    from onnxmlu.frontend.pins import PricingShape
     from onnxmlu.precision.auto import AutoResult
     from onnxmlu.rewrite import RewriteReport
     from onnxmlu.tools.profiling import NodeProfile
@@ -72,6 +75,8 @@ class FuseResult:
     branches: list["BranchPlan"] = field(default_factory=list)
     #: The shape probes' memory budget in bytes (``--max-memory``, :mod:`onnxmlu.frontend.memory`).
     memory_budget: int | None = None
+    #: The input shapes the plan was priced at (also in the fused model's ``onnxmlu.pricing_shape``).
+    pricing: "PricingShape | None" = None
 
     @property
     def sim_latency_us(self) -> float:
@@ -89,11 +94,22 @@ class FuseResult:
     def block_rows(self) -> list[dict]:
         return _block_rows(self.plan, self.block_latency_us, self.analysis.layers)
 
+    def layer_rows(self) -> list[list[dict]]:
+        """Per block, its layers at its MP and precision as the performance model prices them
+        (:func:`~onnxmlu.plan.perf.model.layer_estimates`): the report's drill-down."""
+        return [[{"name": e.name, "op_type": e.op_type, "precision": e.precision, "mp": block.mp,
+                  "sim_us": e.latency_us, "compute_us": e.compute_us, "memory_us": e.memory_us,
+                  "bytes": e.dram_bytes, "bound": e.bound}
+                 for e in layer_estimates(layers_at_precision(block.layers(self.analysis.layers), block.precision),
+                                          block.mp, self.hardware)]
+                for block in self.plan.blocks]
+
     def to_dict(self) -> dict:
         payload = {} if self.output is None else {"output": str(self.output)}
         payload.update({
             "strategy": self.plan.strategy, "hardware": self.hardware.name, "sim_latency_us": self.sim_latency_us,
-            "sim_fps": self.sim_fps, "blocks": self.block_rows(), "branches": branch_rows(self.branches),
+            "sim_fps": self.sim_fps, "pricing_shape": None if self.pricing is None else self.pricing.to_dict(),
+            "blocks": self.block_rows(), "branches": branch_rows(self.branches),
             "host_nodes": self.analysis.host_nodes(),
             "coverage": self.coverage.to_dict(),
             "calibration": self.calibration, "auto": _auto(self.auto), "profile": _profile(self.profile),
@@ -234,11 +250,29 @@ class RunReport:
     outputs: list[dict]
     latency_ms: "Timing"
     profile: "list[NodeProfile] | None" = None  # per node, with --profile
+    #: This run's input shapes, by input name.
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    #: The shapes the fused model's plan was priced at (its simulated figures'), when recorded.
+    pricing: "PricingShape | None" = None
+
+    @property
+    def priced_elsewhere(self) -> bool:
+        """Whether the simulated figures are for other shapes than this run's."""
+        return self.pricing is not None and self.pricing.differs(self.input_shapes)
+
+    def run_shape_text(self) -> str:
+        return shapes_text(self.input_shapes)
+    #: With --profile: what the session's inner thread pools cost when a set-up would spare it
+    #: (onnxmlu.runtime.threads.pool_note), else None.
+    thread_note: str | None = None
 
     def to_dict(self) -> dict:
-        payload = {"outputs": self.outputs, "latency_ms": asdict(self.latency_ms)}
+        payload = {"outputs": self.outputs, "latency_ms": asdict(self.latency_ms), "input_shapes": self.input_shapes}
         if self.profile is not None:
+            payload["pricing_shape"] = None if self.pricing is None else self.pricing.to_dict()
             payload["profile"] = [asdict(p) for p in self.profile]
+        if self.thread_note is not None:
+            payload["thread_note"] = self.thread_note
         return payload
 
 

@@ -27,7 +27,10 @@ A fused model describes itself (:func:`describe_fused_model`): ``producer_name``
 and its version, and ``metadata_props`` keys ``onnxmlu.*`` (:data:`METADATA_KEYS`) naming the
 library that runs the blocks and how to get it, the hardware profile, strategy and precisions
 -- so a user whose plain onnxruntime says ``MLUFusionBlock is not a registered function/op``
-finds the answer in the file (Netron shows the properties).
+finds the answer in the file (Netron shows the properties). ``onnxmlu.pricing_shape``
+(:data:`PRICING_SHAPE_KEY`, JSON: :class:`onnxmlu.frontend.pins.PricingShape`) records the input
+shapes the plan was priced at: ``{"inputs": {NAME: [dims]}, "defaulted": [symbolic dims no pin
+sized], "profile": null or {"min"|"opt"|"max": {NAME: [dims]}}}``; the graph keeps its symbolic dims.
 
 Registering the schema (``ensure_registered``) lets ``onnx.checker.check_model(full_check=True)``
 check a fused node's attributes. The schema deliberately has no Python inference function:
@@ -40,6 +43,7 @@ then onnx's own inference), which needs no registration and no callback across t
 
 from __future__ import annotations
 
+import json
 import zlib
 from typing import Sequence
 
@@ -74,6 +78,8 @@ DOC = (
 #: metadata_props a fused model carries (the source model's own properties are kept beside them).
 METADATA_KEYS = ("onnxmlu.runtime", "onnxmlu.version", "onnxmlu.hardware", "onnxmlu.strategy", "onnxmlu.precision",
                  "onnxmlu.blocks")
+#: The input shapes the plan was priced at, as JSON (module docstring).
+PRICING_SHAPE_KEY = "onnxmlu.pricing_shape"
 RUNTIME_NOTE = (
     "The com.onnxmlu::MLUFusionBlock nodes run in onnxruntime with onnxmlu's custom-op library: "
     "pip install onnxmlu; then onnxmlu.InferenceSession(path), or "
@@ -95,6 +101,27 @@ def describe_fused_model(model: onnx.ModelProto, *, hardware: str, strategy: str
               str(len(precisions)))
     for key, value in zip(METADATA_KEYS, values):
         model.metadata_props.add(key=key, value=value)
+
+
+def record_pricing_shape(model: onnx.ModelProto, record: dict) -> None:
+    """Stamp ``model`` (in place) with the shapes its plan was priced at (:data:`PRICING_SHAPE_KEY`)."""
+    kept = [p for p in model.metadata_props if p.key != PRICING_SHAPE_KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    model.metadata_props.add(key=PRICING_SHAPE_KEY, value=json.dumps(record, separators=(",", ":")))
+
+
+def recorded_pricing_shape(metadata: dict[str, str]) -> dict | None:
+    """The record of :func:`record_pricing_shape` in a model's :func:`model_metadata`; None for a
+    file written without one (or with a damaged one)."""
+    text = metadata.get(PRICING_SHAPE_KEY)
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:  # edited by hand: the file still runs; the shape is just not known
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("inputs"), dict) else None
 
 
 def model_metadata(model: onnx.ModelProto) -> dict[str, str]:
@@ -248,6 +275,21 @@ def open_body(body: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
         tensor = found.get(name)
         if tensor is not None:
             graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+    return body
+
+
+def close_body(body: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """:func:`open_body` undone: the graph inputs of ``names`` (typed, of concrete dims) become
+    placeholders again, in place; the node that carries the body passes them last."""
+    graph, wanted = body.graph, set(names)
+    found = {vi.name: vi for vi in graph.input if vi.name in wanted}
+    kept = [vi for vi in graph.input if vi.name not in wanted]
+    del graph.input[:]
+    graph.input.extend(kept)
+    for name in names:
+        tt = found[name].type.tensor_type
+        graph.initializer.append(placeholder(onnx.TensorProto(name=name, data_type=tt.elem_type,
+                                                              dims=[d.dim_value for d in tt.shape.dim])))
     return body
 
 

@@ -12,7 +12,9 @@ Three measurements of the same inputs, in one process:
    ``onnxmlu.InferenceSession``'s NCHWc block-layout pass, unless ``--no-layouts``), each in its
    own session with the inner session's settings, profiled the same way: kernel time per
    operator type, and the session's own wall time;
-3. the original and the fused model end to end, timed in turns (``onnxmlu.tools.timing``).
+3. the original and the fused model end to end, timed in turns (``onnxmlu.tools.timing``), its
+   blocks left unmerged (``merge_blocks=False``: ``onnxmlu.InferenceSession`` would otherwise run
+   consecutive blocks as one inner session, and there would be no boundary left to price).
 
 The kernels of the bodies are also split by what onnxruntime cannot do across a session's
 edge: a Conv with a fused residual Add (NCHWc ``Conv``'s fourth input, ``FusedConv``'s
@@ -158,7 +160,9 @@ def main() -> int:
         base_ops, base_walls = summed([base], copying)  # the same Convs of the original, for comparison
         block_ops, body_walls = summed(bodies, copying)
     sessions = {"original": plain_session(original, args.threads),
-                "fused": InferenceSession(fused, _fused_options(args.threads), block_layouts=not args.no_layouts)}
+                # blocks unmerged: the boundaries this script prices must still be there
+                "fused": InferenceSession(fused, _fused_options(args.threads), block_layouts=not args.no_layouts,
+                                          merge_blocks=False)}
     timings = time_in_turns(sessions, feeds, rounds=max(3, args.runs // 2), chunk=2)
     wall = {k: t.min_ms * 1e3 for k, t in timings.items()}
 

@@ -5,6 +5,7 @@ accepted on every command (before or after its name)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -21,10 +22,10 @@ from runtime_helpers import block_node, fused_model, vi
 from runtime_helpers import body_model as make_body
 
 
-def onnxmlu(*args, cwd=None):
+def onnxmlu(*args, cwd=None, env=None):
     """The installed command line in a fresh process, stdout and stderr piped (not a terminal)."""
     return subprocess.run([sys.executable, "-m", "onnxmlu", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+                          timeout=300, cwd=cwd, env=env)
 
 
 @pytest.fixture
@@ -72,7 +73,8 @@ def test_global_flags_work_after_the_command_name(chain_file, tmp_path):
 
 
 def test_tables_keep_their_width_when_piped(chain_file):
-    shown = onnxmlu("inspect", chain_file, "--rewrite")
+    unset = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # a width set (COLUMNS=80) holds: not here
+    shown = onnxmlu("inspect", chain_file, "--rewrite", env=unset)
     assert shown.returncode == 0 and "…" not in shown.stdout
     assert max(len(line) for line in shown.stdout.splitlines()) > 80  # wider than rich's default
 

@@ -140,7 +140,7 @@ def test_a_model_that_does_not_run_at_the_defaults_is_planned_at_a_size_it_runs(
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "H"
     result = api.fuse(model)
     notes = [d for d in result.diagnostics if d.rule == "default-shape"]
-    assert notes and "planned at x:1,3,32,32" in notes[0].message
+    assert notes and "planned at x:1x3x32x32" in notes[0].message
     assert result.analysis.input_shapes == {"x": [1, 3, 32, 32]}
     assert not result.analysis.host_reasons
 

@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "onnxmlu"
 #: The layers, bottom first: a package or top-level module imports only from its own layer or
 #: those below. ``onnxmlu`` is the package's root (its facade), ``__main__`` is ``python -m``.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "diagnostics", "registry", "optional", "version", "plots", "schemas", "precisions"),
+    ("errors", "diagnostics", "registry", "optional", "version", "plots", "schemas", "precisions", "ortlog",
+     "progress"),
     ("ir", "schema", "reference"),
     ("frontend", "rewrite", "analyze", "plan", "runtime"),
     ("collapse",),

@@ -4,8 +4,9 @@ The rewriters (``onnxmlu.rewrite.REWRITERS``): the CLI's ``--only`` and ``--rewr
 rewrite pass's progress line, the rewrite report's schema and docs/json.md (which name the
 registry rather than copy it) and docs/architecture.md (one bullet per rewriter). The BN modes:
 one tuple in the package, read by the CLI's help. The accelerator's op table runs no op as it is
-that a rewriter rewrites, save BatchNormalization, whose two forms its special check tells apart
-(tests/analyze/test_optable.py checks that check).
+that a rewriter rewrites, save BatchNormalization and DequantizeLinear, whose forms their
+special checks tell apart (a weighted BN, a 4-bit DequantizeLinear: tests/analyze/test_optable.py
+checks those checks).
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def test_bn_modes_are_one_tuple():
 def test_op_table_agrees_with_the_rewriters():
     rewritten = {op for ops in rewritten_ops().values() for op in ops}
     both = rewritten & set(optable.OP_KINDS)
-    assert both == {"BatchNormalization"}, f"rewritten and also run as is: {sorted(both)}"
+    # BatchNormalization: the weighted form is rewritten; DequantizeLinear: the 4-bit form
+    assert both == {"BatchNormalization", "DequantizeLinear"}, f"rewritten and also run as is: {sorted(both)}"
     assert both <= set(optable._SPECIAL_CHECKS)  # the special check tells the forms apart
 
 

@@ -21,6 +21,7 @@ from onnxmlu.ir.weights import tensor_bytes
 from onnxmlu.plan.plan import plan_from_ranges
 from onnxmlu.reference import reference_evaluator
 from onnxmlu.runtime import reference_session
+from onnxmlu.runtime.merge import merge_consecutive_blocks
 from onnxmlu.schema import (SHARED_ATTRIBUTE, SHARED_LOCATION, BodyFileReferenceError, add_body, body_model,
                             body_model_from_attribute, is_fusion_block, placeholder, shared_names)
 
@@ -103,6 +104,21 @@ def test_weights_the_caller_may_override_are_not_shared(library, tmp_path):
     feeds = _feeds()
     want = reference_session(model).run(None, feeds)[0]
     np.testing.assert_allclose(_plain_session(out, library).run(None, feeds)[0], want, rtol=RTOL, atol=ATOL)
+
+
+def test_consecutive_blocks_merged_at_load_keep_their_weights_shared(library, tmp_path):
+    """The runtime's merge of consecutive blocks (onnxmlu/runtime/merge.py) passes the members'
+    shared weights on as the merged node's, each once, so its inner session folds them too."""
+    model, plan = _tower_blocks()
+    fused = api.fuse(model, plan=plan, input_shapes=PINS).model
+    assert merge_consecutive_blocks(fused) == 1
+    node = fused.graph.node[0]
+    assert shared_names(node) == ["w1", "w2", "fc"] and list(node.input[:2]) == ["left", "right"]
+    path = tmp_path / "merged.onnx"
+    onnx.save(fused, path)
+    feeds = _feeds()
+    want = reference_session(model).run(None, feeds)[0]
+    np.testing.assert_allclose(_plain_session(path, library).run(None, feeds)[0], want, rtol=RTOL, atol=ATOL)
 
 
 DECODER_PINS = {"input_ids": [1, 3], "past_key": [1, 2, 5, 16], "past_value": [1, 2, 5, 16]}

@@ -59,5 +59,5 @@ def test_a_string_model_that_cannot_be_sized_does_not_advise_a_pin_it_already_ha
     result = api.fuse(model, input_shapes={"letters": [4, 8]})
     reasons = [r for r in result.analysis.host_reasons.values() if "unknown rank" in r]
     assert reasons and all("cannot help" in r and "try --input-shape" not in r for r in reasons), reasons
-    assert any(d.rule == "probe-failed" and "letters:4,8" in d.message for d in result.diagnostics)
+    assert any(d.rule == "probe-failed" and "at letters:4" in d.message for d in result.diagnostics)
     onnx.checker.check_model(result.model)

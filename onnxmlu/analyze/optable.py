@@ -23,6 +23,9 @@ a block whose output size follows from it hands the output on at the size the ru
 * quantized operators outside the standard domain (com.microsoft's QLinearAdd, QGemm,
   QLinearGlobalAveragePool, DynamicQuantizeLSTM, ...), and standard ones whose integers are not
   8-bit (a QuantizeLinear to INT16, INT4 or FP8): the accelerator's quantized units are INT8.
+  A 4-bit DequantizeLinear of a constant and com.microsoft's MatMulNBits are rewritten first
+  (:mod:`onnxmlu.rewrite.dq4`, :mod:`onnxmlu.rewrite.matmulnbits`: the packed bytes
+  dequantized in the body), so what is left of them here the rewriters refused;
   The standard INT8 ones -- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
   QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger -- run inside INT8 blocks with the
   model's own quantization parameters (docs/precision.md, "Models that arrive quantized");

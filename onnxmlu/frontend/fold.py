@@ -31,7 +31,6 @@ left nested consumers of a flattened output behind, so it is not used). Each out
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 from typing import Callable, Iterator
@@ -48,6 +47,7 @@ from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_defau
 from onnxmlu.ir import nested_graphs, node_subgraphs, unresolved_names
 from onnxmlu.ir.graphsurgeon import bind_stored, hoist_copied_initializers
 from onnxmlu.ir.weights import WeightStore, skeleton
+from onnxmlu import ortlog
 from onnxmlu.optional import optional_import
 
 #: Folding may write a constant up to this size, or up to FOLD_GROWTH times its inputs.
@@ -242,7 +242,7 @@ def _graphsurgeon_fold(model: onnx.ModelProto, weights: WeightStore | None) -> o
     graph = gs.import_onnx(model)
     if weights is not None:
         bind_stored(graph, weights)
-    with _onnxruntime_warnings_off():  # its optimizer's notes about the folded pieces
+    with ortlog.at_least(3):  # its optimizer's notes about the folded pieces
         graph.fold_constants(fold_shapes=False, partitioning="basic", flatten_subgraphs=False,
                              should_exclude_node=_grows_the_model)
     graph.cleanup(remove_unused_graph_inputs=False)
@@ -253,17 +253,6 @@ def _graphsurgeon_fold(model: onnx.ModelProto, weights: WeightStore | None) -> o
         for sub in nested_graphs(folded.graph):
             weights.fill_markers(sub)
     return folded
-
-
-@contextlib.contextmanager
-def _onnxruntime_warnings_off():
-    ort = optional_import("onnxruntime")
-
-    ort.set_default_logger_severity(3)
-    try:
-        yield
-    finally:
-        ort.set_default_logger_severity(2)  # onnxruntime's default
 
 
 def _grows_the_model(node) -> bool:

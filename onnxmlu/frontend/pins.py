@@ -9,6 +9,8 @@ TensorRT optimization profile does [TensorRT-profiles] (min / opt / max per dim)
     NAME:1,3,48,160..1280      a range: min 160, max 1280, opt = min
     NAME:1,3,48,160/320/1280   min / opt / max
     NAME:N,3,48,W              a name keeps a dim symbolic (it takes the default below)
+    NAME:1x3x48x320            trtexec's spelling (its --shapes) of a pinned shape
+    NAME:[1,3,48,320]          Polygraphy's spelling (its --input-shapes)
 
 Every pin is checked against the model: the input exists, the rank matches, each size is
 at least 1, min <= opt <= max, and a dim the model fixes is not given another size.
@@ -23,7 +25,7 @@ image 224 square otherwise); any other dim is :data:`DEFAULT_SPATIAL` (rank 4 an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Union
+from typing import Iterable, Iterator, Mapping, Sequence, Union
 
 import onnx
 
@@ -58,16 +60,30 @@ Pins = dict[str, list[Dim]]
 
 
 def parse_input_shapes(specs: Iterable[str]) -> Pins:
-    """``NAME:D1,D2,...`` items, each dim a size, ``MIN..MAX``, ``MIN/OPT/MAX`` or a name."""
+    """``NAME:D1,D2,...`` items, each dim a size, ``MIN..MAX``, ``MIN/OPT/MAX`` or a name;
+    also ``NAME:D1xD2x...`` (sizes only) and ``NAME:[D1,D2,...]``."""
     shapes: Pins = {}
     for spec in specs:
         name, sep, dims = spec.rpartition(":")
+        dims = _common_spelling(dims.strip())
         if not sep or not name or not dims:
-            raise OnnxMluError(f"--input-shape {spec!r} is not NAME:D1,D2,... (e.g. input:1,3,224,224)")
+            raise OnnxMluError(f"--input-shape {spec!r} is not NAME:D1,D2,... (e.g. input:1,3,224,224, "
+                               "input:1x3x224x224 or input:[1,3,224,224])")
         if name in shapes:
             raise OnnxMluError(f"--input-shape gives input {name!r} twice")
         shapes[name] = [_parse_dim(d.strip(), spec) for d in dims.split(",")]
     return shapes
+
+
+def _common_spelling(dims: str) -> str:
+    """The dims of trtexec's ``1x3x224x224`` or Polygraphy's ``[1,3,224,224]`` as ``1,3,224,224``.
+    Only sizes separate by ``x``: ``x1`` stays a dim name."""
+    if dims.startswith("[") and dims.endswith("]"):
+        return dims[1:-1]
+    parts = dims.split("x")
+    if "," not in dims and len(parts) > 1 and all(p.strip().isdigit() for p in parts):
+        return ",".join(parts)
+    return dims
 
 
 def _parse_dim(text: str, spec: str) -> Dim:
@@ -100,6 +116,13 @@ def _size(text: str, spec: str) -> int:
 def pins_text(pins: Mapping[str, list[Dim]] | None) -> list[str]:
     """The pins as ``--input-shape`` would take them again."""
     return [f"{name}:{','.join(str(d) for d in dims)}" for name, dims in (pins or {}).items()]
+
+
+def shapes_text(shapes: Mapping[str, Sequence[int]]) -> str:
+    """Concrete input shapes as ``--input-shape`` takes them back (trtexec's spelling,
+    ``images:1x3x224x224``), space-separated. A scalar input (rank 0) has no dims to pin and
+    no spelling: it is left out."""
+    return " ".join(f"{name}:{'x'.join(map(str, dims))}" for name, dims in shapes.items() if len(dims))
 
 
 # ------------------------------------------------------------------------------ checked
@@ -145,8 +168,9 @@ def _dims_text(dims: list) -> str:
 def concrete_shapes(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None = None,
                     point: str = "opt") -> dict[str, list[int]]:
     """Every fed input's shape at ``point`` of the pins' profile (min, opt or max), unpinned
-    symbolic dims at their default (:func:`default_size`). Dims sharing a name share a size."""
-    named: dict[str, int] = {}
+    symbolic dims at their default (:func:`default_size`). Dims sharing a name share a size:
+    the one a pin gives any of them, else the default of the first."""
+    named = _pinned_symbols(model, pins, point)
     shapes: dict[str, list[int]] = {}
     for name, declared, dims in _input_dims(model, pins):
         shape = []
@@ -160,6 +184,17 @@ def concrete_shapes(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None
             shape.append(size)
         shapes[name] = shape
     return shapes
+
+
+def _pinned_symbols(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None, point: str) -> dict[str, int]:
+    """Symbol -> the size a pin gives one of its dims at ``point`` (the first such pin)."""
+    named: dict[str, int] = {}
+    for _, declared, dims in _input_dims(model, pins):
+        for axis, dim in enumerate(dims):
+            size, symbol = _size_at(dim, point), _symbol(declared, axis)
+            if size is not None and symbol is not None:
+                named.setdefault(symbol, size)
+    return named
 
 
 def _input_dims(model: onnx.ModelProto,
@@ -180,6 +215,13 @@ def _symbol(declared: list | None, axis: int) -> str | None:
 def dim_key(name: str, declared: list | None, axis: int) -> str:
     """What identifies a symbolic dim: its name (dims sharing one are one dim), else ``input:axis``."""
     return _symbol(declared, axis) or f"{name}:{axis}"
+
+
+def dim_label(key: str) -> str:
+    """A :func:`dim_key` for people: ``images[2]`` for an unnamed dim (``images:2`` would read as
+    an ``--input-shape`` spelling, a rank-1 pin), a name as it is."""
+    name, sep, axis = key.rpartition(":")
+    return f"{name}[{axis}]" if sep and axis.isdigit() else key
 
 
 def _size_at(dim: Dim | None, point: str) -> int | None:
@@ -206,9 +248,14 @@ def defaulted_keys(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None 
 
 
 def with_defaults(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None, size: int) -> Pins:
-    """``pins`` with every dim that takes a default (except a first dim, the batch) given ``size``."""
-    return {name: [size if axis > 0 and _size_at(d, "opt") is None else d for axis, d in enumerate(dims)]
-            for name, _, dims in _input_dims(model, pins)}
+    """``pins`` with every dim that takes a default given ``size``, except the batch: a first dim,
+    and every dim sharing its name (a state ``[2, batch, 128]`` beside an input ``[batch, T]``),
+    so that a shared dim keeps one size."""
+    listed = list(_input_dims(model, pins))
+    batch = {dim_key(name, declared, 0) for name, declared, dims in listed if dims}
+    return {name: [size if _size_at(d, "opt") is None and dim_key(name, declared, axis) not in batch else d
+                   for axis, d in enumerate(dims)]
+            for name, declared, dims in listed}
 
 
 def has_ranges(pins: Mapping[str, list[Dim]] | None) -> bool:
@@ -228,3 +275,53 @@ def symbolic_axes(model: onnx.ModelProto) -> dict[str, list[int]]:
     for name, axis, _ in symbolic_dims(model):
         found.setdefault(name, []).append(axis)
     return found
+
+
+# ------------------------------------------------------------------------------ the record
+@dataclass(frozen=True)
+class PricingShape:
+    """The shapes a plan was priced at, recorded in the fused model (``onnxmlu.pricing_shape``):
+    every fed input's shape at ``opt``; the symbolic dims no pin sized (:func:`dim_key`: they
+    took :func:`default_size` or a fallback size the model runs at); with ``--input-shape``
+    ranges, every input's shape at ``min``, ``opt`` and ``max`` (point -> input -> shape)."""
+
+    inputs: dict[str, list[int]]
+    defaulted: list[str]
+    profile: dict[str, dict[str, list[int]]] | None = None
+
+    def to_dict(self) -> dict:
+        return {"inputs": {k: list(v) for k, v in self.inputs.items()}, "defaulted": list(self.defaulted),
+                "profile": self.profile}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "PricingShape":
+        return cls({k: [int(d) for d in v] for k, v in data.get("inputs", {}).items()},
+                   [str(k) for k in data.get("defaulted", [])], data.get("profile"))
+
+    def text(self) -> str:
+        """``images:1x3x224x224`` (:func:`shapes_text`), or ``scalars only`` for a model of scalars."""
+        return shapes_text(self.inputs) or "scalars only"
+
+    def describe(self) -> str:
+        """One line: where the plan was priced, and whether a default chose it."""
+        why = (f" (default for symbolic dims {', '.join(map(dim_label, self.defaulted))}; pin with --input-shape)"
+               if self.defaulted else "")
+        return f"priced at {self.text()}{why}"
+
+    def profile_text(self) -> str | None:
+        """``min … · opt … · max …`` of the ranges, None without one."""
+        if not self.profile:
+            return None
+        return " · ".join(f"{point} {shapes_text(self.profile[point])}" for point in POINTS if point in self.profile)
+
+    def differs(self, shapes: Mapping[str, Sequence[int]]) -> bool:
+        """Whether ``shapes`` (a run's inputs) are not the priced ones."""
+        return any(name in self.inputs and list(self.inputs[name]) != list(dims) for name, dims in shapes.items())
+
+
+def pricing_shape(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None, priced: Mapping[str, list[int]],
+                  profile: dict[str, dict[str, list[int]]] | None = None) -> PricingShape:
+    """The :class:`PricingShape` of a plan priced at ``priced`` (the analysis' input shapes; empty:
+    the model fixes every dim, and :func:`concrete_shapes` says them)."""
+    inputs = dict(priced) if priced else concrete_shapes(model, pins)
+    return PricingShape({k: list(v) for k, v in inputs.items()}, defaulted_keys(model, pins), profile)

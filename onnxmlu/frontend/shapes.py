@@ -27,11 +27,12 @@ from typing import Callable
 import numpy as np
 import onnx
 
+from onnxmlu import ortlog
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.frontend.memory import capped, default_budget, probe_bound, size_text
-from onnxmlu.frontend.pins import (Pins, concrete_shapes, declared_dims, defaulted_keys, symbolic_axes,
-                                  with_defaults)
+from onnxmlu.frontend.pins import (Pins, concrete_shapes, declared_dims, defaulted_keys, dim_label, shapes_text,
+                                  symbolic_axes, with_defaults)
 from onnxmlu.frontend.symbolic import symbolic_infer
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
 from onnxmlu.ir.index import tensor_nbytes
@@ -151,14 +152,14 @@ def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note
     budget = default_budget() if budget is None else budget
     if need is not None and need > budget:
         note(Diagnostic("normalize", "probe-skipped", "", f"learning {len(names)} shapes would run the model at "
-                        f"{_shapes_text({n: list(v.shape) for n, v in feeds.items()})}, which needs up to "
+                        f"{shapes_text({n: list(v.shape) for n, v in feeds.items()})}, which needs up to "
                         f"{size_text(need)}: more than the memory budget ({size_text(budget)}, --max-memory)"))
         return {}
     try:
         with contextlib.nullcontext() if need is not None else capped(budget):
             values = _probe_session(model, names, weights).run(names, feeds, _quiet_run())
     except Exception as exc:  # noqa: BLE001 - the probe is an aid; analysis reports what stays unknown
-        at = _shapes_text({n: list(np.shape(v)) for n, v in feeds.items()})
+        at = shapes_text({n: list(np.shape(v)) for n, v in feeds.items()})
         note(Diagnostic("normalize", "probe-failed", "", f"running the model on zeros at {at} to learn "
                         f"{len(names)} shapes failed: {first_line(exc)}"))
         return {}
@@ -175,7 +176,7 @@ def _probe_session(model: onnx.ModelProto, names: list[str], weights: WeightStor
                               if n not in {o.name for o in probe.graph.output})
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    options.log_severity_level = max(3, ortlog.severity())
     return ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -296,17 +297,25 @@ def pricing_shapes(model: onnx.ModelProto, pins: Pins | None, note: Note, weight
         return _within_budget(model, pins, point, session, keys, shapes, need, note)
     if session(shapes) is None:
         return shapes
+    return _first_fallback_that_runs(model, pins, point, session, keys, shapes, note)
+
+
+def _first_fallback_that_runs(model, pins: Pins, point: str, session, keys, shapes: dict[str, list[int]],
+                              note: Note) -> dict[str, list[int]]:
+    """The first of :data:`FALLBACK_SIZES` the model runs at, for every dim no pin sizes (the
+    defaults did not run), with a diagnostic; ``shapes`` when none runs."""
+    unpinned = ", ".join(map(dim_label, keys))
     for size in FALLBACK_SIZES:
         candidate = concrete_shapes(model, with_defaults(model, pins, size), point)
         if sum(math.prod(dims) for dims in candidate.values()) > FALLBACK_MAX_ELEMENTS:
             break  # the sizes only grow from here
         if session(candidate) is None:
             note(Diagnostic("normalize", "default-shape", "", f"the model does not run at the default sizes of its "
-                            f"symbolic dims ({', '.join(keys)}); it is planned at {_shapes_text(candidate)}: pass "
+                            f"symbolic dims ({unpinned}); it is planned at {shapes_text(candidate)}: pass "
                             "--input-shape to plan at the sizes you run"))
             return candidate
     note(Diagnostic("normalize", "default-shape", "", f"the model runs at none of the sizes tried for its symbolic "
-                    f"dims ({', '.join(keys)}); it is planned at {_shapes_text(shapes)}: pass --input-shape"))
+                    f"dims ({unpinned}); it is planned at {shapes_text(shapes)}: pass --input-shape"))
     return shapes
 
 
@@ -327,9 +336,9 @@ def _within_budget(model: onnx.ModelProto, pins: Pins, point: str, session, keys
         fitting = fitting or candidate
         if session(candidate) is None:
             note(Diagnostic("normalize", "default-shape", "", f"at the default sizes of its symbolic dims "
-                            f"({', '.join(keys)}: {_shapes_text(shapes)}) probing the model needs up to "
+                            f"({', '.join(keys)}: {shapes_text(shapes)}) probing the model needs up to "
                             f"{size_text(need)}, more than the memory budget ({size_text(session.budget)}, "
-                            f"--max-memory); it is planned at {_shapes_text(candidate)}: pass --input-shape "
+                            f"--max-memory); it is planned at {shapes_text(candidate)}: pass --input-shape "
                             "to plan at the sizes you run"))
             return candidate
     raise _over_budget(keys, shapes, need, session.budget, fitting, list(symbolic_axes(model)))
@@ -343,7 +352,7 @@ def _over_budget(keys: list[str], shapes: dict[str, list[int]], need: int, budge
                    if name in symbolic)
     hint = f"pin them, e.g. {pin} (fits)" if fitting else f"pin {', '.join(symbolic)} smaller with --input-shape"
     return OnnxMluError(f"probing the model at the default sizes of its symbolic dims ({', '.join(keys)}: "
-                        f"{_shapes_text(shapes)}) needs up to {size_text(need)}, more than the memory budget "
+                        f"{shapes_text(shapes)}) needs up to {size_text(need)}, more than the memory budget "
                         f"({size_text(budget)}), and no smaller size both fits and runs: {hint}, "
                         "or raise --max-memory")
 
@@ -369,10 +378,6 @@ def _value_or_zeros(value: np.ndarray | None, shape: list[int], elem: int) -> np
     if elem == onnx.TensorProto.STRING:
         return np.full(shape, "", dtype=object)
     return np.zeros(shape, dtype=onnx.helper.tensor_dtype_to_np_dtype(elem))
-
-
-def _shapes_text(shapes: dict[str, list[int]]) -> str:
-    return " ".join(f"{name}:{','.join(map(str, dims))}" for name, dims in shapes.items())
 
 
 def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: dict[str, np.ndarray], note: Note,
@@ -477,7 +482,7 @@ def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, lis
     types = _feed_types(model)
     if types is None:
         note(Diagnostic("normalize", "probe-failed", "", f"{len(names)} tensors have unknown shapes and the model "
-                        f"cannot be run to learn them at {_shapes_text(shapes)}: an input has no tensor type, "
+                        f"cannot be run to learn them at {shapes_text(shapes)}: an input has no tensor type, "
                         "so no --input-shape can size them"))
         return {}
     probed = _run_probe(model, names, _feeds(types, shapes, values), note, weights, budget, need)

@@ -55,6 +55,7 @@ from typing import Sequence
 
 import numpy as np
 
+from onnxmlu import progress
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.plan.labels import anchors_int8, has_fp32, honest_labels
@@ -288,11 +289,18 @@ def measure_units(evaluator: PlanEvaluator, layers: Sequence[Layer], units: Sequ
     """Each unit alone at FP16 and at INT8 (the rest FP32) on the first ``samples`` samples."""
     trials = {(u, p): lowered_plan(layers, u, p) for u in units for p in LOWER}
     calibrated = min(samples, len(evaluator.calibration))
+    shown = progress.current()
+    shown.say(f"auto: calibrating {len(units)} units for their trials")
     evaluator.prepare(list(trials.values()), calibrated)  # one capture run for every INT8 unit
     evaluator.prepare_prefixes(list(trials.values()), samples)  # each trial runs from its unit on
+    shown.say(f"auto: sensitivity trials (a unit at fp16 or int8) on {samples} samples")
+    shown.total(len(trials))
     measured = []
     for u in units:
-        deficits = {p: _deficit(evaluator.accuracy(trials[(u, p)], samples, calibrated)) for p in LOWER}
+        deficits = {}
+        for p in LOWER:
+            deficits[p] = _deficit(evaluator.accuracy(trials[(u, p)], samples, calibrated))
+            shown.advance()
         measured.append(UnitSensitivity(u[0], u[1], float(gain[u[0]:u[1]].sum()), deficits))
     return measured
 
@@ -456,8 +464,12 @@ def _undominated(candidates: list[Candidate]) -> list[Candidate]:
 def verify(frontier: list[Candidate], evaluator: PlanEvaluator, budget: Budget, search: JointSearch,
            options: AutoOptions) -> tuple[Candidate, list[Candidate]]:
     """The chosen candidate after running it (step 3), and every candidate considered."""
+    shown = progress.current()
+    shown.say(f"auto: calibrating the frontier's plans ({len(frontier)})")
     evaluator.prepare([c.plan for c in frontier])  # one capture run for the INT8 blocks of them all
-    run = _runner(evaluator)
+    shown.say(f"auto: plans run on the {len(evaluator.validation)} validation samples")
+    shown.total(0)  # how many is known only when the budget is met
+    run = _runner(evaluator, shown)
     if budget.metric == "metric":  # no estimate of a user metric: run the frontier, fastest first
         chosen = next((c for c in frontier if budget.met(run(c).measured)), frontier[-1])
         return chosen, list(frontier)
@@ -476,10 +488,12 @@ def verify(frontier: list[Candidate], evaluator: PlanEvaluator, budget: Budget, 
     return backed[-1], list(frontier) + [c for c in backed if c not in frontier]
 
 
-def _runner(evaluator: PlanEvaluator):
+def _runner(evaluator: PlanEvaluator, shown=None):
     def run(candidate: Candidate) -> Candidate:
         if candidate.measured is None:
             candidate.measured = evaluator.accuracy(candidate.plan)
+            if shown is not None:
+                shown.advance()
         return candidate
     return run
 

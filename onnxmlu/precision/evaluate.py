@@ -32,6 +32,7 @@ import onnx
 from onnx import helper
 from onnx.compose import add_prefix_graph
 
+from onnxmlu import ortlog
 from onnxmlu.collapse.blocks import block_interface, block_owner, collapse, fp32_body
 from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.optional import optional_import
@@ -303,7 +304,7 @@ def _session(model: onnx.ModelProto):
     """A trial at onnxruntime's usual optimization level, as the library runs block bodies."""
     ort = optional_import("onnxruntime")
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = max(3, ortlog.severity())
     try:
         return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line

@@ -21,15 +21,24 @@ from onnxmlu.ir import copy_model, iter_graphs, opset_version
 from onnxmlu.ir.graphsurgeon import export_model, import_graph
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.registry import Registry
+from onnxmlu.rewrite.attention_ms import ContribAttentionRewriter
 from onnxmlu.rewrite.base import NameAllocator, RewriteContext, RewriteReport, constant_value, in_domain, run_rewriter
 from onnxmlu.rewrite.attention import AttentionRewriter
 from onnxmlu.rewrite.batchnorm import BN_MODES, BatchNormRewriter
+from onnxmlu.rewrite.contribgelu import ContribGeluRewriter
+from onnxmlu.rewrite.dq4 import FourBitDequantizeRewriter
 from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
+from onnxmlu.rewrite.fusedmatmul import FusedMatMulRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
+from onnxmlu.rewrite.gqa import GroupQueryAttentionRewriter
 from onnxmlu.rewrite.instancenorm import InstanceNormRewriter
 from onnxmlu.rewrite.rmsnorm import RMSNormRewriter
 from onnxmlu.rewrite.rnn import RecurrentRewriter
 from onnxmlu.rewrite.rotary import RotaryEmbeddingRewriter
+from onnxmlu.rewrite.matmulnbits import MatMulNBitsRewriter
+from onnxmlu.rewrite.mha import MultiHeadAttentionRewriter
+from onnxmlu.rewrite.msrotary import ContribRotaryRewriter
+from onnxmlu.rewrite.skipnorm import SimplifiedNormRewriter, SkipNormRewriter
 
 __all__ = [
     "BN_MODES",
@@ -51,7 +60,18 @@ REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("g
                                                   ("instancenorm", InstanceNormRewriter),
                                                   ("rmsnorm", RMSNormRewriter),
                                                   ("rotary", RotaryEmbeddingRewriter),
-                                                  ("attention", AttentionRewriter)])
+                                                  ("attention", AttentionRewriter),
+                                                  # onnxruntime's contrib transformer ops
+                                                  ("fusedmatmul", FusedMatMulRewriter),
+                                                  ("skipnorm", SkipNormRewriter),
+                                                  ("simplifiednorm", SimplifiedNormRewriter),
+                                                  ("contribgelu", ContribGeluRewriter),
+                                                  ("msrotary", ContribRotaryRewriter),
+                                                  ("mha", MultiHeadAttentionRewriter),
+                                                  ("msattention", ContribAttentionRewriter),
+                                                  ("gqa", GroupQueryAttentionRewriter),
+                                                  ("matmulnbits", MatMulNBitsRewriter),
+                                                  ("dq4", FourBitDequantizeRewriter)])
 REWRITER_NAMES = REWRITERS.names()
 
 
@@ -116,6 +136,13 @@ def rewrite_owned(model: onnx.ModelProto, *, bn_mode: str = "substitute", only: 
 
 
 def _has_candidates(model: onnx.ModelProto, rewriters) -> bool:
-    """Whether any graph holds a default-domain node one of ``rewriters`` looks at."""
+    """Whether any graph holds a node one of ``rewriters`` looks at (and, for a rewriter of some
+    forms of an op, may want: ``may_want``, so a QDQ model's 8-bit DequantizeLinear nodes do
+    not cost the graphsurgeon round trip)."""
     return any(node.op_type in r.op_types and in_domain(node.domain, r)
+               and getattr(r, "may_want", _any_form)(node, graph)
                for graph in iter_graphs(model.graph) for node in graph.node for r in rewriters)
+
+
+def _any_form(node: onnx.NodeProto, graph: onnx.GraphProto) -> bool:
+    return True

@@ -1,5 +1,7 @@
 """Running fused models: onnxruntime sessions with the custom-op library registered
-(``session``), and the graph pass that lets blocks exchange NCHWc tensors (``layouts``)."""
+(``session``), the load-time passes that run consecutive blocks as one inner session
+(``merge``) and let blocks exchange NCHWc tensors (``layouts``), and the library's report of
+its inner sessions' thread pools (``threads``)."""
 
 from onnxmlu.runtime.layouts import optimize_block_layouts
 from onnxmlu.runtime.session import (
@@ -13,16 +15,20 @@ from onnxmlu.runtime.session import (
     register_library,
     session_options,
 )
+from onnxmlu.runtime.threads import ThreadReport, pool_note, thread_report
 
 __all__ = [
     "INNER_GLOBAL_POOL_KEY",
     "INNER_SPINNING_KEY",
     "INNER_THREADS_KEY",
     "LIBRARY_ENV",
+    "ThreadReport",
     "InferenceSession",
     "custom_ops_library",
     "optimize_block_layouts",
+    "pool_note",
     "reference_session",
     "register_library",
     "session_options",
+    "thread_report",
 ]

@@ -40,6 +40,7 @@ import tempfile
 import onnx
 import onnxruntime as ort
 
+from onnxmlu import ortlog
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import first_line
 from onnxmlu.ir import attribute_value, copy_model, is_fusion_block, sort_graphs
@@ -161,7 +162,7 @@ def _ort_optimized(body: bytes, per_session_threads: bool, block: str,
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.optimized_model_filepath = os.path.join(folder, "body.onnx")
-        options.log_severity_level = 3  # the "hardware specific optimizations" warning is expected
+        options.log_severity_level = max(3, ortlog.severity())  # "hardware specific optimizations": expected
         options.use_per_session_threads = per_session_threads
         try:
             ort.InferenceSession(body, options, providers=list(_DEFAULT_PROVIDERS))

@@ -22,14 +22,20 @@ a time; the outer pool only dispatches blocks (and the few host ops between them
   ``session.intra_op.allow_spinning`` off) disables it, which wins when the cores are contended.
 * The outer session's own threads hardly matter (1 or T measured the same); by default it gets
   1 thread, spinning off. Options a user passes keep their outer settings.
-* Global thread pools: a user whose options have ``use_per_session_threads = False`` (the
-  process called ``set_global_thread_pool_sizes``; onnxruntime's Python API then requires it of
-  every session) gets inner sessions on that one global pool too (``onnxmlu.inner_global_pool``).
-  The pool's size and spinning are then the global ones, and there is no pool to wake per
-  block: MobileNetV2 dlfusion batch 1, 2 threads, 2 idle cores, separate processes in turn:
-  1.058-1.092x of plain onnxruntime against 1.28-1.36x with a pool per inner session (each
-  block wakes its own pool's sleeping worker). Per-session pools stay the default because a
-  global pool cannot be set up once the process's env exists.
+* Global thread pools: where the process's env has onnxruntime's global pools (Python's
+  ``set_global_thread_pool_sizes`` before the first session, C's ``CreateEnvWithGlobalThreadPools``)
+  the library detects it and every inner session runs on that one pool, whichever API created
+  the outer session; a user whose options have ``use_per_session_threads = False`` also gets
+  ``onnxmlu.inner_global_pool`` = "1" (which demands it). The pool's size and spinning are then
+  the global ones, and there is no pool to wake per block: MobileNetV2 dlfusion batch 1, 2
+  threads, 2 idle cores, separate processes in turn: 1.058-1.092x of plain onnxruntime against
+  1.28-1.36x with a pool per inner session. A library cannot create one (it must exist before
+  the env), so per-session pools stay the default.
+* Merged blocks and no idle outer pool: :func:`InferenceSession` runs each run of consecutive
+  blocks as one inner session (:mod:`onnxmlu.runtime.merge`), one pool where there were one per
+  block, and creates the outer session of a graph of blocks alone on one thread (it runs one
+  kernel at a time; the user's options are restored after), so a fused model holds the threads
+  its original would. :func:`onnxmlu.runtime.thread_report` counts what remains.
 * Graph optimizations are on at both levels: onnxruntime's own fusions inside a block are
   wanted, and the outer graph is mostly MLUFusionBlock nodes it cannot touch.
 
@@ -46,6 +52,7 @@ optimization disabled, so onnxruntime's fusions cannot hide a bug in ours.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, Sequence, Union
@@ -58,9 +65,11 @@ from google.protobuf import json_format, text_format
 from google.protobuf.message import EncodeError
 from google.protobuf.message import Error as ProtobufError
 
+from onnxmlu.ortlog import quiet_options
 from onnxmlu.errors import RuntimeLibraryError
-from onnxmlu.ir import is_fusion_block
-from onnxmlu.runtime.layouts import optimize_block_layouts, optimize_layouts_in_place
+from onnxmlu.ir import copy_model, is_fusion_block
+from onnxmlu.runtime.layouts import optimize_layouts_in_place
+from onnxmlu.runtime.merge import merge_consecutive_blocks
 
 #: What ``onnx.load`` raises on a path that holds no model it can read: the file system's
 #: errors, protobuf's (binary, text and JSON formats), onnx's text parser's, ValueError.
@@ -145,7 +154,7 @@ def session_options(*, intra_op_threads: int = 1, optimize: bool = True, inner_t
     """SessionOptions for a fused model, library registered: ``intra_op_threads`` outer threads
     (spinning off), ``inner_threads`` per block (0: min(mp, hardware threads)), inner pools
     spinning only while their block runs unless ``inner_spinning`` is False."""
-    options = ort.SessionOptions()
+    options = quiet_options(ort.SessionOptions())
     options.intra_op_num_threads = intra_op_threads
     options.add_session_config_entry(_ALLOW_SPINNING_KEY, "0")
     options.add_session_config_entry(INNER_THREADS_KEY, str(int(inner_threads)))
@@ -176,6 +185,7 @@ def InferenceSession(  # noqa: N802 - mirrors onnxruntime's name
     providers: Sequence[Any] | None = None,
     *,
     block_layouts: bool = True,
+    merge_blocks: bool = True,
     **kwargs: Any,
 ) -> ort.InferenceSession:
     """An onnxruntime session for ``model`` (path, bytes or ModelProto) that can run blocks.
@@ -183,42 +193,70 @@ def InferenceSession(  # noqa: N802 - mirrors onnxruntime's name
     Without ``sess_options`` the best measured set-up is used (see the module docstring).
     Given ones are the user's budget: their ``intra_op_num_threads`` becomes each block's inner
     thread count (and spinning turned off turns it off inside too); then the library is
-    registered (once). Their other settings are left alone. ``block_layouts`` lets blocks
-    exchange onnxruntime's NCHWc layout (:func:`optimize_block_layouts`); it costs one extra
-    optimization pass per block at creation.
+    registered (once). Their other settings are left alone, but for the outer session's own
+    thread count where its graph is nothing but blocks (below). ``merge_blocks`` runs each
+    run of consecutive blocks as one inner session
+    (:func:`~onnxmlu.runtime.merge.merge_consecutive_blocks`; off for per-block profiles);
+    ``block_layouts`` lets the remaining blocks exchange onnxruntime's NCHWc layout
+    (:func:`~onnxmlu.runtime.layouts.optimize_block_layouts`), at the cost of one extra optimization
+    pass per block.
     """
     options = session_options() if sess_options is None else _adopt_user_options(sess_options)
-    if block_layouts:
+    blocks_only = False
+    if block_layouts or merge_blocks:
         # the entry is valid here: registering the library checked it
-        model = _with_block_layouts(model, per_session_threads=options.use_per_session_threads,
-                                    inner_threads=int(_config_entry(options, INNER_THREADS_KEY) or 0))
-    return ort.InferenceSession(
-        _model_source(model),
-        sess_options=options,
-        providers=list(providers) if providers is not None else list(_DEFAULT_PROVIDERS),
-        **kwargs,
-    )
+        model, blocks_only = _prepared(model, merge_blocks=merge_blocks, block_layouts=block_layouts,
+                                       per_session_threads=options.use_per_session_threads,
+                                       inner_threads=int(_config_entry(options, INNER_THREADS_KEY) or 0))
+    with _outer_threads(options, 1 if blocks_only else None):
+        return ort.InferenceSession(
+            _model_source(model),
+            sess_options=options,
+            providers=list(providers) if providers is not None else list(_DEFAULT_PROVIDERS),
+            **kwargs,
+        )
+
+
+@contextlib.contextmanager
+def _outer_threads(options: ort.SessionOptions, threads: int | None):
+    """The outer session created with ``threads`` intra-op threads, the user's options restored
+    after (onnxruntime copies them into the session). A graph of blocks alone runs one kernel
+    at a time, each on its inner session's threads: an outer pool of T - 1 workers would only
+    sleep beside them (a thread each, per model in the process)."""
+    if threads is None or not options.use_per_session_threads or options.intra_op_num_threads == threads:
+        yield
+        return
+    before = options.intra_op_num_threads
+    options.intra_op_num_threads = threads
+    try:
+        yield
+    finally:
+        options.intra_op_num_threads = before
 
 
 def reference_session(model: ModelArg) -> ort.InferenceSession:
     """Plain onnxruntime, every graph optimization off: the numerical reference."""
-    options = ort.SessionOptions()
+    options = quiet_options(ort.SessionOptions())
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     register_library(options)  # harmless for original models, lets fused ones run too
     return ort.InferenceSession(_model_source(model), sess_options=options, providers=list(_DEFAULT_PROVIDERS))
 
 
-def _with_block_layouts(model: ModelArg, *, per_session_threads: bool = True, inner_threads: int = 0) -> ModelArg:
-    """``model`` rewritten by the block-layout pass when it has blocks and is small enough to
-    rewrite in memory (see _MAX_REWRITE_BYTES); otherwise unchanged."""
+def _prepared(model: ModelArg, *, merge_blocks: bool, block_layouts: bool, per_session_threads: bool = True,
+              inner_threads: int = 0) -> tuple[ModelArg, bool]:
+    """``model`` with runs of consecutive blocks merged and rewritten by the block-layout pass
+    when it has blocks and is small enough to rewrite in memory (see _MAX_REWRITE_BYTES),
+    otherwise unchanged; and whether its main graph is then blocks alone."""
     proto = _rewritable_proto(model)
     if proto is None or not any(is_fusion_block(n) for n in proto.graph.node):
-        return model
-    threads = dict(per_session_threads=per_session_threads, inner_threads=inner_threads)
+        return model, False
     if proto is model:  # the caller's model: rewrite a copy of it
-        return optimize_block_layouts(proto, **threads)[0]
-    optimize_layouts_in_place(proto, **threads)  # loaded here: ours
-    return proto
+        proto = copy_model(proto)
+    if merge_blocks:
+        merge_consecutive_blocks(proto)
+    if block_layouts:
+        optimize_layouts_in_place(proto, per_session_threads=per_session_threads, inner_threads=inner_threads)
+    return proto, all(is_fusion_block(n) for n in proto.graph.node)
 
 
 def _rewritable_proto(model: ModelArg) -> onnx.ModelProto | None:

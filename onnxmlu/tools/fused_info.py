@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import onnx
 
 from onnxmlu.ir import iter_graphs
-from onnxmlu.schema import block_precision, body_model, is_fusion_block, model_metadata
+from onnxmlu.frontend.pins import PricingShape
+from onnxmlu.schema import block_precision, body_model, is_fusion_block, model_metadata, recorded_pricing_shape
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class BlockRow:
     sim_latency_us: float | None
     body_bytes: int
     graph: str = ""  # the subgraph holding the block ("" for the main graph)
+    #: (name, op type) of each layer, from the node's ``layers`` / ``op_types`` (else its body's nodes).
+    members: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -37,6 +40,18 @@ class FusedSummary:
     metadata: dict[str, str]
     blocks: list[BlockRow]
     host_nodes: list[dict[str, str]]
+
+    @property
+    def pricing(self) -> PricingShape | None:
+        """The shapes the plan was priced at (``onnxmlu.pricing_shape``), None when not recorded."""
+        record = recorded_pricing_shape(self.metadata)
+        return None if record is None else PricingShape.from_dict(record)
+
+    def layer_rows(self) -> list[list[dict]]:
+        """Per main-graph block, its layers (name, op type, precision, MP): the report's drill-down
+        (a file records no per-layer time)."""
+        return [[{"name": n, "op_type": op, "precision": b.precision, "mp": b.mp} for n, op in b.members]
+                for b in self.blocks if not b.graph]
 
     def to_dict(self) -> dict:
         main = [b for b in self.blocks if not b.graph]
@@ -70,6 +85,11 @@ def _block_row(node: onnx.NodeProto, graph: str) -> BlockRow:
     layers = attrs.get("layers")
     latency = attrs.get("sim_latency_us")
     mp = attrs.get("mp")
+    names = ([x.decode() for x in layers.strings] if layers is not None
+             else [n.name or n.op_type for n in body.graph.node])
+    ops = [x.decode() for x in attrs["op_types"].strings] if "op_types" in attrs else []
+    if len(ops) != len(names):  # no (or another count of) op types: the body's nodes say them, if they match
+        ops = [n.op_type for n in body.graph.node] if len(body.graph.node) == len(names) else ["?"] * len(names)
     return BlockRow(
         name=node.name or "<unnamed>",
         mp=mp.i if mp is not None and mp.type == onnx.AttributeProto.INT else None,
@@ -78,4 +98,5 @@ def _block_row(node: onnx.NodeProto, graph: str) -> BlockRow:
         sim_latency_us=latency.f if latency is not None and latency.type == onnx.AttributeProto.FLOAT else None,
         body_bytes=body.ByteSize(),
         graph=graph,
+        members=tuple(zip(names, ops)),
     )

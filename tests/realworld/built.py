@@ -604,11 +604,222 @@ def opset23_decoder_layer(hidden: int = 64, heads: int = 8, kv_heads: int = 2, f
     return model
 
 
+MS = "com.microsoft"
+
+
+def _bert_attention(t: str, x: str, heads: int, packed: bool) -> list[onnx.NodeProto]:
+    """The self-attention as the optimizer fuses it: com.microsoft Attention over one packed Q/K/V
+    weight, or MatMuls for Q, K, V into MultiHeadAttention (the projection bias inside either)."""
+    if packed:
+        return [helper.make_node("Attention", [x, f"{t}Wqkv", f"{t}bqkv", "mask"], [f"{t}ctx"], domain=MS,
+                                 num_heads=heads)]
+    return [helper.make_node("MatMul", [x, f"{t}Wq"], [f"{t}q"]), helper.make_node("MatMul", [x, f"{t}Wk"], [f"{t}k"]),
+            helper.make_node("MatMul", [x, f"{t}Wv"], [f"{t}v"]),
+            helper.make_node("MultiHeadAttention", [f"{t}q", f"{t}k", f"{t}v", f"{t}bqkv", "mask"], [f"{t}ctx"],
+                             domain=MS, num_heads=heads)]
+
+
+def _bert_layer(rng, t: str, x: str, d: int, heads: int, gelu: str, packed: bool) -> tuple[list, list, str]:
+    """One encoder layer as onnxruntime's transformer optimizer saves it: the fused attention,
+    SkipLayerNormalization twice (the projection bias inside), the feed-forward activation a
+    contrib Gelu with its bias."""
+    nodes = _bert_attention(t, x, heads, packed) + [
+        helper.make_node("MatMul", [f"{t}ctx", f"{t}Wo"], [f"{t}o"]),
+        helper.make_node("SkipLayerNormalization", [f"{t}o", x, f"{t}g1", f"{t}b1", f"{t}bo"], [f"{t}ln1"],
+                         domain=MS, epsilon=1e-12),
+        helper.make_node("MatMul", [f"{t}ln1", f"{t}W1"], [f"{t}h"]),
+        helper.make_node(gelu, [f"{t}h", f"{t}bh"], [f"{t}a"], domain=MS),
+        helper.make_node("MatMul", [f"{t}a", f"{t}W2"], [f"{t}f"]),
+        helper.make_node("SkipLayerNormalization", [f"{t}f", f"{t}ln1", f"{t}g2", f"{t}b2", f"{t}bf"],
+                         [f"{t}out"], domain=MS, epsilon=1e-12)]
+    projections = {"Wqkv": (d, 3 * d)} if packed else {"Wq": (d, d), "Wk": (d, d), "Wv": (d, d)}
+    shapes = {**projections, "bqkv": (3 * d,), "Wo": (d, d), "bo": (d,), "b1": (d,), "W1": (d, 4 * d),
+              "bh": (4 * d,), "W2": (4 * d, d), "bf": (d,), "b2": (d,)}
+    inits = [_init(f"{t}{k}", _rand(rng, *shape)) for k, shape in shapes.items()]
+    inits += [_init(f"{t}{g}", (1 + _rand(rng, d)).astype(np.float32)) for g in ("g1", "g2")]
+    return nodes, inits, f"{t}out"
+
+
+def ort_optimized_bert() -> onnx.ModelProto:
+    """Two BERT encoder layers as onnxruntime's transformer optimizer writes them (contrib
+    MultiHeadAttention in one, Attention with packed weights in the other, SkipLayerNormalization,
+    BiasGelu / FastGelu) and a head that its MatMul+Transpose fusion made a FusedMatMul (transB,
+    alpha) with a QuickGelu; batch and length symbolic."""
+    rng = np.random.default_rng(12)
+    d, heads = 32, 4
+    nodes1, inits1, h1 = _bert_layer(rng, "l0_", "x", d, heads, "BiasGelu", False)
+    nodes2, inits2, h2 = _bert_layer(rng, "l1_", h1, d, heads, "FastGelu", True)
+    head = [helper.make_node("FusedMatMul", [h2, "Whead"], ["logits"], domain=MS, transB=1, alpha=0.5),
+            helper.make_node("QuickGelu", ["logits"], ["y"], domain=MS)]
+    graph = helper.make_graph(
+        nodes1 + nodes2 + head, "ort_optimized_bert",
+        [helper.make_tensor_value_info("x", FLOAT, ["B", "S", d]),
+         helper.make_tensor_value_info("mask", TensorProto.INT32, ["B", "S"])],
+        [helper.make_tensor_value_info("y", FLOAT, ["B", "S", 8])], inits1 + inits2 + [_init("Whead", _rand(rng, 8, d))])
+    return _model(graph, {MS: 1})
+
+
+def _pack4(q: np.ndarray) -> np.ndarray:
+    """4-bit values [..., 2m] -> uint8 [..., m], the low nibble first (MatMulNBits' layout)."""
+    q = q.astype(np.uint8)
+    return (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
+
+
+def _nbits_linear(rng, name: str, x: str, out: str, k: int, n: int, block: int = 32) -> tuple[onnx.NodeProto, list]:
+    """A linear layer quantized as onnxruntime's MatMul4BitsQuantizer writes it: 4-bit weights in
+    blocks of 32 along K, float scales, packed uint8 zero points."""
+    blocks = k // block
+    q = rng.integers(0, 16, (n, blocks, block))
+    zp = rng.integers(6, 10, (n, blocks))
+    scales = rng.uniform(0.002, 0.02, (n, blocks)).astype(np.float32)
+    node = helper.make_node("MatMulNBits", [x, f"{name}_B", f"{name}_s", f"{name}_zp"], [out], domain=MS,
+                            K=k, N=n, bits=4, block_size=block, accuracy_level=4, name=name)
+    return node, [_init(f"{name}_B", _pack4(q)), _init(f"{name}_s", scales), _init(f"{name}_zp", _pack4(zp))]
+
+
+def _rotary(t: str, x: str, out: str, heads: int, head: int) -> list[onnx.NodeProto]:
+    """Rotary embedding with standard ops on [B, S, heads * head]: x cos + rotate_half(x) sin."""
+    half = head // 2
+    return [helper.make_node("Reshape", [f"{t}{x}", "heads_shape"], [f"{t}{x}4"]),
+            helper.make_node("Split", [f"{t}{x}4", "halves"], [f"{t}{x}1", f"{t}{x}2"], axis=-1),
+            helper.make_node("Neg", [f"{t}{x}2"], [f"{t}{x}2n"]),
+            helper.make_node("Concat", [f"{t}{x}2n", f"{t}{x}1"], [f"{t}{x}_rh"], axis=-1),
+            helper.make_node("Mul", [f"{t}{x}4", "cos"], [f"{t}{x}c"]),
+            helper.make_node("Mul", [f"{t}{x}_rh", "sin"], [f"{t}{x}s"]),
+            helper.make_node("Add", [f"{t}{x}c", f"{t}{x}s"], [f"{t}{x}rot"]),
+            helper.make_node("Reshape", [f"{t}{x}rot", "merge_shape"], [out])] if half else []
+
+
+def _llama_layer(rng, t: str, x: str, d: int, heads: int, ffn: int) -> tuple[list, list, str]:
+    head = d // heads
+    nodes = [helper.make_node("SimplifiedLayerNormalization", [x, f"{t}n1"], [f"{t}xn"], epsilon=1e-6)]
+    inits = [_init(f"{t}n1", (1 + _rand(rng, d)).astype(np.float32)), _init(f"{t}n2", (1 + _rand(rng, d)).astype(np.float32))]
+    for proj in "qkv":
+        node, weights = _nbits_linear(rng, f"{t}{proj}_proj", f"{t}xn", f"{t}{proj}", d, d)
+        nodes.append(node)
+        inits += weights
+    nodes += _rotary(t, "q", f"{t}qr", heads, head) + _rotary(t, "k", f"{t}kr", heads, head)
+    nodes.append(helper.make_node("MultiHeadAttention", [f"{t}qr", f"{t}kr", f"{t}v"], [f"{t}ctx"], domain=MS,
+                                  num_heads=heads, unidirectional=1))
+    for name, src, out, k, n in (("o_proj", f"{t}ctx", f"{t}o", d, d), ("gate_proj", f"{t}hn", f"{t}g", d, ffn),
+                                 ("up_proj", f"{t}hn", f"{t}u", d, ffn), ("down_proj", f"{t}m", f"{t}dn", ffn, d)):
+        node, weights = _nbits_linear(rng, f"{t}{name}", src, out, k, n)
+        nodes.append(node)
+        inits += weights
+        if name == "o_proj":  # the residual and the next norm in one node, its sum the new residual
+            nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", [f"{t}o", x, f"{t}n2"],
+                                          [f"{t}hn", "", "", f"{t}h"], domain=MS, epsilon=1e-6))
+        if name == "up_proj":
+            nodes += [helper.make_node("Sigmoid", [f"{t}g"], [f"{t}gs"]), helper.make_node("Mul", [f"{t}g", f"{t}gs"], [f"{t}silu"]),
+                      helper.make_node("Mul", [f"{t}silu", f"{t}u"], [f"{t}m"])]
+    nodes.append(helper.make_node("Add", [f"{t}h", f"{t}dn"], [f"{t}out"]))
+    return nodes, inits, f"{t}out"
+
+
+def llama_matmulnbits_decoder() -> onnx.ModelProto:
+    """A LLaMA-style decoder (embedding, two layers: RMS norms -- SimplifiedLayerNormalization,
+    SkipSimplifiedLayerNormalization with the residual --, rotary on Q and K by position, causal
+    MultiHeadAttention, SiLU-gated MLP; final norm and LM head) whose 15 linear layers are 4-bit
+    MatMulNBits at accuracy_level 4, as onnxruntime's quantizer and transformer optimizer leave
+    it; batch and length symbolic."""
+    rng = np.random.default_rng(13)
+    d, heads, ffn, vocab, max_pos = 64, 4, 128, 96, 64
+    head = d // heads
+    inv = 1.0 / (10000 ** (np.arange(0, head, 2) / head))
+    angles = np.arange(max_pos)[:, None] * inv[None, :]
+    tables = {n: np.concatenate([f(angles)] * 2, axis=-1).astype(np.float32) for n, f in (("cos", np.cos), ("sin", np.sin))}
+    nodes = [helper.make_node("Gather", ["embed", "input_ids"], ["h0"])]
+    for n in ("cos", "sin"):  # [B, S, 1, head] by position
+        nodes += [helper.make_node("Gather", [f"{n}_table", "position_ids"], [f"{n}3"]),
+                  helper.make_node("Unsqueeze", [f"{n}3", "axis2"], [n])]
+    inits = [_init("embed", _rand(rng, vocab, d, scale=1.0)), _init("cos_table", tables["cos"]),
+             _init("sin_table", tables["sin"]), _init("axis2", np.array([2], np.int64)),
+             _init("heads_shape", np.array([0, 0, heads, head], np.int64)), _init("merge_shape", np.array([0, 0, d], np.int64)),
+             _init("halves", np.array([head // 2, head // 2], np.int64)), _init("final_norm", np.ones(d, np.float32))]
+    x = "h0"
+    for layer in range(2):
+        layer_nodes, layer_inits, x = _llama_layer(rng, f"l{layer}_", x, d, heads, ffn)
+        nodes += layer_nodes
+        inits += layer_inits
+    nodes.append(helper.make_node("SimplifiedLayerNormalization", [x, "final_norm"], ["hf"], epsilon=1e-6))
+    lm_head, lm_weights = _nbits_linear(rng, "lm_head", "hf", "logits", d, vocab)
+    graph = helper.make_graph(
+        nodes + [lm_head], "llama_matmulnbits",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"]),
+         helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["B", "S"])],
+        [helper.make_tensor_value_info("logits", FLOAT, ["B", "S", vocab])], inits + lm_weights)
+    return _model(graph, {MS: 1})
+
+
+def _genai_layer(rng, t: str, x: str, norm_in: str, d: int, heads: int, kv: int, ffn: int) -> tuple[list, list, str]:
+    """One decoder layer as onnxruntime's GenAI builder writes it for a 4-bit CPU model: the
+    residual added by SkipSimplifiedLayerNormalization, one packed QKV MatMulNBits into
+    GroupQueryAttention (rotary inside, the KV cache past and present), MatMulNBits MLP."""
+    head = d // heads
+    qkv, qkv_weights = _nbits_linear(rng, f"{t}qkv_proj", norm_in, f"{t}qkv", d, (heads + 2 * kv) * head)
+    nodes = [qkv, helper.make_node("GroupQueryAttention",
+                                   [f"{t}qkv", "", "", f"past_key_{t[1]}", f"past_value_{t[1]}", "seqlens_k",
+                                    "total_sequence_length", "cos_cache", "sin_cache"],
+                                   [f"{t}attn", f"present_key_{t[1]}", f"present_value_{t[1]}"], domain=MS,
+                                   num_heads=heads, kv_num_heads=kv, do_rotary=1)]
+    inits = qkv_weights + [_init(f"{t}n2", (1 + _rand(rng, d)).astype(np.float32))]
+    for name, src, out, k, n in (("o_proj", f"{t}attn", f"{t}o", d, d), ("gate_proj", f"{t}hn", f"{t}g", d, ffn),
+                                 ("up_proj", f"{t}hn", f"{t}u", d, ffn), ("down_proj", f"{t}m", f"{t}dn", ffn, d)):
+        node, weights = _nbits_linear(rng, f"{t}{name}", src, out, k, n)
+        nodes.append(node)
+        inits += weights
+        if name == "o_proj":
+            nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", [f"{t}o", x, f"{t}n2"],
+                                          [f"{t}hn", "", "", f"{t}h"], domain=MS, epsilon=1e-6))
+        if name == "up_proj":
+            nodes += [helper.make_node("Sigmoid", [f"{t}g"], [f"{t}gs"]), helper.make_node("Mul", [f"{t}g", f"{t}gs"], [f"{t}silu"]),
+                      helper.make_node("Mul", [f"{t}silu", f"{t}u"], [f"{t}m"])]
+    nodes.append(helper.make_node("Add", [f"{t}h", f"{t}dn"], [f"{t}out"]))
+    return nodes, inits, f"{t}out"
+
+
+def genai_gqa_decoder_step() -> onnx.ModelProto:
+    """One token of a LLaMA-style decoder as onnxruntime's GenAI builder writes a 4-bit CPU model:
+    two layers of packed-QKV MatMulNBits -> GroupQueryAttention (rotary, KV cache buffers of a
+    symbolic length P, ``seqlens_k`` and ``total_sequence_length`` run-time values), the RMS norms
+    as SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, MatMulNBits MLP and LM
+    head; batch and past length symbolic."""
+    rng = np.random.default_rng(14)
+    d, heads, kv, ffn, vocab, max_pos = 64, 4, 2, 128, 96, 32
+    head = d // heads
+    angles = np.arange(max_pos)[:, None] / (10000 ** (np.arange(0, head, 2) / head))[None, :]
+    nodes = [helper.make_node("Gather", ["embed", "input_ids"], ["h0"]),
+             helper.make_node("SimplifiedLayerNormalization", ["h0", "n_in"], ["h0n"], epsilon=1e-6)]
+    inits = [_init("embed", _rand(rng, vocab, d, scale=1.0)), _init("n_in", np.ones(d, np.float32)),
+             _init("cos_cache", np.cos(angles).astype(np.float32)), _init("sin_cache", np.sin(angles).astype(np.float32)),
+             _init("final_norm", np.ones(d, np.float32))]
+    x, normed = "h0", "h0n"
+    for layer in range(2):
+        layer_nodes, layer_inits, x = _genai_layer(rng, f"l{layer}_", x, normed, d, heads, kv, ffn)
+        nodes += layer_nodes
+        inits += layer_inits
+        normed = f"l{layer + 1}_in"
+        nodes.append(helper.make_node("SimplifiedLayerNormalization", [x, "final_norm" if layer else "n_in"],
+                                      [normed], epsilon=1e-6))
+    lm_head, lm_weights = _nbits_linear(rng, "lm_head", normed, "logits", d, vocab)
+    cache = [helper.make_tensor_value_info(f"past_{kind}_{i}", FLOAT, ["B", kv, "P", head])
+             for i in range(2) for kind in ("key", "value")]
+    presents = [helper.make_tensor_value_info(f"present_{kind}_{i}", FLOAT, ["B", kv, "T", head])
+                for i in range(2) for kind in ("key", "value")]
+    graph = helper.make_graph(
+        nodes + [lm_head], "genai_gqa_step",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", 1]),
+         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
+         helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [1])] + cache,
+        [helper.make_tensor_value_info("logits", FLOAT, ["B", 1, vocab])] + presents, inits + lm_weights)
+    return _model(graph, {MS: 1})
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
               lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm, ort_qdq_cnn, fp16_conv_chain,
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
-              keras_lstm_loop, opset23_decoder_layer, grapheme_to_phoneme, siamese_tower,
-              merged_if_decoder)
+              keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
+              genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder)
 }  # fmt: skip

@@ -306,6 +306,8 @@ class _Terms:
     work: np.ndarray             # operations per core, redundancy included
     dram: np.ndarray
     fac: tuple[np.ndarray, ...]
+    #: Per layer, for the block that starts its window: compute, traffic time, time, bytes.
+    layers: tuple[np.ndarray, ...] = ()
 
 
 def _suffix(x: np.ndarray) -> np.ndarray:
@@ -360,11 +362,18 @@ def _terms(a: _Arrays, idx: np.ndarray, mps: tuple[int, ...], p: ModelParams,
     total = overhead + fill + S(t_mid) - H(t_mid) + H(t_first)
     compute = fill + S(c_l)
     plain = ops / m / speed
-    plain_mat = S(plain * tensor)
-    plain_compute = (_knee(plain_mat, p) + S(plain * (1.0 - tensor))) / p.peak_ops_per_us
+    plain_compute = (_knee(S(plain * tensor), p) + S(plain * (1.0 - tensor))) / p.peak_ops_per_us
     dram = S(mid_b) - H(mid_b) + H(first_b)
+    layers = () if every_start else _per_layer(c_l, (d_first, d_mid), (t_first, t_mid), (first_b, mid_b))
     return _Terms(total, compute, dram / bw, np.broadcast_to(overhead, total.shape),
-                  np.broadcast_to(plain_compute, total.shape), S(per_core), dram, fac)
+                  np.broadcast_to(plain_compute, total.shape), S(per_core), dram, fac, layers)
+
+
+def _per_layer(compute: np.ndarray, *first_or_later: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Per layer of a block that starts its window: compute, then each (first layer's, later
+    layers') pair as one array -- the first layer reads the block's input, the others do not."""
+    first = np.arange(compute.shape[1])[None, :, None] == 0
+    return (compute, *(np.where(first, a, b) for a, b in first_or_later))
 
 
 def _redundancy(a: _Arrays, idx: np.ndarray, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
@@ -450,6 +459,39 @@ def block_estimate(layers: Sequence[Layer], mp: int, hw: Hardware) -> BlockEstim
         precision=precisions.pop() if len(precisions) == 1 else "mixed",
         onchip_bytes=_onchip_bytes(a, p, gc, ta, tb),
     )
+
+
+@dataclass(frozen=True)
+class LayerEstimate:
+    """One layer's share of its block's simulated latency (:func:`layer_estimates`)."""
+
+    name: str
+    op_type: str
+    precision: str
+    latency_us: float   # max(compute, memory) + theta * min(compute, memory): its share of the block
+    compute_us: float   # its operations on its core (redundancy and granule included)
+    memory_us: float    # its DRAM traffic at the block's bandwidth
+    dram_bytes: float   # weights (re-read by every tile), what it reads from outside, exchanged maps, output
+
+    @property
+    def bound(self) -> str:
+        """Which side of the roofline limits the layer: ``compute`` or ``memory``."""
+        return "compute" if self.compute_us >= self.memory_us else "memory"
+
+
+def layer_estimates(layers: Sequence[Layer], mp: int, hw: Hardware) -> list[LayerEstimate]:
+    """Each layer of one block at ``mp`` (the factorisation :func:`block_estimate` picks):
+    its time ``t_l``, compute ``c_l``, traffic ``d_l`` and bytes (module docstring, 2-4). The
+    block's launch, issue, dispatch and pipeline fill are the block's, not a layer's: the
+    layers' times sum to less than the block's latency by them."""
+    if not layers:
+        return []
+    p = ModelParams.from_hardware(hw)
+    t = _terms(_arrays(layers, p), np.arange(len(layers))[None, :], (int(mp),), p, every_start=False)
+    f = int(np.argmin(t.total[0, 0]))
+    compute, memory, time, moved = (x[0, :, f] if x.shape[-1] > 1 else x[0, :, 0] for x in t.layers)
+    return [LayerEstimate(layer.name, layer.op_type, layer.precision, float(time[k]), float(compute[k]),
+                          float(memory[k]), float(moved[k])) for k, layer in enumerate(layers)]
 
 
 def _onchip_bytes(a: _Arrays, p: ModelParams, gc: int, ta: int, tb: int) -> float:

@@ -1,0 +1,258 @@
+"""Consecutive blocks as one inner session: a load-time pass over fused models.
+
+The library turns every MLUFusionBlock node into an inner onnxruntime session, and unless the
+process has onnxruntime's global thread pool each inner session owns a pool of T - 1 workers
+(ResNet-50 dlfusion at 16 threads: 11 blocks x 15 workers), each woken in turn as its block
+runs. Blocks with nothing on the host between them run one after another anyway, so
+:func:`merge_consecutive_blocks` joins every such run of blocks into one node whose body is the
+members' bodies wired together: one inner session and one pool where there were N, and
+onnxruntime optimizes across the former boundaries as it does in the original model (NCHWc
+tensors pass through, residual Adds fuse into their Conv).
+
+The merged body computes the composition of its members: member k's body graph with its fed
+inputs renamed to the node's input tensors, its outputs to the node's output tensors and every
+other name prefixed with ``onnxmlu.merged.k/`` (so no two members' names meet); a body output that
+is also one of its inputs, or repeats another output, is copied by an Identity. The merged node
+reads the members' inputs that no member produces and writes the members' outputs that anything
+after the run reads (a later node, a subgraph, a graph output).
+
+Blocks are joined only where the result is the same function by construction: one ``precision``,
+one version per opset domain, no model-local functions, no weights listed as graph inputs (IR < 4),
+and every tensor passed inside the run has one element type at both ends (a 16-bit float block
+whose output the kernel widens to float for the next block is not joined with it). The pass runs
+in memory, in :func:`onnxmlu.InferenceSession`: the file, the plan, each block's ``mp`` and
+``precision`` stay as they are; the merged node's ``mp`` is its members' largest (the inner thread
+count when the user gives no budget), ``gops`` and ``sim_latency_us`` their sums. The members'
+shared weights (``shared_weights``, onnxmlu/collapse/shared.py) are the merged node's shared
+weights, last, each once: the merged inner session sees them as initializers too.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from onnxmlu.errors import OnnxMluError
+from onnxmlu.ir import is_fusion_block
+from onnxmlu.ir.graphs import fed_inputs, node_inputs, node_subgraphs
+from onnxmlu.schema import SHARED_ATTRIBUTE, add_body, block_precision, body_model, close_body, shared_names
+
+_PREFIX = "onnxmlu.merged."
+#: Body metadata the library reads (custom_ops/mlu_fusion_block.h kOutputShapesKey).
+_OUTPUT_SHAPES_KEY = "onnxmlu.output_shapes"
+_SUMMED = ("gops", "sim_latency_us")
+_JOINED = ("layers", "op_types")
+
+
+def merge_consecutive_blocks(model: onnx.ModelProto) -> int:
+    """Join each run of consecutive blocks of ``model``'s main graph into one node, in place;
+    returns how many nodes went. Bodies the pass cannot read are left to the library to judge."""
+    graph = model.graph
+    runs, run = [], []  # runs of (index, node, body)
+    for i, node in enumerate(graph.node):
+        member = _member(node) if is_fusion_block(node) else None
+        if member is not None and run and _joinable(run, member):
+            run.append((i, *member))
+            continue
+        runs.append(run)
+        run = [(i, *member)] if member is not None else []
+    runs.append(run)
+    runs = [r for r in runs if len(r) > 1]
+    if not runs:
+        return 0
+    readers = _read_names(graph)
+    replaced = {r[-1][0]: _merged_node(r, readers) for r in runs}
+    dropped = {i for r in runs for i, _, _ in r}
+    nodes = [replaced.get(i, node) for i, node in enumerate(graph.node) if i in replaced or i not in dropped]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    _drop_internal_value_info(graph)
+    return len(dropped) - len(runs)
+
+
+def _member(node: onnx.NodeProto):
+    """(node, body) for a block whose body this pass can join, else None."""
+    try:
+        body = body_model(node)
+    except (OnnxMluError, ValueError, DecodeError):  # a damaged or odd block: the library reports it
+        return None
+    graph = body.graph
+    initializers = {t.name for t in graph.initializer}
+    if body.functions or any(i.name in initializers for i in graph.input) or len(fed_inputs(graph)) != len(node.input):
+        return None
+    if len(graph.output) != len(node.output) or any(not name for name in [*node.input, *node.output]):
+        return None
+    return node, body
+
+
+def _joinable(run: list, member) -> bool:
+    """Whether ``member`` can join ``run``: same precision and opsets, one type per passed tensor."""
+    node, body = member
+    _, first_node, first_body = run[0]
+    if block_precision(node) != block_precision(first_node) or _opsets(body) is None:
+        return False
+    opsets = dict(_opsets(first_body))
+    for domain, version in _opsets(body).items():
+        if opsets.setdefault(domain, version) != version:
+            return False
+    produced = {out: _elem_type(vi) for _, n, b in run for out, vi in zip(n.output, b.graph.output)}
+    for name, vi in zip(node.input, body.graph.input):
+        if name in produced and produced[name] != _elem_type(vi):
+            return False
+    return True
+
+
+def _opsets(body: onnx.ModelProto) -> dict | None:
+    opsets = {}
+    for o in body.opset_import:
+        domain = "" if o.domain == "ai.onnx" else o.domain
+        if opsets.setdefault(domain, o.version) != o.version:
+            return None
+    return opsets
+
+
+def _elem_type(vi: onnx.ValueInfoProto) -> int:
+    return vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else -1
+
+
+def _read_names(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Every name the graph reads -> the indices of the nodes reading it (subgraph reads count
+    for their node); a graph output is read by -1."""
+    readers: dict[str, list] = {}
+    for i, node in enumerate(graph.node):
+        for name in node_inputs(node):
+            readers.setdefault(name, []).append(i)
+    for output in graph.output:
+        readers.setdefault(output.name, []).append(-1)
+    return readers
+
+
+def _merged_node(indexed_run: list, readers: dict) -> onnx.NodeProto:
+    """The one node that replaces the run of (index, node, body) (see the module docstring)."""
+    members = {i for i, _, _ in indexed_run}
+    run = [(node, body) for _, node, body in indexed_run]
+    produced, inputs, outputs = set(), [], []
+    for node, _ in run:
+        inputs += [n for n in node.input if n not in produced and n not in inputs]
+        produced.update(node.output)
+    for node, _ in run:
+        outputs += [o for o in node.output if any(r not in members for r in readers.get(o, []))]
+    shared = list(dict.fromkeys(name for node, _ in run for name in shared_names(node)))
+    inputs = [n for n in inputs if n not in shared] + shared  # the members' shared weights stay shared, last
+    first = run[0][0]
+    merged = onnx.helper.make_node(first.op_type, inputs, outputs, name="+".join(n.name for n, _ in run),
+                                   domain=first.domain)
+    merged.attribute.extend(_merged_attributes(run))
+    if shared:
+        merged.attribute.append(onnx.helper.make_attribute(SHARED_ATTRIBUTE, len(shared)))
+    add_body(merged, close_body(_merged_body(run, inputs, outputs), shared).SerializeToString())
+    return merged
+
+
+def _merged_attributes(run: list) -> list[onnx.AttributeProto]:
+    """The metadata attributes: largest ``mp``, summed costs, joined names, the shared precision."""
+    values: dict[str, list] = {}
+    for node, _ in run:
+        for attr in node.attribute:
+            if attr.name not in ("body", "body_crc32"):
+                values.setdefault(attr.name, []).append(onnx.helper.get_attribute_value(attr))
+    attributes = []
+    for name, seen in values.items():
+        if name == "mp":
+            value = max(seen)
+        elif name in _SUMMED:
+            value = float(sum(seen))
+        elif name in _JOINED:
+            value = [item for items in seen for item in items]
+        elif name == "precision":
+            value = seen[0]
+        else:
+            continue  # a per-block note (doc, future attributes): it describes one member only
+        attributes.append(onnx.helper.make_attribute(name, value))
+    return attributes
+
+
+def _merged_body(run: list, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
+    """The members' bodies wired together, with the merged node's interface."""
+    merged = onnx.ModelProto()
+    merged.ir_version = max(body.ir_version for _, body in run)
+    merged.producer_name = run[0][1].producer_name
+    opsets: dict = {}
+    for _, body in run:
+        opsets.update(_opsets(body))
+    merged.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
+    shapes = {_metadata(body).get(_OUTPUT_SHAPES_KEY) for _, body in run}
+    if len(shapes) == 1 and None not in shapes:
+        merged.metadata_props.add(key=_OUTPUT_SHAPES_KEY, value=shapes.pop())
+    graph, infos = merged.graph, {}
+    graph.name = "merged"
+    for k, (node, body) in enumerate(run):
+        infos.update(_add_member(graph, k, node, body))
+    graph.input.extend(infos[name] for name in inputs)
+    graph.output.extend(infos[name] for name in outputs)
+    graph.value_info.extend(vi for name, vi in infos.items() if name not in inputs and name not in outputs)
+    return merged
+
+
+def _metadata(body: onnx.ModelProto) -> dict[str, str]:
+    return {p.key: p.value for p in body.metadata_props}
+
+
+def _add_member(graph: onnx.GraphProto, k: int, node: onnx.NodeProto, body: onnx.ModelProto) -> dict:
+    """Append member ``k``'s body to ``graph`` with its names mapped onto the outer tensors;
+    returns outer name -> ValueInfo for the member's interface."""
+    source = body.graph
+    interface = {vi.name: outer for vi, outer in zip(fed_inputs(source), node.input)}
+    infos = {outer: _renamed_info(vi, outer) for vi, outer in zip(fed_inputs(source), node.input)}
+    copies = []
+    for vi, outer in zip(source.output, node.output):
+        if interface.setdefault(vi.name, outer) != outer:  # an input passed through, or a repeated output
+            copy = onnx.helper.make_node("Identity", [interface[vi.name]], [outer], name=f"{_PREFIX}{k}/{outer}")
+            copies.append(copy)
+        infos[outer] = _renamed_info(vi, outer)
+    member = onnx.GraphProto()
+    member.CopyFrom(source)
+    _rename(member, lambda name: interface.get(name) or f"{_PREFIX}{k}/{name}")
+    graph.node.extend(member.node)
+    graph.node.extend(copies)
+    graph.initializer.extend(member.initializer)
+    graph.sparse_initializer.extend(member.sparse_initializer)
+    graph.value_info.extend(member.value_info)
+    return infos
+
+
+def _renamed_info(vi: onnx.ValueInfoProto, name: str) -> onnx.ValueInfoProto:
+    out = onnx.ValueInfoProto()
+    out.CopyFrom(vi)
+    out.name = name
+    return out
+
+
+def _rename(graph: onnx.GraphProto, rename: Callable[[str], str]) -> None:
+    """Rename every value name in ``graph`` and its subgraphs (empty names mean "absent": kept)."""
+    def new(name: str) -> str:
+        return rename(name) if name else name
+    for node in graph.node:
+        names = [new(n) for n in node.input], [new(n) for n in node.output]
+        del node.input[:], node.output[:]
+        node.input.extend(names[0])
+        node.output.extend(names[1])
+        for sub in node_subgraphs(node):
+            _rename(sub, rename)
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        vi.name = new(vi.name)
+    for tensor in graph.initializer:
+        tensor.name = new(tensor.name)
+    for sparse in graph.sparse_initializer:
+        sparse.values.name = new(sparse.values.name)
+
+
+def _drop_internal_value_info(graph: onnx.GraphProto) -> None:
+    """Value infos of tensors that no longer exist (passed inside a merged node)."""
+    names = {o for node in graph.node for o in node.output} | {i.name for i in graph.input}
+    kept = [vi for vi in graph.value_info if vi.name in names]
+    if len(kept) != len(graph.value_info):
+        del graph.value_info[:]
+        graph.value_info.extend(kept)

@@ -1,0 +1,109 @@
+"""4-bit DequantizeLinear (INT4/UINT4, per tensor, per axis, blocked) rewritten to packed uint8
+bytes dequantized in the body, against onnxruntime 1.32 and onnx.reference. Exact: every step
+is integer arithmetic in float32 and one multiply by the scale, as the kernel computes
+(tolerance 1e-6 relative for that multiply's operand order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+from rw_util import assert_close, full_check, op_types, run_ort
+
+from onnxmlu.rewrite import rewrite_model
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+
+
+def dq_model(shape, signed, mode, axis, block, zp, matmul, rng):
+    kind, low, high = (TensorProto.INT4, -8, 8) if signed else (TensorProto.UINT4, 0, 16)
+    x = rng.integers(low, high, shape)
+    rank = len(shape)
+    if mode == "tensor":
+        param_shape = []
+    elif mode == "axis":
+        param_shape = [shape[axis]]
+    else:
+        param_shape = [d // block if i == axis % rank else d for i, d in enumerate(shape)]
+    inits = [helper.make_tensor("x", kind, shape, x.reshape(-1).tolist()),
+             numpy_helper.from_array(rng.uniform(0.01, 0.1, param_shape).astype(np.float32), "s")]
+    names = ["x", "s"]
+    if zp:
+        inits.append(helper.make_tensor("zp", kind, param_shape, rng.integers(low, high, param_shape).reshape(-1).tolist()))
+        names.append("zp")
+    attrs = {} if mode == "tensor" else {"axis": axis} | ({"block_size": block} if mode == "block" else {})
+    nodes = [helper.make_node("DequantizeLinear", names, ["w"], **attrs)]
+    inputs, feeds = [], {}
+    if matmul:  # a linear layer's weight [K, N]
+        nodes.append(helper.make_node("MatMul", ["a", "w"], ["y"]))
+        inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, shape[0]])]
+        feeds = {"a": rng.standard_normal((3, shape[0])).astype(np.float32)}
+    out = "y" if matmul else "w"
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model, feeds
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(rank=st.integers(1, 3), signed=st.booleans(), mode=st.sampled_from(["tensor", "axis", "block"]),
+       block=st.sampled_from([2, 4, 16]), zp=st.booleans(), seed=st.integers(0, 2**16))
+def test_dq4_property(rank, signed, mode, block, zp, seed):
+    rng = np.random.default_rng(seed)
+    shape = [int(d) for d in rng.integers(1, 6, rank)]
+    axis = int(rng.integers(-rank, rank))
+    if mode == "block":
+        shape[axis % rank] = block * int(rng.integers(2, 4))  # one block reads as per tensor
+    model, feeds = dq_model(shape, signed, mode, axis, block, zp, False, rng)
+    rewritten, report = rewrite_model(model, only=["dq4"])
+    assert report.applied["dq4"] == 1, report.skipped
+    assert "DequantizeLinear" not in op_types(rewritten)
+    full_check(onnx.shape_inference.infer_shapes(rewritten))
+    got = run_ort(rewritten, feeds)
+    assert_close(got, run_ort(model, feeds), rtol=1e-6, atol=0)
+    assert_close(got, ReferenceEvaluator(model).run(None, feeds), rtol=1e-6, atol=0, what="vs reference")
+
+
+def test_blocked_int4_weight_keeps_its_size():
+    """onnxruntime's QDQ 4-bit form: a blocked INT4 [K, N] weight into a MatMul. The rewritten
+    file holds the same packed bytes (no int8 or float copy)."""
+    rng = np.random.default_rng(2)
+    model, feeds = dq_model([256, 64], True, "block", 0, 32, True, True, rng)
+    rewritten, report = rewrite_model(model)
+    assert report.applied["dq4"] == 1
+    assert rewritten.ByteSize() <= 1.02 * model.ByteSize() + 4096
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))
+
+
+@pytest.mark.parametrize("kind", [TensorProto.INT8, TensorProto.UINT8])
+def test_eight_bit_dequantize_is_not_its_business(kind):
+    x = helper.make_tensor("x", kind, [4], [1, 2, 3, 4])
+    graph = helper.make_graph([helper.make_node("DequantizeLinear", ["x", "s"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [x, numpy_helper.from_array(np.float32(0.5), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    rewritten, report = rewrite_model(model)
+    assert report.total == 0 and report.skipped == []
+
+
+def test_eight_bit_qdq_model_is_not_imported(monkeypatch):
+    """A QDQ model with only 8-bit DequantizeLinear nodes is never imported into graphsurgeon:
+    no round trip (a copy of every weight) for nodes the rewriter does not own."""
+    import onnxmlu.rewrite as rewrite
+
+    def no_import(*_):
+        raise AssertionError("imported a model with nothing to rewrite")
+
+    monkeypatch.setattr(rewrite, "import_graph", no_import)
+    x = helper.make_tensor("x", TensorProto.INT8, [4], [1, 2, 3, 4])
+    graph = helper.make_graph([helper.make_node("DequantizeLinear", ["x", "s"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [x, numpy_helper.from_array(np.float32(0.5), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    rewritten, report = rewrite.rewrite_owned(model)
+    assert rewritten is model and report.total == 0

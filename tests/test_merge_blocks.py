@@ -1,0 +1,98 @@
+"""Consecutive blocks merged into one inner session (onnxmlu.runtime.merge): the same function.
+
+The merged body is its members' bodies wired together; what could go wrong is a name two
+bodies share, a body output that is its own input or repeats another, a member output read
+after the run, and members that must stay apart (different opsets, a host op between them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from onnxmlu import runtime
+from onnxmlu.ir.graphs import copy_model
+from onnxmlu.runtime.merge import merge_consecutive_blocks
+
+from runtime_helpers import block_node, body_model, conv_relu_body, fused_model, vi
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+F = TensorProto.FLOAT
+
+
+def _passing_body() -> onnx.ModelProto:
+    """Outputs (its input unchanged, Relu of it, the same Relu again)."""
+    return body_model([helper.make_node("Relu", ["a"], ["r"])], [vi("a", F, [1, 4, 8, 8])],
+                      [vi("a", F, [1, 4, 8, 8]), vi("r", F, [1, 4, 8, 8]), vi("r", F, [1, 4, 8, 8])])
+
+
+def _relu_body() -> onnx.ModelProto:
+    """Outputs (Neg of its input, Relu of it, a copy of that): each output its own tensor."""
+    nodes = [helper.make_node("Neg", ["a"], ["n"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Identity", ["r"], ["r2"])]
+    return body_model(nodes, [vi("a", F, [1, 4, 8, 8])], [vi(n, F, [1, 4, 8, 8]) for n in ("n", "r", "r2")])
+
+
+def chained(opset_of_second: int = 17, host_op: bool = False, passing: bool = True) -> onnx.ModelProto:
+    """x -> block_0 -> h -> block_1 -> z -> block_2 -> (p, q, q2); a host Neg reads h after the
+    run, and (``host_op``) another sits between block_1 and block_2. Blocks 0 and 1 have bodies
+    with the very same names (conv_relu_body's x, y, y_w, y_b, y_conv). Block 2 passes its input
+    through as p (``passing``; else p = -z) and writes q = q2 = Relu(z)."""
+    second = conv_relu_body(seed=2, in_ch=4, out_ch=4)
+    second.opset_import[0].version = opset_of_second
+    z = "zn" if host_op else "z"
+    nodes = [block_node("block_0", ["x"], ["h"], conv_relu_body(seed=1, in_ch=3, out_ch=4), mp=2),
+             block_node("block_1", ["h"], ["z"], second, mp=4)]
+    nodes += [helper.make_node("Neg", ["z"], ["zn"])] if host_op else []
+    nodes += [block_node("block_2", [z], ["p", "q", "q2"], _passing_body() if passing else _relu_body(), mp=1),
+              helper.make_node("Neg", ["h"], ["hn"])]
+    shape = [1, 4, 8, 8]
+    return fused_model(nodes, [vi("x", F, [1, 3, 8, 8])], [vi(n, F, shape) for n in ("p", "q", "q2", "hn")],
+                       value_info=[vi(n, F, shape) for n in ("h", "z", "zn")[: 3 if host_op else 2]])
+
+
+def original(host_op: bool = False, passing: bool = True) -> onnx.ModelProto:
+    """What ``chained`` computes, as one plain graph (the same weights: same seeds)."""
+    first = conv_relu_body(seed=1, in_ch=3, out_ch=4, out_name="h")
+    second = conv_relu_body(seed=2, in_ch=4, out_ch=4, in_name="h", out_name="z")
+    z = "zn" if host_op else "z"
+    nodes = [*first.graph.node, *second.graph.node, *([helper.make_node("Neg", ["z"], ["zn"])] if host_op else []),
+             helper.make_node("Identity" if passing else "Neg", [z], ["p"]), helper.make_node("Relu", [z], ["q"]),
+             helper.make_node("Identity", ["q"], ["q2"]), helper.make_node("Neg", ["h"], ["hn"])]
+    return body_model(nodes, [vi("x", F, [1, 3, 8, 8])], [vi(n, F, [1, 4, 8, 8]) for n in ("p", "q", "q2", "hn")],
+                      [*first.graph.initializer, *second.graph.initializer])
+
+
+def _check(model: onnx.ModelProto, reference: onnx.ModelProto, seed: int) -> None:
+    x = np.random.default_rng(seed).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    got = runtime.InferenceSession(model, block_layouts=False).run(None, {"x": x})
+    for got_one, want in zip(got, runtime.reference_session(reference).run(None, {"x": x})):
+        np.testing.assert_allclose(got_one, want, **TOL)
+
+
+def test_a_run_of_blocks_becomes_one_node_computing_the_same():
+    model = chained()
+    merged = copy_model(model)
+    assert merge_consecutive_blocks(merged) == 2
+    blocks = [n for n in merged.graph.node if n.op_type == "MLUFusionBlock"]
+    assert len(blocks) == 1 and list(blocks[0].output) == ["h", "p", "q", "q2"]  # h: read by the host Neg
+    assert onnx.helper.get_attribute_value(next(a for a in blocks[0].attribute if a.name == "mp")) == 4
+    onnx.checker.check_model(merged, full_check=True)
+    _check(model, original(), seed=0)
+
+
+def test_blocks_with_different_opsets_or_a_host_op_between_stay_apart():
+    different = copy_model(chained(opset_of_second=13, passing=False))
+    assert merge_consecutive_blocks(different) == 0  # opsets 17, 13, 17: no two neighbours agree
+    split = copy_model(chained(host_op=True, passing=False))
+    assert merge_consecutive_blocks(split) == 1  # block_0 + block_1; block_2 after the host Neg alone
+    _check(chained(opset_of_second=13, passing=False), original(passing=False), seed=1)
+    _check(chained(host_op=True, passing=False), original(host_op=True, passing=False), seed=2)
+
+
+def test_the_callers_model_is_left_as_it_was():
+    model = chained()
+    before = model.SerializeToString()
+    runtime.InferenceSession(model)
+    assert model.SerializeToString() == before

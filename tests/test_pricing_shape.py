@@ -1,0 +1,130 @@
+"""The shape a plan was priced at is part of the artefact: ``fuse`` prints it (saying when a
+default chose it), the fused model records it under ``onnxmlu.pricing_shape``, ``inspect`` and
+``run --profile`` show it, and a run at another shape says its simulated figures are not its own.
+The fallback sizes give a dim shared by two inputs one size, and suggest only spellings the
+CLI takes back."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from typer.testing import CliRunner
+
+from onnxmlu import api
+from onnxmlu.cli import app
+from onnxmlu.frontend.pins import concrete_shapes, parse_input_shapes, shapes_text, with_defaults
+from onnxmlu.schema import PRICING_SHAPE_KEY, model_metadata
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def symbolic_conv() -> onnx.ModelProto:
+    """images [N, 3, H, W] -> Conv -> Relu: every dim but the channels left symbolic."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3],
+                                np.random.default_rng(0).standard_normal(216).astype(np.float32).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["images", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_fuse_prints_and_records_a_default_pricing_shape(tmp_path):
+    src, out = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_conv(), src)
+    result = invoke("fuse", src, out, "--json", tmp_path / "r.json")
+    assert result.exit_code == 0, result.output
+    assert "priced at images:1x3x224x224 (default for symbolic dims N, H, W; pin with --input-shape)" \
+        in result.output
+    record = json.loads(model_metadata(onnx.load(out))[PRICING_SHAPE_KEY])
+    assert record == {"inputs": {"images": [1, 3, 224, 224]}, "defaulted": ["N", "H", "W"], "profile": None}
+    assert json.loads((tmp_path / "r.json").read_text())["pricing_shape"] == record
+    assert parse_input_shapes(["images:1x3x224x224"]) == {"images": [1, 3, 224, 224]}  # the line's spelling
+    shown = invoke("inspect", out)
+    assert "priced at images:1x3x224x224 (default" in shown.output, shown.output
+
+
+def test_a_range_is_recorded_with_its_min_opt_max(tmp_path):
+    src, out = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_conv(), src)
+    result = invoke("fuse", src, out, "--input-shape", "images:1,3,32/64/128,64")
+    assert result.exit_code == 0, result.output
+    assert "priced at images:1x3x64x64\n" in result.output
+    assert "input profile: min images:1x3x32x64 · opt images:1x3x64x64 · max images:1x3x128x64" in result.output
+    record = json.loads(model_metadata(onnx.load(out))[PRICING_SHAPE_KEY])
+    assert record["defaulted"] == [] and record["profile"]["max"] == {"images": [1, 3, 128, 64]}
+
+
+def test_run_profile_reprices_at_another_shape(tmp_path):
+    """At another shape the simulated time is re-priced there: what fuse prices at that shape."""
+    fused = tmp_path / "f.onnx"
+    onnx.save(api.fuse(symbolic_conv(), input_shapes={"images": [1, 3, 32, 32]}).model, fused)
+    there = api.fuse(symbolic_conv(), input_shapes={"images": [2, 3, 16, 24]}, strategy="dlfusion")
+    other = invoke("run", fused, "--profile", "--repeat", "1", "--input-shape", "images:2x3x16x24",
+                   "--json", tmp_path / "r.json")
+    assert other.exit_code == 0, other.output
+    words = " ".join(other.output.split())
+    assert "sim µs at the pricing shape images:1x3x32x32; sim µs here: re-priced at this run's images:2x3x16x24" \
+        in words, words
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["input_shapes"] == {"images": [2, 3, 16, 24]}
+    assert report["pricing_shape"]["inputs"] == {"images": [1, 3, 32, 32]}
+    (block,) = report["profile"]
+    assert block["sim_here_us"] == pytest.approx(there.sim_latency_us, rel=1e-6) != block["sim_latency_us"]
+    same = invoke("run", fused, "--profile", "--repeat", "1", "--input-shape", "images:[1,3,32,32]")
+    assert "sim µs at this run's shape" in " ".join(same.output.split()), same.output
+
+
+def test_blocks_that_cannot_be_repriced_say_so(tmp_path):
+    fused = tmp_path / "f.onnx"
+    onnx.save(api.fuse(symbolic_conv(), input_shapes={"images": [1, 3, 32, 32]}, precision="int8",
+                       strategy="none").model, fused)
+    shown = invoke("run", fused, "--profile", "--repeat", "1", "--input-shape", "images:1x3x16x16",
+                   "--json", tmp_path / "r.json")
+    assert "FP16/INT8 blocks are not re-priced: '–'" in " ".join(shown.output.split()), shown.output
+    here = {p["precision"]: p["sim_here_us"] for p in json.loads((tmp_path / "r.json").read_text())["profile"]}
+    assert here["int8"] is None and here["fp32"] > 0
+
+
+def batch_shared_by_a_state() -> onnx.ModelProto:
+    """A recurrent step: input [batch, T] and state [2, batch, 4] share ``batch``; ``sr`` is a scalar."""
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", "T"]),
+              helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", 4]),
+              helper.make_tensor_value_info("sr", TensorProto.INT64, [])]
+    graph = helper.make_graph([helper.make_node("Identity", ["input"], ["y"])], "g", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_fallback_size_keeps_a_shared_dim_one_size():
+    model = batch_shared_by_a_state()
+    shapes = concrete_shapes(model, with_defaults(model, None, 32))
+    assert shapes["input"][0] == shapes["state"][1] == 1 and shapes["input"][1] == 32
+    assert concrete_shapes(model, {"state": [2, 3, 4]})["input"][0] == 3  # a pin on either sizes both
+
+
+def test_the_shape_text_is_a_spelling_the_cli_takes_back():
+    text = shapes_text(concrete_shapes(batch_shared_by_a_state()))
+    assert text == "input:1x128 state:2x1x4"  # the scalar has no dims to pin
+    assert parse_input_shapes(text.split()) == {"input": [1, 128], "state": [2, 1, 4]}
+
+
+def test_an_unnamed_dim_is_not_written_as_a_pin_spelling(tmp_path):
+    """An unnamed symbolic dim reads ``images[2]``: ``images:2`` would read as a rank-1 pin."""
+    model = symbolic_conv()
+    for d in model.graph.input[0].type.tensor_type.shape.dim[2:]:
+        d.Clear()
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    result = invoke("fuse", src, tmp_path / "f.onnx")
+    assert "(default for symbolic dims N, images[2], images[3]; pin with --input-shape)" in result.output, \
+        result.output
