@@ -702,6 +702,15 @@ void ShareCpuArena(OrtEnv* env) noexcept {
   Api().ReleaseMemoryInfo(memory_info);
 }
 
+// Exact INT8 on every x86 CPU: without VNNI, onnxruntime's u8 x s8 kernels add pairs of 8-bit
+// products in 16 bits and saturate; with this entry its optimizer gives constant s8 weights
+// u8 (+128, the same integers) and runs u8 x u8 kernels, which accumulate exactly in 32 bits
+// (see onnxmlu/sessions.py). A no-op on VNNI/AMX hosts, whose kernels are exact.
+constexpr const char* kExactInt8Key = "session.x64quantprecision";
+// onnxruntime (1.32) also rewrites an s8-activation QLinearConv/QLinearMatMul's weight and then
+// finds no kernel for it ("Failed to find kernel"); that node's own s8 x s8 kernel is exact.
+constexpr const char* kMissingKernel = "Failed to find kernel";
+
 OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool global_pool, const std::string& node_name,
                                               const std::string& prefix) {
   OrtSessionOptions* raw = nullptr;
@@ -726,6 +735,7 @@ OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool g
   Check(Api().AddCustomOpDomain(options.get(), NestedDomain()), prefix);
   // The env's shared CPU arena (ShareCpuArena) instead of an arena per inner session.
   Check(Api().AddSessionConfigEntry(options.get(), "session.use_env_allocators", "1"), prefix);
+  Check(Api().AddSessionConfigEntry(options.get(), kExactInt8Key, "1"), prefix);
   return options;
 }
 
@@ -749,6 +759,11 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
                                      node_name_, prefix);
   OrtSession* session = nullptr;
   OrtStatus* status = Api().CreateSessionFromArray(env_.get(), body.data(), body.size(), options.get(), &session);
+  if (status != nullptr && std::string(Api().GetErrorMessage(status)).find(kMissingKernel) != std::string::npos) {
+    Api().ReleaseStatus(status);  // see kMissingKernel: retry with onnxruntime's default kernels
+    Check(Api().AddSessionConfigEntry(options.get(), kExactInt8Key, "0"), prefix);
+    status = Api().CreateSessionFromArray(env_.get(), body.data(), body.size(), options.get(), &session);
+  }
   if (status != nullptr) {
     OrtPtr<OrtStatus> owned(status);
     std::string message = Api().GetErrorMessage(status);

@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.sessions import new_options
 from onnxmlu.errors import first_line
 from onnxmlu.frontend.pins import Pins, concrete_shapes, defaulted_keys, symbolic_axes, with_defaults
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
@@ -152,9 +153,7 @@ def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note
         weights.fill_markers(probe.graph)
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names
                               if n not in {o.name for o in probe.graph.output})
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    options = new_options("disable", log_severity=3)
     try:
         session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
         quiet = ort.RunOptions()
@@ -253,9 +252,7 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: d
     types = _feed_types(model)
     if types is None:
         return None
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
+    options = new_options("disable", log_severity=4)
     try:
         session = ort.InferenceSession(_with_weights(model, weights).SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
