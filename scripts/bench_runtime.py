@@ -24,6 +24,7 @@ from typing import NamedTuple, Sequence
 
 import onnxruntime as ort
 
+from onnxmlu.sessions import new_options
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession
 from onnxmlu.tools.timing import plain_session, time_in_turns
@@ -46,7 +47,7 @@ class Row(NamedTuple):
 
 def fused_session(fused, threads: int):
     """The fused model as a user runs it with the original's options (T intra-op threads)."""
-    options = ort.SessionOptions()
+    options = new_options()
     options.intra_op_num_threads = threads
     return InferenceSession(fused, options)
 
