@@ -8,16 +8,22 @@ weights near +-127: ``2 * 255 * 127 > 32767``):
   INT8 block; reference ``y = clip(round(sum_k x_k w_k * s_x s_w / s_y)) * s_y`` with the sum
   in int64;
 * ``matmul_integer``: MatMulInteger u8 x s8 (an imported QOperator layer), int32 output; its
-  reference is the integer product itself.
+  reference is the integer product itself;
+* ``dq_lstm``: a DynamicQuantizeLSTM (s8 weights over the whole range, batch 1), rewritten into
+  INT8 cells; reference tests/rewrite/dqlstm_reference.py, its float epilogue (gates) within
+  1e-4.
 
-Prints one JSON object: per layer the largest difference, in output quantization steps, of the
-fused model, onnxmlu's reference session and (``default``) plain onnxruntime at its default
-options, which shows whether the CPU the process runs on saturates at all.
+Prints one JSON object: per layer the largest difference, in output quantization steps (the
+LSTM: in units of 1e-4), of the fused model, onnxmlu's reference session and (``default``)
+plain onnxruntime at its default options, which shows whether the CPU the process runs on
+saturates at all.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -26,6 +32,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession, reference_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rewrite"))
+from dqlstm_reference import dq_lstm_model, dq_lstm_reference  # noqa: E402 - a sibling folder's helper
 
 C, K = 32, 16
 SX, SW, SY = 0.05, 0.01, 40.0
@@ -75,6 +84,15 @@ def matmul_integer(rng: np.random.Generator):
     return model, {"a": a}, a.astype(np.int64) @ w.astype(np.int64), 1.0
 
 
+def dq_lstm(rng: np.random.Generator):
+    """A forward DynamicQuantizeLSTM, 64 inputs, hidden 64, 6 steps, batch 1, and its exact Y."""
+    model = dq_lstm_model(rng, seq=6, inp=64, hidden=64)
+    del model.graph.output[1:]  # Y only
+    model.graph.node[0].output[1:] = []
+    x = rng.uniform(-2, 2, (6, 1, 64)).astype(np.float32)
+    return model, {"x": x}, dq_lstm_reference(model, x, rows_apart=False), 1e-4
+
+
 def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
     return float(np.max(np.abs(got.astype(np.float64) - exact)) / step)
 
@@ -82,7 +100,7 @@ def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
 def check() -> dict[str, dict[str, float]]:
     rng = np.random.default_rng(0)
     result = {}
-    for name, build in (("qdq_conv", qdq_conv), ("matmul_integer", matmul_integer)):
+    for name, build in (("qdq_conv", qdq_conv), ("matmul_integer", matmul_integer), ("dq_lstm", dq_lstm)):
         model, feeds, exact, step = build(rng)
         fused = api.fuse(model, precision="int8").model
         default = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -34,8 +34,8 @@ SATURATES = {"Skylake-Client"}
 
 def _assert_exact(result: dict) -> None:
     for layer, runs in result.items():
-        assert runs["fused"] == 0, f"{layer}: the fused model is {runs['fused']} steps from exact"
-        assert runs["reference"] == 0, f"{layer}: the reference is {runs['reference']} steps from exact"
+        assert runs["fused"] < 1, f"{layer}: the fused model is {runs['fused']} steps from exact"
+        assert runs["reference"] < 1, f"{layer}: the reference is {runs['reference']} steps from exact"
 
 
 def test_int8_layers_are_exact_here(library):
