@@ -705,14 +705,23 @@ void ShareCpuArena(OrtEnv* env) noexcept {
 // Exact INT8 on every x86 CPU: without VNNI, onnxruntime's u8 x s8 kernels add pairs of 8-bit
 // products in 16 bits and saturate; with this entry its optimizer gives constant s8 weights
 // u8 (+128, the same integers) and runs u8 x u8 kernels, which accumulate exactly in 32 bits
-// (see onnxmlu/sessions.py). A no-op on VNNI/AMX hosts, whose kernels are exact.
+// (see onnxmlu/sessions.py). onnxruntime applies it on VNNI hosts too (whose u8 x s8 kernels
+// are exact already): the same integers, slower kernels (scripts/int8_exact_cost.py).
 constexpr const char* kExactInt8Key = "session.x64quantprecision";
-// onnxruntime (1.32) also rewrites an s8-activation QLinearConv/QLinearMatMul's weight and then
-// finds no kernel for it ("Failed to find kernel"); that node's own s8 x s8 kernel is exact.
-constexpr const char* kMissingKernel = "Failed to find kernel";
+// Two failures of that rewrite in onnxruntime 1.32, after which the body loads without it:
+// an s8-activation QLinearConv/QLinearMatMul gets a u8 weight and then no kernel (its own
+// s8 x s8 kernel is exact), and a weight shared by several nodes is added twice.
+constexpr const char* kExactInt8Failures[] = {"Failed to find kernel", "Attempt to replace the existing tensor"};
+
+bool IsExactInt8Failure(const std::string& message) {
+  for (const char* known : kExactInt8Failures) {
+    if (message.find(known) != std::string::npos) return true;
+  }
+  return false;
+}
 
 OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool global_pool, const std::string& node_name,
-                                              const std::string& prefix) {
+                                              const std::string& prefix, bool exact_int8 = true) {
   OrtSessionOptions* raw = nullptr;
   Check(Api().CreateSessionOptions(&raw), prefix);
   OrtPtr<OrtSessionOptions> options(raw);
@@ -735,7 +744,7 @@ OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool g
   Check(Api().AddCustomOpDomain(options.get(), NestedDomain()), prefix);
   // The env's shared CPU arena (ShareCpuArena) instead of an arena per inner session.
   Check(Api().AddSessionConfigEntry(options.get(), "session.use_env_allocators", "1"), prefix);
-  Check(Api().AddSessionConfigEntry(options.get(), kExactInt8Key, "1"), prefix);
+  if (exact_int8) Check(Api().AddSessionConfigEntry(options.get(), kExactInt8Key, "1"), prefix);
   return options;
 }
 
@@ -759,9 +768,10 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
                                      node_name_, prefix);
   OrtSession* session = nullptr;
   OrtStatus* status = Api().CreateSessionFromArray(env_.get(), body.data(), body.size(), options.get(), &session);
-  if (status != nullptr && std::string(Api().GetErrorMessage(status)).find(kMissingKernel) != std::string::npos) {
-    Api().ReleaseStatus(status);  // see kMissingKernel: retry with onnxruntime's default kernels
-    Check(Api().AddSessionConfigEntry(options.get(), kExactInt8Key, "0"), prefix);
+  if (status != nullptr && IsExactInt8Failure(Api().GetErrorMessage(status))) {
+    Api().ReleaseStatus(status);  // see kExactInt8Failures: retry with onnxruntime's default kernels
+    options = InnerSessionOptions(InnerThreads(mp_, config, prefix), config.spinning, config.global_pool, node_name_,
+                                  prefix, /*exact_int8=*/false);
     status = Api().CreateSessionFromArray(env_.get(), body.data(), body.size(), options.get(), &session);
   }
   if (status != nullptr) {

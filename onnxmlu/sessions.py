@@ -12,7 +12,9 @@ MatMulInteger's accumulator by 198786). With the session config entry
 ``session.x64quantprecision`` = ``1`` (:data:`EXACT_INT8_KEY`) onnxruntime's optimizer
 rewrites constant s8 weights to u8 (``w + 128``, zero point ``+ 128``: the same integers
 ``w - z_w``) and runs u8 x u8 kernels, which widen to 16 bits before ``pmaddwd`` and so
-accumulate exactly in 32 bits; on VNNI/AMX hosts it changes nothing (their kernels are exact).
+accumulate exactly in 32 bits. onnxruntime applies it on VNNI hosts too, whose u8 x s8 kernels
+are exact already: the same integers from slower kernels (scripts/int8_exact_cost.py measures
+the cost).
 
 Two gaps of that entry, closed here and in :mod:`onnxmlu.runtime.session`:
 
@@ -55,16 +57,18 @@ _S8_ACTIVATION_REFUSED = ("QLinearConv", "QLinearMatMul")
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "all": "ORT_ENABLE_ALL"}
 
 
-def new_options(level: str = "all", *, log_severity: int | None = None, model: onnx.ModelProto | None = None):
+def new_options(level: str = "all", *, log_severity: int | None = None, model: onnx.ModelProto | None = None,
+                exact: bool = True):
     """``onnxruntime.SessionOptions`` at optimization ``level`` ("disable", "basic", "all")
     with exact INT8 arithmetic (:data:`EXACT_INT8_KEY`), unless ``model`` holds a node that
-    onnxruntime cannot load with it (:func:`needs_default_kernels`)."""
+    onnxruntime cannot load with it (:func:`needs_default_kernels`). ``exact=False``: onnxruntime's
+    default kernels, only to measure what exactness costs (scripts/int8_exact_cost.py)."""
     ort = optional_import("onnxruntime")
     options = ort.SessionOptions()
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
     if log_severity is not None:
         options.log_severity_level = log_severity
-    if model is None or not needs_default_kernels(model):
+    if exact and (model is None or not needs_default_kernels(model)):
         options.add_session_config_entry(EXACT_INT8_KEY, "1")
     return options
 

@@ -84,6 +84,21 @@ def matmul_integer(rng: np.random.Generator):
     return model, {"a": a}, a.astype(np.int64) @ w.astype(np.int64), 1.0
 
 
+def qlinear_conv_s8(rng: np.random.Generator):
+    """QLinearConv with s8 activations and s8 weights (imported QOperator): onnxruntime cannot
+    load it with the exact entry on a CPU without VNNI; its s8 x s8 kernel is exact without."""
+    w = (rng.integers(100, 128, (K, C, 3, 3)) * _signs(rng, (K, C, 3, 3))).astype(np.int8)
+    one, zero = np.float32(1.0), np.int8(0)
+    inits = [numpy_helper.from_array(v, n) for n, v in (("s", one), ("z", zero), ("w", w), ("sy", np.float32(4096.0)))]
+    nodes = [helper.make_node("QLinearConv", ["a", "s", "z", "w", "s", "z", "sy", "z"], ["y"], pads=[1, 1, 1, 1])]
+    model = _model(nodes, [helper.make_tensor_value_info("a", TensorProto.INT8, [1, C, 8, 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT8, [1, K, 8, 8])], inits)
+    a = rng.integers(120, 128, (1, C, 8, 8)) * _signs(rng, (1, C, 8, 8))
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+    acc = np.einsum("nchwij,kcij->nkhw", windows.astype(np.int64), w.astype(np.int64))
+    return model, {"a": a.astype(np.int8)}, np.clip(np.round(acc / 4096.0), -128, 127), 1.0
+
+
 def dq_lstm(rng: np.random.Generator):
     """A forward DynamicQuantizeLSTM, 64 inputs, hidden 64, 6 steps, batch 1, and its exact Y."""
     model = dq_lstm_model(rng, seq=6, inp=64, hidden=64)
@@ -100,7 +115,8 @@ def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
 def check() -> dict[str, dict[str, float]]:
     rng = np.random.default_rng(0)
     result = {}
-    for name, build in (("qdq_conv", qdq_conv), ("matmul_integer", matmul_integer), ("dq_lstm", dq_lstm)):
+    for name, build in (("qdq_conv", qdq_conv), ("matmul_integer", matmul_integer),
+                        ("qlinear_conv_s8", qlinear_conv_s8), ("dq_lstm", dq_lstm)):
         model, feeds, exact, step = build(rng)
         fused = api.fuse(model, precision="int8").model
         default = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
