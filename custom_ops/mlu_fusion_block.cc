@@ -705,9 +705,20 @@ void ShareCpuArena(OrtEnv* env) noexcept {
 // Exact INT8 on every x86 CPU: without VNNI, onnxruntime's u8 x s8 kernels add pairs of 8-bit
 // products in 16 bits and saturate; with this entry its optimizer gives constant s8 weights
 // u8 (+128, the same integers) and runs u8 x u8 kernels, which accumulate exactly in 32 bits
-// (see onnxmlu/sessions.py). onnxruntime applies it on VNNI hosts too (whose u8 x s8 kernels
-// are exact already): the same integers, slower kernels (scripts/int8_exact_cost.py).
+// (see onnxmlu/sessions.py). onnxruntime applies it on VNNI hosts too, whose u8 x s8 kernels
+// are exact already (vpdpbusd sums four products in 32 bits): the same integers from kernels
+// measured 1.3-1.8x slower there, so it is set only where the default kernels saturate.
 constexpr const char* kExactInt8Key = "session.x64quantprecision";
+
+// As MLAS dispatches: AVX-512 VNNI usable (CPUID and the OS's AVX-512 state) gives exact u8 x s8
+// kernels; the entry is x86-only.
+bool DefaultKernelsExact() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512vnni");
+#else
+  return true;
+#endif
+}
 // Two failures of that rewrite in onnxruntime 1.32, after which the body loads without it:
 // an s8-activation QLinearConv/QLinearMatMul gets a u8 weight and then no kernel (its own
 // s8 x s8 kernel is exact), and a weight shared by several nodes is added twice.
@@ -744,7 +755,7 @@ OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool g
   Check(Api().AddCustomOpDomain(options.get(), NestedDomain()), prefix);
   // The env's shared CPU arena (ShareCpuArena) instead of an arena per inner session.
   Check(Api().AddSessionConfigEntry(options.get(), "session.use_env_allocators", "1"), prefix);
-  if (exact_int8) Check(Api().AddSessionConfigEntry(options.get(), kExactInt8Key, "1"), prefix);
+  if (exact_int8 && !DefaultKernelsExact()) Check(Api().AddSessionConfigEntry(options.get(), kExactInt8Key, "1"), prefix);
   return options;
 }
 

@@ -13,8 +13,10 @@ MatMulInteger's accumulator by 198786). With the session config entry
 rewrites constant s8 weights to u8 (``w + 128``, zero point ``+ 128``: the same integers
 ``w - z_w``) and runs u8 x u8 kernels, which widen to 16 bits before ``pmaddwd`` and so
 accumulate exactly in 32 bits. onnxruntime applies it on VNNI hosts too, whose u8 x s8 kernels
-are exact already: the same integers from slower kernels (scripts/int8_exact_cost.py measures
-the cost).
+(``vpdpbusd``: four products summed into 32 bits) are exact already: the same integers from
+kernels measured 1.3-1.8x slower there (scripts/int8_exact_cost.py). So the entry is set only
+where the default kernels are not exact (:func:`default_kernels_exact`: x86 without AVX-512
+VNNI, as onnxruntime's MLAS dispatches; AVX-VNNI-only CPUs get the entry, exact either way).
 
 Two gaps of that entry, closed here and in :mod:`onnxmlu.runtime.session`:
 
@@ -29,6 +31,10 @@ Two gaps of that entry, closed here and in :mod:`onnxmlu.runtime.session`:
 """
 
 from __future__ import annotations
+
+import functools
+import importlib
+import platform
 
 import numpy as np
 import onnx
@@ -68,7 +74,7 @@ def new_options(level: str = "all", *, log_severity: int | None = None, model: o
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
     if log_severity is not None:
         options.log_severity_level = log_severity
-    if exact and (model is None or not needs_default_kernels(model)):
+    if exact and not default_kernels_exact() and (model is None or not needs_default_kernels(model)):
         options.add_session_config_entry(EXACT_INT8_KEY, "1")
     return options
 
@@ -79,9 +85,21 @@ def exact_int8(options, model: onnx.ModelProto | None = None):
     try:
         options.get_session_config_entry(EXACT_INT8_KEY)
     except RuntimeError:  # "SessionOptions does not have configuration with key: ..."
-        if model is None or not needs_default_kernels(model):
+        if not default_kernels_exact() and (model is None or not needs_default_kernels(model)):
             options.add_session_config_entry(EXACT_INT8_KEY, "1")
     return options
+
+
+@functools.cache
+def default_kernels_exact() -> bool:
+    """Whether onnxruntime's default integer kernels are exact on this CPU: not x86 (the entry
+    is x86-only), or x86 with AVX-512 VNNI usable (numpy reads CPUID and the OS's AVX-512
+    state, as MLAS does; under an emulator, the emulated CPU's)."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return True
+    umath = importlib.import_module("numpy._core._multiarray_umath" if hasattr(np, "_core")
+                                    else "numpy.core._multiarray_umath")
+    return bool(umath.__cpu_features__.get("AVX512VNNI"))
 
 
 def needs_default_kernels(model: onnx.ModelProto) -> bool:

@@ -1,9 +1,10 @@
-"""What exact INT8 arithmetic costs: each INT8 block body of a zoo model's ``--precision int8``
-fuse, run as the library runs it (onnxruntime, all optimizations, T intra-op threads) with
-``session.x64quantprecision`` = 1 (exact u8 x u8 kernels, what every session of the package now
-uses: onnxmlu/sessions.py) and = 0 (onnxruntime's default u8 x s8 kernels, which saturate on x86
-without VNNI), timed in turns in one process. Also the largest difference between the two
-outputs on the same seeded inputs: 0 on a host whose default kernels are exact (VNNI).
+"""What onnxruntime's exact INT8 kernels cost: each INT8 block body of a zoo model's
+``--precision int8`` fuse, run as the library runs it (onnxruntime, all optimizations, T
+intra-op threads) with ``session.x64quantprecision`` = 1 (exact u8 x u8 kernels, what the
+package's sessions use on x86 without AVX-512 VNNI: onnxmlu/sessions.py) and without it
+(onnxruntime's default u8 x s8 kernels: exact with VNNI, saturating without), timed in turns in
+one process. Also the largest difference between the two outputs on the same seeded inputs: 0
+on a host whose default kernels are exact.
 
     python scripts/int8_exact_cost.py [--models resnet18 mobilenetv2] [--threads 2] [--rounds 8]
 """
@@ -18,14 +19,16 @@ import onnxruntime as ort
 from onnxmlu import api
 from onnxmlu.frontend.feeds import random_inputs
 from onnxmlu.schema import block_precision, body_model, is_fusion_block
-from onnxmlu.sessions import new_options
+from onnxmlu.sessions import EXACT_INT8_KEY, new_options
 from onnxmlu.tools.timing import time_in_turns
 from onnxmlu.tools.zoo import build_model
 
 
 def _session(body, threads: int, exact: bool) -> ort.InferenceSession:
-    options = new_options("all", log_severity=3, exact=exact)
+    options = new_options("all", log_severity=3, exact=False)
     options.intra_op_num_threads = threads
+    if exact:  # forced, also where the package leaves the default kernels (a VNNI host)
+        options.add_session_config_entry(EXACT_INT8_KEY, "1")
     return ort.InferenceSession(body.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
