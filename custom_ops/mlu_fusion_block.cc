@@ -707,7 +707,7 @@ void ShareCpuArena(OrtEnv* env) noexcept {
 // u8 (+128, the same integers) and runs u8 x u8 kernels, which accumulate exactly in 32 bits
 // (see onnxmlu/sessions.py). onnxruntime applies it on VNNI hosts too, whose u8 x s8 kernels
 // are exact already (vpdpbusd sums four products in 32 bits): the same integers from kernels
-// measured 1.3-1.8x slower there, so it is set only where the default kernels saturate.
+// measured 1.2-2.1x slower there, so it is set only where the default kernels saturate.
 constexpr const char* kExactInt8Key = "session.x64quantprecision";
 
 // As MLAS dispatches: AVX-512 VNNI usable (CPUID and the OS's AVX-512 state) gives exact u8 x s8

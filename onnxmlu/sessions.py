@@ -14,7 +14,7 @@ rewrites constant s8 weights to u8 (``w + 128``, zero point ``+ 128``: the same 
 ``w - z_w``) and runs u8 x u8 kernels, which widen to 16 bits before ``pmaddwd`` and so
 accumulate exactly in 32 bits. onnxruntime applies it on VNNI hosts too, whose u8 x s8 kernels
 (``vpdpbusd``: four products summed into 32 bits) are exact already: the same integers from
-kernels measured 1.3-1.8x slower there (scripts/int8_exact_cost.py). So the entry is set only
+kernels measured 1.2-2.1x slower there (scripts/int8_exact_cost.py). So the entry is set only
 where the default kernels are not exact (:func:`default_kernels_exact`: x86 without AVX-512
 VNNI, as onnxruntime's MLAS dispatches; AVX-VNNI-only CPUs get the entry, exact either way).
 
