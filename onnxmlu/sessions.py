@@ -125,6 +125,9 @@ def exact_integer_weights(model: onnx.ModelProto) -> int:
         if spec is None or not _u8_activation(node, spec[0], inits, types):
             continue
         pairs = [(w, z) for w, z in spec[1] if _flippable(node, w, z, inits)]
+        if node.op_type == "DynamicQuantizeLSTM" and (len(pairs) != 2 or not all(_uniform(node, z, inits)
+                                                                                  for _, z in pairs)):
+            continue  # W and R share one type; onnxruntime reads one zero point per u8 weight here
         for weight, zero in pairs:
             _flip_into(model, node, weight, inits, default_shape=None)
             _flip_into(model, node, zero, inits, default_shape=())
@@ -159,6 +162,11 @@ def _flippable(node: onnx.NodeProto, weight: int, zero: int, inits: dict) -> boo
     zero_name = node.input[zero] if len(node.input) > zero else ""
     s8_zero = zero_name in inits and inits[zero_name].data_type == onnx.TensorProto.INT8
     return has_weight and (zero_name == "" or s8_zero)
+
+
+def _uniform(node: onnx.NodeProto, zero: int, inits: dict) -> bool:
+    values = numpy_helper.to_array(inits[node.input[zero]]) if len(node.input) > zero and node.input[zero] else None
+    return values is None or bool(np.all(values == values.flat[0]))
 
 
 def _flip_into(model: onnx.ModelProto, node: onnx.NodeProto, index: int, inits: dict, default_shape) -> None:
