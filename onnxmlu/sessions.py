@@ -7,8 +7,8 @@ Gemm, QLinearConv, QLinearMatMul, MatMulInteger, DynamicQuantizeLSTM, ...) into 
 on x86 CPUs without VNNI (SSE4.1, AVX2, AVX-512 without VNNI) those kernels multiply with
 ``pmaddubsw``, which adds *pairs* of 8-bit products in 16 bits and saturates:
 ``255 * 127 + 255 * 127 = 64770 > 32767``. The result then depends on the CPU (measured under
-``qemu-x86_64 -cpu Skylake-Client``: a QDQ Conv's output off by 76 quantization steps, a
-MatMulInteger's accumulator by 198786). With the session config entry
+``qemu-x86_64 -cpu Skylake-Client`` by tests/precision/exact_int8_check.py: a QDQ Conv's output
+off by 4 quantization steps, a MatMulInteger's accumulator by 134358). With the session config entry
 ``session.x64quantprecision`` = ``1`` (:data:`EXACT_INT8_KEY`) onnxruntime's optimizer
 rewrites constant s8 weights to u8 (``w + 128``, zero point ``+ 128``: the same integers
 ``w - z_w``) and runs u8 x u8 kernels, which widen to 16 bits before ``pmaddwd`` and so
@@ -26,8 +26,14 @@ Two gaps of that entry, closed here and in :mod:`onnxmlu.runtime.session`:
   model itself for u8-activation integer nodes;
 * onnxruntime applies it to QLinearConv / QLinearMatMul (opset < 21) also when the
   *activation* is s8, and then finds no (s8, u8) kernel: the session cannot be created.
-  s8 x s8 kernels widen before multiplying (exact on every x86, measured), so a model holding
-  such a node is given the options without the entry (:func:`needs_default_kernels`).
+  s8 x s8 kernels widen before multiplying (exact on every x86: the ``qlinear_conv_s8`` case of
+  tests/precision/exact_int8_check.py), so a model holding such a node is given the options
+  without the entry (:func:`needs_default_kernels`), and the library retries such a body without it.
+
+Not closed (onnxruntime 1.32): its pass matches QLinearMatMul only at since-version 10, so an
+imported QLinearMatMul of opset 21 or later with u8 activations and s8 weights still saturates
+inside a block on x86 without VNNI (measured under Skylake-Client: 64 output steps); the
+reference session is exact for it.
 """
 
 from __future__ import annotations
