@@ -32,7 +32,7 @@ Two gaps of that entry, closed here and in :mod:`onnxmlu.runtime.session`:
 
 Not closed (onnxruntime 1.32): its pass matches QLinearMatMul only at since-version 10, so an
 imported QLinearMatMul of opset 21 or later with u8 activations and s8 weights still saturates
-inside a block on x86 without VNNI (measured under Skylake-Client: 64 output steps); the
+inside a block on x86 without VNNI (seen under Skylake-Client); the
 reference session is exact for it.
 """
 
