@@ -748,6 +748,35 @@ GlobalPoolCache& GlobalPools() {
   return cache;
 }
 
+// Exact INT8 on every x86 CPU: without VNNI, onnxruntime's u8 x s8 kernels add pairs of 8-bit
+// products in 16 bits and saturate; with this entry its optimizer gives constant s8 weights
+// u8 (+128, the same integers) and runs u8 x u8 kernels, which accumulate exactly in 32 bits
+// (see onnxmlu/sessions.py). onnxruntime applies it on VNNI hosts too, whose u8 x s8 kernels
+// are exact already (vpdpbusd sums four products in 32 bits): the same integers from kernels
+// measured 1.2-2.1x slower there, so it is set only where the default kernels saturate.
+constexpr const char* kExactInt8Key = "session.x64quantprecision";
+
+// As MLAS dispatches: AVX-512 VNNI usable (CPUID and the OS's AVX-512 state) gives exact u8 x s8
+// kernels; the entry is x86-only.
+bool DefaultKernelsExact() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512vnni");
+#else
+  return true;
+#endif
+}
+// Two failures of that rewrite in onnxruntime 1.32, after which the body loads without it:
+// an s8-activation QLinearConv/QLinearMatMul gets a u8 weight and then no kernel (its own
+// s8 x s8 kernel is exact), and a weight shared by several nodes is added twice.
+constexpr const char* kExactInt8Failures[] = {"Failed to find kernel", "Attempt to replace the existing tensor"};
+
+bool IsExactInt8Failure(const std::string& message) {
+  for (const char* known : kExactInt8Failures) {
+    if (message.find(known) != std::string::npos) return true;
+  }
+  return false;
+}
+
 // The node's shared weights (kSharedAttribute): its last inputs, each a constant of the outer
 // graph, named as the body's initializer it replaces. Read once, at kernel creation: onnxruntime
 // keeps the constants for the outer session's life, and the inner session copies them in.
@@ -835,7 +864,7 @@ void AddShared(OrtSessionOptions* options, const SharedViews& shared, const std:
 }
 
 OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool global_pool, const std::string& node_name,
-                                              const std::string& prefix) {
+                                              const std::string& prefix, bool exact_int8 = true) {
   OrtSessionOptions* raw = nullptr;
   Check(Api().CreateSessionOptions(&raw), prefix);
   OrtPtr<OrtSessionOptions> options(raw);
@@ -858,6 +887,7 @@ OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool g
   Check(Api().AddCustomOpDomain(options.get(), NestedDomain()), prefix);
   // The env's shared CPU arena (ShareCpuArena) instead of an arena per inner session.
   Check(Api().AddSessionConfigEntry(options.get(), "session.use_env_allocators", "1"), prefix);
+  if (exact_int8 && !DefaultKernelsExact()) Check(Api().AddSessionConfigEntry(options.get(), kExactInt8Key, "1"), prefix);
   return options;
 }
 
@@ -866,11 +896,11 @@ OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool g
 // sessions do; otherwise on a pool of its own. Returns onnxruntime's error for the body, if any.
 OrtStatus* CreateInnerSession(OrtEnv* env, const std::string& body, int threads, const InnerConfig& config,
                               const std::string& node_name, const std::string& prefix, const SharedViews& shared,
-                              OrtSession** session, bool* on_global_pool) {
+                              OrtSession** session, bool* on_global_pool, bool exact_int8) {
   std::optional<bool> global = GlobalPools().Known(env);
   if (config.global_pool != GlobalPool::kDetect) global = config.global_pool == GlobalPool::kRequire;
   if (!global.has_value()) {  // the env's first block: try the global pool
-    auto options = InnerSessionOptions(threads, config.spinning, /*global_pool=*/true, node_name, prefix);
+    auto options = InnerSessionOptions(threads, config.spinning, /*global_pool=*/true, node_name, prefix, exact_int8);
     AddShared(options.get(), shared, prefix);
     OrtStatus* status = Api().CreateSessionFromArray(env, body.data(), body.size(), options.get(), session);
     if (status == nullptr) {
@@ -881,7 +911,7 @@ OrtStatus* CreateInnerSession(OrtEnv* env, const std::string& body, int threads,
     Api().ReleaseStatus(status);  // no global pool, or a bad body: the per-session try below says which
   }
   *on_global_pool = global.value_or(false);
-  auto options = InnerSessionOptions(threads, config.spinning, *on_global_pool, node_name, prefix);
+  auto options = InnerSessionOptions(threads, config.spinning, *on_global_pool, node_name, prefix, exact_int8);
   AddShared(options.get(), shared, prefix);
   OrtStatus* status = Api().CreateSessionFromArray(env, body.data(), body.size(), options.get(), session);
   if (status == nullptr && !global.has_value()) GlobalPools().Remember(env, false);  // the body is fine: no pool
@@ -932,7 +962,12 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   OrtSession* session = nullptr;
   const SharedViews views = ViewsOf(shared, prefix);
   OrtStatus* status = CreateInnerSession(env_.get(), body, threads, config, node_name_, prefix, views, &session,
-                                         &on_global_pool);
+                                         &on_global_pool, /*exact_int8=*/true);
+  if (status != nullptr && IsExactInt8Failure(Api().GetErrorMessage(status))) {
+    Api().ReleaseStatus(status);  // see kExactInt8Failures: retry with onnxruntime's default kernels
+    status = CreateInnerSession(env_.get(), body, threads, config, node_name_, prefix, views, &session,
+                                &on_global_pool, /*exact_int8=*/false);
+  }
   if (status != nullptr) {
     OrtPtr<OrtStatus> owned(status);
     std::string message = Api().GetErrorMessage(status);

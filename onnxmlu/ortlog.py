@@ -4,7 +4,7 @@ onnxruntime prints coloured lines (``[E:onnxruntime:...] Non-zero status code ..
 its default logger, whose severity is process-wide and has no getter. The CLI chooses it once
 (FATAL only, 4, unless ``-v``: warnings, 2) with :func:`set_severity`; a pass that silences
 onnxruntime for a while (:func:`at_least`) puts back that choice, not onnxruntime's default,
-and the sessions onnxmlu makes take it too (:func:`quiet_options`). The custom-op library's
+and the sessions onnxmlu makes take it too (:func:`onnxmlu.sessions.new_options`). The custom-op library's
 inner sessions log through the same default logger. A library user who never calls
 :func:`set_severity` keeps onnxruntime's own default, 2 (warnings).
 """
@@ -40,9 +40,3 @@ def at_least(level: int) -> Iterator[None]:
         yield
     finally:
         ort.set_default_logger_severity(severity())
-
-
-def quiet_options(options):
-    """``options`` (a SessionOptions) logging at the chosen severity, or quieter if already set so."""
-    options.log_severity_level = max(options.log_severity_level, severity())
-    return options

@@ -39,6 +39,7 @@ from typing import NamedTuple, Sequence
 
 import onnxruntime as ort
 
+from onnxmlu.sessions import new_options
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession, custom_ops_library
 from onnxmlu.tools.timing import time_in_turns
@@ -72,7 +73,7 @@ def thread_counts(cores: int | None = None) -> list[int]:
 
 
 def _options(threads: int, global_pools: bool) -> ort.SessionOptions:
-    options = ort.SessionOptions()
+    options = new_options()
     if global_pools:  # the pool's own size; onnxruntime warns that a session's count is ignored
         options.use_per_session_threads = False  # and requires this of every session
     else:

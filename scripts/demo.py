@@ -11,8 +11,7 @@ import os
 import shlex
 from pathlib import Path
 
-import onnxruntime as ort
-
+from onnxmlu.sessions import new_options
 from onnxmlu import InferenceSession
 from onnxmlu.cli import app
 from onnxmlu.frontend.load import load_model
@@ -40,7 +39,7 @@ def main() -> None:
 
 def print_latency(original: Path, fused: Path) -> None:
     threads = min(2, os.cpu_count() or 1)
-    options = ort.SessionOptions()
+    options = new_options()
     options.intra_op_num_threads = threads  # the fused side gets the same budget as the original
     sessions = {
         "original (onnxruntime)": plain_session(original, threads),

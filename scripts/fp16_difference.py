@@ -21,6 +21,7 @@ import argparse
 import numpy as np
 import onnxruntime as ort
 
+from onnxmlu.sessions import new_options
 from onnxmlu import api
 from onnxmlu.plan.plan import with_precision
 from onnxmlu.precision.accuracy import cosine_similarity
@@ -32,7 +33,7 @@ from onnxmlu.tools.verify import random_inputs
 
 
 def session(body, level) -> ort.InferenceSession:
-    options = ort.SessionOptions()
+    options = new_options()
     options.graph_optimization_level = level
     return ort.InferenceSession(body.SerializeToString(), options, providers=["CPUExecutionProvider"])
 

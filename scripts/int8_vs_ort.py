@@ -31,6 +31,7 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.quantization import quantize_static
 
+from onnxmlu.sessions import new_options
 from onnxmlu import api
 from onnxmlu.precision.accuracy import cosine_similarity
 from onnxmlu.precision.calibration import SampleReader
@@ -47,7 +48,7 @@ def ort_quantized(model: onnx.ModelProto, samples: list[dict], folder: Path, met
     source, target = folder / "original.onnx", folder / "original.int8.onnx"
     onnx.save(model, source.as_posix())
     quantize_static(source, target, SampleReader(samples), **Int8Options(method=method).quantize_arguments())
-    return ort.InferenceSession(target.as_posix(), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(target.as_posix(), new_options(), providers=["CPUExecutionProvider"])
 
 
 def onnxmlu_quantized(model: onnx.ModelProto, folder: Path, bn_mode: str, method: str):

@@ -54,6 +54,7 @@ import onnx
 import onnx.utils
 import onnxruntime as ort
 
+from onnxmlu.sessions import new_options
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession
 from onnxmlu.runtime.layouts import ADDED_INPUT, RESULT_OUTPUT, edge_copying_convs, optimize_block_layouts
@@ -68,7 +69,7 @@ class Profiled:
     spinning as the inner sessions do) and its wall time per run."""
 
     def __init__(self, model: onnx.ModelProto, feeds: dict, threads: int, folder: str, tag: str) -> None:
-        options = ort.SessionOptions()
+        options = new_options()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.enable_profiling = True
@@ -233,7 +234,7 @@ def _least(values: list[float] | None) -> float:
 
 
 def _fused_options(threads: int) -> ort.SessionOptions:
-    options = ort.SessionOptions()
+    options = new_options()
     options.intra_op_num_threads = threads
     return options
 

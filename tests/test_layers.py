@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "onnxmlu"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "diagnostics", "registry", "optional", "version", "plots", "schemas", "precisions", "ortlog",
      "progress"),
-    ("ir", "schema", "reference"),
+    ("ir", "schema", "reference", "sessions"),
     ("frontend", "rewrite", "analyze", "plan", "runtime"),
     ("collapse",),
     ("precision",),

@@ -96,3 +96,23 @@ def test_the_callers_model_is_left_as_it_was():
     before = model.SerializeToString()
     runtime.InferenceSession(model)
     assert model.SerializeToString() == before
+
+
+def test_bodies_whose_nodes_share_names_merge_into_a_valid_body():
+    """Two bodies naming their nodes alike (each layout pass writes a "ReorderOutput"): the
+    merged body must still name every node once, or onnxruntime refuses it."""
+    from onnxmlu.schema import body_model as body_of
+
+    model = chained()
+    for i, node in enumerate(list(model.graph.node[:2])):
+        body = body_of(node)
+        for k, inner in enumerate(body.graph.node):
+            inner.name = f"shared_{k}"
+        mp = next(a.i for a in node.attribute if a.name == "mp")
+        model.graph.node[i].CopyFrom(block_node(node.name, list(node.input), list(node.output), body, mp=mp))
+    merged = copy_model(model)
+    assert merge_consecutive_blocks(merged) == 2
+    names = [n.name for n in body_of(next(n for n in merged.graph.node if n.op_type == "MLUFusionBlock")).graph.node
+             if n.name]
+    assert len(names) == len(set(names)) and any(n.endswith("shared_0") for n in names)
+    _check(model, original(), seed=3)

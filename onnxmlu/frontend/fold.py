@@ -42,6 +42,7 @@ from onnx_graphsurgeon.logger import G_LOGGER
 import onnx_graphsurgeon as gs
 
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.sessions import new_options
 from onnxmlu.errors import first_line
 from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_default_domain, iter_graphs, node_inputs
 from onnxmlu.ir import nested_graphs, node_subgraphs, unresolved_names
@@ -156,9 +157,7 @@ def invalid_branch(model: onnx.ModelProto) -> str | None:
     (:func:`onnxmlu.frontend.normalize.normalize`). The check loads the weight-free skeleton."""
     ort = optional_import("onnxruntime")
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
+    options = new_options("disable", log_severity=4)
     try:
         ort.InferenceSession(skeleton(model).SerializeToString(), options, providers=["CPUExecutionProvider"])
         return None

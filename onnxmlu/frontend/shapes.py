@@ -27,8 +27,8 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from onnxmlu import ortlog
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.sessions import new_options
 from onnxmlu.errors import first_line
 from onnxmlu.frontend.memory import capped, default_budget, probe_bound, size_text
 from onnxmlu.frontend.pins import (Pins, concrete_shapes, declared_dims, defaulted_keys, dim_label, shapes_text,
@@ -174,9 +174,7 @@ def _probe_session(model: onnx.ModelProto, names: list[str], weights: WeightStor
         weights.fill_markers(probe.graph)
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names
                               if n not in {o.name for o in probe.graph.output})
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = max(3, ortlog.severity())
+    options = new_options("disable", log_severity=3)
     return ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -388,9 +386,7 @@ def _zeros_runner(model: onnx.ModelProto, weights: WeightStore | None, values: d
     types = _feed_types(model)
     if types is None:
         return None
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
+    options = new_options("disable", log_severity=4)
     try:
         session = ort.InferenceSession(_with_weights(model, weights).SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])

@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import onnx
 
-from onnxmlu import ortlog
+from onnxmlu.sessions import new_options
 from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.frontend.feeds import random_inputs
 from onnxmlu.ir import fed_inputs
@@ -286,9 +286,8 @@ def _session_exposing(model: onnx.ModelProto, names: Sequence[str]):
         data = model.SerializeToString()
     finally:
         del graph.output[len(graph.output) - len(added):]
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.log_severity_level = max(3, ortlog.severity())  # its notes on unused initializers: not the user's
+    # its notes on unused initializers are not the user's concern
+    options = new_options("basic", log_severity=3, model=model)
     try:
         return ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line

@@ -32,8 +32,8 @@ import onnx
 from onnx import helper
 from onnx.compose import add_prefix_graph
 
-from onnxmlu import ortlog
 from onnxmlu.collapse.blocks import block_interface, block_owner, collapse, fp32_body
+from onnxmlu.sessions import new_options
 from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.optional import optional_import
 from onnxmlu.ir import copy_model_fields, fed_inputs, is_default_domain, nested_graphs, node_inputs, opset_version
@@ -303,8 +303,7 @@ def _reference_session(model: onnx.ModelProto):
 def _session(model: onnx.ModelProto):
     """A trial at onnxruntime's usual optimization level, as the library runs block bodies."""
     ort = optional_import("onnxruntime")
-    options = ort.SessionOptions()
-    options.log_severity_level = max(3, ortlog.severity())
+    options = new_options("all", log_severity=3, model=model)
     try:
         return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line

@@ -42,6 +42,7 @@ import onnxruntime as ort
 
 from onnxmlu import ortlog
 from onnxmlu.diagnostics import Diagnostic
+from onnxmlu.sessions import new_options
 from onnxmlu.errors import first_line
 from onnxmlu.ir import attribute_value, copy_model, is_fusion_block, sort_graphs
 from onnxmlu.schema import (BodyDigestError, block_precision, file_references, label_mismatch, set_body_digest,
@@ -159,8 +160,8 @@ def _ort_optimized(body: bytes, per_session_threads: bool, block: str,
                    notes: list[Diagnostic]) -> onnx.ModelProto | None:
     """The body after onnxruntime's graph optimizations (ALL: NCHWc), or None if it fails."""
     with tempfile.TemporaryDirectory(prefix="onnxmlu-") as folder:
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # exact INT8, as the library's inner session that runs the result (its u8 weights)
+        options = new_options("all")
         options.optimized_model_filepath = os.path.join(folder, "body.onnx")
         options.log_severity_level = max(3, ortlog.severity())  # "hardware specific optimizations": expected
         options.use_per_session_threads = per_session_threads

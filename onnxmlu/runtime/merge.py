@@ -215,6 +215,9 @@ def _add_member(graph: onnx.GraphProto, k: int, node: onnx.NodeProto, body: onnx
     member = onnx.GraphProto()
     member.CopyFrom(source)
     _rename(member, lambda name: interface.get(name) or f"{_PREFIX}{k}/{name}")
+    for inner in member.node:  # node names must be unique in a graph too (two bodies' "ReorderOutput")
+        if inner.name:
+            inner.name = f"{_PREFIX}{k}/{inner.name}"
     graph.node.extend(member.node)
     graph.node.extend(copies)
     graph.initializer.extend(member.initializer)

@@ -65,11 +65,11 @@ from google.protobuf import json_format, text_format
 from google.protobuf.message import EncodeError
 from google.protobuf.message import Error as ProtobufError
 
-from onnxmlu.ortlog import quiet_options
 from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.ir import copy_model, is_fusion_block
 from onnxmlu.runtime.layouts import optimize_layouts_in_place
 from onnxmlu.runtime.merge import merge_consecutive_blocks
+from onnxmlu.sessions import U8_ACTIVATION_NODES, exact_int8, exact_integer_weights, new_options
 
 #: What ``onnx.load`` raises on a path that holds no model it can read: the file system's
 #: errors, protobuf's (binary, text and JSON formats), onnx's text parser's, ValueError.
@@ -154,22 +154,21 @@ def session_options(*, intra_op_threads: int = 1, optimize: bool = True, inner_t
     """SessionOptions for a fused model, library registered: ``intra_op_threads`` outer threads
     (spinning off), ``inner_threads`` per block (0: min(mp, hardware threads)), inner pools
     spinning only while their block runs unless ``inner_spinning`` is False."""
-    options = quiet_options(ort.SessionOptions())
+    options = new_options("all" if optimize else "disable")
     options.intra_op_num_threads = intra_op_threads
     options.add_session_config_entry(_ALLOW_SPINNING_KEY, "0")
     options.add_session_config_entry(INNER_THREADS_KEY, str(int(inner_threads)))
     options.add_session_config_entry(INNER_SPINNING_KEY, "1" if inner_spinning else "0")
-    options.graph_optimization_level = (
-        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    )
     return register_library(options)
 
 
 def _adopt_user_options(options: ort.SessionOptions) -> ort.SessionOptions:
     """Give the inner sessions the user's thread budget and spinning choice (unless the inner
     entries are set already), then register. Only config entries are added: the outer session
-    keeps the user's settings (its thread count measured as irrelevant)."""
+    keeps the user's settings (its thread count measured as irrelevant). Exact INT8 arithmetic
+    (:data:`onnxmlu.sessions.EXACT_INT8_KEY`) is added unless the user set that entry."""
     if not _is_registered(options):
+        exact_int8(options)
         if _config_entry(options, INNER_THREADS_KEY) is None:
             options.add_session_config_entry(INNER_THREADS_KEY, str(max(0, options.intra_op_num_threads)))
         if _config_entry(options, INNER_SPINNING_KEY) is None and _config_entry(options, _ALLOW_SPINNING_KEY) == "0":
@@ -235,11 +234,29 @@ def _outer_threads(options: ort.SessionOptions, threads: int | None):
 
 
 def reference_session(model: ModelArg) -> ort.InferenceSession:
-    """Plain onnxruntime, every graph optimization off: the numerical reference."""
-    options = quiet_options(ort.SessionOptions())
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    """Plain onnxruntime, every graph optimization off: the numerical reference. Quantized
+    arithmetic is held to its exact integer semantics (32-bit accumulation) on every host: the
+    model's own u8-activation integer nodes get u8 weights (:func:`onnxmlu.sessions.exact_integer_weights`,
+    the same integers), since the optimizer pass that would do so does not run here."""
+    options = new_options("disable")
     register_library(options)  # harmless for original models, lets fused ones run too
-    return ort.InferenceSession(_model_source(model), sess_options=options, providers=list(_DEFAULT_PROVIDERS))
+    return ort.InferenceSession(_exact_source(model), sess_options=options, providers=list(_DEFAULT_PROVIDERS))
+
+
+def _exact_source(model: ModelArg) -> str | bytes:
+    """``model``'s source with exact integer weights, or as given when no node needs them."""
+    source = _model_source(model)
+    proto = model if isinstance(model, onnx.ModelProto) else None
+    if proto is None:  # the nodes first, the weights only when a node needs them
+        proto = (onnx.load_from_string(source) if isinstance(source, bytes)
+                 else onnx.load(source, load_external_data=False))
+    if not any(n.op_type in U8_ACTIVATION_NODES for n in proto.graph.node):
+        return source
+    if isinstance(source, str):
+        proto = onnx.load(source)
+    proto = copy_model(proto)
+    exact_integer_weights(proto)
+    return proto.SerializeToString()
 
 
 def _prepared(model: ModelArg, *, merge_blocks: bool, block_layouts: bool, per_session_threads: bool = True,

@@ -15,8 +15,8 @@ from typing import Mapping
 import numpy as np
 import onnx
 
+from onnxmlu.sessions import new_options
 from onnxmlu.optional import optional_import
-from onnxmlu.ortlog import quiet_options
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def plain_session(model: onnx.ModelProto | str, threads: int):
     threads: the "original model" side of every side-by-side measurement."""
     ort = optional_import("onnxruntime")
 
-    options = quiet_options(ort.SessionOptions())
+    options = new_options("all", model=model if isinstance(model, onnx.ModelProto) else None)
     options.intra_op_num_threads = threads
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])

@@ -14,6 +14,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import quantize_static
 
+from onnxmlu.sessions import new_options
 from onnxmlu import api
 from onnxmlu.pipeline import Options
 from onnxmlu.precision.accuracy import cosine_similarity
@@ -100,6 +101,6 @@ def test_resnet18_int8_is_at_least_as_accurate_as_onnxruntimes_quantize_static(t
         source, target = Path(folder) / "m.onnx", Path(folder) / "m.int8.onnx"
         onnx.save(model, source.as_posix())
         quantize_static(source, target, SampleReader(calibration), **Int8Options().quantize_arguments())
-        theirs = ort.InferenceSession(target.as_posix(), providers=["CPUExecutionProvider"])
+        theirs = ort.InferenceSession(target.as_posix(), new_options(), providers=["CPUExecutionProvider"])
         ours_deficit, their_deficit = _deficits(fused, held_out, expected), _deficits(theirs, held_out, expected)
     assert 0 < ours_deficit <= their_deficit * 1.02, (ours_deficit, their_deficit)

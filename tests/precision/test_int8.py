@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
+from onnxmlu.sessions import new_options
 from onnxmlu import api
 from onnxmlu.collapse.blocks import collapse
 from onnxmlu.errors import OnnxMluError
@@ -71,7 +72,7 @@ def test_int8_block_equals_onnxruntimes_own_qdq_model_of_the_subgraph(library, m
     extra = {"CalibPercentile": 99.999} if method == "percentile" else None
     reference = _own_qdq_model(analysis.model, ["h"], ["y"], samples, method, extra)
     fused_session, reference_session_ = InferenceSession(fused), ort.InferenceSession(
-        reference.SerializeToString(), providers=["CPUExecutionProvider"])
+        reference.SerializeToString(), new_options(), providers=["CPUExecutionProvider"])
     for seed in range(3):
         h, y = fused_session.run(["h", "y"], random_inputs(model, 100 + seed))
         np.testing.assert_array_equal(y, reference_session_.run(["y"], {"h": h})[0])

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType
 
+from onnxmlu.sessions import new_options
 from onnxmlu import api
 from onnxmlu.analyze.optable import QUANTIZED_OPS
 from onnxmlu.collapse.blocks import collapse
@@ -136,7 +137,7 @@ def test_fused_model_matches_the_original(case, library):
     output's quantization scale (the same difference the original shows at the two levels)."""
     name, model, result = case
     fused = plain_session(result.model, library)
-    optimized = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    optimized = ort.InferenceSession(model.SerializeToString(), new_options(), providers=["CPUExecutionProvider"])
     reference = reference_session(model)
     ours = InferenceSession(result.model)  # with the block-layout pass
     step = _output_step(model)

@@ -7,20 +7,21 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from onnxmlu.sessions import new_options
+
 RTOL = ATOL = 1e-4
 
 
-def session(model: onnx.ModelProto) -> ort.InferenceSession:
+def session(model: onnx.ModelProto, threads: int = 1) -> ort.InferenceSession:
     """onnxruntime with graph optimizations off, so ORT's own fusions cannot hide a bug."""
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.intra_op_num_threads = 1
+    opts = new_options("disable")
+    opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    sess = session(model)
+def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 1) -> list[np.ndarray]:
+    sess = session(model, threads)
     names = {i.name for i in sess.get_inputs()}
     return sess.run(None, {k: v for k, v in feeds.items() if k in names})
 

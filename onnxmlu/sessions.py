@@ -1,0 +1,192 @@
+"""Every onnxruntime ``SessionOptions`` the package makes comes from here, so that every session
+computes quantized arithmetic exactly, whatever the host's CPU.
+
+The maths. An INT8 product layer computes ``acc = sum_k (a_k - z_a)(w_k - z_w)`` in 32 bits and
+then rescales ``acc``. onnxruntime's optimizer turns such layers (QDQ pairs around Conv/MatMul/
+Gemm, QLinearConv, QLinearMatMul, MatMulInteger, DynamicQuantizeLSTM, ...) into u8 x s8 kernels;
+on x86 CPUs without VNNI (SSE4.1, AVX2, AVX-512 without VNNI) those kernels multiply with
+``pmaddubsw``, which adds *pairs* of 8-bit products in 16 bits and saturates:
+``255 * 127 + 255 * 127 = 64770 > 32767``. The result then depends on the CPU (measured under
+``qemu-x86_64 -cpu Skylake-Client`` by tests/precision/exact_int8_check.py: a QDQ Conv's output
+off by 4 quantization steps, a MatMulInteger's accumulator by 134358). With the session config entry
+``session.x64quantprecision`` = ``1`` (:data:`EXACT_INT8_KEY`) onnxruntime's optimizer
+rewrites constant s8 weights to u8 (``w + 128``, zero point ``+ 128``: the same integers
+``w - z_w``) and runs u8 x u8 kernels, which widen to 16 bits before ``pmaddwd`` and so
+accumulate exactly in 32 bits. onnxruntime applies it on VNNI hosts too, whose u8 x s8 kernels
+(``vpdpbusd``: four products summed into 32 bits) are exact already: the same integers from
+kernels measured 1.2-2.1x slower there (scripts/int8_exact_cost.py). So the entry is set only
+where the default kernels are not exact (:func:`default_kernels_exact`: x86 without AVX-512
+VNNI, as onnxruntime's MLAS dispatches; AVX-VNNI-only CPUs get the entry, exact either way).
+
+Two gaps of that entry, closed here and in :mod:`onnxmlu.runtime.session`:
+
+* it is an optimizer pass: a session with every optimization off (the numerical reference)
+  runs the model's own QOperator nodes with their s8 weights, saturating.
+  :func:`exact_integer_weights` applies the same identity (``w ^ 0x80``, ``z_w ^ 0x80``) to the
+  model itself for u8-activation integer nodes;
+* onnxruntime applies it to QLinearConv / QLinearMatMul (opset < 21) also when the
+  *activation* is s8, and then finds no (s8, u8) kernel: the session cannot be created.
+  s8 x s8 kernels widen before multiplying (exact on every x86: the ``qlinear_conv_s8`` case of
+  tests/precision/exact_int8_check.py), so a model holding such a node is given the options
+  without the entry (:func:`needs_default_kernels`), and the library retries such a body without it.
+
+Not closed (onnxruntime 1.32): its pass matches QLinearMatMul only at since-version 10, so an
+imported QLinearMatMul of opset 21 or later with u8 activations and s8 weights still saturates
+inside a block on x86 without VNNI (seen under Skylake-Client); the
+reference session is exact for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import platform
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnxmlu import ortlog
+from onnxmlu.ir import iter_graphs
+from onnxmlu.optional import optional_import
+
+#: onnxruntime's session config key for exact u8 x u8 kernels on x86 without VNNI.
+EXACT_INT8_KEY = "session.x64quantprecision"
+
+#: Integer product nodes whose activation is quantized to u8: op type -> (activation zero
+#: point index or None when always u8, [(weight index, weight zero point index), ...]).
+#: The weight pairs are onnxruntime's own list (its Avx2WeightS8ToU8Transformer).
+U8_ACTIVATION_NODES: dict[str, tuple[int | None, list[tuple[int, int]]]] = {
+    "QLinearConv": (2, [(3, 5)]),
+    "QLinearMatMul": (2, [(3, 5)]),
+    "MatMulInteger": (2, [(1, 3)]),
+    "DynamicQuantizeMatMul": (None, [(1, 3)]),
+    "DynamicQuantizeLSTM": (None, [(1, 9), (2, 11)]),
+}
+
+#: Nodes onnxruntime cannot run with :data:`EXACT_INT8_KEY` when their activation is s8.
+_S8_ACTIVATION_REFUSED = ("QLinearConv", "QLinearMatMul")
+
+_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "all": "ORT_ENABLE_ALL"}
+
+
+def new_options(level: str = "all", *, log_severity: int | None = None, model: onnx.ModelProto | None = None,
+                exact: bool = True):
+    """``onnxruntime.SessionOptions`` at optimization ``level`` ("disable", "basic", "all")
+    with exact INT8 arithmetic (:data:`EXACT_INT8_KEY`), unless ``model`` holds a node that
+    onnxruntime cannot load with it (:func:`needs_default_kernels`). ``exact=False``: onnxruntime's
+    default kernels, only to measure what exactness costs (scripts/int8_exact_cost.py)."""
+    ort = optional_import("onnxruntime")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
+    # never more verbose than the severity the command line chose (onnxmlu.ortlog)
+    options.log_severity_level = max(options.log_severity_level if log_severity is None else log_severity,
+                                     ortlog.severity())
+    if exact and not default_kernels_exact() and (model is None or not needs_default_kernels(model)):
+        options.add_session_config_entry(EXACT_INT8_KEY, "1")
+    return options
+
+
+def exact_int8(options, model: onnx.ModelProto | None = None):
+    """``options`` (a caller's) with :data:`EXACT_INT8_KEY` set unless the caller set it;
+    returns them."""
+    try:
+        options.get_session_config_entry(EXACT_INT8_KEY)
+    except RuntimeError:  # "SessionOptions does not have configuration with key: ..."
+        if not default_kernels_exact() and (model is None or not needs_default_kernels(model)):
+            options.add_session_config_entry(EXACT_INT8_KEY, "1")
+    return options
+
+
+@functools.cache
+def default_kernels_exact() -> bool:
+    """Whether onnxruntime's default integer kernels are exact on this CPU: not x86 (the entry
+    is x86-only), or x86 with AVX-512 VNNI usable (numpy reads CPUID and the OS's AVX-512
+    state, as MLAS does; under an emulator, the emulated CPU's)."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return True
+    umath = importlib.import_module("numpy._core._multiarray_umath" if hasattr(np, "_core")
+                                    else "numpy.core._multiarray_umath")
+    return bool(umath.__cpu_features__.get("AVX512VNNI"))
+
+
+def needs_default_kernels(model: onnx.ModelProto) -> bool:
+    """Whether the main graph holds a QLinearConv/QLinearMatMul with an s8 activation zero
+    point: onnxruntime (1.32) rewrites its weight to u8 under :data:`EXACT_INT8_KEY` and then
+    has no kernel for it. Its s8 x s8 kernel is exact without the entry."""
+    inits = {t.name: t for t in model.graph.initializer}
+    return any(n.op_type in _S8_ACTIVATION_REFUSED and n.domain in ("", "ai.onnx") and len(n.input) > 2
+               and n.input[2] in inits and inits[n.input[2]].data_type == onnx.TensorProto.INT8
+               for n in model.graph.node)
+
+
+def exact_integer_weights(model: onnx.ModelProto) -> int:
+    """Rewrite, in place, each constant s8 weight (and its s8 zero point) of a u8-activation
+    integer node of the main graph to u8 by ``^ 0x80`` (``w + 128``, ``z + 128``: every
+    ``w - z`` unchanged), so that even an unoptimized session runs exact u8 x u8 kernels.
+    A missing weight zero point (0) becomes an explicit 128. Returns the nodes rewritten."""
+    inits = {t.name: t for t in model.graph.initializer}
+    types = {v.name: v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.value_info]}
+    count = 0
+    for node in model.graph.node:
+        spec = U8_ACTIVATION_NODES.get(node.op_type)
+        if spec is None or not _u8_activation(node, spec[0], inits, types):
+            continue
+        pairs = [(w, z) for w, z in spec[1] if _flippable(node, w, z, inits)]
+        if node.op_type == "DynamicQuantizeLSTM" and (len(pairs) != 2 or not all(_uniform(node, z, inits)
+                                                                                  for _, z in pairs)):
+            continue  # W and R share one type; onnxruntime reads one zero point per u8 weight here
+        for weight, zero in pairs:
+            _flip_into(model, node, weight, inits, default_shape=None)
+            _flip_into(model, node, zero, inits, default_shape=())
+        count += bool(pairs)
+    _drop_unread(model.graph)
+    return count
+
+
+def _drop_unread(graph: onnx.GraphProto) -> None:
+    """Remove initializers no node or output reads any more (the s8 originals)."""
+    read = {i for g in iter_graphs(graph) for n in g.node for i in n.input} | {o.name for o in graph.output}
+    kept = [t for t in graph.initializer if t.name in read]
+    if len(kept) != len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+
+
+def _u8_activation(node: onnx.NodeProto, index: int | None, inits: dict, types: dict) -> bool:
+    """Whether the node's activation (input 0) is u8: by its zero point's type, else by its own
+    declared type (an unknown one: no)."""
+    if index is None:
+        return True
+    if len(node.input) > index and node.input[index]:
+        zero = inits.get(node.input[index])
+        return zero is not None and zero.data_type == onnx.TensorProto.UINT8
+    return types.get(node.input[0]) == onnx.TensorProto.UINT8
+
+
+def _flippable(node: onnx.NodeProto, weight: int, zero: int, inits: dict) -> bool:
+    has_weight = len(node.input) > weight and node.input[weight] in inits and \
+        inits[node.input[weight]].data_type == onnx.TensorProto.INT8
+    zero_name = node.input[zero] if len(node.input) > zero else ""
+    s8_zero = zero_name in inits and inits[zero_name].data_type == onnx.TensorProto.INT8
+    return has_weight and (zero_name == "" or s8_zero)
+
+
+def _uniform(node: onnx.NodeProto, zero: int, inits: dict) -> bool:
+    values = numpy_helper.to_array(inits[node.input[zero]]) if len(node.input) > zero and node.input[zero] else None
+    return values is None or bool(np.all(values == values.flat[0]))
+
+
+def _flip_into(model: onnx.ModelProto, node: onnx.NodeProto, index: int, inits: dict, default_shape) -> None:
+    """Point ``node.input[index]`` at a u8 copy (``^ 0x80``) of its s8 initializer (an absent
+    zero point: 0)."""
+    name = node.input[index] if len(node.input) > index else ""
+    values = numpy_helper.to_array(inits[name]) if name else np.zeros(default_shape, np.int8)
+    flipped = numpy_helper.from_array((values.view(np.uint8) ^ 0x80).astype(np.uint8),
+                                      f"{name or node.name + '_zero_point'}_exact_u8_{index}")
+    if flipped.name not in inits:
+        model.graph.initializer.append(flipped)
+        inits[flipped.name] = flipped
+    while len(node.input) <= index:
+        node.input.append("")
+    node.input[index] = flipped.name

@@ -1,0 +1,132 @@
+"""Exact INT8 arithmetic, checked against an integer reference in numpy: run by
+test_exact_int8.py in its own process and under ``qemu-x86_64 -cpu <CPU without VNNI>``.
+
+Two layers whose 8-bit products saturate 16-bit pair sums (activations near +-127 or 255 times
+weights near +-127: ``2 * 255 * 127 > 32767``):
+
+* ``qdq_conv``: a QDQ Conv (s8 activations, s8 weights per tensor, s8 output), fused into an
+  INT8 block; reference ``y = clip(round(sum_k x_k w_k * s_x s_w / s_y)) * s_y`` with the sum
+  in int64;
+* ``matmul_integer``: MatMulInteger u8 x s8 (an imported QOperator layer), int32 output; its
+  reference is the integer product itself;
+* ``dq_lstm``: a DynamicQuantizeLSTM (s8 weights over the whole range, batch 1), rewritten into
+  INT8 cells; reference tests/rewrite/dqlstm_reference.py, its float epilogue (gates) within
+  1e-4.
+
+Prints one JSON object: per layer the largest difference, in output quantization steps (the
+LSTM: in units of 1e-4), of the fused model, onnxmlu's reference session and (``default``)
+plain onnxruntime at its default options, which shows whether the CPU the process runs on
+saturates at all.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxmlu import api
+from onnxmlu.runtime import InferenceSession, reference_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rewrite"))
+from dqlstm_reference import dq_lstm_model, dq_lstm_reference  # noqa: E402 - a sibling folder's helper
+
+C, K = 32, 16
+SX, SW, SY = 0.05, 0.01, 40.0
+
+
+def _signs(rng: np.random.Generator, shape) -> np.ndarray:
+    return np.where(rng.random(shape) < 0.5, 1, -1)
+
+
+def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+    model = helper.make_model(helper.make_graph(nodes, "exact", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def qdq_conv(rng: np.random.Generator):
+    """The QDQ Conv, an input ``x`` that quantizes to +-(120..127), and the exact output."""
+    w = (rng.integers(100, 128, (K, C, 3, 3)) * _signs(rng, (K, C, 3, 3))).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(SW), "sw"),
+             numpy_helper.from_array(np.float32(SX), "sx"), numpy_helper.from_array(np.float32(SY), "sy"),
+             numpy_helper.from_array(np.int8(0), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "z"], ["wd"]),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "sy", "z"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "z"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, 8, 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, K, 8, 8])], inits)
+    xq = rng.integers(120, 128, (1, C, 8, 8)) * _signs(rng, (1, C, 8, 8))
+    padded = np.pad(xq, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # [1, C, 8, 8, 3, 3]
+    acc = np.einsum("nchwij,kcij->nkhw", windows.astype(np.int64), w.astype(np.int64))
+    exact = np.clip(np.round(acc * (SX * SW / SY)), -128, 127) * SY
+    return model, {"x": (xq * SX).astype(np.float32)}, exact, SY
+
+
+def matmul_integer(rng: np.random.Generator):
+    """MatMulInteger u8 x s8 with activations 240..255, and its exact int32 product."""
+    w = (rng.integers(100, 128, (64, 8)) * _signs(rng, (64, 8))).astype(np.int8)
+    model = _model([helper.make_node("MatMulInteger", ["a", "w"], ["y"])],
+                   [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 64])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 8])],
+                   [numpy_helper.from_array(w, "w")])
+    a = rng.integers(240, 256, (4, 64)).astype(np.uint8)
+    return model, {"a": a}, a.astype(np.int64) @ w.astype(np.int64), 1.0
+
+
+def qlinear_conv_s8(rng: np.random.Generator):
+    """QLinearConv with s8 activations and s8 weights (imported QOperator): onnxruntime cannot
+    load it with the exact entry on a CPU without VNNI; its s8 x s8 kernel is exact without."""
+    w = (rng.integers(100, 128, (K, C, 3, 3)) * _signs(rng, (K, C, 3, 3))).astype(np.int8)
+    one, zero = np.float32(1.0), np.int8(0)
+    inits = [numpy_helper.from_array(v, n) for n, v in (("s", one), ("z", zero), ("w", w), ("sy", np.float32(4096.0)))]
+    nodes = [helper.make_node("QLinearConv", ["a", "s", "z", "w", "s", "z", "sy", "z"], ["y"], pads=[1, 1, 1, 1])]
+    model = _model(nodes, [helper.make_tensor_value_info("a", TensorProto.INT8, [1, C, 8, 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT8, [1, K, 8, 8])], inits)
+    a = rng.integers(120, 128, (1, C, 8, 8)) * _signs(rng, (1, C, 8, 8))
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+    acc = np.einsum("nchwij,kcij->nkhw", windows.astype(np.int64), w.astype(np.int64))
+    return model, {"a": a.astype(np.int8)}, np.clip(np.round(acc / 4096.0), -128, 127), 1.0
+
+
+def dq_lstm(rng: np.random.Generator):
+    """A forward DynamicQuantizeLSTM, 64 inputs, hidden 64, 6 steps, batch 1, and its exact Y."""
+    model = dq_lstm_model(rng, seq=6, inp=64, hidden=64)
+    del model.graph.output[1:]  # Y only
+    model.graph.node[0].output[1:] = []
+    x = rng.uniform(-2, 2, (6, 1, 64)).astype(np.float32)
+    return model, {"x": x}, dq_lstm_reference(model, x, rows_apart=False), 1e-4
+
+
+def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
+    return float(np.max(np.abs(got.astype(np.float64) - exact)) / step)
+
+
+def check() -> dict[str, dict[str, float]]:
+    rng = np.random.default_rng(0)
+    result = {}
+    for name, build in (("qdq_conv", qdq_conv), ("matmul_integer", matmul_integer),
+                        ("qlinear_conv_s8", qlinear_conv_s8), ("dq_lstm", dq_lstm)):
+        model, feeds, exact, step = build(rng)
+        fused = api.fuse(model, precision="int8").model
+        default = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        result[name] = {
+            "fused": _steps(InferenceSession(fused).run(None, feeds)[0], exact, step),
+            "reference": _steps(reference_session(model).run(None, feeds)[0], exact, step),
+            "default": _steps(default.run(None, feeds)[0], exact, step),
+        }
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(check()))

@@ -1,0 +1,77 @@
+"""INT8 arithmetic is exact (32-bit accumulation) on every host, and every session the package
+makes is set up for it (onnxmlu/sessions.py).
+
+On this suite's usual host (x86 with AVX-512 VNNI) onnxruntime's integer kernels are exact
+anyway, so a comparison run only here could not fail for the bug that matters: on CPUs without
+VNNI the u8 x s8 kernels saturate 16-bit pair sums. The same check therefore also runs under
+user-mode emulation of CPUs without VNNI (Debian's ``qemu-user``: ``qemu-x86_64 -cpu
+Skylake-Client`` is AVX2, ``-cpu Nehalem`` SSE4.2), where onnxruntime's dispatch picks those
+CPUs' kernels. The reference is exact integer arithmetic in numpy (exact_int8_check.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import unavailable
+from exact_int8_check import check
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+#: Emulated CPU -> what it lacks; its kernels, not this host's, run under qemu.
+EMULATED = {"Skylake-Client": "AVX2, no VNNI", "Nehalem": "SSE4.2, no AVX"}
+#: Where a plain onnxruntime session on that CPU is not exact for these layers (measured):
+#: the proof that the emulation reaches the saturating kernels, so the test can fail.
+SATURATES = {"Skylake-Client"}
+
+
+def _assert_exact(result: dict) -> None:
+    for layer, runs in result.items():
+        assert runs["fused"] < 1, f"{layer}: the fused model is {runs['fused']} steps from exact"
+        assert runs["reference"] < 1, f"{layer}: the reference is {runs['reference']} steps from exact"
+
+
+def test_int8_layers_are_exact_here(library):
+    _assert_exact(check())
+
+
+@pytest.mark.parametrize("cpu", sorted(EMULATED))
+def test_int8_layers_are_exact_on_an_emulated_cpu_without_vnni(cpu, library):
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None:
+        unavailable("qemu-x86_64 is not installed (Debian: apt-get install qemu-user)")
+    done = subprocess.run([qemu, "-cpu", cpu, sys.executable, str(HERE / "exact_int8_check.py")], cwd=HERE,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if cpu in SATURATES:
+        assert max(runs["default"] for runs in result.values()) > 0, f"{cpu} ({EMULATED[cpu]}) did not saturate"
+    _assert_exact(result)
+
+
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and (getattr(n.func, "attr", None) == name or getattr(n.func, "id", None) == name)]
+
+
+def test_every_onnxruntime_session_gets_its_options_from_one_helper():
+    """By construction: ``SessionOptions()`` is called only in onnxmlu/sessions.py, and every
+    ``ort.InferenceSession(...)`` in the package and its scripts is given options (the
+    package's own InferenceSession adds the entry to a caller's)."""
+    made, bare = [], []
+    for path in sorted([*(ROOT / "onnxmlu").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = path.relative_to(ROOT).as_posix()
+        made += [f"{where}:{c.lineno}" for c in _calls(tree, "SessionOptions") if where != "onnxmlu/sessions.py"]
+        bare += [f"{where}:{c.lineno}" for c in _calls(tree, "InferenceSession")
+                 if getattr(c.func, "value", None) is not None and getattr(c.func.value, "id", "") in ("ort", "onnxruntime")
+                 and len(c.args) < 2 and not any(k.arg == "sess_options" for k in c.keywords)]
+    assert not made, f"SessionOptions() made outside onnxmlu/sessions.py (use new_options): {made}"
+    assert not bare, f"onnxruntime sessions without options (pass onnxmlu.sessions.new_options()): {bare}"
