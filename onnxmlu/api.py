@@ -12,6 +12,7 @@ with ``to_dict()`` (the command's JSON, see :mod:`onnxmlu.reports` and docs/json
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import replace
@@ -21,10 +22,11 @@ from typing import Callable, Sequence
 import onnx
 
 from onnxmlu.analyze import Analysis
-from onnxmlu.collapse.atomic import check_destination, external_data_name, write_bytes_atomic, write_model_atomic
+from onnxmlu.collapse.atomic import (check_destination, external_data_name, publish_staged, write_bytes_atomic,
+                                    write_model_atomic)
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused  # noqa: F401 - part of the API
-from onnxmlu.frontend.pins import parse_input_shapes  # noqa: F401 - the CLI parses --input-shape with it
+from onnxmlu.frontend.pins import PricingShape, Pins, parse_input_shapes  # noqa: F401 - the CLI parses --input-shape
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.optional import optional_import
 from onnxmlu.options import (  # noqa: F401 - the option objects are part of the API
@@ -47,6 +49,7 @@ from onnxmlu.plan.strategies import strategy_names
 from onnxmlu.plots import plan_chart, require_plotting, speedup_chart
 from onnxmlu.precision.accuracy import Budget
 from onnxmlu.precision.planners import planner_for
+from onnxmlu.schema import model_metadata, recorded_pricing_shape
 from onnxmlu.reports import (
     CompareReport,
     FuseResult,
@@ -159,13 +162,34 @@ def _fused_to(out: Path, model: ModelLike, options: Options, written: OutputOpti
     streamed = not (isinstance(model, onnx.ModelProto) or written.check is not None or written.portable)
     inputs, check = _shared_inputs(options.shapes.inputs, written.check)
     options = replace(options, shapes=replace(options.shapes, inputs=inputs))
-    ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
-                  progress=as_progress(progress), output=out)
-    result = _result(PassManager(PORTABLE if written.portable else FUSE_TO_FILE).run(ctx))
-    if check is None:
-        return _verify_loads(result, out)
-    result.check = _check_fused(model, result.model, check, ctx)
+    passes = PORTABLE if written.portable else FUSE_TO_FILE
+    if check is None and (written.best_effort or not options.precision.planner.judged):
+        ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
+                      progress=as_progress(progress), output=out)
+        return _verify_loads(_result(PassManager(passes).run(ctx)), out)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:  # written beside the target, judged, then renamed: a model that fails is never published
+        ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
+                      progress=as_progress(progress), output=staging / out.name)
+        result = _result(PassManager(passes).run(ctx))
+        if check is not None:
+            result.check = _check_fused(model, result.model, check, ctx)
+        if fuse_passed(result, written.best_effort):
+            if check is None:  # a check has loaded and run it already
+                _verify_loads(result, staging / out.name)
+            publish_staged(staging, out)
+        result.output = out
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def fuse_passed(result: FuseResult, best_effort: bool = False) -> bool:
+    """Whether ``fuse`` publishes ``result`` and exits 0: its check (when run) passed, and the
+    ``--precision auto`` budget was met (unless ``best_effort``: the closest plan is kept)."""
+    if result.check is not None and not result.check.ok:
+        return False
+    return best_effort or result.auto is None or result.auto.budget.met(result.auto.chosen.measured)
 
 
 def _checked_output(model: ModelLike, output) -> Path:
@@ -209,7 +233,17 @@ def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, 
         check = replace(check, accuracy=ctx.auto.budget)
     asked = ctx.options.precision
     data = _check_data(original, check, asked.validation, asked.calibration, ctx.auto)
-    return _check_models(original, fused, check, ctx.options.shapes.input_shapes, ctx.progress, data)
+    pins = recorded_pins(fused) or ctx.options.shapes.input_shapes  # where it was priced, a fallback size included
+    return _check_models(original, fused, check, pins, ctx.progress, data)
+
+
+def recorded_pins(fused: onnx.ModelProto) -> Pins | None:
+    """The shapes a fused model records its plan was priced at (``onnxmlu.pricing_shape``) as
+    ``--input-shape`` pins, ranges included (:meth:`PricingShape.as_pins`); None for a file
+    without the record. ``check`` runs there when not told otherwise: where ``fuse`` priced,
+    a fallback size included."""
+    record = recorded_pricing_shape(model_metadata(fused))
+    return None if record is None else PricingShape.from_dict(record).as_pins()
 
 
 def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, calibration, auto) -> tuple | None:
@@ -237,7 +271,8 @@ def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: Chec
     samples, described = data if data is not None else (None, "")
     return verify.check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol,
                                input_shapes=input_shapes, inputs=check.inputs, budget=check.accuracy,
-                               samples=samples, data=described, progress=lambda stage: progress.say(f"check: {stage}"))
+                               samples=samples, data=described, progress=lambda stage: progress.say(f"check: {stage}"),
+                               qtol=check.qtol, allow_nan=check.allow_nan)
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
@@ -465,19 +500,23 @@ def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
 # ---------------------------------------------------------------------------------- tools
 def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Sequence[int] = (0,), atol: float = 1e-4,
           rtol: float = 1e-4, input_shapes: dict | None = None, inputs: dict | None = None,
-          accuracy: Budget | str | None = None, progress=None, samples: str | os.PathLike | None = None):
+          accuracy: Budget | str | None = None, progress=None, samples: str | os.PathLike | None = None,
+          qtol: float = 2.0, allow_nan: bool = False):
     """Run the original (reference: onnxruntime, optimizations off) and the fused model on
     seeded inputs, or on the samples of the ``samples`` folder (``--inputs DIR``, the
     calibration layout); the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`). An
-    ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``."""
-    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples)  # a bad budget: refused now
+    ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``;
+    quantized outputs are judged in ``qtol`` steps of their scale; ``allow_nan`` passes NaN/Inf
+    the reference has at the same places. Without ``input_shapes``, the shapes the fused model
+    records it was priced at (:func:`recorded_pins`)."""
+    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples, qtol, allow_nan)  # bad budget: now
     if samples is not None:
         load_samples(samples, what="inputs")  # a bad folder is refused before any model loads
     steps = as_progress(progress)
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)
     data = None if samples is None else _check_data(models[0], options, None, None, None)
-    return _check_models(*models, options, input_shapes, steps, data)
+    return _check_models(*models, options, input_shapes or recorded_pins(models[1]), steps, data)
 
 
 def run(model: str | os.PathLike, *, inputs: dict | None = None, seed: int = 0, input_shapes: dict | None = None,

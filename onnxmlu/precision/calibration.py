@@ -213,7 +213,8 @@ def _conform_array(array: np.ndarray, value: onnx.ValueInfoProto, what: str) -> 
             raise OnnxMluError(f"{what} is {array.dtype}, the model wants {dtype}")
         array = array.astype(dtype)
     if tensor_type.HasField("shape"):
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+        # a dim the model leaves free: a name, no value ('?'), or a value below 1 (-1 and 0 as exporters write them)
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor_type.shape.dim]
         if array.ndim != len(dims) or any(d is not None and d != n for d, n in zip(dims, array.shape)):
             shown = ["?" if d is None else d for d in dims]
             raise OnnxMluError(f"{what} has shape {list(array.shape)}, the model wants {shown}")
