@@ -227,11 +227,13 @@ def _verify_loads(result: FuseResult, out: Path) -> FuseResult:
 
 def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, ctx: Context):
     """``fuse --check``: the fused model against the original, on the data :func:`_check_data` picks;
-    auto's output judged by its budget."""
+    auto's output judged by its budget, a model fused at FP16 or INT8 by :data:`CHECK_BUDGET`."""
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    asked = ctx.options.precision
     if ctx.auto is not None and check.accuracy is None:
         check = replace(check, accuracy=ctx.auto.budget)
-    asked = ctx.options.precision
+    elif asked.name in LOWER_PRECISIONS and check.accuracy is None:  # 1e-4 cannot hold at FP16/INT8
+        check = replace(check, accuracy=asked.accuracy or CHECK_BUDGET)
     data = _check_data(original, check, asked.validation, asked.calibration, ctx.auto)
     pins = recorded_pins(fused) or ctx.options.shapes.input_shapes  # where it was priced, a fallback size included
     return _check_models(original, fused, check, pins, ctx.progress, data)
@@ -244,6 +246,12 @@ def recorded_pins(fused: onnx.ModelProto) -> Pins | None:
     a fallback size included."""
     record = recorded_pricing_shape(model_metadata(fused))
     return None if record is None else PricingShape.from_dict(record).as_pins()
+
+
+#: Precisions ``fuse --precision`` puts every block at whose outputs cannot match FP32 to 1e-4:
+#: ``--check`` judges them by :data:`CHECK_BUDGET` (the budget ``--precision auto`` keeps by default).
+LOWER_PRECISIONS = ("fp16", "int8")
+CHECK_BUDGET = Budget("cosine", 0.999)
 
 
 def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, calibration, auto) -> tuple | None:

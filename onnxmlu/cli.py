@@ -148,6 +148,10 @@ CheckOpt = Annotated[bool, typer.Option("--check", help=(
     "Run original and fused model and compare; the output is written only when the check passes."))]
 AllowNanOpt = Annotated[bool, typer.Option("--allow-nan", help=(
     "Let the check pass NaN/Inf that the reference has at the same places (NaN or Inf anywhere else always fails)."))]
+QtolOpt = Annotated[float, typer.Option("--qtol", help=(
+    "Steps of its quantization scale a quantized output may move by: |a-b| <= atol + qtol*scale."))]
+PlanBestEffortOpt = Annotated[bool, typer.Option("--best-effort", help=(
+    "Under --precision auto, exit 0 when the --accuracy budget is not met (default: exit code 1)."))]
 BestEffortOpt = Annotated[bool, typer.Option("--best-effort", help=(
     "Under --precision auto, keep the closest plan and exit 0 when the --accuracy budget is not met "
     "(default: nothing is written and the exit code is 1)."))]
@@ -592,17 +596,15 @@ def check(
         "layout, run instead of the seeds."))] = None,
     accuracy: Annotated[Optional[str], _option("--accuracy", help=(
         "Judge by a budget instead of --atol/--rtol: cosine>=X or top1>=X (for FP16/INT8 models)."))] = None,
-    qtol: Annotated[float, typer.Option("--qtol", help=(
-        "Steps of its quantization scale a quantized output may move by: |a-b| <= atol + qtol*scale."))] = 2.0,
+    qtol: QtolOpt = 2.0,
     allow_nan: AllowNanOpt = False,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Run ORIGINAL (reference: onnxruntime, optimizations off) and FUSED on seeded inputs at
     several shapes: the --input-shape pins (default: the shapes FUSED records it was planned
-    at), the ends of every range, and one other batch and one other size of
-    every dim left free; with the arrays of --inputs for the inputs it names (then only their
-    shape). A shape the original refuses is skipped, and the report says which ran. Float
+    at), the ends of every range, one other batch and one other size of every dim left free;
+    --inputs arrays for the inputs it names. A shape the original refuses is skipped. Float
     outputs pass when |a-b| <= atol + rtol*|ref|, quantized ones within --qtol steps of their
     scale; NaN or Inf fails (--allow-nan: unless the reference has it at the same places).
 
@@ -840,8 +842,7 @@ def plan(
     accuracy: AccuracyOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
     pareto: ParetoOpt = None,
-    best_effort: Annotated[bool, typer.Option("--best-effort", help=(
-        "Under --precision auto, exit 0 when the --accuracy budget is not met (default: exit code 1)."))] = False,
+    best_effort: PlanBestEffortOpt = False,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -855,7 +856,12 @@ def plan(
     if quiet and output is None and json_out is None:
         sys.stdout.write(report.plan_json())
     _deliver("plan", report, json_out, quiet, _show_plan)
-    if not best_effort and report.auto is not None and not report.auto.budget.met(report.auto.chosen.measured):
+    _exit_if_unmet(report.auto, best_effort)
+
+
+def _exit_if_unmet(auto, best_effort: bool) -> None:
+    """Exit code 1 when --precision auto's budget is not met, unless --best-effort."""
+    if not best_effort and auto is not None and not auto.budget.met(auto.chosen.measured):
         raise typer.Exit(1)
 
 
