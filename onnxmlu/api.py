@@ -22,6 +22,8 @@ from typing import Callable, Sequence
 import onnx
 
 from onnxmlu.analyze import Analysis
+from onnxmlu.analyze.layers import node_label
+from onnxmlu.rewrite import rewrite_model, rewritten_ops
 from onnxmlu.collapse.atomic import (check_destination, external_data_name, publish_staged, write_bytes_atomic,
                                     write_model_atomic)
 from onnxmlu.errors import OnnxMluError
@@ -355,7 +357,35 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
     """The layer table (load → normalize → rewrite if asked, BN by ``bn_mode`` → analyze); its
     ``to_dict()`` is the ``inspect`` report. ``max_memory``: the shape probes' budget (as for :func:`fuse`)."""
     asked = Options.of(input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, max_memory=max_memory)
-    return _run(PLAN[:4], model, asked, progress=progress).analysis
+    analysis = _run(PLAN[:4], model, asked, progress=progress).analysis
+    if not rewrite:
+        _name_rewrites(analysis, asked.rewrite.bn_mode)
+    return analysis
+
+
+def _name_rewrites(analysis: Analysis, bn_mode: str) -> None:
+    """The host reasons of a model analysed without its rewrites, told what ``fuse`` does: a
+    node a rewriter turns into the accelerator's ops is accelerated after that rewrite (its
+    reason says so, so that ``inspect`` never calls a node host-only that ``fuse`` puts in a
+    block); one the rewriter refuses keeps its reason, and the rewriter's is added."""
+    by_op = {op: name for name, ops in rewritten_ops().items() for op in ops}
+    nodes = analysis.model.graph.node
+    hits = {i: by_op[_qualified(nodes[i])] for i in analysis.host_reasons if _qualified(nodes[i]) in by_op}
+    if not hits:
+        return
+    _, report = rewrite_model(analysis.model, bn_mode=bn_mode, only=sorted(set(hits.values())))
+    refused = {d.node: d.message for d in report.skipped}
+    for i, rewriter in hits.items():
+        label = node_label(nodes[i])
+        if label in refused:
+            analysis.host_reasons[i] += f"; the {rewriter} rewrite refused it: {refused[label]}"
+        else:
+            analysis.host_reasons[i] = (f"accelerated after the {rewriter} rewrite (fuse and plan run it; inspect "
+                                        f"--rewrite shows the layers); as it stands: {analysis.host_reasons[i]}")
+
+
+def _qualified(node: onnx.NodeProto) -> str:
+    return f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
 
 
 def inspect_fused(model: ModelLike):

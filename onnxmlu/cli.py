@@ -468,7 +468,7 @@ def _show_fuse(result, portable: bool, passed: bool = True) -> None:
     if result.calibration is not None and not result.calibration["random"]:  # random: a diagnostic says so
         _plain(f"INT8 blocks calibrated on {result.calibration['description']} ({result.calibration['calibrator']})")
     _show_auto(result.auto)
-    _show_profile(result.profile)
+    _show_profile(result.profile, result.plan.strategy)
     if result.check is not None:
         _show_check(result.check)
 
@@ -488,21 +488,28 @@ def _count_blocks(branches):
         yield from _count_blocks(b.branches)
 
 
-def _show_profile(profile) -> None:
+def _show_profile(profile, strategy: str = "the strategy") -> None:
     """The plan's simulated latency at min, opt and max of the --input-shape ranges; the
-    blocks whose best MP moves across them."""
+    blocks whose best MP moves across them (:func:`mp_sentence`)."""
     if profile is None:
         return
     shapes = " · ".join(f"{p} {t:,.1f} µs" for p, t in profile.latency_us.items())
     _plain(f"over the input ranges: {shapes}")
     for b in (b for b in profile.blocks if b.mp_moves):
-        moves = ", ".join(f"{p} {m}" for p, m in b.best_mp.items())
-        _plain(f"  block {b.block} runs at mp={b.mp}; the best MP is {moves}")
+        _plain(f"  {mp_sentence(b, strategy)}")
+
+
+def mp_sentence(block, strategy: str) -> str:
+    """One block's MP over the range, in words that cannot contradict the plan: the MP it
+    runs at is the strategy's choice at the opt shape (a strategy may weigh more than the
+    block's own latency); the per-point figures are the fastest MP for the block priced alone."""
+    fastest = ", ".join(f"{m} at {p}" for p, m in block.best_mp.items())
+    return (f"block {block.block} runs at mp={block.mp}, chosen by {strategy} at the opt shape; "
+            f"priced alone, its fastest MP would be {fastest}")
 def _show_coverage(coverage) -> None:
-    """One line of shares, then each heavy node left on the host with its reason."""
-    gops = "n/a" if coverage.gops_share is None else f"{coverage.gops_share:.1%}"
-    _plain(f"coverage: {coverage.heavy_in_blocks}/{coverage.heavy_nodes} heavy nodes in blocks "
-           f"({coverage.heavy_share:.1%}), {gops} of their GOPs")
+    """One line of shares (:meth:`~onnxmlu.analyze.coverage.Coverage.summary`), then each
+    heavy node left on the host with its reason."""
+    _plain(f"coverage: {coverage.summary()}")
     for row in coverage.heavy_on_host[:_MAX_HEAVY_SHOWN]:
         where = f" in {row['graph']}" if row["graph"] else ""
         _plain(f"heavy on host: {row['node']} ({row['op_type']}){where}: {row['reason']}")
@@ -669,16 +676,17 @@ def inspect(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
     max_memory: MaxMemoryOpt = None,
-    rewrite: Annotated[bool, typer.Option("--rewrite/--no-rewrite",
-                                          help=f"Rewrite first: {rewriter_summary()}.")] = False,
+    rewrite: Annotated[bool, typer.Option("--rewrite/--no-rewrite", help=(
+        f"Rewrite first, as fuse and plan do, so layer indices are the plan's: {rewriter_summary()}. "
+        "--no-rewrite: the model as given; a node a rewrite accelerates says so."))] = True,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Print the layer table (topological order): op, GOPs, channels, bytes; and host nodes.
-    For a fused model: its blocks (mp, precision, layers, simulated us, body size), host nodes
-    and the metadata it was written with.
+    """Print the layer table fuse and plan plan over (topological order, after the rewrites):
+    op, GOPs, channels, bytes; and host nodes with their reasons. For a fused model: its
+    blocks (mp, precision, layers, simulated us, body size), host nodes and its metadata.
 
-    Example: onnxmlu inspect resnet18.onnx --rewrite; onnxmlu inspect resnet18.fused.onnx
+    Example: onnxmlu inspect resnet18.onnx; onnxmlu inspect resnet18.fused.onnx
     """
     api = optional_import("onnxmlu.api")
 
@@ -692,7 +700,7 @@ def inspect(
     if fused is not None:
         _deliver("inspect-fused", fused, json_out, quiet, _show_fused)
         return
-    _deliver("inspect", analysis, json_out, quiet, _show_layers)
+    _deliver("inspect", analysis, json_out, quiet, lambda a: _show_layers(a, rewrite))
 
 
 def _show_fused(summary) -> None:
@@ -725,9 +733,10 @@ def _show_pricing(pricing) -> None:
         _plain(f"input profile: {pricing.profile_text()}")
 
 
-def _show_layers(analysis) -> None:
+def _show_layers(analysis, rewritten: bool = True) -> None:
     report = analysis.to_dict()
-    table = Table(title=f"{len(report['layers'])} accelerator layers · {report['total_gops']:.3f} GOPs")
+    raw = "" if rewritten else " · as given, before the rewrites: fuse and plan number the rewritten layers"
+    table = Table(title=f"{len(report['layers'])} accelerator layers · {report['total_gops']:.3f} GOPs{raw}")
     for col in ("#", "name", "op", "GOPs", "C in", "C out", "H×W", "in KB", "out KB", "weights KB", "seg"):
         table.add_column(col, justify="left" if col in ("name", "op") else "right")
     for r in report["layers"]:
@@ -884,7 +893,7 @@ def _show_plan(report) -> None:
     total = report.sim_latency_us
     console.print(f"{len(report.plan.blocks)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
     _show_auto(report.auto)
-    _show_profile(report.profile)
+    _show_profile(report.profile, report.plan.strategy)
 
 
 @command
