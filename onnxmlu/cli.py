@@ -35,7 +35,7 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from onnxmlu import ortlog
-from onnxmlu.errors import OnnxMluError
+from onnxmlu.errors import OnnxMluError, runtime_message
 from onnxmlu.optional import optional_import
 from onnxmlu.precisions import PRECISIONS
 from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewriter_summary
@@ -210,7 +210,7 @@ def command(fn: Callable) -> Callable:
         except Exception as exc:  # onnxruntime / onnx errors on bad input end up here
             if _state["debug"]:
                 raise
-            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            text = runtime_message(exc)  # onnxruntime's framing dropped, cut; --debug has it whole
             _fail(f"{type(exc).__name__}: {text} (rerun with --debug for the traceback)")
 
     return app.command(cls=_Command)(wrapper)

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 
 from onnxmlu.sessions import new_options
-from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.errors import OnnxMluError, first_line, runtime_message
 from onnxmlu.frontend.feeds import random_inputs
 from onnxmlu.ir import fed_inputs
 from onnxmlu.optional import optional_import
@@ -292,11 +292,11 @@ def _session_exposing(model: onnx.ModelProto, names: Sequence[str]):
     try:
         return ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
-        raise OnnxMluError(f"cannot run the model to capture calibration tensors: {first_line(exc)}") from None
+        raise OnnxMluError(f"cannot run the model to capture calibration tensors: {runtime_message(exc)}") from exc
 
 
 def _run(session, names: Sequence[str], sample: Mapping[str, np.ndarray], k: int) -> list:
     try:
         return session.run(list(names), dict(sample))
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
-        raise OnnxMluError(f"the model fails on calibration sample {k}: {first_line(exc)}") from None
+        raise OnnxMluError(f"the model fails on calibration sample {k}: {runtime_message(exc)}") from exc

@@ -46,7 +46,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxmlu.errors import OnnxMluError, first_line, runtime_message
+from onnxmlu.errors import OnnxMluError, runtime_message
 from onnxmlu.frontend.feeds import random_inputs, unbounded_integer_inputs
 from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, has_ranges, symbolic_dims
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
@@ -449,11 +449,11 @@ def needs_load_check(fused: onnx.ModelProto) -> bool:
 
 
 def load_error(path) -> str | None:
-    """The first line of onnxruntime's refusal to load the fused model at ``path`` with the
-    library registered, or None when it loads."""
+    """onnxruntime's refusal to load the fused model at ``path`` with the library registered
+    (:func:`~onnxmlu.errors.runtime_message`), or None when it loads."""
     try:
         optional_import("onnxmlu.runtime").InferenceSession(str(path), block_layouts=False)
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
-        return first_line(exc)
+        return runtime_message(exc)
     return None
 
