@@ -490,22 +490,15 @@ def _count_blocks(branches):
 
 def _show_profile(profile, strategy: str = "the strategy") -> None:
     """The plan's simulated latency at min, opt and max of the --input-shape ranges; the
-    blocks whose best MP moves across them (:func:`mp_sentence`)."""
+    blocks whose best MP moves across them (:meth:`~onnxmlu.plan.profile.BlockAcross.sentence`)."""
     if profile is None:
         return
     shapes = " · ".join(f"{p} {t:,.1f} µs" for p, t in profile.latency_us.items())
     _plain(f"over the input ranges: {shapes}")
     for b in (b for b in profile.blocks if b.mp_moves):
-        _plain(f"  {mp_sentence(b, strategy)}")
+        _plain(f"  {b.sentence(strategy)}")
 
 
-def mp_sentence(block, strategy: str) -> str:
-    """One block's MP over the range, in words that cannot contradict the plan: the MP it
-    runs at is the strategy's choice at the opt shape (a strategy may weigh more than the
-    block's own latency); the per-point figures are the fastest MP for the block priced alone."""
-    fastest = ", ".join(f"{m} at {p}" for p, m in block.best_mp.items())
-    return (f"block {block.block} runs at mp={block.mp}, chosen by {strategy} at the opt shape; "
-            f"priced alone, its fastest MP would be {fastest}")
 def _show_coverage(coverage) -> None:
     """One line of shares (:meth:`~onnxmlu.analyze.coverage.Coverage.summary`), then each
     heavy node left on the host with its reason."""

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from onnxmlu.analyze.coverage import Coverage
-from onnxmlu.cli import app, mp_sentence
+from onnxmlu.cli import app
 from onnxmlu.plan.profile import BlockAcross
 from onnxmlu.tools.testing import make_model
 
@@ -71,12 +71,13 @@ def test_coverage_counts_unpriced_heavy_nodes_as_such():
     found = Coverage(heavy_nodes=2, heavy_in_blocks=1, gops_in_blocks=0.4, unpriced=1)
     assert found.summary() == ("1/2 heavy nodes in blocks (50.0%), 100.0% of the GOPs of the 1 priced; "
                                "1 heavy host node unpriced")
+    assert Coverage.from_dict(found.to_dict()).summary() == found.summary()  # the report's JSON says the same
     assert Coverage(heavy_nodes=1, heavy_in_blocks=1, gops_in_blocks=0.4).summary() == \
         "1/1 heavy nodes in blocks (100.0%), 100.0% of their GOPs"
 
 
 def test_the_mp_line_says_the_strategy_chose_the_mp_at_opt():
     block = BlockAcross(1, 8, {"min": 1.0, "opt": 2.0, "max": 3.0}, {"min": 9, "opt": 16, "max": 22})
-    said = mp_sentence(block, "dlfusion")
+    said = block.sentence("dlfusion")
     assert said.startswith("block 1 runs at mp=8, chosen by dlfusion at the opt shape;")
     assert "fastest MP would be 9 at min, 16 at opt, 22 at max" in said and "the best MP is" not in said

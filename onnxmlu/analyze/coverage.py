@@ -75,6 +75,13 @@ class Coverage:
         plural = "s" if self.unpriced > 1 else ""
         return f"{nodes}, {share} of the GOPs of the {priced} priced; {self.unpriced} heavy host node{plural} unpriced"
 
+    @classmethod
+    def from_dict(cls, payload: dict) -> "Coverage":
+        """The coverage a report's ``coverage`` object holds (:meth:`to_dict`), so that a page
+        built from the JSON says :meth:`summary` in the same words."""
+        return cls(payload["heavy_nodes"], payload["heavy_in_blocks"], payload["gops_in_blocks"],
+                   payload["gops_on_host"], payload["unpriced"], list(payload["heavy_on_host"]))
+
     def to_dict(self) -> dict:
         return {"heavy_nodes": self.heavy_nodes, "heavy_in_blocks": self.heavy_in_blocks,
                 "heavy_share": self.heavy_share, "gops_in_blocks": self.gops_in_blocks,
