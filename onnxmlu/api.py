@@ -131,8 +131,13 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                  check: CheckOptions | None = None, portable: bool = False, inputs: dict | None = None,
                  progress=None, validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
                  metric: str | None = None, options: Options | None = None,
-                 output_options: OutputOptions | None = None, max_memory: int | str | None = None) -> FuseResult:
+                 output_options: OutputOptions | None = None, max_memory: int | str | None = None,
+                 best_effort: bool = False) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
+
+    With ``check``, or a ``--precision auto`` budget, the model is written beside ``output``,
+    judged, and renamed into place only when :func:`fuse_passed` (the check passed, the budget
+    was met or ``best_effort``): a model that fails is never published, and the result says why.
 
     A model file is fused holding the weights about once plus one block in memory: right after
     normalizing, the large weights move out of the protobuf tree into a
@@ -153,7 +158,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                                     rewrite=rewrite, bn_mode=bn_mode, precision=precision, calibration=calibration,
                                     validation=validation, calibrator=calibrator, accuracy=accuracy,
                                     keep_fp32=keep_fp32, metric=metric, max_memory=max_memory)
-    written = output_options or OutputOptions(portable, check)
+    written = output_options or OutputOptions(portable, check, best_effort)
     refuse_validation(options, written.check is not None)
     return _fused_to(out, model, options, written, hardware, progress)
 
