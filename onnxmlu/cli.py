@@ -446,7 +446,9 @@ def _deliver_fuse(result, json_out: Optional[Path], quiet: bool, portable: bool,
     passed = optional_import("onnxmlu.api").fuse_passed(result, best_effort)
     _deliver("fuse", result, json_out, quiet, lambda r: _show_fuse(r, portable, passed))
     if not passed:
-        raise typer.Exit(1)
+        why = "the check failed" if result.check is not None and not result.check.ok else \
+            f"--precision auto's budget {result.auto.budget} is not met; --best-effort keeps the closest plan"
+        _fail(f"{result.output} not written: {why}", code=1)
 
 
 def _show_fuse(result, portable: bool, passed: bool = True) -> None:
@@ -458,11 +460,7 @@ def _show_fuse(result, portable: bool, passed: bool = True) -> None:
     _show_coverage(result.coverage)
     inside = sum(_count_blocks(result.branches))
     inside_note = f" + {inside} inside control flow" if inside else ""
-    if not passed:
-        why = "the check failed" if result.check is not None and not result.check.ok else \
-            f"auto's budget {result.auto.budget} is not met (--best-effort keeps the closest plan)"
-        _plain(f"not written: {result.output} ({why})")
-    else:
+    if passed:
         console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{inside_note}{note}, "
                       f"{sum(result.pass_seconds.values()):.2f} s)")
     if result.calibration is not None and not result.calibration["random"]:  # random: a diagnostic says so
@@ -864,7 +862,7 @@ def plan(
 def _exit_if_unmet(auto, best_effort: bool) -> None:
     """Exit code 1 when --precision auto's budget is not met, unless --best-effort."""
     if not best_effort and auto is not None and not auto.budget.met(auto.chosen.measured):
-        raise typer.Exit(1)
+        _fail(f"--precision auto's budget {auto.budget} is not met; --best-effort accepts the closest plan", code=1)
 
 
 def _plan(model, output, strategy, mp, hw, input_shape, max_memory, precision, calibration, validation, keep_fp32,
