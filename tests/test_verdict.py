@@ -24,6 +24,7 @@ from onnxmlu.tools import verify
 from onnxmlu.tools.testing import make_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "precision"))
+from precision_models import residual_model  # noqa: E402
 from quantized_models import float_cnn, quantized  # noqa: E402
 
 runner = CliRunner()
@@ -137,11 +138,13 @@ def test_a_quantized_output_is_judged_in_steps_of_its_scale():
     assert not verify.check_models(original, _qdq_conv(1.0), qtol=0.5).ok
 
 
-def test_a_faithful_qdq_model_fused_for_real_passes_its_check(tmp_path, library):
-    """onnxruntime's quantize_static (QDQ) of a CNN, fused: the blocks run the integer kernels,
-    the reference dequantizes, convolves in float and re-quantizes; they differ by a step."""
+@pytest.mark.parametrize("float_model", [float_cnn, residual_model], ids=["cnn", "residual"])
+def test_a_faithful_qdq_model_fused_for_real_passes_its_check(tmp_path, library, float_model):
+    """onnxruntime's quantize_static (QDQ) of a CNN and of a residual one (a skip Add, two
+    outputs), fused: the blocks run the integer kernels, the reference dequantizes, convolves
+    in float and re-quantizes; they differ by a step or two of the output scale."""
     source = tmp_path / "qdq.onnx"
-    onnx.save(quantized(float_cnn(), "qdq"), source)
+    onnx.save(quantized(float_model(), "qdq"), source)
     out = tmp_path / "qdq.fused.onnx"
     result = invoke("fuse", source, out, "--check", "--json", tmp_path / "r.json")
     assert result.exit_code == 0, result.output
