@@ -847,7 +847,6 @@ def plan(
     quiet: QuietOpt = False,
 ) -> None:
     """Plan blocks and MP without collapsing; edit the JSON and pass it to `fuse --plan`.
-
     With -q and neither -o nor --json, the plan file's JSON goes to stdout.
 
     Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json --plot plan.png
