@@ -48,6 +48,7 @@ def test_nan_in_both_outputs_fails_unless_allowed():
     model = _unary("Log")
     report = verify.check_models(model, model)
     assert not report.ok and report.diffs[0].nonfinite == verify.NAN_IN_BOTH
+    assert report.shapes[0].status == "failed" and "NaN/Inf in both" in report.shapes[0].note
     assert verify.check_models(model, model, allow_nan=True).ok
 
 

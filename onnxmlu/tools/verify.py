@@ -315,7 +315,7 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     data = data or f"seeded random inputs (seeds {', '.join(map(str, seeds))})"
     report = CheckReport(atol, rtol, seeds, qtol, allow_nan, budget=budget, data=data)
     runs = [check.run(label, feeds) for label, feeds in _feeds_by_shape(original, seeds, input_shapes, inputs, samples)]
-    report.shapes = [run.shape for run in runs]
+    report.shapes = [_judged_nan(run, report) for run in runs]
     references = [r for run in runs for r in run.references]
     if not references:
         raise _refused_everywhere(report.shapes)
@@ -323,6 +323,15 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     report.accuracy = measure(references, [o for run in runs for o in run.outputs])
     report.notes = _data_notes(original, samples, inputs)
     return report
+
+
+def _judged_nan(run: "_AtShape", report: CheckReport) -> ShapeRun:
+    """The shape ``run`` ran at, failed where an output holds NaN/Inf the report does not let
+    pass (so that the shape lines and the verdict tell one story)."""
+    bad = next((d for d in run.diffs if report.fails_on_nan(d)), None)
+    if bad is None or run.shape.status != "ok":
+        return run.shape
+    return replace(run.shape, status="failed", note=f"{bad.name}: {bad.nonfinite}")
 
 
 def _refused_everywhere(shapes: Sequence[ShapeRun]) -> OnnxMluError:
