@@ -99,6 +99,19 @@ def test_ids_are_drawn_inside_the_vocabulary_and_loose_integers_are_flagged():
     assert "notes" in report.to_dict()
 
 
+def test_ids_into_an_int8_table_are_bounded_by_its_rows():
+    """An exporter's INT8 embedding, Cast(int8 table) * scale -> Gather: the table's rows bound
+    the ids as an initializer's would."""
+    table = numpy_helper.from_array(np.ones((2, 4), np.int8), "table_q")
+    nodes = [helper.make_node("Cast", ["table_q"], ["table_f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["table_f", "scale"], ["table"]),
+             helper.make_node("Gather", ["table", "ids"], ["y"])]
+    graph = helper.make_graph(nodes, "int8_embed", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4])],
+                              [table, numpy_helper.from_array(np.float32(0.5), "scale")])
+    assert integer_bounds(make_model(graph, 17)) == {"ids": 2}
+
+
 # ------------------------------------------------------------------------------ quantized outputs
 def _qdq_conv(offset_steps: float = 0.0) -> onnx.ModelProto:
     """x -> Q/DQ -> Conv (DQ'd int8 weights) -> Q/DQ -> y; ``offset_steps`` steps of the output

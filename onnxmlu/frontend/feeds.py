@@ -4,8 +4,9 @@ samples feed where the user gives no data.
 Floats are standard normal, integers uniform in ``[0, min(10, V))``, booleans fair coins, all
 from one ``numpy`` generator seeded by the caller, so a seed names one set of feeds on every
 machine. ``V`` is the vocabulary the model states for an integer input (:func:`integer_bounds`):
-the first dim of the table a Gather looks the input up in (an embedding), through the ops
-that pass ids on unchanged (Cast, Reshape, Unsqueeze, ...); the smallest when several. An
+the first dim of the table a Gather looks the input up in (an embedding: an initializer, or
+one dequantized from INT8), through the ops that pass ids on unchanged (Cast, Reshape,
+Unsqueeze, ...); the smallest when several. An
 integer input without one is drawn in ``[0, 10)`` and named by :func:`unbounded_integer_inputs`
 (the check says its values may be out of range).
 """
@@ -61,7 +62,7 @@ def integer_bounds(model: onnx.ModelProto) -> dict[str, int]:
     for node in model.graph.node:
         for name in node.input:
             readers.setdefault(name, []).append(node)
-    tables = {t.name: list(t.dims) for t in model.graph.initializer}
+    tables = _tables(model)
     bounds = {}
     for value in fed_inputs(model.graph):
         if value.type.tensor_type.elem_type in _INTEGER_TYPES:
@@ -81,6 +82,21 @@ def unbounded_integer_inputs(model: onnx.ModelProto) -> list[str]:
 _INTEGER_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
                             onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
                             onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
+
+
+#: Ops that make a table of the same dims from a stored one: INT8 embeddings dequantized, or
+#: written as Cast(int8) * scale.
+_KEEP_DIMS = frozenset({"Cast", "DequantizeLinear", "Mul", "Identity"})
+
+
+def _tables(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Tensor -> dims, for the initializers and what :data:`_KEEP_DIMS` ops make of them
+    (the dims of their first input)."""
+    tables = {t.name: list(t.dims) for t in model.graph.initializer}
+    for node in model.graph.node:  # topological order: a producer's table is known first
+        if node.op_type in _KEEP_DIMS and node.input and node.input[0] in tables and node.output:
+            tables[node.output[0]] = tables[node.input[0]]
+    return tables
 
 
 def _lookup_sizes(name: str, readers: dict, tables: dict[str, list[int]], depth: int = 0) -> list[int]:
