@@ -636,27 +636,28 @@ def _show_check(report) -> None:
     # A budget decides the verdict (FP16/INT8): the tolerance column is then information, not a
     # verdict, so it must not read like one ("ok NO" above "check passed").
     judged_by_budget = report.budget is not None
-    for col in ("output", "shape", "max abs err", "max rel err", *(("max steps",) if quantized else ()),
-                "rule", "within tol" if judged_by_budget else "ok"):
-        table.add_column(col)
+    numbers = ("max abs err", "max rel err", *(("max steps",) if quantized else ()))
+    for col in ("output", "shape", *numbers, "rule", "within tol" if judged_by_budget else "ok"):
+        table.add_column(col, justify="right" if col in numbers else "left")  # _fit never cuts a number
     for d in report.diffs:
         verdict = ("yes" if d.ok else "no") if judged_by_budget else ("[green]yes[/]" if d.ok else "[red]NO[/]")
-        if d.nonfinite:
-            said = escape(d.nonfinite)
-            verdict = f"[red]NO[/] ({said})" if report.fails_on_nan(d) else f"yes ({said})"
+        if d.nonfinite:  # the whole sentence is on the shape line below
+            verdict = "[red]NO[/] (NaN/Inf)" if report.fails_on_nan(d) else "yes (NaN/Inf)"
         steps = () if not quantized else ("–" if d.max_steps is None else f"{d.max_steps:.3g}",)
         table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", *steps,
                       escape(d.rule(report)), verdict)
-    console.print(table)
+    console.print(_fit(table))
     for run in report.shapes:
         shapes = ", ".join(f"{k} {v}" for k, v in run.shapes.items())
         _plain(f"shape {run.label}: {shapes}: {run.status}" + (f" ({run.note})" if run.note else ""))
-    if report.accuracy is not None:
+    if report.accuracy is not None and not any(d.nonfinite for d in report.diffs):  # NaN: no cosine to speak of
         judged = f" · judged by {report.budget}" if report.budget is not None else ""
         top1 = "–" if math.isnan(report.accuracy.top1) else f"{report.accuracy.top1:.3f}"  # no class scores
         _plain(f"worst cosine {report.accuracy.cosine:.6f} · top-1 agreement {top1}{judged}")
     for note in report.notes:
         _plain(f"note: {note}")
+    for d in (d for d in report.diffs if d.nonfinite):
+        _plain(f"{d.name}: {d.nonfinite}" + ("" if report.fails_on_nan(d) else " (passed: --allow-nan)"))
     if any(report.fails_on_nan(d) for d in report.diffs):
         _plain("NaN/Inf in an output fails the check; --allow-nan passes NaN/Inf the reference has at the same places")
     console.print("[green]check passed[/]" if report.ok else "[red]check FAILED[/]")
