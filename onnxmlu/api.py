@@ -28,7 +28,8 @@ from onnxmlu.collapse.atomic import (check_destination, external_data_name, publ
                                     write_model_atomic)
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused  # noqa: F401 - part of the API
-from onnxmlu.frontend.pins import PricingShape, Pins, parse_input_shapes  # noqa: F401 - the CLI parses --input-shape
+from onnxmlu.frontend.pins import (  # noqa: F401 - the CLI parses --input-shape with it
+    Pins, PricingShape, concrete_shapes, has_ranges, parse_input_shapes)
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.optional import optional_import
 from onnxmlu.options import (  # noqa: F401 - the option objects are part of the API
@@ -242,17 +243,23 @@ def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, 
     elif asked.name in LOWER_PRECISIONS and check.accuracy is None:  # 1e-4 cannot hold at FP16/INT8
         check = replace(check, accuracy=asked.accuracy or CHECK_BUDGET)
     data = _check_data(original, check, asked.validation, asked.calibration, ctx.auto)
-    pins = recorded_pins(fused) or ctx.options.shapes.input_shapes  # where it was priced, a fallback size included
+    pins = ctx.options.shapes.input_shapes or recorded_pins(fused, original)  # a fallback size included
     return _check_models(original, fused, check, pins, ctx.progress, data)
 
 
-def recorded_pins(fused: onnx.ModelProto) -> Pins | None:
+def recorded_pins(fused: onnx.ModelProto, original: onnx.ModelProto | None = None) -> Pins | None:
     """The shapes a fused model records its plan was priced at (``onnxmlu.pricing_shape``) as
     ``--input-shape`` pins, ranges included (:meth:`PricingShape.as_pins`); None for a file
-    without the record. ``check`` runs there when not told otherwise: where ``fuse`` priced,
-    a fallback size included."""
+    without the record, or (given the ``original``) when they are its defaults anyway (the
+    check then says ``default``). ``check`` runs there when not told otherwise: where ``fuse``
+    priced, a fallback size included."""
     record = recorded_pricing_shape(model_metadata(fused))
-    return None if record is None else PricingShape.from_dict(record).as_pins()
+    if record is None:
+        return None
+    pins = PricingShape.from_dict(record).as_pins()
+    if original is not None and not has_ranges(pins) and concrete_shapes(original, pins) == concrete_shapes(original):
+        return None
+    return pins
 
 
 #: Precisions ``fuse --precision`` puts every block at whose outputs cannot match FP32 to 1e-4:
@@ -559,7 +566,7 @@ def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Seque
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)
     data = None if samples is None else _check_data(models[0], options, None, None, None)
-    return _check_models(*models, options, input_shapes or recorded_pins(models[1]), steps, data)
+    return _check_models(*models, options, input_shapes or recorded_pins(models[1], models[0]), steps, data)
 
 
 def run(model: str | os.PathLike, *, inputs: dict | None = None, seed: int = 0, input_shapes: dict | None = None,
