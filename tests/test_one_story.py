@@ -76,6 +76,15 @@ def test_coverage_counts_unpriced_heavy_nodes_as_such():
         "1/1 heavy nodes in blocks (100.0%), 100.0% of their GOPs"
 
 
+def test_fuse_and_the_report_give_the_same_coverage_sentence(tmp_path):
+    path = tmp_path / "classifier.onnx"
+    onnx.save(_classifier(), path)
+    said = next(line for line in invoke("fuse", path, tmp_path / "f.onnx").output.splitlines()
+                if line.startswith("coverage: "))
+    invoke("report", path, "-o", tmp_path / "r.html", "-q")
+    assert said.removeprefix("coverage: ") in (tmp_path / "r.html").read_text()
+
+
 def test_the_mp_line_says_the_strategy_chose_the_mp_at_opt():
     block = BlockAcross(1, 8, {"min": 1.0, "opt": 2.0, "max": 3.0}, {"min": 9, "opt": 16, "max": 22})
     said = block.sentence("dlfusion")
