@@ -37,6 +37,8 @@ HEAVY_OPS: frozenset[str] = frozenset({
     "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN",
     "QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger", "QGemm", "MatMulIntegerToFloat",
     "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention", "FusedConv", "FusedMatMul", "FusedGemm",
+    # attention and weight-only quantized linear layers: heavy where a rewriter leaves them on the host
+    "Attention", "MultiHeadAttention", "GroupQueryAttention", "MatMulNBits",
 })
 
 
