@@ -12,6 +12,7 @@ with ``to_dict()`` (the command's JSON, see :mod:`onnxmlu.reports` and docs/json
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import replace
@@ -21,10 +22,14 @@ from typing import Callable, Sequence
 import onnx
 
 from onnxmlu.analyze import Analysis
-from onnxmlu.collapse.atomic import check_destination, external_data_name, write_bytes_atomic, write_model_atomic
+from onnxmlu.analyze.layers import node_label
+from onnxmlu.rewrite import rewrite_model, rewritten_ops
+from onnxmlu.collapse.atomic import (check_destination, external_data_name, publish_staged, write_bytes_atomic,
+                                    write_model_atomic)
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused  # noqa: F401 - part of the API
-from onnxmlu.frontend.pins import parse_input_shapes  # noqa: F401 - the CLI parses --input-shape with it
+from onnxmlu.frontend.pins import (  # noqa: F401 - the CLI parses --input-shape with it
+    Pins, PricingShape, concrete_shapes, has_ranges, parse_input_shapes)
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.optional import optional_import
 from onnxmlu.options import (  # noqa: F401 - the option objects are part of the API
@@ -47,6 +52,7 @@ from onnxmlu.plan.strategies import strategy_names
 from onnxmlu.plots import plan_chart, require_plotting, speedup_chart
 from onnxmlu.precision.accuracy import Budget
 from onnxmlu.precision.planners import planner_for
+from onnxmlu.schema import model_metadata, recorded_pricing_shape
 from onnxmlu.reports import (
     CompareReport,
     FuseResult,
@@ -126,8 +132,13 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                  check: CheckOptions | None = None, portable: bool = False, inputs: dict | None = None,
                  progress=None, validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
                  metric: str | None = None, options: Options | None = None,
-                 output_options: OutputOptions | None = None, max_memory: int | str | None = None) -> FuseResult:
+                 output_options: OutputOptions | None = None, max_memory: int | str | None = None,
+                 best_effort: bool = False) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
+
+    With ``check``, or a ``--precision auto`` budget, the model is written beside ``output``,
+    judged, and renamed into place only when :func:`fuse_passed` (the check passed, the budget
+    was met or ``best_effort``): a model that fails is never published, and the result says why.
 
     A model file is fused holding the weights about once plus one block in memory: right after
     normalizing, the large weights move out of the protobuf tree into a
@@ -148,7 +159,7 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
                                     rewrite=rewrite, bn_mode=bn_mode, precision=precision, calibration=calibration,
                                     validation=validation, calibrator=calibrator, accuracy=accuracy,
                                     keep_fp32=keep_fp32, metric=metric, max_memory=max_memory)
-    written = output_options or OutputOptions(portable, check)
+    written = output_options or OutputOptions(portable, check, best_effort)
     refuse_validation(options, written.check is not None)
     return _fused_to(out, model, options, written, hardware, progress)
 
@@ -159,13 +170,34 @@ def _fused_to(out: Path, model: ModelLike, options: Options, written: OutputOpti
     streamed = not (isinstance(model, onnx.ModelProto) or written.check is not None or written.portable)
     inputs, check = _shared_inputs(options.shapes.inputs, written.check)
     options = replace(options, shapes=replace(options.shapes, inputs=inputs))
-    ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
-                  progress=as_progress(progress), output=out)
-    result = _result(PassManager(PORTABLE if written.portable else FUSE_TO_FILE).run(ctx))
-    if check is None:
-        return _verify_loads(result, out)
-    result.check = _check_fused(model, result.model, check, ctx)
+    passes = PORTABLE if written.portable else FUSE_TO_FILE
+    if check is None and (written.best_effort or not options.precision.planner.judged):
+        ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
+                      progress=as_progress(progress), output=out)
+        return _verify_loads(_result(PassManager(passes).run(ctx)), out)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:  # written beside the target, judged, then renamed: a model that fails is never published
+        ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
+                      progress=as_progress(progress), output=staging / out.name)
+        result = _result(PassManager(passes).run(ctx))
+        if check is not None:
+            result.check = _check_fused(model, result.model, check, ctx)
+        if fuse_passed(result, written.best_effort):
+            if check is None:  # a check has loaded and run it already
+                _verify_loads(result, staging / out.name)
+            publish_staged(staging, out)
+        result.output = out
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def fuse_passed(result: FuseResult, best_effort: bool = False) -> bool:
+    """Whether ``fuse`` publishes ``result`` and exits 0: its check (when run) passed, and the
+    ``--precision auto`` budget was met (unless ``best_effort``: the closest plan is kept)."""
+    if result.check is not None and not result.check.ok:
+        return False
+    return best_effort or result.auto is None or result.auto.budget.met(result.auto.chosen.measured)
 
 
 def _checked_output(model: ModelLike, output) -> Path:
@@ -203,13 +235,37 @@ def _verify_loads(result: FuseResult, out: Path) -> FuseResult:
 
 def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, ctx: Context):
     """``fuse --check``: the fused model against the original, on the data :func:`_check_data` picks;
-    auto's output judged by its budget."""
+    auto's output judged by its budget, a model fused at FP16 or INT8 by :data:`CHECK_BUDGET`."""
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    asked = ctx.options.precision
     if ctx.auto is not None and check.accuracy is None:
         check = replace(check, accuracy=ctx.auto.budget)
-    asked = ctx.options.precision
+    elif asked.name in LOWER_PRECISIONS and check.accuracy is None:  # 1e-4 cannot hold at FP16/INT8
+        check = replace(check, accuracy=asked.accuracy or CHECK_BUDGET)
     data = _check_data(original, check, asked.validation, asked.calibration, ctx.auto)
-    return _check_models(original, fused, check, ctx.options.shapes.input_shapes, ctx.progress, data)
+    pins = ctx.options.shapes.input_shapes or recorded_pins(fused, original)  # a fallback size included
+    return _check_models(original, fused, check, pins, ctx.progress, data)
+
+
+def recorded_pins(fused: onnx.ModelProto, original: onnx.ModelProto | None = None) -> Pins | None:
+    """The shapes a fused model records its plan was priced at (``onnxmlu.pricing_shape``) as
+    ``--input-shape`` pins, ranges included (:meth:`PricingShape.as_pins`); None for a file
+    without the record, or (given the ``original``) when they are its defaults anyway (the
+    check then says ``default``). ``check`` runs there when not told otherwise: where ``fuse``
+    priced, a fallback size included."""
+    record = recorded_pricing_shape(model_metadata(fused))
+    if record is None:
+        return None
+    pins = PricingShape.from_dict(record).as_pins()
+    if original is not None and not has_ranges(pins) and concrete_shapes(original, pins) == concrete_shapes(original):
+        return None
+    return pins
+
+
+#: Precisions ``fuse --precision`` puts every block at whose outputs cannot match FP32 to 1e-4:
+#: ``--check`` judges them by :data:`CHECK_BUDGET` (the budget ``--precision auto`` keeps by default).
+LOWER_PRECISIONS = ("fp16", "int8")
+CHECK_BUDGET = Budget("cosine", 0.999)
 
 
 def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, calibration, auto) -> tuple | None:
@@ -237,7 +293,8 @@ def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: Chec
     samples, described = data if data is not None else (None, "")
     return verify.check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol,
                                input_shapes=input_shapes, inputs=check.inputs, budget=check.accuracy,
-                               samples=samples, data=described, progress=lambda stage: progress.say(f"check: {stage}"))
+                               samples=samples, data=described, progress=lambda stage: progress.say(f"check: {stage}"),
+                               qtol=check.qtol, allow_nan=check.allow_nan)
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
@@ -312,7 +369,35 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
     """The layer table (load → normalize → rewrite if asked, BN by ``bn_mode`` → analyze); its
     ``to_dict()`` is the ``inspect`` report. ``max_memory``: the shape probes' budget (as for :func:`fuse`)."""
     asked = Options.of(input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, max_memory=max_memory)
-    return _run(PLAN[:4], model, asked, progress=progress).analysis
+    analysis = _run(PLAN[:4], model, asked, progress=progress).analysis
+    if not rewrite:
+        _name_rewrites(analysis, asked.rewrite.bn_mode)
+    return analysis
+
+
+def _name_rewrites(analysis: Analysis, bn_mode: str) -> None:
+    """The host reasons of a model analysed without its rewrites, told what ``fuse`` does: a
+    node a rewriter turns into the accelerator's ops is accelerated after that rewrite (its
+    reason says so, so that ``inspect`` never calls a node host-only that ``fuse`` puts in a
+    block); one the rewriter refuses keeps its reason, and the rewriter's is added."""
+    by_op = {op: name for name, ops in rewritten_ops().items() for op in ops}
+    nodes = analysis.model.graph.node
+    hits = {i: by_op[_qualified(nodes[i])] for i in analysis.host_reasons if _qualified(nodes[i]) in by_op}
+    if not hits:
+        return
+    _, report = rewrite_model(analysis.model, bn_mode=bn_mode, only=sorted(set(hits.values())))
+    refused = {d.node: d.message for d in report.skipped}
+    for i, rewriter in hits.items():
+        label = node_label(nodes[i])
+        if label in refused:
+            analysis.host_reasons[i] += f"; the {rewriter} rewrite refused it: {refused[label]}"
+        else:
+            analysis.host_reasons[i] = (f"accelerated after the {rewriter} rewrite (fuse and plan run it; inspect "
+                                        f"--rewrite shows the layers); as it stands: {analysis.host_reasons[i]}")
+
+
+def _qualified(node: onnx.NodeProto) -> str:
+    return f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
 
 
 def inspect_fused(model: ModelLike):
@@ -465,19 +550,23 @@ def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
 # ---------------------------------------------------------------------------------- tools
 def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Sequence[int] = (0,), atol: float = 1e-4,
           rtol: float = 1e-4, input_shapes: dict | None = None, inputs: dict | None = None,
-          accuracy: Budget | str | None = None, progress=None, samples: str | os.PathLike | None = None):
+          accuracy: Budget | str | None = None, progress=None, samples: str | os.PathLike | None = None,
+          qtol: float = 2.0, allow_nan: bool = False):
     """Run the original (reference: onnxruntime, optimizations off) and the fused model on
     seeded inputs, or on the samples of the ``samples`` folder (``--inputs DIR``, the
     calibration layout); the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`). An
-    ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``."""
-    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples)  # a bad budget: refused now
+    ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``;
+    quantized outputs are judged in ``qtol`` steps of their scale; ``allow_nan`` passes NaN/Inf
+    the reference has at the same places. Without ``input_shapes``, the shapes the fused model
+    records it was priced at (:func:`recorded_pins`)."""
+    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples, qtol, allow_nan)  # bad budget: now
     if samples is not None:
         load_samples(samples, what="inputs")  # a bad folder is refused before any model loads
     steps = as_progress(progress)
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)
     data = None if samples is None else _check_data(models[0], options, None, None, None)
-    return _check_models(*models, options, input_shapes, steps, data)
+    return _check_models(*models, options, input_shapes or recorded_pins(models[1], models[0]), steps, data)
 
 
 def run(model: str | os.PathLike, *, inputs: dict | None = None, seed: int = 0, input_shapes: dict | None = None,

@@ -35,7 +35,7 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from onnxmlu import ortlog
-from onnxmlu.errors import OnnxMluError
+from onnxmlu.errors import OnnxMluError, runtime_message
 from onnxmlu.optional import optional_import
 from onnxmlu.precisions import PRECISIONS
 from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewriter_summary
@@ -144,7 +144,17 @@ MetricOpt = Annotated[Optional[str], _option("--metric", help=(
 ParetoOpt = Annotated[Optional[Path], _option("--pareto", help=(
     "With --precision auto: simulated latency against measured accuracy of the plans considered (PNG)."))]
 CalibratorOpt = Annotated[str, typer.Option("--calibrator", help="INT8 calibrator: minmax, entropy or percentile.")]
-CheckOpt = Annotated[bool, typer.Option("--check", help="Run original and fused model and compare.")]
+CheckOpt = Annotated[bool, typer.Option("--check", help=(
+    "Run original and fused model and compare; the output is written only when the check passes."))]
+AllowNanOpt = Annotated[bool, typer.Option("--allow-nan", help=(
+    "Let the check pass NaN/Inf that the reference has at the same places (NaN or Inf anywhere else always fails)."))]
+QtolOpt = Annotated[float, typer.Option("--qtol", help=(
+    "Steps of its quantization scale a quantized output may move by: |a-b| <= atol + qtol*scale."))]
+PlanBestEffortOpt = Annotated[bool, typer.Option("--best-effort", help=(
+    "Under --precision auto, exit 0 when the --accuracy budget is not met (default: exit code 1)."))]
+BestEffortOpt = Annotated[bool, typer.Option("--best-effort", help=(
+    "Under --precision auto, keep the closest plan and exit 0 when the --accuracy budget is not met "
+    "(default: nothing is written and the exit code is 1)."))]
 PortableOpt = Annotated[bool, typer.Option("--portable", help=(
     "Write each block as a model-local ONNX function instead of an MLUFusionBlock node: "
     "runs in plain onnxruntime without the custom-op library."))]
@@ -200,7 +210,7 @@ def command(fn: Callable) -> Callable:
         except Exception as exc:  # onnxruntime / onnx errors on bad input end up here
             if _state["debug"]:
                 raise
-            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            text = runtime_message(exc)  # onnxruntime's framing dropped, cut; --debug has it whole
             _fail(f"{type(exc).__name__}: {text} (rerun with --debug for the traceback)")
 
     return app.command(cls=_Command)(wrapper)
@@ -387,6 +397,8 @@ def fuse(
     calibrator: CalibratorOpt = "minmax",
     accuracy: AccuracyOpt = None,
     check: CheckOpt = False,
+    allow_nan: AllowNanOpt = False,
+    best_effort: BestEffortOpt = False,
     inputs: InputsOpt = None,
     portable: PortableOpt = False,
     json_out: JsonOpt = None,
@@ -395,14 +407,15 @@ def fuse(
     """Rewrite, plan and collapse MODEL into OUTPUT (one MLUFusionBlock per block).
 
     Example: onnxmlu fuse resnet18.onnx resnet18.fused.onnx --precision auto --accuracy cosine>=0.999"""
-    _deliver_fuse(_fuse_to_file(**locals()), json_out, quiet, portable)
+    _deliver_fuse(_fuse_to_file(**locals()), json_out, quiet, portable, best_effort)
 
 
 def _fuse_to_file(model, output, strategy, mp, plan, hw, input_shape, max_memory, bn, precision, calibration,
-                  validation, keep_fp32, metric, calibrator, accuracy, check, inputs, portable, json_out, quiet):
+                  validation, keep_fp32, metric, calibrator, accuracy, check, allow_nan, best_effort, inputs, portable,
+                  json_out, quiet):
     """``fuse``'s options, parsed once into their objects, handed to :func:`onnxmlu.api.fuse_to_file`."""
     api = optional_import("onnxmlu.api")
-    written = api.OutputOptions(portable, _check_options(inputs) if check else None)
+    written = api.OutputOptions(portable, _check_options(inputs, allow_nan) if check else None, best_effort)
     options = api.Options(api.ShapeOptions(_shapes(input_shape), None if inputs is None or inputs.is_dir()
                                            else _arrays(inputs), max_memory),
                           api.RewriteOptions(bn_mode=bn), api.PlanOptions(strategy, plan, mp),
@@ -418,27 +431,27 @@ def _precision(name, calibration, validation, keep_fp32, metric, accuracy, calib
         keep_fp32=keep_fp32 or (), metric=metric, pareto=pareto)
 
 
-def _check_options(inputs: Optional[Path]):
+def _check_options(inputs: Optional[Path], allow_nan: bool = False):
     """``fuse --check``'s data: --inputs as a folder of samples, or a .npz of fixed arrays."""
     api = optional_import("onnxmlu.api")
 
     if inputs is not None and inputs.is_dir():
-        return api.CheckOptions(samples=inputs)
-    return api.CheckOptions(inputs=_arrays(inputs))
+        return api.CheckOptions(samples=inputs, allow_nan=allow_nan)
+    return api.CheckOptions(inputs=_arrays(inputs), allow_nan=allow_nan)
 
 
-def _deliver_fuse(result, json_out: Optional[Path], quiet: bool, portable: bool) -> None:
-    _deliver("fuse", result, json_out, quiet, lambda r: _show_fuse(r, portable))
-    _exit_if_failed(result.check)
+def _deliver_fuse(result, json_out: Optional[Path], quiet: bool, portable: bool, best_effort: bool) -> None:
+    """The report; exit code 1 (nothing written) when the check failed or auto's budget was
+    not met without --best-effort."""
+    passed = optional_import("onnxmlu.api").fuse_passed(result, best_effort)
+    _deliver("fuse", result, json_out, quiet, lambda r: _show_fuse(r, portable, passed))
+    if not passed:
+        why = "the check failed" if result.check is not None and not result.check.ok else \
+            f"--precision auto's budget {result.auto.budget} is not met; --best-effort keeps the closest plan"
+        _fail(f"{result.output} not written: {why}", code=1)
 
 
-def _exit_if_failed(check) -> None:
-    """Exit code 1 when a check was asked for and failed."""
-    if check is not None and not check.ok:
-        raise typer.Exit(1)
-
-
-def _show_fuse(result, portable: bool) -> None:
+def _show_fuse(result, portable: bool, passed: bool = True) -> None:
     _show_blocks(result)
     _show_pricing(result.pricing)
     _show_diagnostics(result.diagnostics, result.analysis)
@@ -447,12 +460,13 @@ def _show_fuse(result, portable: bool) -> None:
     _show_coverage(result.coverage)
     inside = sum(_count_blocks(result.branches))
     inside_note = f" + {inside} inside control flow" if inside else ""
-    console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{inside_note}{note}, "
-                  f"{sum(result.pass_seconds.values()):.2f} s)")
+    if passed:
+        console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{inside_note}{note}, "
+                      f"{sum(result.pass_seconds.values()):.2f} s)")
     if result.calibration is not None and not result.calibration["random"]:  # random: a diagnostic says so
         _plain(f"INT8 blocks calibrated on {result.calibration['description']} ({result.calibration['calibrator']})")
     _show_auto(result.auto)
-    _show_profile(result.profile)
+    _show_profile(result.profile, result.plan.strategy)
     if result.check is not None:
         _show_check(result.check)
 
@@ -472,21 +486,21 @@ def _count_blocks(branches):
         yield from _count_blocks(b.branches)
 
 
-def _show_profile(profile) -> None:
+def _show_profile(profile, strategy: str = "the strategy") -> None:
     """The plan's simulated latency at min, opt and max of the --input-shape ranges; the
-    blocks whose best MP moves across them."""
+    blocks whose best MP moves across them (:meth:`~onnxmlu.plan.profile.BlockAcross.sentence`)."""
     if profile is None:
         return
     shapes = " · ".join(f"{p} {t:,.1f} µs" for p, t in profile.latency_us.items())
     _plain(f"over the input ranges: {shapes}")
     for b in (b for b in profile.blocks if b.mp_moves):
-        moves = ", ".join(f"{p} {m}" for p, m in b.best_mp.items())
-        _plain(f"  block {b.block} runs at mp={b.mp}; the best MP is {moves}")
+        _plain(f"  {b.sentence(strategy)}")
+
+
 def _show_coverage(coverage) -> None:
-    """One line of shares, then each heavy node left on the host with its reason."""
-    gops = "n/a" if coverage.gops_share is None else f"{coverage.gops_share:.1%}"
-    _plain(f"coverage: {coverage.heavy_in_blocks}/{coverage.heavy_nodes} heavy nodes in blocks "
-           f"({coverage.heavy_share:.1%}), {gops} of their GOPs")
+    """One line of shares (:meth:`~onnxmlu.analyze.coverage.Coverage.summary`), then each
+    heavy node left on the host with its reason."""
+    _plain(f"coverage: {coverage.summary()}")
     for row in coverage.heavy_on_host[:_MAX_HEAVY_SHOWN]:
         where = f" in {row['graph']}" if row["graph"] else ""
         _plain(f"heavy on host: {row['node']} ({row['op_type']}){where}: {row['reason']}")
@@ -580,53 +594,72 @@ def check(
         "layout, run instead of the seeds."))] = None,
     accuracy: Annotated[Optional[str], _option("--accuracy", help=(
         "Judge by a budget instead of --atol/--rtol: cosine>=X or top1>=X (for FP16/INT8 models)."))] = None,
+    qtol: QtolOpt = 2.0,
+    allow_nan: AllowNanOpt = False,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Run ORIGINAL (reference: onnxruntime, optimizations off) and FUSED on seeded inputs at
-    several shapes: the --input-shape pins (the same pins as `fuse`; unpinned symbolic dims
-    take their defaults), the ends of every range, and one other batch and one other size of
-    every dim left free; with the arrays of --inputs for the inputs it names (then only their
-    shape). A shape the original refuses is skipped, and the report says which ran.
+    several shapes: the --input-shape pins (default: the shapes FUSED records it was planned
+    at), the ends of every range, one other batch and one other size of every dim left free;
+    --inputs arrays for the inputs it names. A shape the original refuses is skipped. Float
+    outputs pass when |a-b| <= atol + rtol*|ref|, quantized ones within --qtol steps of their
+    scale; NaN or Inf fails (--allow-nan: unless the reference has it at the same places).
 
     Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
     """
-    report = _check(original, fused, seed, atol, rtol, input_shape, inputs, accuracy, quiet)
+    report = _check(original, fused, seed, (atol, rtol, qtol), input_shape, inputs, accuracy, allow_nan, quiet)
     _deliver("check", report, json_out, quiet, _show_check)
     if not report.ok:
         raise typer.Exit(1)
 
 
-def _check(original, fused, seed, atol, rtol, input_shape, inputs, accuracy, quiet):
+def _check(original, fused, seed, tolerances, input_shape, inputs, accuracy, allow_nan, quiet):
     """``check``'s options, parsed (--inputs: a .npz of arrays, or a folder of samples), handed
     to :func:`onnxmlu.api.check`."""
     api = optional_import("onnxmlu.api")
 
     folder = inputs is not None and inputs.is_dir()
     with _steps(quiet) as steps:
+        atol, rtol, qtol = tolerances
         return api.check(original, fused, seeds=seed, atol=atol, rtol=rtol, input_shapes=_shapes(input_shape),
                          inputs=None if folder else _arrays(inputs), accuracy=accuracy, progress=steps,
-                         samples=inputs if folder else None)
+                         samples=inputs if folder else None, qtol=qtol, allow_nan=allow_nan)
 
 
 def _show_check(report) -> None:
-    table = Table(title=f"check · {report.data} · atol={report.atol:g} rtol={report.rtol:g}")
+    """The table of outputs, each with the rule that judged it (float: atol + rtol·|ref|;
+    quantized: steps of its scale), then the shapes run, the accuracy and the verdict."""
+    quantized = any(d.step is not None for d in report.diffs)
+    title = f"check · {report.data} · atol={report.atol:g} rtol={report.rtol:g}"
+    table = Table(title=title + (f" qtol={report.qtol:g} steps" if quantized else ""))
     # A budget decides the verdict (FP16/INT8): the tolerance column is then information, not a
     # verdict, so it must not read like one ("ok NO" above "check passed").
     judged_by_budget = report.budget is not None
-    for col in ("output", "shape", "max abs err", "max rel err", "within tol" if judged_by_budget else "ok"):
-        table.add_column(col)
+    numbers = ("max abs err", "max rel err", *(("max steps",) if quantized else ()))
+    for col in ("output", "shape", *numbers, "rule", "within tol" if judged_by_budget else "ok"):
+        table.add_column(col, justify="right" if col in numbers else "left")  # _fit never cuts a number
     for d in report.diffs:
         verdict = ("yes" if d.ok else "no") if judged_by_budget else ("[green]yes[/]" if d.ok else "[red]NO[/]")
-        table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", verdict)
-    console.print(table)
+        if d.nonfinite:  # the whole sentence is on the shape line below
+            verdict = "[red]NO[/] (NaN/Inf)" if report.fails_on_nan(d) else "yes (NaN/Inf)"
+        steps = () if not quantized else ("–" if d.max_steps is None else f"{d.max_steps:.3g}",)
+        table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", *steps,
+                      escape(d.rule(report)), verdict)
+    console.print(_fit(table))
     for run in report.shapes:
         shapes = ", ".join(f"{k} {v}" for k, v in run.shapes.items())
         _plain(f"shape {run.label}: {shapes}: {run.status}" + (f" ({run.note})" if run.note else ""))
-    if report.accuracy is not None:
+    if report.accuracy is not None and not any(d.nonfinite for d in report.diffs):  # NaN: no cosine to speak of
         judged = f" · judged by {report.budget}" if report.budget is not None else ""
         top1 = "–" if math.isnan(report.accuracy.top1) else f"{report.accuracy.top1:.3f}"  # no class scores
         _plain(f"worst cosine {report.accuracy.cosine:.6f} · top-1 agreement {top1}{judged}")
+    for note in report.notes:
+        _plain(f"note: {note}")
+    for d in (d for d in report.diffs if d.nonfinite):
+        _plain(f"{d.name}: {d.nonfinite}" + ("" if report.fails_on_nan(d) else " (passed: --allow-nan)"))
+    if any(report.fails_on_nan(d) for d in report.diffs):
+        _plain("NaN/Inf in an output fails the check; --allow-nan passes NaN/Inf the reference has at the same places")
     console.print("[green]check passed[/]" if report.ok else "[red]check FAILED[/]")
 
 
@@ -635,16 +668,17 @@ def inspect(
     model: ModelArg,
     input_shape: InputShapeOpt = None,
     max_memory: MaxMemoryOpt = None,
-    rewrite: Annotated[bool, typer.Option("--rewrite/--no-rewrite",
-                                          help=f"Rewrite first: {rewriter_summary()}.")] = False,
+    rewrite: Annotated[bool, typer.Option("--rewrite/--no-rewrite", help=(
+        f"Rewrite first, as fuse and plan do, so layer indices are the plan's: {rewriter_summary()}. "
+        "--no-rewrite: the model as given; a node a rewrite accelerates says so."))] = True,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Print the layer table (topological order): op, GOPs, channels, bytes; and host nodes.
-    For a fused model: its blocks (mp, precision, layers, simulated us, body size), host nodes
-    and the metadata it was written with.
+    """Print the layer table fuse and plan plan over (topological order, after the rewrites):
+    op, GOPs, channels, bytes; and host nodes with their reasons. For a fused model: its
+    blocks (mp, precision, layers, simulated us, body size), host nodes and its metadata.
 
-    Example: onnxmlu inspect resnet18.onnx --rewrite; onnxmlu inspect resnet18.fused.onnx
+    Example: onnxmlu inspect resnet18.onnx; onnxmlu inspect resnet18.fused.onnx
     """
     api = optional_import("onnxmlu.api")
 
@@ -658,7 +692,7 @@ def inspect(
     if fused is not None:
         _deliver("inspect-fused", fused, json_out, quiet, _show_fused)
         return
-    _deliver("inspect", analysis, json_out, quiet, _show_layers)
+    _deliver("inspect", analysis, json_out, quiet, lambda a: _show_layers(a, rewrite))
 
 
 def _show_fused(summary) -> None:
@@ -691,9 +725,10 @@ def _show_pricing(pricing) -> None:
         _plain(f"input profile: {pricing.profile_text()}")
 
 
-def _show_layers(analysis) -> None:
+def _show_layers(analysis, rewritten: bool = True) -> None:
     report = analysis.to_dict()
-    table = Table(title=f"{len(report['layers'])} accelerator layers · {report['total_gops']:.3f} GOPs")
+    raw = "" if rewritten else " · as given, before the rewrites: fuse and plan number the rewritten layers"
+    table = Table(title=f"{len(report['layers'])} accelerator layers · {report['total_gops']:.3f} GOPs{raw}")
     for col in ("#", "name", "op", "GOPs", "C in", "C out", "H×W", "in KB", "out KB", "weights KB", "seg"):
         table.add_column(col, justify="left" if col in ("name", "op") else "right")
     for r in report["layers"]:
@@ -808,11 +843,11 @@ def plan(
     accuracy: AccuracyOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
     pareto: ParetoOpt = None,
+    best_effort: PlanBestEffortOpt = False,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Plan blocks and MP without collapsing; edit the JSON and pass it to `fuse --plan`.
-
     With -q and neither -o nor --json, the plan file's JSON goes to stdout.
 
     Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json --plot plan.png
@@ -821,10 +856,17 @@ def plan(
     if quiet and output is None and json_out is None:
         sys.stdout.write(report.plan_json())
     _deliver("plan", report, json_out, quiet, _show_plan)
+    _exit_if_unmet(report.auto, best_effort)
+
+
+def _exit_if_unmet(auto, best_effort: bool) -> None:
+    """Exit code 1 when --precision auto's budget is not met, unless --best-effort."""
+    if not best_effort and auto is not None and not auto.budget.met(auto.chosen.measured):
+        _fail(f"--precision auto's budget {auto.budget} is not met; --best-effort accepts the closest plan", code=1)
 
 
 def _plan(model, output, strategy, mp, hw, input_shape, max_memory, precision, calibration, validation, keep_fp32,
-          metric, accuracy, plot, pareto, json_out, quiet):
+          metric, accuracy, plot, pareto, best_effort, json_out, quiet):
     """``plan``'s options, parsed once into their objects, handed to :func:`onnxmlu.api.plan`."""
     api = optional_import("onnxmlu.api")
     options = api.Options(api.ShapeOptions(_shapes(input_shape), max_memory=max_memory),
@@ -842,7 +884,7 @@ def _show_plan(report) -> None:
     total = report.sim_latency_us
     console.print(f"{len(report.plan.blocks)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
     _show_auto(report.auto)
-    _show_profile(report.profile)
+    _show_profile(report.profile, report.plan.strategy)
 
 
 @command

@@ -4,6 +4,8 @@ The CLI turns an :class:`OnnxMluError` into one readable line and exit code 2; a
 else is a bug and keeps its traceback under ``--debug``.
 """
 
+import re
+
 
 class OnnxMluError(Exception):
     """A user-facing error: bad model, bad option, bad plan. Message is one line."""
@@ -25,6 +27,21 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first line of an exception's message (its type name when it has none)."""
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:limit]
+
+
+#: onnxruntime's framing around what went wrong: the status prefix, and the C++ source place
+#: and function signature before the condition that failed.
+_RUNTIME_NOISE = (re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : "),
+                  re.compile(r"(?:/\S+|\S+\.(?:h|cc|cpp)):\d+ [\w:~<>]+\([^)]*\)(?: const)?\s*"))
+
+
+def runtime_message(exc: BaseException, limit: int = 300) -> str:
+    """onnxruntime's error as one line a person reads: its framing removed (the status code,
+    the source file and C++ signature), cut at ``limit`` characters with an ellipsis."""
+    text = " ".join((str(exc).strip() or type(exc).__name__).split())
+    for noise in _RUNTIME_NOISE:
+        text = noise.sub("", text)
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
 class DuplicateNameError(OnnxMluError, ValueError):

@@ -143,6 +143,8 @@ class CheckOptions:
     inputs: dict | None = None  # fixed arrays by input name (--inputs)
     accuracy: Budget | None = None  # a budget that decides instead of atol/rtol (its text is parsed here)
     samples: PathLike | None = None  # a folder of samples (--inputs DIR), run instead of the seeds
+    qtol: float = 2.0  # steps of its scale a quantized output may move by (tools/verify.py)
+    allow_nan: bool = False  # NaN/Inf the reference has at the same places passes
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "accuracy", Budget.of(self.accuracy))  # the one parse on the check path
@@ -154,6 +156,7 @@ class OutputOptions:
 
     portable: bool = False
     check: CheckOptions | None = None
+    best_effort: bool = False  # publish a --precision auto plan whose --accuracy budget is not met
 
 
 @dataclass

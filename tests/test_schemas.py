@@ -107,7 +107,8 @@ def training_bn_file(tmp_path):
 @pytest.fixture
 def host_node_file(tmp_path):
     """relu -> Mod (not in the accelerator's op table) -> relu: two blocks around a host node;
-    a com.microsoft FusedMatMul (a heavy node outside the standard domain) stays on the host too."""
+    a com.microsoft FusedConv (a heavy node outside the standard domain, no rewriter for it) stays
+    on the host too."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
@@ -118,11 +119,13 @@ def host_node_file(tmp_path):
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"),
              helper.make_node("Mod", ["a", "three"], ["b"], name="mod", fmod=1),
              helper.make_node("Relu", ["b"], ["y"], name="relu1"),
-             helper.make_node("FusedMatMul", ["x", "eye"], ["z"], name="fused_mm", domain="com.microsoft")]
+             helper.make_node("FusedConv", ["img", "kernel"], ["z"], name="fused_conv", domain="com.microsoft",
+                              activation="Relu")]
     three = numpy_helper.from_array(np.full(4, 3.0, np.float32), "three")
-    eye = numpy_helper.from_array(np.eye(4, dtype=np.float32), "eye")
-    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])
-    graph = helper.make_graph(nodes, "host", [x], [y, z], [three, eye])
+    kernel = numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "kernel")
+    img = helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 1, 3, 3])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 1, 3, 3])
+    graph = helper.make_graph(nodes, "host", [x, img], [y, z], [three, kernel])
     path = tmp_path / "host.onnx"
     path.write_bytes(make_model(graph, extra_opsets={"com.microsoft": 1}).SerializeToString())
     return path

@@ -37,6 +37,8 @@ HEAVY_OPS: frozenset[str] = frozenset({
     "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN",
     "QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger", "QGemm", "MatMulIntegerToFloat",
     "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention", "FusedConv", "FusedMatMul", "FusedGemm",
+    # attention and weight-only quantized linear layers: heavy where a rewriter leaves them on the host
+    "Attention", "MultiHeadAttention", "GroupQueryAttention", "MatMulNBits",
 })
 
 
@@ -60,6 +62,27 @@ class Coverage:
         if total > 0:
             return self.gops_in_blocks / total
         return None if self.unpriced else 1.0
+
+    def summary(self) -> str:
+        """The shares in one line. The GOPs share is over the priced heavy nodes only, and
+        says so when some are unpriced: ``1/2 heavy nodes in blocks (50.0%), 100.0% of the
+        GOPs of the 1 priced; 1 heavy host node unpriced`` (never "100% of their GOPs" while
+        a host Conv was not sized)."""
+        nodes = f"{self.heavy_in_blocks}/{self.heavy_nodes} heavy nodes in blocks ({self.heavy_share:.1%})"
+        if not self.unpriced:
+            gops = "n/a" if self.gops_share is None else f"{self.gops_share:.1%}"
+            return f"{nodes}, {gops} of their GOPs"
+        priced = self.heavy_nodes - self.unpriced
+        share = "none" if self.gops_share is None else f"{self.gops_share:.1%}"
+        plural = "s" if self.unpriced > 1 else ""
+        return f"{nodes}, {share} of the GOPs of the {priced} priced; {self.unpriced} heavy host node{plural} unpriced"
+
+    @classmethod
+    def from_dict(cls, payload: dict) -> "Coverage":
+        """The coverage a report's ``coverage`` object holds (:meth:`to_dict`), so that a page
+        built from the JSON says :meth:`summary` in the same words."""
+        return cls(payload["heavy_nodes"], payload["heavy_in_blocks"], payload["gops_in_blocks"],
+                   payload["gops_on_host"], payload["unpriced"], list(payload["heavy_on_host"]))
 
     def to_dict(self) -> dict:
         return {"heavy_nodes": self.heavy_nodes, "heavy_in_blocks": self.heavy_in_blocks,

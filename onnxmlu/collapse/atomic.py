@@ -272,6 +272,14 @@ def _write_with_external_data(model: onnx.ModelProto, out: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
 
 
+def publish_staged(staging: Path, out: Path) -> None:
+    """Move the model the writers above saved as ``staging / out.name`` (with its external
+    data, when it has some) into ``out``'s place, in :func:`_commit`'s order: what ``fuse
+    --check`` does once the check passed, so an unverified model is never published."""
+    data = external_data_name(out)
+    _commit(staging, staging / out.name, staging / data, out, out.parent / data)
+
+
 def _commit(staging: Path, staged_model: Path, staged_data: Path, out: Path, data: Path) -> None:
     """Old model and data out of the way (into the staging folder), new data in, new model in
     (the commit point). An exception or interrupt rolls back to the old pair."""

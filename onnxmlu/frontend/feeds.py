@@ -1,10 +1,16 @@
 """Seeded random inputs for a model: what ``check``, ``run`` and the random calibration
 samples feed where the user gives no data.
 
-Floats are standard normal, integers uniform in ``[0, 10)``, booleans fair coins, strings one
-lowercase ASCII letter each (what a character-level model, a grapheme-to-phoneme encoder's
-LabelEncoder, looks up; a word-level one maps them to its default), all from one ``numpy``
-generator seeded by the caller, so a seed names one set of feeds on every machine.
+Floats are standard normal, integers uniform in ``[0, min(10, V))``, booleans fair coins,
+strings one lowercase ASCII letter each (what a character-level model, a grapheme-to-phoneme
+encoder's LabelEncoder, looks up; a word-level one maps them to its default), all from one
+``numpy`` generator seeded by the caller, so a seed names one set of feeds on every machine.
+``V`` is the vocabulary the model states for an integer input (:func:`integer_bounds`):
+the first dim of the table a Gather looks the input up in (an embedding: an initializer, or
+one dequantized from INT8), through the ops that pass ids on unchanged (Cast, Reshape,
+Unsqueeze, ...); the smallest when several. An
+integer input without one is drawn in ``[0, 10)`` and named by :func:`unbounded_integer_inputs`
+(the check says its values may be out of range).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int]
     rng = np.random.default_rng(seed)
     feeds = dict(given or {})
     defaults = concrete_shapes(model)
+    bounds = integer_bounds(model)
     for value in fed_inputs(model.graph):
         if value.name in feeds:
             continue
@@ -46,8 +53,70 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int]
         else:
             shape = defaults.get(value.name, [])
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-        feeds[value.name] = _random_array(rng, shape, dtype)
+        feeds[value.name] = _random_array(rng, shape, dtype, bounds.get(value.name))
     return feeds
+
+
+#: Ops that hand integer ids on unchanged (values, not positions, matter to a lookup).
+_PASS_IDS = frozenset({"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Transpose", "Expand"})
+
+
+def integer_bounds(model: onnx.ModelProto) -> dict[str, int]:
+    """Integer input -> the vocabulary it indexes (module docstring), for those that have one."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    tables = _tables(model)
+    bounds = {}
+    for value in fed_inputs(model.graph):
+        if value.type.tensor_type.elem_type in _INTEGER_TYPES:
+            found = _lookup_sizes(value.name, readers, tables)
+            if found:
+                bounds[value.name] = min(found)
+    return bounds
+
+
+def unbounded_integer_inputs(model: onnx.ModelProto) -> list[str]:
+    """The integer inputs drawn without a vocabulary the model states."""
+    bounds = integer_bounds(model)
+    return [v.name for v in fed_inputs(model.graph)
+            if v.type.tensor_type.elem_type in _INTEGER_TYPES and v.name not in bounds]
+
+
+_INTEGER_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+                            onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+                            onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
+
+
+#: Ops that make a table of the same dims from a stored one: INT8 embeddings dequantized, or
+#: written as Cast(int8) * scale.
+_KEEP_DIMS = frozenset({"Cast", "DequantizeLinear", "Mul", "Identity"})
+
+
+def _tables(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Tensor -> dims, for the initializers and what :data:`_KEEP_DIMS` ops make of them
+    (the dims of their first input)."""
+    tables = {t.name: list(t.dims) for t in model.graph.initializer}
+    for node in model.graph.node:  # topological order: a producer's table is known first
+        if node.op_type in _KEEP_DIMS and node.input and node.input[0] in tables and node.output:
+            tables[node.output[0]] = tables[node.input[0]]
+    return tables
+
+
+def _lookup_sizes(name: str, readers: dict, tables: dict[str, list[int]], depth: int = 0) -> list[int]:
+    """The sizes of the tables ``name``'s values index (a Gather's indices on an initializer,
+    along its axis), following the ops that pass ids on."""
+    sizes = []
+    for node in readers.get(name, []) if depth < 16 else []:
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name and node.input[0] in tables:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            dims = tables[node.input[0]]
+            if -len(dims) <= axis < len(dims) and dims[axis] > 0:
+                sizes.append(dims[axis])
+        elif node.op_type in _PASS_IDS and node.input[0] == name:
+            sizes += [s for out in node.output for s in _lookup_sizes(out, readers, tables, depth + 1)]
+    return sizes
 
 
 def _dim_size(dim: onnx.TensorShapeProto.Dimension, dims: Mapping[str, int]) -> int:
@@ -56,13 +125,13 @@ def _dim_size(dim: onnx.TensorShapeProto.Dimension, dims: Mapping[str, int]) -> 
     return int(dims.get(dim.dim_param, 1))
 
 
-def _random_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype) -> np.ndarray:
+def _random_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype, bound: int | None = None) -> np.ndarray:
     if np.issubdtype(dtype, np.floating):
         return rng.standard_normal(shape).astype(dtype)
     if dtype == np.bool_:
         return rng.random(shape) < 0.5
     if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, 10, size=shape).astype(dtype)
+        return rng.integers(0, min(10, bound or 10), size=shape).astype(dtype)
     if dtype == np.object_:  # onnx's STRING
         return np.array(list(LETTERS), dtype=object)[rng.integers(0, len(LETTERS), size=shape)]
     raise OnnxMluError(f"cannot make random inputs of type {dtype}; pass --inputs data.npz")

@@ -318,6 +318,18 @@ class PricingShape:
         """Whether ``shapes`` (a run's inputs) are not the priced ones."""
         return any(name in self.inputs and list(self.inputs[name]) != list(dims) for name, dims in shapes.items())
 
+    def as_pins(self) -> Pins:
+        """The record as ``--input-shape`` pins: every input at its priced size, a dim that the
+        profile's min and max tell apart as their range (``check`` runs there, as ``fuse`` did)."""
+        profile = self.profile or {}
+        low, high = profile.get("min", {}), profile.get("max", {})
+        pins: Pins = {}
+        for name, sizes in self.inputs.items():
+            lo, hi = low.get(name, sizes), high.get(name, sizes)
+            pins[name] = [DimRange(int(a), int(o), int(b)) if len(lo) == len(hi) == len(sizes) and a != b else int(o)
+                          for o, a, b in zip(sizes, lo + [None] * len(sizes), hi + [None] * len(sizes))]
+        return pins
+
 
 def pricing_shape(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None, priced: Mapping[str, list[int]],
                   profile: dict[str, dict[str, list[int]]] | None = None) -> PricingShape:

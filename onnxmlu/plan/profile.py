@@ -40,6 +40,15 @@ class BlockAcross:
         """Whether the best MP differs between points of the range."""
         return len(set(self.best_mp.values())) > 1
 
+    def sentence(self, strategy: str) -> str:
+        """The block's MP over the range in words that cannot contradict the plan: the MP it
+        runs at is the strategy's choice at the opt shape (a strategy may weigh more than the
+        block's own latency); the per-point figures are the fastest MP for the block priced
+        alone (what ``fuse``, ``plan`` and the report print)."""
+        fastest = ", ".join(f"{m} at {p}" for p, m in self.best_mp.items())
+        return (f"block {self.block} runs at mp={self.mp}, chosen by {strategy} at the opt shape; "
+                f"priced alone, its fastest MP would be {fastest}")
+
 
 @dataclass
 class ShapeProfile:

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 
 from onnxmlu.sessions import new_options
-from onnxmlu.errors import OnnxMluError, first_line
+from onnxmlu.errors import OnnxMluError, first_line, runtime_message
 from onnxmlu.frontend.feeds import random_inputs
 from onnxmlu.ir import fed_inputs
 from onnxmlu.optional import optional_import
@@ -213,7 +213,8 @@ def _conform_array(array: np.ndarray, value: onnx.ValueInfoProto, what: str) -> 
             raise OnnxMluError(f"{what} is {array.dtype}, the model wants {dtype}")
         array = array.astype(dtype)
     if tensor_type.HasField("shape"):
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+        # a dim the model leaves free: a name, no value ('?'), or a value below 1 (-1 and 0 as exporters write them)
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor_type.shape.dim]
         if array.ndim != len(dims) or any(d is not None and d != n for d, n in zip(dims, array.shape)):
             shown = ["?" if d is None else d for d in dims]
             raise OnnxMluError(f"{what} has shape {list(array.shape)}, the model wants {shown}")
@@ -291,11 +292,11 @@ def _session_exposing(model: onnx.ModelProto, names: Sequence[str]):
     try:
         return ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
-        raise OnnxMluError(f"cannot run the model to capture calibration tensors: {first_line(exc)}") from None
+        raise OnnxMluError(f"cannot run the model to capture calibration tensors: {runtime_message(exc)}") from exc
 
 
 def _run(session, names: Sequence[str], sample: Mapping[str, np.ndarray], k: int) -> list:
     try:
         return session.run(list(names), dict(sample))
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
-        raise OnnxMluError(f"the model fails on calibration sample {k}: {first_line(exc)}") from None
+        raise OnnxMluError(f"the model fails on calibration sample {k}: {runtime_message(exc)}") from exc

@@ -85,7 +85,8 @@ def _dim(bld: Builder, x: gs.Tensor, axis: int, name: str) -> gs.Tensor:
 
 
 def lengths(bld: Builder, node: gs.Node) -> dict[str, gs.Tensor]:
-    """Run-time lengths: S [1], total per sequence [B, 1], past_b [B, 1], Tp [1], t [Tp]."""
+    """Run-time lengths, with their shapes: S of [1], total per sequence of [B, 1], past_b of
+    [B, 1], Tp of [1], t of shape Tp."""
     s = _dim(bld, node.inputs[QUERY], 1, "S")
     total = bld.op("Reshape", [bld.cast(node.inputs[TOTAL], _I64, name="T_int64"), bld.int64([1], "one")],
                    name="T")

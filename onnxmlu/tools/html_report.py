@@ -27,6 +27,7 @@ import json
 import math
 from pathlib import Path
 
+from onnxmlu.analyze.coverage import Coverage
 from onnxmlu.collapse.atomic import write_bytes_atomic
 from onnxmlu.frontend.pins import POINTS, PricingShape, shapes_text
 from onnxmlu.schema import PRICING_SHAPE_KEY
@@ -270,6 +271,8 @@ def _coverage(report: dict, blocks: list[dict]) -> str:
     host = len(report.get("host_nodes", []))
     share = f"{100 * in_blocks / (in_blocks + host):.1f}%" if in_blocks + host else "–"
     facts = [("layers in blocks", in_blocks), ("host nodes", host), ("nodes on the accelerator", share)]
+    if report.get("coverage"):  # a plan's: the heavy nodes, in the words fuse prints
+        facts.insert(0, ("heavy nodes", Coverage.from_dict(report["coverage"]).summary()))
     gops = [b["gops"] for b in blocks if b["gops"] is not None]
     if gops:
         facts.append(("GOPs in blocks", f"{sum(gops):.3f}"))

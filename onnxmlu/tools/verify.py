@@ -12,8 +12,26 @@ model keeps them symbolic), one other batch (the first dim + 1) and, for each ot
 size (twice its pricing size), dims sharing a name varied together. A shape the original itself refuses is reported
 as skipped, never as a failure; at least one shape must run.
 
-Error metrics per output: ``max_abs = max|f - r|`` and ``max_rel = max(|f - r| / (|r| + tiny))``;
-an output passes when ``|f - r| <= atol + rtol * |r|`` element-wise (numpy's allclose rule).
+Error metrics per output: ``max_abs = max|f - r|`` and ``max_rel = max(|f - r| / (|r| + tiny))``
+over the elements finite in both. The rule an output is judged by (:func:`output_steps`):
+
+* a float output: ``|f - r| <= atol + rtol * |r|`` element-wise (numpy's allclose rule);
+* a quantized output -- an integer tensor a QuantizeLinear / QLinear* node makes, or a float one
+  a DequantizeLinear of scale ``s`` makes (through layout ops: Reshape, Flatten, ...) -- in
+  steps of its scale: ``|f - r| <= atol + qtol * s`` (``s = 1`` for the integers). A faithful
+  integer kernel rounds where the reference (dequantize, float op, quantize) rounds otherwise:
+  one step, two when a step of an early activation crosses a float layer (measured on
+  onnxruntime's ``quantize_static`` models), so ``qtol`` is 2 by default; a wrong scale, a
+  wrong zero point or a wrong weight moves many steps.
+
+NaN and Inf: a NaN or Inf in the fused output where the reference has a finite value (or the
+other way round, or an Inf of the other sign) fails whatever the rule; NaN/Inf in both at the
+same places is reported (``nonfinite``) and fails unless ``allow_nan``: random inputs that
+make the original itself produce NaN prove nothing about the fused model.
+
+Integer inputs are drawn within the vocabulary the model states (:func:`onnxmlu.frontend.feeds.integer_bounds`);
+where it states none the report says the draws may be out of range for the model.
+
 The report also gives the accuracy metrics of :mod:`onnxmlu.precision.accuracy` over all seeds
 (worst cosine, top-1 agreement). With a ``budget`` (``cosine>=X`` or ``top1>=X``: the check of
 a model fused at FP16/INT8, where 1e-4 cannot hold) the budget decides, not the tolerances.
@@ -26,12 +44,25 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
-from onnxmlu.errors import OnnxMluError, first_line
-from onnxmlu.frontend.feeds import random_inputs
+from onnxmlu.errors import OnnxMluError, runtime_message
+from onnxmlu.frontend.feeds import random_inputs, unbounded_integer_inputs
 from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, has_ranges, symbolic_dims
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 from onnxmlu.optional import optional_import
+
+
+#: Steps of the output scale a quantized output may move by (module docstring).
+DEFAULT_QTOL = 2.0
+#: The rule of a float output, as the table prints it beside the columns.
+FLOAT_RULE = "|a-b| <= atol + rtol*|ref|"
+#: Ops that move a quantized tensor's values without changing them: the output they make is
+#: judged in the steps of the tensor they move.
+_LAYOUT_OPS = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "MaxPool",
+                         "Slice", "Gather", "Split", "Concat", "DepthToSpace", "SpaceToDepth", "Expand", "Tile"})
+#: Ops whose output is an integer in steps of its scale.
+_QUANTIZING_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +72,19 @@ class OutputDiff:
     max_abs: float
     max_rel: float
     ok: bool
+    step: float | None = None  # the output's quantization step (None: a float output)
+    max_steps: float | None = None  # max_abs in steps
+    nonfinite: str = ""  # what NaN/Inf the two sides hold ("" when none)
+
+    def rule(self, report: "CheckReport") -> str:
+        """The rule this output is judged by, as printed beside the columns."""
+        if self.step is None:
+            return FLOAT_RULE
+        return f"|a-b| <= atol + {report.qtol:g} steps of {self.step:.3g}"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "max_abs": self.max_abs, "max_rel": self.max_rel,
+                "ok": self.ok, "step": self.step, "max_steps": self.max_steps, "nonfinite": self.nonfinite}
 
 
 @dataclass(frozen=True)
@@ -51,6 +95,7 @@ class ShapeRun:
     shapes: dict[str, list[int]]
     status: str  # "ok" | "failed" | "skipped" (the original refuses this shape)
     note: str = ""
+    detail: str = ""  # onnxruntime's whole message, when the note cuts it (--debug shows it)
 
     def to_dict(self) -> dict:
         return {"label": self.label, "inputs": {k: list(v) for k, v in self.shapes.items()},
@@ -62,27 +107,37 @@ class CheckReport:
     atol: float
     rtol: float
     seeds: tuple[int, ...]
+    qtol: float = DEFAULT_QTOL  # steps of the output scale a quantized output may move by
+    allow_nan: bool = False  # NaN/Inf in both at the same places does not fail
     diffs: list[OutputDiff] = field(default_factory=list)
     shapes: list[ShapeRun] = field(default_factory=list)
     accuracy: Accuracy | None = None  # worst cosine and top-1 agreement over the seeds
     budget: Budget | None = None  # when given, it decides ``ok`` instead of the tolerances
     data: str = ""  # what the models ran on
+    notes: list[str] = field(default_factory=list)  # what the reader must know about the data
 
     @property
     def ok(self) -> bool:
         if any(run.status == "failed" for run in self.shapes):
             return False
+        if any(self.fails_on_nan(d) for d in self.diffs):
+            return False  # NaN decides before a budget: a cosine of NaN outputs means nothing
         if self.budget is not None:
             return self.accuracy is not None and self.budget.met(self.accuracy)
         return bool(self.diffs) and all(d.ok for d in self.diffs)
 
+    def fails_on_nan(self, diff: OutputDiff) -> bool:
+        """Whether ``diff``'s NaN/Inf fails the check: any, unless ``allow_nan`` and the
+        reference has the same at the same places."""
+        return bool(diff.nonfinite) and not (self.allow_nan and diff.nonfinite == NAN_IN_BOTH)
+
     def to_dict(self) -> dict:
         return {
-            "ok": self.ok, "atol": self.atol, "rtol": self.rtol, "seeds": list(self.seeds),
-            "outputs": [d.__dict__ | {"shape": list(d.shape)} for d in self.diffs],
+            "ok": self.ok, "atol": self.atol, "rtol": self.rtol, "qtol": self.qtol, "allow_nan": self.allow_nan,
+            "seeds": list(self.seeds), "outputs": [d.to_dict() | {"rule": d.rule(self)} for d in self.diffs],
             "accuracy": None if self.accuracy is None else self.accuracy.to_dict(),
             "budget": None if self.budget is None else str(self.budget), "data": self.data,
-            "shapes": [run.to_dict() for run in self.shapes],
+            "shapes": [run.to_dict() for run in self.shapes], "notes": list(self.notes),
         }
 
 
@@ -136,28 +191,101 @@ def _varied(base: dict[str, list[int]], free: dict, change) -> dict[str, list[in
     return shapes
 
 
+NAN_IN_BOTH = "NaN/Inf in both, at the same places"
+_NAN_ONLY_FUSED = "NaN/Inf in the fused output where the reference is finite"
+_NAN_ONLY_REFERENCE = "NaN/Inf in the reference where the fused output is finite"
+_NAN_DIFFERS = "NaN/Inf in both, at different places or of other signs"
+
+
 def compare_outputs(names: Sequence[str], fused: Sequence[np.ndarray], reference: Sequence[np.ndarray],
-                    atol: float, rtol: float) -> list[OutputDiff]:
+                    atol: float, rtol: float, steps: Mapping[str, float] | None = None,
+                    qtol: float = DEFAULT_QTOL) -> list[OutputDiff]:
+    """One :class:`OutputDiff` per output; ``steps``: the quantization step of the quantized
+    outputs by name (:func:`output_steps`), judged in ``qtol`` of them (module docstring)."""
     diffs = []
     for name, f, r in zip(names, fused, reference):
         f, r = np.asarray(f), np.asarray(r)
         if f.shape != r.shape:
             diffs.append(OutputDiff(name, tuple(f.shape), float("inf"), float("inf"), False))
             continue
-        diffs.append(_diff(name, f, r, atol, rtol))
+        step = (steps or {}).get(name)
+        diffs.append(_diff(name, f, r, (atol, rtol, qtol), step))
     return diffs
 
 
-def _diff(name: str, f: np.ndarray, r: np.ndarray, atol: float, rtol: float) -> OutputDiff:
-    if f.dtype.kind in "biuO" or r.dtype.kind in "biuO":
+def _diff(name: str, f: np.ndarray, r: np.ndarray, tolerances: tuple[float, float, float],
+          step: float | None) -> OutputDiff:
+    """The errors over the elements finite in both, judged by the output's rule; NaN/Inf
+    anywhere named by ``nonfinite`` (the report's ``ok`` decides what it means)."""
+    atol, rtol, qtol = tolerances
+    if (f.dtype.kind in "bO" or r.dtype.kind in "bO") or (f.dtype.kind in "iu" and step is None):
         equal = bool(np.array_equal(f, r))
         return OutputDiff(name, tuple(f.shape), 0.0 if equal else float("inf"), 0.0 if equal else float("inf"), equal)
     f64, r64 = f.astype(np.float64), r.astype(np.float64)
-    err = np.abs(f64 - r64)
+    finite = np.isfinite(f64) & np.isfinite(r64)
+    err = np.abs(f64 - r64)[finite]
     max_abs = float(err.max()) if err.size else 0.0
-    max_rel = float((err / (np.abs(r64) + 1e-12)).max()) if err.size else 0.0
-    ok = bool(np.allclose(f64, r64, atol=atol, rtol=rtol, equal_nan=True))
-    return OutputDiff(name, tuple(f.shape), max_abs, max_rel, ok)
+    max_rel = float((err / (np.abs(r64[finite]) + 1e-12)).max()) if err.size else 0.0
+    if step is None:
+        ok = bool(np.all(err <= atol + rtol * np.abs(r64[finite])))
+        return OutputDiff(name, tuple(f.shape), max_abs, max_rel, ok, nonfinite=_nonfinite(f64, r64))
+    ok = bool(np.all(err <= atol + qtol * step))
+    return OutputDiff(name, tuple(f.shape), max_abs, max_rel, ok, step, max_abs / step, _nonfinite(f64, r64))
+
+
+def _nonfinite(f: np.ndarray, r: np.ndarray) -> str:
+    """Which NaN/Inf the two sides hold: "" (none), or one of the ``_NAN_*`` sentences."""
+    bad_f, bad_r = ~np.isfinite(f), ~np.isfinite(r)
+    if not bad_f.any() and not bad_r.any():
+        return ""
+    if (bad_f & ~bad_r).any():
+        return _NAN_ONLY_FUSED
+    if (bad_r & ~bad_f).any():
+        return _NAN_ONLY_REFERENCE
+    same = np.array_equal(f[bad_f], r[bad_r], equal_nan=True)  # same places: NaN with NaN, +Inf with +Inf
+    return NAN_IN_BOTH if same else _NAN_DIFFERS
+
+
+def output_steps(model: onnx.ModelProto) -> dict[str, float]:
+    """The quantization step of each graph output that is quantized (module docstring): the
+    scale of the DequantizeLinear that makes it (its largest, per channel), 1 for an integer
+    a quantizing op makes; outputs found through layout ops. A float output is absent."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    scalars = _constants(model)
+    steps = {}
+    for value in model.graph.output:
+        step = _step_of(value.name, producer, scalars)
+        if step is not None:
+            steps[value.name] = step
+    return steps
+
+
+def _step_of(name: str, producer: dict, constants: dict) -> float | None:
+    node, seen = producer.get(name), 0
+    while node is not None and node.op_type in _LAYOUT_OPS and node.input and seen < 64:
+        node, seen = producer.get(node.input[0]), seen + 1
+    if node is None:
+        return None
+    if node.op_type == "DequantizeLinear":
+        scale = constants.get(node.input[1]) if len(node.input) > 1 else None
+        return None if scale is None or not scale.size else float(np.max(np.abs(scale)))
+    if node.op_type in _QUANTIZING_OPS or node.op_type.startswith("QLinear"):
+        return 1.0
+    return None
+
+
+def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Small initializers and Constant values by name (scales are scalars or one per channel)."""
+    found = {t.name: t for t in model.graph.initializer if np.prod(t.dims) <= 1 << 16 and not t.external_data}
+    found.update({n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant"
+                  for a in n.attribute if a.name == "value"})
+    arrays = {}
+    for name, tensor in found.items():
+        try:
+            arrays[name] = numpy_helper.to_array(tensor)
+        except (ValueError, TypeError):  # a type numpy cannot hold: not a scale
+            continue
+    return arrays
 
 
 def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Sequence[int] = (0,),
@@ -165,7 +293,8 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
                  input_shapes: Pins | None = None,
                  inputs: Mapping[str, np.ndarray] | None = None, budget: Budget | None = None,
                  progress: Callable[[str], None] | None = None,
-                 samples: Sequence[Mapping[str, np.ndarray]] | None = None, data: str = "") -> CheckReport:
+                 samples: Sequence[Mapping[str, np.ndarray]] | None = None, data: str = "",
+                 qtol: float = DEFAULT_QTOL, allow_nan: bool = False) -> CheckReport:
     """Run both models on each seed at each shape of :func:`check_shapes` (or on each of
     ``samples``); the report keeps the worst error per output over all of them and says what
     ran at each shape.
@@ -175,27 +304,58 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     every run; the others are random, and only the shape those arrays have is checked.
     ``budget`` decides the verdict instead of the tolerances (module docstring). ``samples``
     (real data: validation samples, ``--inputs DIR``) are run instead of the seeds, at their own
-    shapes; ``data`` says what they are, for the report.
+    shapes; ``data`` says what they are, for the report. ``qtol``: steps a quantized output may
+    move by; ``allow_nan``: NaN/Inf in both at the same places passes (module docstring).
 
     ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
     seconds in each)."""
     say = progress or (lambda stage: None)
-    check = _Checker.of(original, fused, inputs, (atol, rtol), budget is None, say)
-    names = check.names
+    check = _Checker.of(original, fused, inputs, (atol, rtol, qtol), budget is None, say)
     seeds = () if samples is not None else tuple(seeds)
     data = data or f"seeded random inputs (seeds {', '.join(map(str, seeds))})"
-    report = CheckReport(atol, rtol, seeds, budget=budget, data=data)
+    report = CheckReport(atol, rtol, seeds, qtol, allow_nan, budget=budget, data=data)
     runs = [check.run(label, feeds) for label, feeds in _feeds_by_shape(original, seeds, input_shapes, inputs, samples)]
-    report.shapes = [run.shape for run in runs]
+    report.shapes = [_judged_nan(run, report) for run in runs]
     references = [r for run in runs for r in run.references]
-    outputs = [o for run in runs for o in run.outputs]
     if not references:
-        tried = "; ".join(f"{r.label} {r.shapes}: {r.note}" for r in report.shapes)
-        raise OnnxMluError(f"the original model fails at every shape tried ({tried}); "
-                           "give valid values with --inputs FILE.npz or sizes with --input-shape")
-    report.diffs = _worst_per_output(names, [d for run in runs for d in run.diffs])
-    report.accuracy = measure(references, outputs)
+        raise _refused_everywhere(report.shapes)
+    report.diffs = _worst_per_output(check.names, [d for run in runs for d in run.diffs])
+    report.accuracy = measure(references, [o for run in runs for o in run.outputs])
+    report.notes = _data_notes(original, samples, inputs)
     return report
+
+
+def _judged_nan(run: "_AtShape", report: CheckReport) -> ShapeRun:
+    """The shape ``run`` ran at, failed where an output holds NaN/Inf the report does not let
+    pass (so that the shape lines and the verdict tell one story)."""
+    bad = next((d for d in run.diffs if report.fails_on_nan(d)), None)
+    if bad is None or run.shape.status != "ok":
+        return run.shape
+    return replace(run.shape, status="failed", note=f"{bad.name}: {bad.nonfinite}")
+
+
+def _refused_everywhere(shapes: Sequence[ShapeRun]) -> OnnxMluError:
+    """The error for an original that runs at none of the shapes tried: the shapes, then
+    onnxruntime's refusal once (the first; the others differ in the sizes they quote), cut by
+    :func:`~onnxmlu.errors.runtime_message`; every full message rides on the error's cause
+    (``--debug`` prints it)."""
+    tried = ", ".join(f"{run.label} {run.shapes}" for run in shapes)
+    error = OnnxMluError(f"the original model fails at every shape tried ({tried}): {shapes[0].note}; "
+                         "give valid values with --inputs FILE.npz or sizes with --input-shape")
+    error.__cause__ = RuntimeError("\n".join(run.detail or run.note for run in shapes))
+    return error
+
+
+def _data_notes(original: onnx.ModelProto, samples, inputs) -> list[str]:
+    """What the reader must know about random data: integer inputs drawn without a bound the
+    model states may hold values out of its range (an id past a vocabulary)."""
+    if samples is not None:
+        return []
+    loose = [name for name in unbounded_integer_inputs(original) if name not in (inputs or {})]
+    if not loose:
+        return []
+    return [f"integer input(s) {', '.join(loose)} drawn in [0, 10) without a range the model states: the values "
+            "may be out of range for it; give real values with --inputs FILE.npz"]
 
 
 def _feeds_by_shape(original: onnx.ModelProto, seeds: Sequence[int], pins: Pins | None, inputs,
@@ -236,12 +396,13 @@ class _Checker:
     sess: object
     names: list[str]
     inputs: Mapping[str, np.ndarray] | None
-    tolerances: tuple[float, float]
+    tolerances: tuple[float, float, float]  # atol, rtol, qtol
+    steps: dict[str, float]  # quantized outputs' steps (:func:`output_steps`)
     by_tolerance: bool  # no budget decides: an output off the tolerances fails the shape
     say: Callable[[str], None]
 
     @classmethod
-    def of(cls, original: onnx.ModelProto, fused: onnx.ModelProto, inputs, tolerances: tuple[float, float],
+    def of(cls, original: onnx.ModelProto, fused: onnx.ModelProto, inputs, tolerances: tuple[float, float, float],
            by_tolerance: bool, say: Callable[[str], None]) -> "_Checker":
         """The reference session (the original, optimizations off) and the fused model's."""
         runtime = optional_import("onnxmlu.runtime")
@@ -249,7 +410,8 @@ class _Checker:
         ref = runtime.reference_session(original)
         say("fused session")
         sess = runtime.InferenceSession(fused)
-        return cls(ref, sess, [o.name for o in sess.get_outputs()], inputs, tolerances, by_tolerance, say)
+        return cls(ref, sess, [o.name for o in sess.get_outputs()], inputs, tolerances, output_steps(original),
+                   by_tolerance, say)
 
     def run(self, label: str, runs: list[tuple[str, dict]]) -> _AtShape:
         """Both models on every (run label, feeds); the shape is skipped where the original
@@ -263,16 +425,19 @@ class _Checker:
             try:
                 reference = self.ref.run(self.names, feeds)
             except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: a shape the original does not take
-                result.shape = ShapeRun(label, shown, "skipped", f"the original refuses it: {first_line(exc)}")
+                result.shape = ShapeRun(label, shown, "skipped", f"the original refuses it: {runtime_message(exc)}",
+                                        str(exc))
                 return result
             try:
                 got = self.sess.run(self.names, feeds)
             except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: the fused model fails where the original runs
-                result.shape = ShapeRun(label, shown, "failed", f"the fused model fails: {first_line(exc)}")
+                result.shape = ShapeRun(label, shown, "failed", f"the fused model fails: {runtime_message(exc)}",
+                                        str(exc))
                 return result
             result.references.append(reference)
             result.outputs.append(got)
-            result.diffs += compare_outputs(self.names, got, reference, *self.tolerances)
+            atol, rtol, qtol = self.tolerances
+            result.diffs += compare_outputs(self.names, got, reference, atol, rtol, self.steps, qtol)
             result.shape = ShapeRun(label, shown, "ok")
         if self.by_tolerance and any(not d.ok for d in result.diffs):
             result.shape = replace(result.shape, status="failed")
@@ -293,11 +458,11 @@ def needs_load_check(fused: onnx.ModelProto) -> bool:
 
 
 def load_error(path) -> str | None:
-    """The first line of onnxruntime's refusal to load the fused model at ``path`` with the
-    library registered, or None when it loads."""
+    """onnxruntime's refusal to load the fused model at ``path`` with the library registered
+    (:func:`~onnxmlu.errors.runtime_message`), or None when it loads."""
     try:
         optional_import("onnxmlu.runtime").InferenceSession(str(path), block_layouts=False)
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
-        return first_line(exc)
+        return runtime_message(exc)
     return None
 

@@ -15,7 +15,7 @@ F = TensorProto.FLOAT
 
 def _model():
     """Conv (sized, in a block) -> Relu -> If(cond) with a MatMul in each branch, and a
-    com.microsoft FusedMatMul (heavy, outside the standard domain) on the input."""
+    MatMul of a vendor's domain (heavy, outside the standard domain, no rewriter for it) on the input."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array((rng.standard_normal((4, 4, 3, 3)) * 0.2).astype(np.float32), "w")
     m = numpy_helper.from_array(np.eye(8, dtype=np.float32), "m")
@@ -28,13 +28,13 @@ def _model():
              helper.make_node("Relu", ["c"], ["r"], name="relu"),
              helper.make_node("Reshape", ["r", "shape"], ["flat"], name="reshape"),
              helper.make_node("If", ["cond"], ["y"], name="if", then_branch=branch("then"), else_branch=branch("else")),
-             helper.make_node("FusedMatMul", ["flat", "m"], ["z"], name="fmm", domain="com.microsoft")]
+             helper.make_node("MatMul", ["flat", "m"], ["z"], name="fmm", domain="com.example.vendor")]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", F, [1, 4, 4, 8]),
                      helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
         [helper.make_tensor_value_info("y", F, [16, 8]), helper.make_tensor_value_info("z", F, [16, 8])],
         [w, m, numpy_helper.from_array(np.array([16, 8], np.int64), "shape")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example.vendor", 1)])
     model.ir_version = 8
     return model
 

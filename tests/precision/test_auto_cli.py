@@ -44,7 +44,7 @@ def test_fused_auto_model_keeps_its_budget_when_run_with_the_library(residual_fi
 
 def test_a_top1_budget_too_strict_for_the_samples_is_not_certified(residual_file, tmp_path):
     result = invoke("fuse", residual_file, tmp_path / "auto.onnx", "--precision", "auto", "--accuracy", "top1>=0.99",
-                    "--json", "-")
+                    "--best-effort", "--json", "-")  # unmet: kept, exit 0, only because asked
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert not report["auto"]["met"] and report["auto"]["top1_lower_bound"] < 0.99

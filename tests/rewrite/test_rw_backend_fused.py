@@ -105,8 +105,8 @@ def test_quantized_operators_fuse_into_int8_blocks_and_match(onnx_backend_case, 
     result = api.fuse(case.model, strategy="all-fusion")
     blocks = [n for n in result.model.graph.node if is_fusion_block(n)]
     if not blocks:
-        assert result.diagnostics and all("quantized units are INT8" in d.message for d in result.diagnostics), \
-            result.diagnostics
+        host = [d for d in result.diagnostics if d.stage != "rewrite"]  # a rewriter may say why it left it too
+        assert host and all("quantized units are INT8" in d.message for d in host), result.diagnostics
         return
     assert [block_precision(b) for b in blocks] == ["int8"] and len(result.model.graph.node) == 1
     try:
