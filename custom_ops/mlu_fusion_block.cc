@@ -425,6 +425,10 @@ class WireScanner {
   // Depth past which the body is refused: protobuf's own default recursion limit.
   static constexpr int kMaxDepth = 100;
 
+  // `shared`: names of main-graph initializers whose external reference to kSharedLocation is
+  // not a file but a constant the kernel hands the inner session (kSharedAttribute).
+  explicit WireScanner(const std::vector<std::string>* shared = nullptr) : shared_(shared) {}
+
   // The first tensor in `data` (a serialized `kind`) that refers to a file, described ("tensor
   // 'w' keeps its data in external file 'secret.txt'"); empty when there is none, or when the
   // bytes are not well-formed protobuf (onnxruntime then refuses them itself).
@@ -465,6 +469,7 @@ class WireScanner {
       }
     }
     if (kind == Message::kEntry) return entry_key == "location" ? entry_value : "";
+    if (external && depth == 2 && kind == Message::kTensor && IsShared(name, entry_value)) return found;
     if (external) {
       return "tensor '" + name + "' keeps its data in external file '" + (entry_value.empty() ? "?" : entry_value) + "'";
     }
@@ -476,12 +481,19 @@ class WireScanner {
  private:
   static bool Varint(const char*& p, const char* end, uint64_t& value) { return ReadVarint(p, end, value); }
 
+  // A main-graph initializer (depth 2: model, graph, tensor) standing for a shared constant.
+  bool IsShared(const std::string& name, const std::string& location) const {
+    return shared_ != nullptr && location == kSharedLocation &&
+           std::find(shared_->begin(), shared_->end(), name) != shared_->end();
+  }
+
+  const std::vector<std::string>* shared_;
   bool too_deep_ = false;
 };
 
 // Refuses a body that refers to a file (see WireScanner), or nests too deep to be scanned.
-void RefuseFileReferences(const std::string& body, const std::string& prefix) {
-  WireScanner scanner;
+void RefuseFileReferences(const std::string& body, const std::string& prefix, const std::vector<std::string>& shared) {
+  WireScanner scanner(&shared);
   const std::string found = scanner.Find(body, Message::kModel);
   if (scanner.too_deep()) {
     throw BlockError(ORT_INVALID_GRAPH, prefix + "body nests subgraphs more than " +
@@ -765,6 +777,92 @@ bool IsExactInt8Failure(const std::string& message) {
   return false;
 }
 
+// The node's shared weights (kSharedAttribute): its last inputs, each a constant of the outer
+// graph, named as the body's initializer it replaces. Read once, at kernel creation: onnxruntime
+// keeps the constants for the outer session's life, and the inner session copies them in.
+struct SharedWeights {
+  std::vector<std::string> names;
+  std::vector<const OrtValue*> values;
+};
+
+SharedWeights ReadSharedWeights(const OrtKernelInfo* info, const std::string& prefix) {
+  SharedWeights shared;
+  int64_t count = 0;
+  OrtStatus* status = Api().KernelInfoGetAttribute_int64(info, kSharedAttribute, &count);
+  if (status != nullptr) {  // absent: every weight is in the body
+    Api().ReleaseStatus(status);
+    return shared;
+  }
+  size_t inputs = 0;
+  Check(Api().KernelInfo_GetInputCount(info, &inputs), prefix);
+  if (count < 0 || static_cast<size_t>(count) > inputs) {
+    throw BlockError(ORT_INVALID_GRAPH, prefix + "attribute " + kSharedAttribute + " = " + std::to_string(count) +
+                                            " is not a count of the node's " + std::to_string(inputs) + " inputs");
+  }
+  for (size_t i = inputs - static_cast<size_t>(count); i < inputs; ++i) {
+    size_t size = 0;
+    Check(Api().KernelInfo_GetInputName(info, i, nullptr, &size), prefix);
+    std::string name(size, '\0');
+    Check(Api().KernelInfo_GetInputName(info, i, name.data(), &size), prefix);
+    name.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
+    int is_constant = 0;
+    const OrtValue* value = nullptr;
+    Check(Api().KernelInfoGetConstantInput_tensor(info, i, &is_constant, &value), prefix);
+    if (!is_constant || value == nullptr) {
+      throw BlockError(ORT_INVALID_GRAPH, prefix + "input " + std::to_string(i) + " ('" + name +
+                                              "') is a shared weight but not a constant initializer of the graph");
+    }
+    shared.names.push_back(std::move(name));
+    shared.values.push_back(value);
+  }
+  return shared;
+}
+
+// A tensor over `value`'s buffer that does not own it.
+OrtPtr<OrtValue> ViewOf(const OrtValue* value, const std::string& prefix) {
+  OrtTensorTypeAndShapeInfo* raw = nullptr;
+  Check(Api().GetTensorTypeAndShape(value, &raw), prefix);
+  OrtPtr<OrtTensorTypeAndShapeInfo> info(raw);
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  Check(Api().GetTensorElementType(info.get(), &type), prefix);
+  const auto [dims, count] = ShapeOf(value, prefix);
+  void* data = nullptr;
+  Check(Api().GetTensorMutableData(const_cast<OrtValue*>(value), &data), prefix);  // only read
+  const OrtMemoryInfo* memory = nullptr;
+  Check(Api().GetTensorMemoryInfo(value, &memory), prefix);
+  const size_t bits = ElementBits(type);
+  if (bits == 0) throw BlockError(ORT_INVALID_GRAPH, prefix + "a shared weight of type " + TypeName(type) + " cannot be shared");
+  OrtValue* view = nullptr;
+  Check(Api().CreateTensorWithDataAsOrtValue(memory, data, (count * bits + 7) / 8, dims.data(), dims.size(), type, &view),
+        prefix);
+  return OrtPtr<OrtValue>(view);
+}
+
+// The shared weights as onnxruntime takes them (AddExternalInitializers: tensors over a buffer
+// they do not own), made once per kernel and kept until its inner session is made.
+struct SharedViews {
+  std::vector<OrtPtr<OrtValue>> views;
+  std::vector<const char*> names;
+  std::vector<const OrtValue*> values;
+};
+
+SharedViews ViewsOf(const SharedWeights& shared, const std::string& prefix) {
+  SharedViews result;
+  for (size_t i = 0; i < shared.names.size(); ++i) {
+    result.views.push_back(ViewOf(shared.values[i], prefix));
+    result.names.push_back(shared.names[i].c_str());
+    result.values.push_back(result.views.back().get());
+  }
+  return result;
+}
+
+// The body's placeholders, replaced before onnxruntime optimizes the graph (the inner session
+// copies the data in, so the views may go once it is made).
+void AddShared(OrtSessionOptions* options, const SharedViews& shared, const std::string& prefix) {
+  if (shared.names.empty()) return;
+  Check(Api().AddExternalInitializers(options, shared.names.data(), shared.values.data(), shared.names.size()), prefix);
+}
+
 OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool global_pool, const std::string& node_name,
                                               const std::string& prefix, bool exact_int8 = true) {
   OrtSessionOptions* raw = nullptr;
@@ -797,12 +895,13 @@ OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool g
 // it), so every block of every model in the process shares one pool as the process's plain
 // sessions do; otherwise on a pool of its own. Returns onnxruntime's error for the body, if any.
 OrtStatus* CreateInnerSession(OrtEnv* env, const std::string& body, int threads, const InnerConfig& config,
-                              const std::string& node_name, const std::string& prefix, OrtSession** session,
-                              bool* on_global_pool, bool exact_int8) {
+                              const std::string& node_name, const std::string& prefix, const SharedViews& shared,
+                              OrtSession** session, bool* on_global_pool, bool exact_int8) {
   std::optional<bool> global = GlobalPools().Known(env);
   if (config.global_pool != GlobalPool::kDetect) global = config.global_pool == GlobalPool::kRequire;
   if (!global.has_value()) {  // the env's first block: try the global pool
     auto options = InnerSessionOptions(threads, config.spinning, /*global_pool=*/true, node_name, prefix, exact_int8);
+    AddShared(options.get(), shared, prefix);
     OrtStatus* status = Api().CreateSessionFromArray(env, body.data(), body.size(), options.get(), session);
     if (status == nullptr) {
       GlobalPools().Remember(env, true);
@@ -813,6 +912,7 @@ OrtStatus* CreateInnerSession(OrtEnv* env, const std::string& body, int threads,
   }
   *on_global_pool = global.value_or(false);
   auto options = InnerSessionOptions(threads, config.spinning, *on_global_pool, node_name, prefix, exact_int8);
+  AddShared(options.get(), shared, prefix);
   OrtStatus* status = Api().CreateSessionFromArray(env, body.data(), body.size(), options.get(), session);
   if (status == nullptr && !global.has_value()) GlobalPools().Remember(env, false);  // the body is fine: no pool
   return status;
@@ -849,7 +949,8 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   const std::string precision = ReadPrecision(info, prefix);
   std::string body = ReadBody(info, prefix);
   VerifyDigest(body, info, prefix);
-  RefuseFileReferences(body, prefix);
+  const SharedWeights shared = ReadSharedWeights(info, prefix);
+  RefuseFileReferences(body, prefix, shared.names);
 
   OrtEnv* env = nullptr;  // CreateEnv hands back the process's existing env (ref-counted)
   Check(Api().CreateEnv(ORT_LOGGING_LEVEL_WARNING, "onnxmlu", &env), prefix);
@@ -859,12 +960,13 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   const int threads = InnerThreads(mp_, config, prefix);
   bool on_global_pool = false;
   OrtSession* session = nullptr;
-  OrtStatus* status = CreateInnerSession(env_.get(), body, threads, config, node_name_, prefix, &session, &on_global_pool,
-                                         /*exact_int8=*/true);
+  const SharedViews views = ViewsOf(shared, prefix);
+  OrtStatus* status = CreateInnerSession(env_.get(), body, threads, config, node_name_, prefix, views, &session,
+                                         &on_global_pool, /*exact_int8=*/true);
   if (status != nullptr && IsExactInt8Failure(Api().GetErrorMessage(status))) {
     Api().ReleaseStatus(status);  // see kExactInt8Failures: retry with onnxruntime's default kernels
-    status = CreateInnerSession(env_.get(), body, threads, config, node_name_, prefix, &session, &on_global_pool,
-                                /*exact_int8=*/false);
+    status = CreateInnerSession(env_.get(), body, threads, config, node_name_, prefix, views, &session,
+                                &on_global_pool, /*exact_int8=*/false);
   }
   if (status != nullptr) {
     OrtPtr<OrtStatus> owned(status);
@@ -884,9 +986,10 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   Check(Api().KernelInfo_GetOutputCount(info, &node_outputs), prefix);
   Check(Api().SessionGetInputCount(session_.get(), &body_inputs), prefix);
   Check(Api().SessionGetOutputCount(session_.get(), &body_outputs), prefix);
+  node_inputs -= shared.names.size();  // the shared weights are the body's initializers, not its inputs
   if (body_inputs != node_inputs) {
     throw BlockError(ORT_INVALID_GRAPH, prefix + "body has " + std::to_string(body_inputs) + " inputs but the node has " +
-                                            std::to_string(node_inputs));
+                                            std::to_string(node_inputs) + " (besides its shared weights)");
   }
   if (body_outputs != node_outputs) {
     throw BlockError(ORT_INVALID_GRAPH, prefix + "body has " + std::to_string(body_outputs) + " outputs but the node has " +

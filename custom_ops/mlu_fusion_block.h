@@ -49,6 +49,13 @@ inline constexpr const char* kOpName = "MLUFusionBlock";
 inline constexpr uint32_t kOrtApiVersion = 21;
 // The optional digest attribute: CRC-32 (ISO-HDLC, zlib's crc32) of the body's bytes, 0..2^32-1.
 inline constexpr const char* kDigestAttribute = "body_crc32";
+// The optional count of the node's last inputs that are weights shared with other blocks
+// (onnxmlu/collapse/shared.py): each is a constant of the outer graph, and the body holds an
+// initializer of the same name whose data is an external reference to kSharedLocation. The
+// kernel hands each constant to the inner session in place of that reference, so the weight
+// is stored once in the file and the inner session still sees an initializer.
+inline constexpr const char* kSharedAttribute = "shared_weights";
+inline constexpr const char* kSharedLocation = "onnxmlu:outer-constant";
 // More cores than any plausible accelerator profile: almost certainly a corrupt attribute.
 inline constexpr int64_t kMaxMp = 1024;
 // Body metadata (written by onnxmlu's collapse, onnxmlu/collapse/outputs.py): with the value

@@ -42,7 +42,7 @@ from __future__ import annotations
 import gc
 import os
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence, Union
 
@@ -62,7 +62,8 @@ from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused
 from onnxmlu.frontend.normalize import normalize_owned
 from onnxmlu.frontend.pins import PricingShape, has_ranges, pricing_shape
-from onnxmlu.frontend.shapes import pricing_shapes, sizes_at
+from onnxmlu.frontend.shapes import pricing_shapes, sizes_at, sizing_hint
+from onnxmlu.ir.dedupe import hoist_identical_constants
 from onnxmlu.ir import copy_model, drop_unread_initializers
 from onnxmlu.ir.mapped import MappedModel
 from onnxmlu.ir.weights import WeightStore, all_tensors, is_marker
@@ -123,6 +124,11 @@ class Settings:
     hardware: Hardware | None
     options: Options = field(default_factory=Options)
     output: Path | None = None
+    #: A lifted subgraph's: the enclosing graph's constants it reads, shared by its blocks.
+    outer_constants: frozenset[str] = frozenset()
+    #: Constants an enclosing graph lets its caller override (IR < 4 initializers listed as
+    #: graph inputs): not constant where the blocks run, so never shared (collapse/shared.py).
+    overridable: frozenset[str] = frozenset()
 
 
 #: What the passes produce, each absent until a pass sets it (docs/architecture.md, "Passes").
@@ -194,9 +200,12 @@ class Context:
             return getattr(self.settings, name) is not None
         return name in self._results
 
-    def child(self, source: ModelLike, options: Options) -> "Context":
-        """A context for a sub-pipeline (a branch): the same hardware, its own source and options."""
-        return Context(source, self.hardware, options)
+    def child(self, source: ModelLike, options: Options, **settings) -> "Context":
+        """A context for a sub-pipeline (a branch): the same hardware, its own source and options
+        (and the other :class:`Settings` given as keywords)."""
+        child = Context(source, self.hardware, options)
+        object.__setattr__(child, "settings", replace(child.settings, **settings))
+        return child
 
     def note(self, diagnostic: Diagnostic) -> None:
         """Record ``diagnostic`` once."""
@@ -311,6 +320,7 @@ class Rewrite:
             ctx.model, ctx.rewrite_report = rewrite_owned(ctx.model, bn_mode=asked.bn_mode, only=asked.only,
                                                           weights=ctx.weights)
             ctx.diagnostics.extend(ctx.rewrite_report.skipped)
+        hoist_identical_constants(ctx.model.graph)  # per-branch copies of one weight: one tensor, shared by blocks
         if ctx.weights is not None:
             ctx.weights.keep_only(ctx.model)  # the weights a rewrite replaced (Gemm's untransposed B)
         gc.collect()  # the rewrite's graphsurgeon graph is cyclic garbage holding the pre-rewrite weights
@@ -332,7 +342,8 @@ class Analyze:
         shapes = pricing_shapes(ctx.model, ctx.options.shapes.input_shapes, ctx.note, ctx.weights, values=values,
                                 budget=budget, cache=inferred)
         sizes = sizes_at(ctx.model, shapes, ctx.note, ctx.weights, values, budget, inferred)
-        ctx.analysis = analyze(ctx.model, ctx.weights, sizes, shapes if sizes else None)
+        ctx.analysis = analyze(ctx.model, ctx.weights, sizes, shapes if sizes else None,
+                               sizing_hint(ctx.model, ctx.options.shapes.input_shapes))
         ctx.diagnostics.extend(ctx.analysis.host_diagnostics())
 
 
@@ -407,7 +418,8 @@ class Collapse:
         layers = ctx.analysis.layers
         figures = [BlockFigures(sum(l.gops for l in b.layers(layers)), t)
                    for b, t in zip(ctx.plan.blocks, ctx.block_latency_us)]
-        ctx.fused, ctx.blocks = fused_without_bodies(ctx.analysis, ctx.plan, figures)
+        ctx.fused, ctx.blocks = fused_without_bodies(ctx.analysis, ctx.plan, figures, ctx.outer_constants,
+                                                     ctx.overridable)
         record_pricing_shape(ctx.fused, pricing_of(ctx).to_dict())
         ctx.bodies = _block_bodies(ctx)
 
@@ -573,7 +585,8 @@ def _branch_context(ctx: Context, lifted: "Lifted") -> Context:
     precision = None if opts.precision.planner.needs_samples else opts.precision.name
     options = Options(ShapeOptions(lifted.pins or None, values or None), RewriteOptions(enabled=False),
                       PlanOptions(opts.plan.strategy, mp=opts.plan.mp), PrecisionOptions(precision))
-    return ctx.child(lifted.model, options)
+    overridable = ctx.overridable | {i.name for i in ctx.analysis.model.graph.input}
+    return ctx.child(lifted.model, options, outer_constants=lifted.copied - overridable, overridable=overridable)
 
 
 # ------------------------------------------------------------------------------ instruments

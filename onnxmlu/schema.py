@@ -15,6 +15,11 @@ Format (version 1) — one node per fused block:
   ``int8`` (docs/precision.md). Absent means ``fp32`` -- files from before it read as they
   did, and FP32 blocks are written without it. The body already holds the numerics: FP16
   weights and roundings, or the QDQ form of an INT8 block, so the runtime needs nothing else;
+* ``shared_weights`` (INT, optional): how many of the node's last inputs are weights shared
+  with other blocks (:mod:`onnxmlu.collapse.shared`): constants of the outer graph, each held in
+  the body as a placeholder initializer of the same name that the runtime fills with the input.
+  Absent means none. :func:`body_model` returns the body with those placeholders as trailing
+  graph inputs, so body and node still match by position;
 * ``layers``, ``op_types`` (STRINGS), ``gops``, ``sim_latency_us`` (FLOAT): metadata
   for people (Netron) and reports.
 
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from typing import Sequence
 
 import onnx
 from onnx import defs
@@ -137,6 +143,8 @@ def ensure_registered() -> None:
             defs.OpSchema.Attribute("precision", defs.OpSchema.AttrType.STRING, "fp32 (default), fp16 or int8.", required=False),
             defs.OpSchema.Attribute("body", defs.OpSchema.AttrType.TENSOR, "Serialized ModelProto (uint8).", required=True),
             defs.OpSchema.Attribute(DIGEST, defs.OpSchema.AttrType.INT, "CRC-32 of the body's bytes.", required=False),
+            defs.OpSchema.Attribute(SHARED_ATTRIBUTE, defs.OpSchema.AttrType.INT, "Last inputs that are shared weights.",
+                                    required=False),
             defs.OpSchema.Attribute("layers", defs.OpSchema.AttrType.STRINGS, "Original node names.", required=False),
             defs.OpSchema.Attribute("op_types", defs.OpSchema.AttrType.STRINGS, "Original op types.", required=False),
             defs.OpSchema.Attribute("gops", defs.OpSchema.AttrType.FLOAT, "Operation count, GOPs.", required=False),
@@ -215,7 +223,8 @@ def body_model(node: onnx.NodeProto) -> onnx.ModelProto:
     """The block model held by an MLUFusionBlock node; raises :class:`BodyDigestError` when
     the body's bytes do not match the node's ``body_crc32``, :class:`BodyFileReferenceError`
     when the body refers to a file, :class:`BodyLabelError` when its ``precision`` is not what
-    the body computes (every Python reader comes through here)."""
+    the body computes (every Python reader comes through here). Shared weights come back as
+    the body's last graph inputs (:func:`open_body`)."""
     attrs = {a.name: a for a in node.attribute}
     if "body" not in attrs:
         raise ValueError(f"MLUFusionBlock {node.name!r} has no body attribute")
@@ -223,6 +232,64 @@ def body_model(node: onnx.NodeProto) -> onnx.ModelProto:
     body = body_model_from_attribute(attrs["body"])
     refuse_file_references(node, body)
     refuse_mislabel(node, body)
+    return open_body(body, shared_names(node))
+
+
+# ------------------------------------------------------------------------ shared weights
+#: The node attribute counting the node's last inputs that are shared weights.
+SHARED_ATTRIBUTE = "shared_weights"
+#: The external-data location of a placeholder: never a file, the node's input.
+SHARED_LOCATION = "onnxmlu:outer-constant"
+
+
+def placeholder(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """``tensor``'s name, type and dims, its data an external reference to the node's input."""
+    ref = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims,
+                           data_location=onnx.TensorProto.EXTERNAL)
+    ref.external_data.add(key="location", value=SHARED_LOCATION)
+    return ref
+
+
+def is_placeholder(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL and [(e.key, e.value) for e in tensor.external_data] == [
+        ("location", SHARED_LOCATION)]
+
+
+def shared_names(node: onnx.NodeProto) -> list[str]:
+    """The node's shared-weight inputs (its last ``shared_weights`` inputs)."""
+    count = next((a.i for a in node.attribute if a.name == SHARED_ATTRIBUTE), 0)
+    return list(node.input[len(node.input) - count:]) if count > 0 else []
+
+
+def open_body(body: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """``body`` (changed in place) with the placeholders of ``names`` turned into graph inputs
+    after its own, in that order: the body as a function of all the node's inputs."""
+    if not names:
+        return body
+    graph = body.graph
+    found = {t.name: t for t in graph.initializer if t.name in set(names) and is_placeholder(t)}
+    kept = [t for t in graph.initializer if t.name not in found]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    for name in names:
+        tensor = found.get(name)
+        if tensor is not None:
+            graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+    return body
+
+
+def close_body(body: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """:func:`open_body` undone: the graph inputs of ``names`` (typed, of concrete dims) become
+    placeholders again, in place; the node that carries the body passes them last."""
+    graph, wanted = body.graph, set(names)
+    found = {vi.name: vi for vi in graph.input if vi.name in wanted}
+    kept = [vi for vi in graph.input if vi.name not in wanted]
+    del graph.input[:]
+    graph.input.extend(kept)
+    for name in names:
+        tt = found[name].type.tensor_type
+        graph.initializer.append(placeholder(onnx.TensorProto(name=name, data_type=tt.elem_type,
+                                                              dims=[d.dim_value for d in tt.shape.dim])))
     return body
 
 
@@ -234,14 +301,18 @@ class BodyFileReferenceError(OnnxMluError):
     """A block's body refers to a file (a tensor with external data): refused, never read."""
 
 
-def file_references(body: onnx.ModelProto) -> list[str]:
+def file_references(body: onnx.ModelProto, shared: Sequence[str] = ()) -> list[str]:
     """Every tensor of ``body`` that keeps its data in a file, described ("initializer 'w' in
     'secret.txt'"): initializers, sparse initializers and tensor attributes, in every subgraph
     and local function. A body must hold its weights inline: loaded from bytes, a relative
-    location would resolve against the process's working directory, not the model's folder."""
+    location would resolve against the process's working directory, not the model's folder.
+    The one exception: a main-graph initializer named in ``shared`` (the node's shared-weight
+    inputs) that refers to the node's input (:func:`placeholder`)."""
     graphs = [*iter_graphs(body.graph), *(g for f in body.functions for n in f.node for sub in node_subgraphs(n)
                                           for g in iter_graphs(sub))]
-    found = [f"{where} in {_location(t)!r}" for g in graphs for where, t in _graph_tensors(g) if _is_external(t)]
+    allowed = {t.name for t in body.graph.initializer if t.name in set(shared) and is_placeholder(t)}
+    found = [f"{where} in {_location(t)!r}" for g in graphs for where, t in _graph_tensors(g)
+             if _is_external(t) and not (g is body.graph and t.name in allowed and is_placeholder(t))]
     found += [f"{where} in {_location(t)!r}" for f in body.functions for where, t in _node_tensors(f.node)
               if _is_external(t)]
     return found
@@ -273,7 +344,7 @@ def _location(tensor: onnx.TensorProto) -> str:
 def refuse_file_references(node: onnx.NodeProto, body: onnx.ModelProto) -> None:
     """Raise :class:`BodyFileReferenceError` (naming the block and the first tensor) when the
     body refers to a file; the library refuses the same bodies at session creation."""
-    found = file_references(body)
+    found = file_references(body, shared_names(node))
     if found:
         raise BodyFileReferenceError(
             f"MLUFusionBlock {node.name or '<unnamed>'!r}: body refers to a file ({found[0]}"

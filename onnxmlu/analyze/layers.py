@@ -105,14 +105,17 @@ def layer_row(layer: Layer) -> dict:
 
 def analyze(model: onnx.ModelProto, weights: WeightStore | None = None,
             sizes: dict[str, tuple[int, list[int]]] | None = None,
-            input_shapes: dict[str, list[int]] | None = None) -> Analysis:
+            input_shapes: dict[str, list[int]] | None = None, sizing_hint: str | None = None) -> Analysis:
     """Layer table of a normalized model (see :func:`onnxmlu.frontend.normalize.normalize`);
     ``weights`` holds the data of its marker initializers; ``sizes`` the tensors' concrete
     dims at the pricing shape (:func:`onnxmlu.frontend.shapes.priced_shapes`), which the
-    layers are priced at while the graph keeps its symbolic dims."""
+    layers are priced at while the graph keeps its symbolic dims. ``sizing_hint``: what the
+    reason of a node whose output could not be sized advises (:attr:`GraphIndex.sizing_hint`)."""
     if sizes:
         declare_ranks(model.graph, sizes)
     index = GraphIndex.build(model.graph, weights, sizes)
+    if sizing_hint is not None:
+        index.sizing_hint = sizing_hint
     nodes = model.graph.node
     opset = opset_version(model)
     host_reasons = {i: r for i, n in enumerate(nodes) if (r := support_reason(n, index, opset))}

@@ -161,9 +161,9 @@ def _boundary_reason(role: str, name: str, index: GraphIndex) -> str | None:
     if not elem and role == "input":
         return f"input {name!r} has no known type ({_producer_text(index, name)})"
     if not elem:
-        return f"output {name!r} has no inferred type (try --input-shape)"
+        return f"output {name!r} has no inferred type ({index.sizing_hint})"
     if role == "output" and index.shape(name) is None:
-        return f"output {name!r} has an unknown rank (try --input-shape)"
+        return f"output {name!r} has an unknown rank ({index.sizing_hint})"
     return None
 
 
@@ -185,8 +185,7 @@ def _sizing_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     for role, name, first in needed:
         dims = index.concrete_shape(name) or index.shape(name)
         if dims is None or not all(isinstance(d, int) and d > 0 for d in dims[first:]):
-            return (f"cannot size it: its {role} {name!r} has dims {dims_text(dims)}; pin the model's "
-                    "symbolic dims with --input-shape NAME:D1,D2,...")
+            return f"cannot size it: its {role} {name!r} has dims {dims_text(dims)} ({index.sizing_hint})"
     return None
 
 
@@ -224,8 +223,7 @@ def _einsum_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     for name in node.input:
         dims = index.concrete_shape(name) or index.shape(name)
         if dims is None or not all(isinstance(d, int) and d > 0 for d in dims):
-            return (f"cannot size it: its input {name!r} has dims {dims_text(dims)}; pin the model's "
-                    "symbolic dims with --input-shape NAME:D1,D2,...")
+            return f"cannot size it: its input {name!r} has dims {dims_text(dims)} ({index.sizing_hint})"
     return None
 
 

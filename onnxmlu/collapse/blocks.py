@@ -47,9 +47,10 @@ from onnxmlu.plan.plan import Block, Plan
 from onnxmlu.plan.labels import holds_int8_arithmetic, honest_labels
 from onnxmlu.precisions import DEFAULT_PRECISION
 from onnxmlu.collapse.own import OWN_INT8_NOTE, mark_own_int8
+from onnxmlu.collapse.shared import shared_constants
 from onnxmlu.ir import wire
-from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, VERSION, add_body, describe_fused_model, fill_body_header,
-                            label_mismatch)
+from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, SHARED_ATTRIBUTE, VERSION, add_body, describe_fused_model,
+                            fill_body_header, label_mismatch, placeholder)
 
 
 
@@ -83,6 +84,8 @@ class BlockInterface:
     precision: str = DEFAULT_PRECISION
     #: The block holds quantized arithmetic: its body keeps the model's own INT8.
     quantized: bool = False
+    #: Constants the block reads as inputs of the node, after ``inputs`` (:mod:`.shared`).
+    shared: tuple[str, ...] = ()
 
 
 def collapse(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None = None,
@@ -235,14 +238,18 @@ def _release_unused(analysis: Analysis, uses: Counter) -> None:
             store.release(t)
 
 
-def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None
+def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[BlockFigures] | None,
+                         outer: frozenset[str] = frozenset(), overridable: frozenset[str] = frozenset()
                          ) -> tuple[onnx.ModelProto, dict[int, tuple[int, BlockInterface]]]:
     """The fused model with bodiless fusion nodes (checked acyclic), and node position ->
-    (block, interface) for each fusion node."""
+    (block, interface) for each fusion node. ``outer``: the constants the enclosing graph
+    defines (a lifted subgraph's), shared by every block that reads them; ``overridable``:
+    names never shared, the graph's own inputs besides (:mod:`.shared`)."""
     graph = analysis.model.graph
     plan = honest_labels(plan, analysis.layers)
     owner = _block_of_node(analysis, plan)
-    interfaces = block_interfaces(analysis, owner, len(plan.blocks))
+    never = overridable | {i.name for i in graph.input}
+    interfaces = _with_shared(analysis, owner, plan, block_interfaces(analysis, owner, len(plan.blocks)), outer, never)
     fused = _outer_shell(analysis)
     blocks: dict[int, tuple[int, BlockInterface]] = {}
     emitted: set[int] = set()
@@ -262,6 +269,23 @@ def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[Block
     describe_fused_model(fused, hardware=plan.hardware, strategy=plan.strategy,
                          precisions=[b.precision for b in plan.blocks])
     return fused, blocks
+
+
+def _with_shared(analysis: Analysis, owner: dict[int, int], plan: Plan, interfaces: list[BlockInterface],
+                 outer: frozenset[str], never: frozenset[str]) -> list[BlockInterface]:
+    """``interfaces`` with the shared constants (:func:`~onnxmlu.collapse.shared.shared_constants`,
+    none of ``never``) of each FP32 block moved from its ``constants`` to its ``shared``."""
+    index = analysis.index
+    eligible = [b for b, block in enumerate(plan.blocks)
+                if block.precision == DEFAULT_PRECISION and not holds_int8_arithmetic(block.layers(analysis.layers))]
+    kept = {n for i in analysis.order if i not in owner for n in index.inputs[i]} | index.graph_outputs
+    shared = shared_constants(index.initializers, (interfaces[b].constants for b in eligible), kept, outer) - never
+    result = list(interfaces)
+    for b in eligible:
+        if any(n in shared for n in interfaces[b].constants):
+            result[b] = replace(interfaces[b], constants=tuple(n for n in interfaces[b].constants if n not in shared),
+                                shared=tuple(n for n in interfaces[b].constants if n in shared))
+    return result
 
 
 def block_interfaces(analysis: Analysis, owner: dict[int, int], count: int) -> list[BlockInterface]:
@@ -322,7 +346,7 @@ def _fill_fusion_node(node: onnx.NodeProto, analysis: Analysis, plan: Plan, b: i
     block = plan.blocks[b]
     layers = analysis.layers[block.start : block.stop]
     node.op_type, node.domain, node.name = OP_TYPE, DOMAIN, f"block_{b} (mp={block.mp})"
-    node.input.extend(iface.inputs)
+    node.input.extend(iface.inputs + iface.shared)
     node.output.extend(iface.outputs)
     gops = float(sum(l.gops for l in layers))
     node.attribute.extend([helper.make_attribute("gops", gops),
@@ -331,6 +355,8 @@ def _fill_fusion_node(node: onnx.NodeProto, analysis: Analysis, plan: Plan, b: i
                            helper.make_attribute("op_types", [l.op_type for l in layers])])
     if block.precision != DEFAULT_PRECISION:  # absent means FP32: FP32 blocks stay byte-identical
         node.attribute.append(helper.make_attribute("precision", block.precision))
+    if iface.shared:  # absent means none: a block without shared weights is written as before
+        node.attribute.append(helper.make_attribute(SHARED_ATTRIBUTE, len(iface.shared)))
     if fig is not None and fig.sim_latency_us is not None:
         node.attribute.append(helper.make_attribute("sim_latency_us", float(fig.sim_latency_us)))
     node.doc_string = _summary(layers, block.mp, fig, block.precision)
@@ -395,6 +421,7 @@ def fp32_body(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter |
     graph.input.extend(_value_info(analysis, n) for n in iface.inputs)
     graph.output.extend(_value_info(analysis, n) for n in iface.outputs)
     _add_constants(graph, analysis, iface.constants, uses)
+    graph.initializer.extend(placeholder(index.initializers[n]) for n in iface.shared)
     graph.value_info.extend(index.value_infos[n] for n in sorted(internal) if n in index.value_infos)
     mark_output_shapes(body)
     return body

@@ -1,9 +1,11 @@
 """Seeded random inputs for a model: what ``check``, ``run`` and the random calibration
 samples feed where the user gives no data.
 
-Floats are standard normal, integers uniform in ``[0, min(10, V))``, booleans fair coins, all
-from one ``numpy`` generator seeded by the caller, so a seed names one set of feeds on every
-machine. ``V`` is the vocabulary the model states for an integer input (:func:`integer_bounds`):
+Floats are standard normal, integers uniform in ``[0, min(10, V))``, booleans fair coins,
+strings one lowercase ASCII letter each (what a character-level model, a grapheme-to-phoneme
+encoder's LabelEncoder, looks up; a word-level one maps them to its default), all from one
+``numpy`` generator seeded by the caller, so a seed names one set of feeds on every machine.
+``V`` is the vocabulary the model states for an integer input (:func:`integer_bounds`):
 the first dim of the table a Gather looks the input up in (an embedding: an initializer, or
 one dequantized from INT8), through the ops that pass ids on unchanged (Cast, Reshape,
 Unsqueeze, ...); the smallest when several. An
@@ -21,6 +23,9 @@ import onnx
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.pins import concrete_shapes
 from onnxmlu.ir import fed_inputs
+
+#: What a random string input is drawn from (one letter each).
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int] | None = None,
@@ -127,4 +132,6 @@ def _random_array(rng: np.random.Generator, shape: list[int], dtype: np.dtype, b
         return rng.random(shape) < 0.5
     if np.issubdtype(dtype, np.integer):
         return rng.integers(0, min(10, bound or 10), size=shape).astype(dtype)
+    if dtype == np.object_:  # onnx's STRING
+        return np.array(list(LETTERS), dtype=object)[rng.integers(0, len(LETTERS), size=shape)]
     raise OnnxMluError(f"cannot make random inputs of type {dtype}; pass --inputs data.npz")

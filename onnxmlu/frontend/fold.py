@@ -46,7 +46,7 @@ from onnxmlu.sessions import new_options
 from onnxmlu.errors import first_line
 from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_default_domain, iter_graphs, node_inputs
 from onnxmlu.ir import nested_graphs, node_subgraphs, unresolved_names
-from onnxmlu.ir.graphsurgeon import bind_stored
+from onnxmlu.ir.graphsurgeon import bind_stored, hoist_copied_initializers
 from onnxmlu.ir.weights import WeightStore, skeleton
 from onnxmlu import ortlog
 from onnxmlu.optional import optional_import
@@ -247,7 +247,8 @@ def _graphsurgeon_fold(model: onnx.ModelProto, weights: WeightStore | None) -> o
     graph.cleanup(remove_unused_graph_inputs=False)
     folded = gs.export_onnx(graph, do_type_check=False)
     copy_model_fields(folded, model)
-    if weights is not None:  # graphsurgeon copies the outer initializers a subgraph reads into it
+    hoist_copied_initializers(folded.graph, model.graph)  # graphsurgeon copies them into each subgraph
+    if weights is not None:  # a subgraph's own markers: only the main graph's are read through the store
         for sub in nested_graphs(folded.graph):
             weights.fill_markers(sub)
     return folded

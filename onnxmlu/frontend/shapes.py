@@ -6,7 +6,8 @@
    element type, a rank or a dim; its partial result is kept when it cannot finish;
 3. a probe: when every model input has a concrete shape (static, or pinned with
    ``--input-shape``) and a tensor of the main graph is still not fully known, the model runs
-   once in onnxruntime on zeros with those tensors exposed as outputs, and their concrete
+   once in onnxruntime on zeros (empty strings for a string input: a LabelEncoder's output has
+   no type onnx can infer) with those tensors exposed as outputs, and their concrete
    types and shapes are read back (onnxsim does the same). Models over
    :data:`PROBE_MAX_BYTES` of weights are not probed (it would hold a second copy), nor is a
    run whose bound (:func:`~onnxmlu.frontend.memory.probe_bound`) exceeds the memory budget;
@@ -30,8 +31,8 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.sessions import new_options
 from onnxmlu.errors import first_line
 from onnxmlu.frontend.memory import capped, default_budget, probe_bound, size_text
-from onnxmlu.frontend.pins import (Pins, concrete_shapes, defaulted_keys, dim_label, shapes_text, symbolic_axes,
-                                   with_defaults)
+from onnxmlu.frontend.pins import (Pins, concrete_shapes, declared_dims, defaulted_keys, dim_label, shapes_text,
+                                  symbolic_axes, with_defaults)
 from onnxmlu.frontend.symbolic import symbolic_infer
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
 from onnxmlu.ir.index import tensor_nbytes
@@ -158,8 +159,9 @@ def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note
         with contextlib.nullcontext() if need is not None else capped(budget):
             values = _probe_session(model, names, weights).run(names, feeds, _quiet_run())
     except Exception as exc:  # noqa: BLE001 - the probe is an aid; analysis reports what stays unknown
-        note(Diagnostic("normalize", "probe-failed", "", f"running the model on zeros to learn {len(names)} "
-                        f"shapes failed: {first_line(exc)}"))
+        at = shapes_text({n: list(np.shape(v)) for n, v in feeds.items()})
+        note(Diagnostic("normalize", "probe-failed", "", f"running the model on zeros at {at} to learn "
+                        f"{len(names)} shapes failed: {first_line(exc)}"))
         return {}
     return {n: v for n, v in zip(names, values) if isinstance(v, np.ndarray)}
 
@@ -353,10 +355,26 @@ def _over_budget(keys: list[str], shapes: dict[str, list[int]], need: int, budge
                         "or raise --max-memory")
 
 
+def sizing_hint(model: onnx.ModelProto, pins: Pins | None) -> str:
+    """What a host reason for a tensor no source could size advises: ``--input-shape`` for
+    the symbolic dims that took a default size and the inputs of unknown rank no pin gives
+    (the probe ran, or failed, at sizes the user did not choose), or, when the pins leave
+    nothing to choose, the probe's own diagnostic (a pin cannot help there)."""
+    unpinned = defaulted_keys(model, pins) + [vi.name for vi in fed_inputs(model.graph)
+                                              if declared_dims(vi) is None and vi.name not in (pins or {})]
+    if unpinned:
+        return f"try --input-shape for {', '.join(unpinned)}"
+    return "every input size is known, so --input-shape cannot help: see the normalize diagnostics"
+
+
 def _value_or_zeros(value: np.ndarray | None, shape: list[int], elem: int) -> np.ndarray:
-    """The user's ``value`` when it has ``shape``, else zeros of ``shape`` and type ``elem``."""
+    """The user's ``value`` when it has ``shape``, else zeros of ``shape`` and type ``elem``
+    (a string input's zero is the empty string: what its ops, a LabelEncoder or a tokenizer,
+    take, as a number's zero is)."""
     if value is not None and list(np.shape(value)) == list(shape):
         return value
+    if elem == onnx.TensorProto.STRING:
+        return np.full(shape, "", dtype=object)
     return np.zeros(shape, dtype=onnx.helper.tensor_dtype_to_np_dtype(elem))
 
 
@@ -459,17 +477,21 @@ def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, lis
         return {}
     types = _feed_types(model)
     if types is None:
+        note(Diagnostic("normalize", "probe-failed", "", f"{len(names)} tensors have unknown shapes and the model "
+                        f"cannot be run to learn them at {shapes_text(shapes)}: an input has no tensor type, "
+                        "so no --input-shape can size them"))
         return {}
     probed = _run_probe(model, names, _feeds(types, shapes, values), note, weights, budget, need)
     return {n: (onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in probed.items()}
 
 
 def _feed_types(model: onnx.ModelProto) -> dict[str, int] | None:
-    """Each fed input's element type; None when one has none, or is a string (no zeros of it)."""
+    """Each fed input's element type (strings included: :func:`_value_or_zeros`); None when
+    one is not a tensor of a known type (nothing can be fed to it)."""
     types = {}
     for vi in fed_inputs(model.graph):
         elem = vi.type.tensor_type.elem_type
-        if not elem or elem == onnx.TensorProto.STRING:
+        if not vi.type.HasField("tensor_type") or not elem:
             return None
         types[vi.name] = elem
     return types

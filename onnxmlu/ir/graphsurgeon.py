@@ -239,6 +239,13 @@ def _export_graph_into(target: onnx.GraphProto, graph: gs.Graph) -> None:
         target.doc_string = graph.doc_string
 
 
+def hoist_copied_initializers(graph: onnx.GraphProto, original: onnx.GraphProto) -> None:
+    """Move the outer-scope initializers graphsurgeon copied into ``graph``'s subgraphs back to
+    the graph that held them in ``original`` (each once): a weight both branches of an ``If``
+    read is one tensor, not a copy per branch."""
+    _hoist_initializers(graph, _initializer_scopes(original), [])
+
+
 def _initializer_scopes(graph: onnx.GraphProto, depth: int = 0, out=None) -> dict[str, int]:
     """Name -> nesting depth of the graph that held each initializer in the original model."""
     out = {} if out is None else out

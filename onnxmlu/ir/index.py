@@ -45,6 +45,9 @@ class GraphIndex:
     #: Concrete dims at the pricing shape (:func:`onnxmlu.frontend.shapes.priced_shapes`): the
     #: graph keeps its symbolic dims, the planner prices these.
     sizes: dict[str, tuple[int, list[int]]] = field(default_factory=dict)
+    #: What a host reason for a tensor inference could not size advises (the analysis decides:
+    #: ``--input-shape`` only where a symbolic dim took a default, so that a pin can change it).
+    sizing_hint: str = "try --input-shape"
     _shapes: dict[str, list | None] = field(default_factory=dict, repr=False)
 
     @classmethod

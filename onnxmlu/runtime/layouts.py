@@ -46,7 +46,7 @@ from onnxmlu.sessions import new_options
 from onnxmlu.errors import first_line
 from onnxmlu.ir import attribute_value, copy_model, is_fusion_block, sort_graphs
 from onnxmlu.schema import (BodyDigestError, block_precision, file_references, label_mismatch, set_body_digest,
-                            verify_body)
+                            shared_names, verify_body)
 
 _NCHWC = "com.microsoft.nchwc"
 #: The library's override of every inner session's thread count (``kInnerThreadsEnv``).
@@ -105,8 +105,12 @@ def _optimized_block(node: onnx.NodeProto, per_session_threads: bool, notes: lis
     except Exception as exc:  # noqa: BLE001 - not a model: the library refuses it, naming the block
         notes.append(Diagnostic("layout", "body-not-optimized", node.name, f"body does not parse: {first_line(exc)}"))
         return None
-    if file_references(original):  # never let onnxruntime open a file for a body (the library refuses it)
+    if file_references(original, shared_names(node)):  # never let onnxruntime open a file for a body
         notes.append(Diagnostic("layout", "body-file-reference", node.name, "body refers to a file"))
+        return None
+    if shared_names(node):  # its placeholders are filled by the library, which optimizes the body itself
+        notes.append(Diagnostic("layout", "body-shared-weights", node.name, "its shared weights are inputs of the "
+                                "node: the inner session optimizes it, without layouts exchanged with other blocks"))
         return None
     optimized = _ort_optimized(body, per_session_threads, node.name, notes)
     if optimized is None or not _same_interface(node, optimized):

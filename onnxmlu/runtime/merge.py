@@ -22,7 +22,9 @@ and every tensor passed inside the run has one element type at both ends (a 16-b
 whose output the kernel widens to float for the next block is not joined with it). The pass runs
 in memory, in :func:`onnxmlu.InferenceSession`: the file, the plan, each block's ``mp`` and
 ``precision`` stay as they are; the merged node's ``mp`` is its members' largest (the inner thread
-count when the user gives no budget), ``gops`` and ``sim_latency_us`` their sums.
+count when the user gives no budget), ``gops`` and ``sim_latency_us`` their sums. The members'
+shared weights (``shared_weights``, onnxmlu/collapse/shared.py) are the merged node's shared
+weights, last, each once: the merged inner session sees them as initializers too.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from google.protobuf.message import DecodeError
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir import is_fusion_block
 from onnxmlu.ir.graphs import fed_inputs, node_inputs, node_subgraphs
-from onnxmlu.schema import add_body, block_precision, body_model
+from onnxmlu.schema import SHARED_ATTRIBUTE, add_body, block_precision, body_model, close_body, shared_names
 
 _PREFIX = "onnxmlu.merged."
 #: Body metadata the library reads (custom_ops/mlu_fusion_block.h kOutputShapesKey).
@@ -137,11 +139,15 @@ def _merged_node(indexed_run: list, readers: dict) -> onnx.NodeProto:
         produced.update(node.output)
     for node, _ in run:
         outputs += [o for o in node.output if any(r not in members for r in readers.get(o, []))]
+    shared = list(dict.fromkeys(name for node, _ in run for name in shared_names(node)))
+    inputs = [n for n in inputs if n not in shared] + shared  # the members' shared weights stay shared, last
     first = run[0][0]
     merged = onnx.helper.make_node(first.op_type, inputs, outputs, name="+".join(n.name for n, _ in run),
                                    domain=first.domain)
     merged.attribute.extend(_merged_attributes(run))
-    add_body(merged, _merged_body(run, inputs, outputs).SerializeToString())
+    if shared:
+        merged.attribute.append(onnx.helper.make_attribute(SHARED_ATTRIBUTE, len(shared)))
+    add_body(merged, close_body(_merged_body(run, inputs, outputs), shared).SerializeToString())
     return merged
 
 

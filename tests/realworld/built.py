@@ -340,6 +340,128 @@ def string_input_mlp() -> onnx.ModelProto:
     return _model(graph)
 
 
+def grapheme_to_phoneme() -> onnx.ModelProto:
+    """A grapheme-to-phoneme encoder as a 2021 exporter wrote it (a singing synthesizer's): the
+    letters of each word, strings [N, 8], looked up by an ``ai.onnx.ml`` LabelEncoder-1
+    (whose output onnx cannot type), embedded, mixed over the 8 letters and over features by
+    five MatMuls, and each letter's phoneme read from a string table by its ArgMax."""
+    rng = np.random.default_rng(13)
+    letters, feat, phonemes = 8, 16, 12
+    classes = [chr(ord("a") + k) for k in range(26)]
+    nodes = [helper.make_node("LabelEncoder", ["letters"], ["ids"], domain="ai.onnx.ml",
+                              classes_strings=classes, default_int64=26),
+             helper.make_node("Cast", ["ids"], ["ids64"], to=TensorProto.INT64),
+             helper.make_node("Gather", ["embed", "ids64"], ["e"]),  # [N, 8, F]
+             helper.make_node("MatMul", ["e", "w0"], ["h0"]), helper.make_node("Relu", ["h0"], ["r0"]),
+             helper.make_node("Transpose", ["r0"], ["t0"], perm=[0, 2, 1]),  # [N, F, 8]: mix letters
+             helper.make_node("MatMul", ["t0", "mix"], ["h1"]), helper.make_node("Relu", ["h1"], ["r1"]),
+             helper.make_node("Transpose", ["r1"], ["t1"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t1", "w2"], ["h2"]), helper.make_node("Add", ["h2", "b2"], ["a2"]),
+             helper.make_node("Relu", ["a2"], ["r2"]),
+             helper.make_node("MatMul", ["r2", "w3"], ["h3"]), helper.make_node("Relu", ["h3"], ["r3"]),
+             helper.make_node("MatMul", ["r3", "w4"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["p"], axis=-1),
+             helper.make_node("ArgMax", ["p"], ["best"], axis=-1, keepdims=0),
+             helper.make_node("Gather", ["table", "best"], ["phs"])]
+    inits = [_init("embed", _rand(rng, 27, feat, scale=1.0)), _init("w0", _rand(rng, feat, feat, scale=0.5)),
+             _init("mix", _rand(rng, letters, letters, scale=0.5)), _init("w2", _rand(rng, feat, feat, scale=0.5)),
+             _init("b2", _rand(rng, feat)), _init("w3", _rand(rng, feat, feat, scale=0.5)),
+             _init("w4", _rand(rng, feat, phonemes, scale=0.5)),
+             _init("table", np.array([f"ph{k}" for k in range(phonemes)], dtype=object))]
+    graph = helper.make_graph(
+        nodes, "grapheme_to_phoneme", [helper.make_tensor_value_info("letters", TensorProto.STRING, ["N", letters])],
+        [helper.make_tensor_value_info("phs", TensorProto.STRING, ["N", letters]),
+         helper.make_tensor_value_info("logits", FLOAT, ["N", letters, phonemes])], inits)
+    return _model(graph, {"ai.onnx.ml": 1})
+
+
+def _tower(tag: str, x: str) -> list[onnx.NodeProto]:
+    """Conv(w1) -> Relu -> MaxPool -> Conv(w2) -> Relu -> GAP -> Flatten -> MatMul(fc) of ``x``."""
+    return [helper.make_node("Conv", [x, "w1", "b1"], [f"{tag}_c1"], pads=[1, 1, 1, 1], name=f"{tag}_conv1"),
+            helper.make_node("Relu", [f"{tag}_c1"], [f"{tag}_r1"], name=f"{tag}_relu1"),
+            helper.make_node("MaxPool", [f"{tag}_r1"], [f"{tag}_p1"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("Conv", [f"{tag}_p1", "w2", "b2"], [f"{tag}_c2"], pads=[1, 1, 1, 1], name=f"{tag}_conv2"),
+            helper.make_node("Relu", [f"{tag}_c2"], [f"{tag}_r2"], name=f"{tag}_relu2"),
+            helper.make_node("GlobalAveragePool", [f"{tag}_r2"], [f"{tag}_g"]),
+            helper.make_node("Flatten", [f"{tag}_g"], [f"{tag}_f"]),
+            helper.make_node("MatMul", [f"{tag}_f", "fc"], [f"{tag}_emb"], name=f"{tag}_fc")]
+
+
+def siamese_tower() -> onnx.ModelProto:
+    """A Siamese CNN: one tower (two convolutions and a projection, its weights one set of
+    initializers) applied to two images, then the L1 distance of the embeddings. Cut into a
+    block per tower, each block reads every weight of the tower."""
+    rng = np.random.default_rng(14)
+    nodes = [*_tower("a", "left"), *_tower("b", "right"),
+             helper.make_node("Sub", ["a_emb", "b_emb"], ["diff"]), helper.make_node("Abs", ["diff"], ["l1"]),
+             helper.make_node("ReduceSum", ["l1", "axes"], ["distance"], keepdims=0)]
+    inits = [_init("w1", _rand(rng, 32, 3, 3, 3, scale=0.3)), _init("b1", _rand(rng, 32)),
+             _init("w2", _rand(rng, 64, 32, 3, 3, scale=0.1)), _init("b2", _rand(rng, 64)),
+             _init("fc", _rand(rng, 64, 128, scale=0.2)), _init("axes", np.array([1], np.int64))]
+    image = lambda name: helper.make_tensor_value_info(name, FLOAT, ["N", 3, "H", "W"])  # noqa: E731
+    graph = helper.make_graph(nodes, "siamese_tower", [image("left"), image("right")],
+                              [helper.make_tensor_value_info("distance", FLOAT, ["N"])], inits)
+    return _model(graph)
+
+
+def _decoder_branch(past: bool, heads: int, dim: int) -> onnx.GraphProto:
+    """One decoder layer and the LM head over the outer scope's weights, as Optimum exports each
+    side of a merged decoder: token embedding, Q/K/V projections split into heads, the keys and
+    values appended to ``past_key``/``past_value`` (``past``) or taken as they are, scaled dot
+    product attention with its two MatMuls, the output projection, a residual ReLU MLP, the
+    head. Outputs: logits, present key, present value."""
+    tag = "wp" if past else "np"
+    n = lambda op, ins, outs, **kw: helper.make_node(op, ins, [f"{tag}_{o}" if o else o for o in outs],  # noqa: E731
+                                                     name=f"{tag}_{outs[0]}", **kw)
+    t = lambda name: f"{tag}_{name}"  # noqa: E731
+    heads_of = lambda x, out: [n("Reshape", [x, "heads_shape"], [f"{out}_r"]),  # noqa: E731
+                               n("Transpose", [t(f"{out}_r")], [out], perm=[0, 2, 1, 3])]
+    nodes = [n("Gather", ["embed", "input_ids"], ["h"]),
+             n("MatMul", [t("h"), "wq"], ["q0"]), n("MatMul", [t("h"), "wk"], ["k0"]), n("MatMul", [t("h"), "wv"], ["v0"]),
+             *heads_of(t("q0"), "q"), *heads_of(t("k0"), "k"), *heads_of(t("v0"), "v")]
+    if past:
+        nodes += [n("Concat", ["past_key", t("k")], ["key"], axis=2), n("Concat", ["past_value", t("v")], ["value"], axis=2)]
+    else:
+        nodes += [n("Identity", [t("k")], ["key"]), n("Identity", [t("v")], ["value"])]
+    nodes += [n("Transpose", [t("key")], ["kt"], perm=[0, 1, 3, 2]),
+              n("MatMul", [t("q"), t("kt")], ["s0"]), n("Mul", [t("s0"), "scale"], ["s"]),
+              n("Softmax", [t("s")], ["p"], axis=-1), n("MatMul", [t("p"), t("value")], ["a0"]),
+              n("Transpose", [t("a0")], ["a1"], perm=[0, 2, 1, 3]), n("Reshape", [t("a1"), "merge_shape"], ["a"]),
+              n("MatMul", [t("a"), "wo"], ["o"]), n("Add", [t("h"), t("o")], ["r1"]),
+              n("MatMul", [t("r1"), "w_up"], ["u"]), n("Relu", [t("u")], ["g"]), n("MatMul", [t("g"), "w_down"], ["d"]),
+              n("Add", [t("r1"), t("d")], ["r2"]), n("MatMul", [t("r2"), "lm_head"], ["logits"])]
+    kv = ["batch", heads, "total", dim]
+    return helper.make_graph(nodes, f"{tag}_branch", [], [
+        helper.make_tensor_value_info(t("logits"), FLOAT, None), helper.make_tensor_value_info(t("key"), FLOAT, kv),
+        helper.make_tensor_value_info(t("value"), FLOAT, kv)])
+
+
+def merged_if_decoder() -> onnx.ModelProto:
+    """Optimum's merged decoder: ``If(use_cache_branch)`` between the decoder with its KV cache
+    (keys and values appended to the past ones) and the decoder without (the first step), both
+    branches reading the same outer-scope weights: a block in each reads them all."""
+    rng = np.random.default_rng(15)
+    heads, dim, vocab = 2, 16, 64
+    hidden = heads * dim
+    nodes = [helper.make_node("If", ["use_cache_branch"], ["logits", "present_key", "present_value"],
+                              then_branch=_decoder_branch(True, heads, dim), else_branch=_decoder_branch(False, heads, dim))]
+    inits = [_init("embed", _rand(rng, vocab, hidden, scale=1.0)),
+             *(_init(w, _rand(rng, hidden, hidden, scale=0.2)) for w in ("wq", "wk", "wv", "wo")),
+             _init("w_up", _rand(rng, hidden, 4 * hidden, scale=0.2)), _init("w_down", _rand(rng, 4 * hidden, hidden, scale=0.1)),
+             _init("lm_head", _rand(rng, hidden, vocab, scale=0.2)), _init("scale", np.float32(1 / np.sqrt(dim))),
+             _init("heads_shape", np.array([0, 0, heads, dim], np.int64)), _init("merge_shape", np.array([0, 0, hidden], np.int64))]
+    kv = ["batch", heads, "past", dim]
+    graph = helper.make_graph(
+        nodes, "merged_if_decoder",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("past_key", FLOAT, kv), helper.make_tensor_value_info("past_value", FLOAT, kv),
+         helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])],
+        [helper.make_tensor_value_info("logits", FLOAT, ["batch", "seq", vocab]),
+         helper.make_tensor_value_info("present_key", FLOAT, ["batch", heads, "total", dim]),
+         helper.make_tensor_value_info("present_value", FLOAT, ["batch", heads, "total", dim])], inits)
+    return _model(graph)
+
+
 def _conv_branch(tag: str, first: str, second: str, activation: str, pool: bool) -> onnx.GraphProto:
     """Conv(first) -> activation -> [MaxPool] -> Conv(second) -> Relu -> GAP -> Flatten -> MatMul(fc_TAG)."""
     a, b = f"{tag}_a", f"{tag}_b"
@@ -699,5 +821,5 @@ BUILDERS = {
               lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm, ort_qdq_cnn, fp16_conv_chain,
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
               keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
-              genai_gqa_decoder_step)
+              genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder)
 }  # fmt: skip

@@ -208,6 +208,14 @@ MODELS: list[ModelCase] = [
           {"input_ids": [1, 1], "seqlens_k": [1], **{f"past_{k}_{i}": [1, 2, 8, 16] for i in range(2) for k in ("key", "value")}},
           ("matmulnbits", "contrib-ops", "decoder", "kv-cache", "weight-only-int4", "symbolic-dims"),
           {"input_ids": (0, 96), "seqlens_k": 4, "total_sequence_length": 5}),
+    _case("built_g2p_strings", "built", "grapheme_to_phoneme", {"letters": [4, 8]},
+          ("string-input", "ai-onnx-ml", "symbolic-dims")),
+    _case("built_siamese_tower", "built", "siamese_tower", {"left": [1, 3, 32, 32], "right": [1, 3, 32, 32]},
+          ("shared-weights", "symbolic-dims")),
+    _case("built_merged_if_decoder", "built", "merged_if_decoder",
+          {"input_ids": [1, 3], "past_key": [1, 2, 5, 16], "past_value": [1, 2, 5, 16]},
+          ("control-flow", "merged-decoder", "kv-cache", "outer-scope-weights", "shared-weights", "symbolic-dims"),
+          values={"input_ids": (0, 64)}),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)
@@ -422,6 +430,8 @@ def feeds(case: ModelCase, model: onnx.ModelProto, seed: int = 0,
             array = np.full(shape, value)
         elif np.issubdtype(dtype, np.floating):
             array = rng.uniform(-1, 1, shape)
+        elif dtype == np.object_:  # a string input: lowercase letters (a character model's vocabulary)
+            array = np.array(list("abcdefghijklmnopqrstuvwxyz"), dtype=object)[rng.integers(0, 26, shape)]
         else:
             array = rng.integers(0, 2, shape)
         result[vi.name] = np.asarray(array).astype(dtype)
