@@ -31,6 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxmlu.collapse.shared as shared
 from onnxmlu import api, runtime
 from onnxmlu.plan.plan import plan_from_ranges
+from onnxmlu.sessions import new_options
 
 SIDE = 64
 
@@ -93,7 +94,7 @@ def measure(files: dict[str, Path], runs: int, sessions: int) -> dict[str, dict[
         for key, path in files.items():
             gc.collect()
             before = _rss_mb()
-            options = ort.SessionOptions()
+            options = new_options()
             options.register_custom_ops_library(library)
             options.intra_op_num_threads = 1
             start = time.perf_counter()

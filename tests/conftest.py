@@ -29,3 +29,14 @@ def zoo():
 @pytest.fixture
 def chain_model():
     return conv_chain_model()
+
+
+@pytest.fixture(autouse=True)
+def _wide_cli_console(monkeypatch):
+    """In-process CLI runs print as a wide pipe does, whatever COLUMNS the test runner's
+    workers inherit (pytest-xdist's set it to 80): a test reading a sentence out of the output
+    must not find it wrapped. Widths themselves are tested in subprocesses
+    (tests/test_conventions.py, tests/test_clean_output.py), which this does not touch."""
+    import onnxmlu.cli as cli
+
+    monkeypatch.setattr(cli.console, "width", cli._PIPED_WIDTH)
