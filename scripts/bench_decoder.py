@@ -1,0 +1,103 @@
+"""A decoder step with a KV cache, original against fused: CPU latency per token, and the
+simulated latency of prefill against decode per block.
+
+The model is the corpus's opset-23 LLaMA-style decoder layer (tests/realworld/built.py:
+RMSNormalization, grouped-query Attention with a KV cache and ``is_causal``, RotaryEmbedding,
+a SwiGLU MLP), here at ``--hidden`` with 8 query and 2 key/value heads. It is fused once, pinned
+at a one-token step after a 64-token past; the fused file keeps batch, sequence and past
+symbolic, so the same file runs every step below.
+
+* **per token**: one decode step (sequence 1) after a past of 1, 16, 64 and 128 tokens,
+  original (plain onnxruntime, every optimization) and fused (``onnxmlu.InferenceSession``)
+  timed in turns (:func:`onnxmlu.tools.timing.time_in_turns`), at each ``--threads``;
+* **simulated**: the dlfusion and the optimal plan priced at a 128-token prefill (no past) and
+  at a one-token decode after 128, block by block (``onnxmlu plan --input-shape``).
+
+    .venv/bin/python scripts/bench_decoder.py [--hidden 512] [--threads 1 2] [--rounds 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests" / "realworld")]
+
+from built import opset23_decoder_layer  # noqa: E402
+
+from onnxmlu import api  # noqa: E402
+from onnxmlu.runtime import InferenceSession  # noqa: E402
+from onnxmlu.sessions import new_options  # noqa: E402
+from onnxmlu.tools.timing import time_in_turns  # noqa: E402
+
+HEADS, KV_HEADS = 8, 2
+PASTS = (1, 16, 64, 128)
+
+
+def shapes(hidden: int, seq: int, past: int) -> dict[str, list[int]]:
+    head = hidden // HEADS
+    return {"x": [1, seq, hidden], "position_ids": [1, seq], "past_key": [1, KV_HEADS, past, head],
+            "past_value": [1, KV_HEADS, past, head]}
+
+
+def feeds(hidden: int, seq: int, past: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(past)
+    out = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes(hidden, seq, past).items()}
+    out["position_ids"] = np.arange(past, past + seq, dtype=np.int64)[None, :]
+    return out
+
+
+def per_token(model, fused, hidden: int, threads: int, rounds: int) -> list[str]:
+    options = new_options()
+    options.intra_op_num_threads = threads
+    original = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    fused_options = new_options()
+    fused_options.intra_op_num_threads = threads
+    mine = InferenceSession(fused, fused_options)
+    rows = []
+    for past in PASTS:
+        step = feeds(hidden, 1, past)
+        got = time_in_turns({"original": original, "fused": mine}, step, rounds=rounds)
+        o, f = got["original"].median_ms * 1e3, got["fused"].median_ms * 1e3
+        rows.append(f"| {threads} | {past} | {o:.1f} | {f:.1f} | {f / o:.3f} |")
+    return rows
+
+
+def simulated(model, hidden: int) -> list[str]:
+    rows = []
+    for strategy in ("dlfusion", "optimal"):
+        for label, seq, past in (("prefill 128", 128, 0), ("decode after 128", 1, 128)):
+            report = api.plan(model, input_shapes=shapes(hidden, seq, past), strategy=strategy)
+            blocks = " · ".join(f"block {i}: mp={b.mp} {t:.1f} µs" for i, (b, t)
+                                in enumerate(zip(report.plan.blocks, report.block_latency_us)))
+            rows.append(f"| {strategy} | {label} | {blocks} | {report.sim_latency_us:.1f} |")
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--rounds", type=int, default=40, help="rounds of 5 timed runs each")
+    args = p.parse_args()
+    model = opset23_decoder_layer(hidden=args.hidden, heads=HEADS, kv_heads=KV_HEADS, ffn=2 * args.hidden)
+    fused = api.fuse(model, input_shapes=shapes(args.hidden, 1, 64)).model
+    blocks = sum(n.op_type == "MLUFusionBlock" for n in fused.graph.node)
+    print(f"decoder layer, hidden {args.hidden}, {HEADS} heads / {KV_HEADS} kv heads: {blocks} block(s); "
+          f"{os.cpu_count()} cores")
+    print("\n| threads | past | original µs / token | fused µs / token | fused / original |\n|---|---|---|---|---|")
+    for threads in args.threads:
+        print("\n".join(per_token(model, fused, args.hidden, threads, args.rounds)))
+    print("\n| strategy | step | blocks (simulated) | total µs |\n|---|---|---|---|")
+    print("\n".join(simulated(model, args.hidden)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
