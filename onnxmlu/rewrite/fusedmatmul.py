@@ -23,11 +23,11 @@ permutation depends on it), and ``transBatch`` with ranks the kernel rejects.
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
-from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, constant_value, detach, tensor_shape
+from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, detach, tensor_shape
 from onnxmlu.rewrite.floattype import float_dtype, is_float
+from onnxmlu.rewrite.gemm import scaled_matmul
 
 DOMAIN = "com.microsoft"
 
@@ -80,19 +80,7 @@ class FusedMatMulRewriter:
             if any(_flags(node, which)):
                 perm = operand_perm(len(tensor_shape(operand)), *_flags(node, which))
             operands.append(operand if perm is None else bld.transpose(operand, perm, name=f"trans{which}"))
-        lhs, rhs = operands
-        post_alpha = False
-        if alpha != 1.0:
-            if constant_value(rhs) is not None:
-                rhs = _scaled(bld, rhs, alpha, "weight")
-            elif constant_value(lhs) is not None:
-                lhs = _scaled(bld, lhs, alpha, "lhs")
-            else:
-                post_alpha = True
-        out = bld.matmul(lhs, rhs, name="matmul")
-        if post_alpha:
-            out = bld.mul(out, alpha, name="alpha")
-        bld.finish(out, y)
+        bld.finish(scaled_matmul(bld, *operands, alpha), y)
 
 
 def _batch_reason(node: gs.Node) -> str | None:
@@ -103,6 +91,3 @@ def _batch_reason(node: gs.Node) -> str | None:
         return "transBatchA/transBatchB need two operands of one known rank >= 3 (onnxruntime's kernel)"
     return None
 
-
-def _scaled(bld, tensor: gs.Tensor, factor: float, name: str) -> gs.Constant:
-    return bld.derived(tensor, ("scaled", factor), lambda v: (v.astype(np.float64) * factor).astype(v.dtype), name)

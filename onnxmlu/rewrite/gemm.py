@@ -63,17 +63,7 @@ class GemmRewriter:
 
         lhs = bld.transpose(a, [1, 0], name="transA") if trans_a else a
         rhs = bld.transpose(b_in, [1, 0], name="transB") if trans_b else b_in
-        post_alpha = False
-        if alpha != 1.0:
-            if constant_value(rhs) is not None:
-                rhs = _scaled(bld, rhs, alpha, "weight")
-            elif constant_value(lhs) is not None:
-                lhs = _scaled(bld, lhs, alpha, "lhs")
-            else:
-                post_alpha = True
-        out = bld.matmul(lhs, rhs, name="matmul")
-        if post_alpha:
-            out = bld.mul(out, alpha, name="alpha")
+        out = scaled_matmul(bld, lhs, rhs, alpha)
         if c is not None and beta != 0.0:
             if constant_value(c) is not None and beta != 1.0:
                 bias = _scaled(bld, c, beta, "bias")
@@ -81,6 +71,21 @@ class GemmRewriter:
                 bias = c if beta == 1.0 else bld.mul(c, beta, name="beta")
             out = bld.add(out, bias, name="bias")
         bld.finish(out, y)
+
+
+def scaled_matmul(bld, lhs: gs.Tensor, rhs: gs.Tensor, alpha: float) -> gs.Tensor:
+    """``alpha·(lhs @ rhs)``: ``alpha`` folded into a constant operand (the weight first), else
+    a ``Mul`` after the product (Gemm's and FusedMatMul's ``alpha``)."""
+    post_alpha = False
+    if alpha != 1.0:
+        if constant_value(rhs) is not None:
+            rhs = _scaled(bld, rhs, alpha, "weight")
+        elif constant_value(lhs) is not None:
+            lhs = _scaled(bld, lhs, alpha, "lhs")
+        else:
+            post_alpha = True
+    out = bld.matmul(lhs, rhs, name="matmul")
+    return bld.mul(out, alpha, name="alpha") if post_alpha else out
 
 
 def _scaled(bld, tensor: gs.Tensor, factor: float, name: str) -> gs.Constant:
