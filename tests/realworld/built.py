@@ -701,12 +701,21 @@ def _llama_layer(rng, t: str, x: str, d: int, heads: int, ffn: int) -> tuple[lis
     nodes += _rotary(t, "q", f"{t}qr", heads, head) + _rotary(t, "k", f"{t}kr", heads, head)
     nodes.append(helper.make_node("MultiHeadAttention", [f"{t}qr", f"{t}kr", f"{t}v"], [f"{t}ctx"], domain=MS,
                                   num_heads=heads, unidirectional=1))
-    for name, src, out, k, n in (("o_proj", f"{t}ctx", f"{t}o", d, d), ("gate_proj", f"{t}hn", f"{t}g", d, ffn),
+    mlp, mlp_weights, out = _nbits_mlp(rng, t, x, f"{t}ctx", d, ffn)
+    return nodes + mlp, inits + mlp_weights, out
+
+
+def _nbits_mlp(rng, t: str, x: str, attn: str, d: int, ffn: int) -> tuple[list, list, str]:
+    """What follows the attention in both 4-bit decoder layers: the o_proj, the residual and the
+    next norm in one SkipSimplifiedLayerNormalization (its sum the new residual), then the
+    SiLU-gated MLP and its residual; every linear layer a MatMulNBits."""
+    nodes, inits = [], []
+    for name, src, out, k, n in (("o_proj", attn, f"{t}o", d, d), ("gate_proj", f"{t}hn", f"{t}g", d, ffn),
                                  ("up_proj", f"{t}hn", f"{t}u", d, ffn), ("down_proj", f"{t}m", f"{t}dn", ffn, d)):
         node, weights = _nbits_linear(rng, f"{t}{name}", src, out, k, n)
         nodes.append(node)
         inits += weights
-        if name == "o_proj":  # the residual and the next norm in one node, its sum the new residual
+        if name == "o_proj":
             nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", [f"{t}o", x, f"{t}n2"],
                                           [f"{t}hn", "", "", f"{t}h"], domain=MS, epsilon=1e-6))
         if name == "up_proj":
@@ -763,19 +772,8 @@ def _genai_layer(rng, t: str, x: str, norm_in: str, d: int, heads: int, kv: int,
                                    [f"{t}attn", f"present_key_{t[1]}", f"present_value_{t[1]}"], domain=MS,
                                    num_heads=heads, kv_num_heads=kv, do_rotary=1)]
     inits = qkv_weights + [_init(f"{t}n2", (1 + _rand(rng, d)).astype(np.float32))]
-    for name, src, out, k, n in (("o_proj", f"{t}attn", f"{t}o", d, d), ("gate_proj", f"{t}hn", f"{t}g", d, ffn),
-                                 ("up_proj", f"{t}hn", f"{t}u", d, ffn), ("down_proj", f"{t}m", f"{t}dn", ffn, d)):
-        node, weights = _nbits_linear(rng, f"{t}{name}", src, out, k, n)
-        nodes.append(node)
-        inits += weights
-        if name == "o_proj":
-            nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", [f"{t}o", x, f"{t}n2"],
-                                          [f"{t}hn", "", "", f"{t}h"], domain=MS, epsilon=1e-6))
-        if name == "up_proj":
-            nodes += [helper.make_node("Sigmoid", [f"{t}g"], [f"{t}gs"]), helper.make_node("Mul", [f"{t}g", f"{t}gs"], [f"{t}silu"]),
-                      helper.make_node("Mul", [f"{t}silu", f"{t}u"], [f"{t}m"])]
-    nodes.append(helper.make_node("Add", [f"{t}h", f"{t}dn"], [f"{t}out"]))
-    return nodes, inits, f"{t}out"
+    mlp, mlp_weights, out = _nbits_mlp(rng, t, x, f"{t}attn", d, ffn)
+    return nodes + mlp, inits + mlp_weights, out
 
 
 def genai_gqa_decoder_step() -> onnx.ModelProto:
