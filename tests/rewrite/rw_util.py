@@ -7,6 +7,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from onnxmlu.rewrite import rewrite_model
 from onnxmlu.sessions import new_options
 
 RTOL = ATOL = 1e-4
@@ -75,3 +76,13 @@ def all_graphs(graph: onnx.GraphProto):
 def initializer_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Initializers of the graph and all subgraphs (names are unique model-wide)."""
     return {i.name: numpy_helper.to_array(i) for g in all_graphs(model.graph) for i in g.initializer}
+
+
+def rewritten_once(model: onnx.ModelProto, rewriter: str, op_type: str) -> onnx.ModelProto:
+    """``model`` through the one rewriter ``rewriter``, which must apply exactly once and leave
+    no ``op_type`` node; the result passes the full checker."""
+    rewritten, report = rewrite_model(model, only=[rewriter])
+    assert report.applied == {rewriter: 1}, report.skipped
+    assert op_type not in op_types(rewritten)
+    full_check(rewritten)
+    return rewritten

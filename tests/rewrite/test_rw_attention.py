@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
-from rw_util import assert_close, full_check, initializer_values, op_types, run_ort
+from rw_util import rewritten_once, assert_close, initializer_values, op_types, run_ort
 
 from onnxmlu.rewrite import rewrite_model
 
@@ -86,11 +86,7 @@ def _dims(name, shape, symbolic):
 
 
 def _rewritten(model):
-    rewritten, report = rewrite_model(model, only=["attention"])
-    assert report.applied == {"attention": 1}, report.skipped
-    assert "Attention" not in op_types(rewritten)
-    full_check(rewritten)
-    return rewritten
+    return rewritten_once(model, "attention", "Attention")
 
 
 def _without_debug(outputs, model):

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from rw_util import assert_close, full_check, op_types, run_ort
+from rw_util import rewritten_once, assert_close, op_types, run_ort
 
 from onnxmlu.rewrite import rewrite_model
 
@@ -42,11 +42,7 @@ def rms_model(shape, axis, *, epsilon=None, scale_dims=None, const_scale=False, 
 
 
 def _rewritten(model):
-    rewritten, report = rewrite_model(model, only=["rmsnorm"])
-    assert report.applied == {"rmsnorm": 1}, report.skipped
-    assert "RMSNormalization" not in op_types(rewritten)
-    full_check(rewritten)
-    return rewritten
+    return rewritten_once(model, "rmsnorm", "RMSNormalization")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from rw_util import assert_close, full_check, op_types, run_ort
+from rw_util import rewritten_once, assert_close, op_types, run_ort
 
 from onnxmlu.rewrite import rewrite_model
 
@@ -51,11 +51,7 @@ def rotary_model(rank, batch, seq, heads, head, *, interleaved=0, rotary=0, posi
 
 
 def _rewritten(model):
-    rewritten, report = rewrite_model(model, only=["rotary"])
-    assert report.applied == {"rotary": 1}, report.skipped
-    assert "RotaryEmbedding" not in op_types(rewritten)
-    full_check(rewritten)
-    return rewritten
+    return rewritten_once(model, "rotary", "RotaryEmbedding")
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
