@@ -82,11 +82,9 @@ def size_text(n: int) -> str:
 
 def available_memory() -> int | None:
     """``MemAvailable`` of ``/proc/meminfo`` in bytes, else free physical pages; None if neither."""
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+    available = _proc_bytes("/proc/meminfo", "MemAvailable")
+    if available is not None:
+        return available
     with contextlib.suppress(OSError, ValueError, AttributeError):
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return None
@@ -100,11 +98,9 @@ def default_budget() -> int:
 
 def peak_rss_bytes() -> int | None:
     """This process's peak resident set so far (``VmHWM``), None where it cannot be read."""
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+    peak = _proc_bytes("/proc/self/status", "VmHWM")
+    if peak is not None:
+        return peak
     if resource is not None:  # ru_maxrss is in KiB on Linux (answered above), bytes on macOS
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return None
@@ -194,5 +190,15 @@ def _address_space() -> int | None:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
                 if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    return None
+
+
+def _proc_bytes(path: str, key: str) -> int | None:
+    """The ``key:  N kB`` line of a ``/proc`` file in bytes; None where it cannot be read."""
+    with contextlib.suppress(OSError, ValueError):
+        with open(path, encoding="ascii") as lines:
+            for line in lines:
+                if line.startswith(f"{key}:"):
                     return int(line.split()[1]) * 1024
     return None
