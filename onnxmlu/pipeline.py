@@ -357,7 +357,7 @@ class PlanPass:
 
     def label(self, ctx: Context) -> str:
         at = f" at {ctx.options.precision.name}" if ctx.options.precision.name else ""
-        if ctx.options.plan.plan is not None:
+        if ctx.options.plan.file is not None:
             return f"planning: --plan{at}"
         strategy = ctx.options.plan.strategy
         return f"planning: {strategy if isinstance(strategy, str) else getattr(strategy, '__name__', strategy)}{at}"
