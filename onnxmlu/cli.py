@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Annotated, Callable, Iterator, List, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich import box
 from rich.table import Table
@@ -88,8 +88,36 @@ app = typer.Typer(
 # On a terminal rich fits tables to its width; into a file or pipe it would cut them at 80
 # columns ("fc/m…"), so there they keep their natural width.
 _PIPED_WIDTH = 100_000
-# A width the user set (COLUMNS) holds there too.
-console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else _PIPED_WIDTH)
+
+
+class _Console(Console):
+    """rich's console, its width decided each time it is read, not when the module was
+    imported: the terminal's, or a width the user set (COLUMNS, read then), else (a file or a
+    pipe) :data:`_PIPED_WIDTH`. A width set on it (``console.width = n``) holds."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._width = kwargs.get("width")  # rich fixes COLUMNS here; it is read when printing instead
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if self._width is None and not os.environ.get("COLUMNS") and not _isatty(self.file):
+            return ConsoleDimensions(_PIPED_WIDTH, super().size.height)
+        return super().size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream: not a terminal
+        return False
+
+
+console = _Console()
 err_console = Console(stderr=True)
 _state = {"debug": False, "quiet": False}
 
