@@ -245,7 +245,7 @@ _PARTS = {"shapes": ShapeOptions, "rewrite": RewriteOptions, "plan": PlanOptions
 
 
 @dataclass
-class Options:
+class Options(Keywords):
     """What the pipeline reads: one object per concern. Made, the precision's planner checks
     what it cannot honour (:meth:`~onnxmlu.precision.planners.PrecisionPlanner.check`) and a BN
     mode left open becomes the precision's default: folded into its producer where INT8 may be
@@ -271,8 +271,6 @@ class Options:
     @classmethod
     def take(cls, given: dict) -> "Options":
         return cls(**{name: part.take(given) for name, part in _PARTS.items()})
-
-    of = classmethod(Keywords.of.__func__)
 
 
 def refuse_validation(options: Options, check: bool) -> None:
