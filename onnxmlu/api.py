@@ -35,17 +35,20 @@ from onnxmlu.optional import optional_import
 from onnxmlu.options import (  # noqa: F401 - the option objects are part of the API
     DEFAULT_CALIBRATOR,
     CheckOptions,
+    HardwareLike,
     Options,
     OutputOptions,
+    PlanFiles,
     PlanOptions,
     PrecisionOptions,
     RewriteOptions,
     ShapeOptions,
+    call_options,
     load_samples,
     refuse_validation,
 )
-from onnxmlu.pipeline import (FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, PassManager, as_progress,
-                              pricing_of)
+from onnxmlu.pipeline import (FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, PassManager, Progress,
+                              as_progress, pricing_of)
 from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
 from onnxmlu.plan.strategies import strategy_names
@@ -66,7 +69,6 @@ from onnxmlu.reports import (
 from onnxmlu.tools import view as netron
 from onnxmlu.tools import verify
 
-HardwareLike = str | Hardware
 #: A plain progress callback: called with each step's line (pipeline.Progress is the richer form).
 SayFn = Callable[[str], None]
 
@@ -79,10 +81,9 @@ def _hardware(hardware: HardwareLike | None) -> Hardware | None:
     return hardware if hardware is None or isinstance(hardware, Hardware) else load_hardware(hardware)
 
 
-def _run(passes, model: ModelLike, options: Options, *, hardware: HardwareLike | None = None,
-         progress=None) -> Context:
-    """A fresh context for ``model`` through ``passes``."""
-    ctx = Context(model, _hardware(hardware), options, progress=as_progress(progress))
+def _run(passes, model: ModelLike, options: Options, *, progress=None, **settings) -> Context:
+    """A fresh context for ``model`` through ``passes``, on the hardware ``options`` name."""
+    ctx = Context(model, _hardware(options.plan.hardware), options, progress=as_progress(progress), **settings)
     return PassManager(passes).run(ctx)
 
 
@@ -94,18 +95,13 @@ def _result(ctx: Context) -> FuseResult:
 
 
 # ---------------------------------------------------------------------------------- fuse
-def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=None, mp: int | None = None,
-         hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, rewrite: bool = True,
-         bn_mode: str | None = None, precision: str | None = None, calibration: str | os.PathLike | None = None,
-         calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None, inputs: dict | None = None,
-         validation: str | os.PathLike | None = None, progress: SayFn | None = None,
-         keep_fp32: Sequence[str] = (), metric: str | None = None, options: Options | None = None,
-         max_memory: int | str | None = None) -> FuseResult:
+def fuse(model: ModelLike, options: Options | None = None, *, progress: SayFn | Progress | None = None,
+         **keywords) -> FuseResult:
     """Rewrite, plan and collapse a model (the ``FUSE`` passes); nothing is written to disk.
 
     ``options``: what to do, one typed object per concern (:class:`~onnxmlu.options.Options`,
-    as the CLI builds it); without it, the keywords make one (:meth:`Options.of`, the same names
-    as the CLI's options). ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts
+    as the CLI builds it); without it, the keywords make one (:meth:`Options.of`: a keyword per
+    field, the CLI's option names). ``precision`` (``fp32``, ``fp16``, ``int8``; None: as planned) puts
     every block at that precision; INT8 blocks are calibrated on the samples in the
     ``calibration`` folder (None: seeded random samples, flagged by a diagnostic) with the
     ``calibrator`` (``minmax``, ``entropy``, ``percentile``). ``precision="auto"`` chooses
@@ -115,25 +111,15 @@ def fuse(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, plan=No
     :mod:`onnxmlu.precision.auto`). ``inputs``: arrays by input name (``--inputs``) that the
     shape probe runs instead of zeros, where values set shapes. ``max_memory``: the shape probes'
     memory budget (bytes or ``"4G"``; None: half the host's available memory,
-    :mod:`onnxmlu.frontend.memory`)."""
-    options = options or Options.of(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, inputs=inputs,
-                                    rewrite=rewrite, bn_mode=bn_mode, precision=precision, calibration=calibration,
-                                    validation=validation, calibrator=calibrator, accuracy=accuracy,
-                                    keep_fp32=keep_fp32, metric=metric, max_memory=max_memory)
+    :mod:`onnxmlu.frontend.memory`). ``hardware``: a profile name, JSON file or ``Hardware``."""
+    (options,) = call_options("fuse", keywords, (Options, options))
     refuse_validation(options, check=False)
-    return _result(_run(FUSE, model, options, hardware=hardware, progress=progress))
+    return _result(_run(FUSE, model, options, progress=progress))
 
 
-def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
-                 plan=None, mp: int | None = None, hardware: HardwareLike = DEFAULT_PROFILE,
-                 input_shapes: dict | None = None, rewrite: bool = True, bn_mode: str | None = None,
-                 precision: str | None = None, calibration: str | os.PathLike | None = None,
-                 calibrator: str = DEFAULT_CALIBRATOR, accuracy: Budget | str | None = None,
-                 check: CheckOptions | None = None, portable: bool = False, inputs: dict | None = None,
-                 progress=None, validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
-                 metric: str | None = None, options: Options | None = None,
-                 output_options: OutputOptions | None = None, max_memory: int | str | None = None,
-                 best_effort: bool = False) -> FuseResult:
+def fuse_to_file(model: ModelLike, output: str | os.PathLike, options: Options | None = None,
+                 output_options: OutputOptions | None = None, *, progress: SayFn | Progress | None = None,
+                 **keywords) -> FuseResult:
     """:func:`fuse` ``model`` and save it at ``output`` (atomically): the ``FUSE_TO_FILE`` passes.
 
     With ``check``, or a ``--precision auto`` budget, the model is written beside ``output``,
@@ -148,38 +134,31 @@ def fuse_to_file(model: ModelLike, output: str | os.PathLike, *, strategy: Strat
     need). A ``ModelProto`` (or ``check``, which needs both models in memory) is fused in memory
     and saved whole; a model over protobuf's 2 GB limit is saved with external data.
     ``portable`` writes each block as a model-local ONNX function (the ``PORTABLE`` passes: no
-    custom-op library needed to run it; ``check`` then compares that model); both together are
-    ``output_options`` (:class:`~onnxmlu.options.OutputOptions`). ``options`` and the other
-    keywords as for :func:`fuse`. A model whose soundness is not certain is loaded
-    (:func:`_verify_loads`). ``progress`` is told each pass as it starts (``say``; a plain
-    callable works too).
+    custom-op library needed to run it; ``check`` then compares that model); ``portable``,
+    ``check`` and ``best_effort`` are ``output_options`` (:class:`~onnxmlu.options.OutputOptions`,
+    or its keywords). ``options`` and the other keywords as for :func:`fuse`. A model whose
+    soundness is not certain is loaded (:func:`_verify_loads`). ``progress`` is told each pass as
+    it starts (``say``; a plain callable works too).
     """
     out = _checked_output(model, output)  # before any other work: a bad path must not cost a planning run
-    options = options or Options.of(strategy=strategy, plan=plan, mp=mp, input_shapes=input_shapes, inputs=inputs,
-                                    rewrite=rewrite, bn_mode=bn_mode, precision=precision, calibration=calibration,
-                                    validation=validation, calibrator=calibrator, accuracy=accuracy,
-                                    keep_fp32=keep_fp32, metric=metric, max_memory=max_memory)
-    written = output_options or OutputOptions(portable, check, best_effort)
+    options, written = call_options("fuse_to_file", keywords, (Options, options), (OutputOptions, output_options))
     refuse_validation(options, written.check is not None)
-    return _fused_to(out, model, options, written, hardware, progress)
+    return _fused_to(out, model, options, written, progress)
 
 
-def _fused_to(out: Path, model: ModelLike, options: Options, written: OutputOptions, hardware,
-              progress) -> FuseResult:
+def _fused_to(out: Path, model: ModelLike, options: Options, written: OutputOptions, progress) -> FuseResult:
     """:func:`fuse_to_file` once its options are made and checked."""
     streamed = not (isinstance(model, onnx.ModelProto) or written.check is not None or written.portable)
     inputs, check = _shared_inputs(options.shapes.inputs, written.check)
     options = replace(options, shapes=replace(options.shapes, inputs=inputs))
-    passes = PORTABLE if written.portable else FUSE_TO_FILE
+    passes, weights = PORTABLE if written.portable else FUSE_TO_FILE, WeightStore() if streamed else None
     if check is None and (written.best_effort or not options.precision.planner.judged):
-        ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
-                      progress=as_progress(progress), output=out)
-        return _verify_loads(_result(PassManager(passes).run(ctx)), out)
+        return _verify_loads(_result(_run(passes, model, options, progress=progress, weights=weights, output=out)),
+                             out)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:  # written beside the target, judged, then renamed: a model that fails is never published
-        ctx = Context(model, _hardware(hardware), options, WeightStore() if streamed else None,
-                      progress=as_progress(progress), output=staging / out.name)
-        result = _result(PassManager(passes).run(ctx))
+        ctx = _run(passes, model, options, progress=progress, weights=weights, output=staging / out.name)
+        result = _result(ctx)
         if check is not None:
             result.check = _check_fused(model, result.model, check, ctx)
         if fuse_passed(result, written.best_effort):
@@ -406,38 +385,40 @@ def inspect_fused(model: ModelLike):
     return optional_import("onnxmlu.tools.fused_info").summarize_fused(as_model(model))
 
 
-def plan(model: ModelLike, *, strategy: StrategyLike = DEFAULT_STRATEGY, mp: int | None = None,
-         hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
-         calibration: str | os.PathLike | None = None, accuracy: Budget | str | None = None,
-         output: str | os.PathLike | None = None, plot: str | os.PathLike | None = None,
-         pareto: str | os.PathLike | None = None, progress=None,
-         validation: str | os.PathLike | None = None, keep_fp32: Sequence[str] = (),
-         metric: str | None = None, options: Options | None = None) -> PlanReport:
+def plan(model: ModelLike, options: Options | None = None, files: PlanFiles | None = None, *,
+         progress: SayFn | Progress | None = None, **keywords) -> PlanReport:
     """Plan ``model`` (the passes up to ``plan``) without collapsing it, every block at
     ``precision`` when given (the strategy planning at it; ``auto``: under the ``accuracy``
-    budget, measured on the ``calibration`` samples, as for :func:`fuse`); write the editable
-    plan file to ``output``, a timeline of the blocks to ``plot`` and, with ``auto``, the
-    latency-accuracy chart of the plans it considered to ``pareto``. ``options`` as for
-    :func:`fuse` (with ``pareto``, made with ``Options.of(..., pareto=True)``)."""
-    _refuse_plan_outputs(output, plot, pareto)
-    options = options or Options.of(strategy=strategy, mp=mp, input_shapes=input_shapes, precision=precision,
-                                    calibration=calibration, validation=validation, accuracy=accuracy,
-                                    keep_fp32=keep_fp32, metric=metric, pareto=pareto is not None)
-    if pareto is not None and not options.precision.planner.judged:
-        raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
+    budget, measured on the calibration samples, as for :func:`fuse`); write what ``files``
+    (:class:`~onnxmlu.options.PlanFiles`, or its keywords) asks: the editable plan file to
+    ``output``, a timeline of the blocks to ``plot`` and, with ``auto``, the latency-accuracy
+    chart of the plans it considered to ``pareto``. ``options`` and its keywords as for :func:`fuse`."""
+    files, options = call_options("plan", keywords, (PlanFiles, files), (Options, options))
+    _refuse_plan_outputs(files.output, files.plot, files.pareto)
+    if files.pareto is not None:
+        options = _measuring_frontier(options)
     refuse_validation(options, check=False)
-    ctx = _run(PLAN, model, options, hardware=hardware, progress=progress)
+    ctx = _run(PLAN, model, options, progress=progress)
     report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto, ctx.profile)
-    if pareto is not None:
+    if files.pareto is not None:
         title = f"{Path(str(model)).stem}: --precision auto --accuracy {ctx.auto.budget}"
-        optional_import("onnxmlu.precision.auto").write_pareto(ctx.auto, pareto, title=title)
-    if output is not None:
-        write_bytes_atomic(report.plan_json().encode(), Path(output))
-    if plot is not None:
+        optional_import("onnxmlu.precision.auto").write_pareto(ctx.auto, files.pareto, title=title)
+    if files.output is not None:
+        write_bytes_atomic(report.plan_json().encode(), Path(files.output))
+    if files.plot is not None:
         title = (f"{Path(str(model)).stem}: {report.plan.strategy}, {len(report.plan.blocks)} blocks, "
                  f"{report.sim_latency_us:.0f} µs simulated on {report.hardware.name}")
-        plan_chart(report.rows(), plot, title=title, max_mp=report.hardware.cores)
+        plan_chart(report.rows(), files.plot, title=title, max_mp=report.hardware.cores)
     return report
+
+
+def _measuring_frontier(options: Options) -> Options:
+    """``options`` with auto measuring every frontier plan (what ``--pareto`` plots); only a
+    judged precision considers plans (``--precision auto``)."""
+    if not options.precision.planner.judged:
+        raise OnnxMluError("--pareto plots the plans --precision auto considered; add --precision auto")
+    effort = options.precision.auto or optional_import("onnxmlu.precision.auto").AutoOptions()
+    return replace(options, precision=replace(options.precision, auto=replace(effort, measure_frontier=True)))
 
 
 def _refuse_plan_outputs(output, plot, pareto) -> None:
@@ -548,24 +529,23 @@ def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
 
 
 # ---------------------------------------------------------------------------------- tools
-def check(original: str | os.PathLike, fused: str | os.PathLike, *, seeds: Sequence[int] = (0,), atol: float = 1e-4,
-          rtol: float = 1e-4, input_shapes: dict | None = None, inputs: dict | None = None,
-          accuracy: Budget | str | None = None, progress=None, samples: str | os.PathLike | None = None,
-          qtol: float = 2.0, allow_nan: bool = False):
+def check(original: str | os.PathLike, fused: str | os.PathLike, options: CheckOptions | None = None, *,
+          input_shapes: dict | None = None, progress: SayFn | Progress | None = None, **keywords):
     """Run the original (reference: onnxruntime, optimizations off) and the fused model on
     seeded inputs, or on the samples of the ``samples`` folder (``--inputs DIR``, the
-    calibration layout); the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`). An
-    ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of ``atol``/``rtol``;
-    quantized outputs are judged in ``qtol`` steps of their scale; ``allow_nan`` passes NaN/Inf
-    the reference has at the same places. Without ``input_shapes``, the shapes the fused model
-    records it was priced at (:func:`recorded_pins`)."""
-    options = CheckOptions(tuple(seeds), atol, rtol, inputs, accuracy, samples, qtol, allow_nan)  # bad budget: now
-    if samples is not None:
-        load_samples(samples, what="inputs")  # a bad folder is refused before any model loads
+    calibration layout); the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`).
+    ``options``: a :class:`~onnxmlu.options.CheckOptions`, or its keywords: ``seeds``, ``atol``,
+    ``rtol``, ``inputs``; an ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of
+    ``atol``/``rtol``; quantized outputs are judged in ``qtol`` steps of their scale;
+    ``allow_nan`` passes NaN/Inf the reference has at the same places. Without ``input_shapes``,
+    the shapes the fused model records it was priced at (:func:`recorded_pins`)."""
+    (options,) = call_options("check", keywords, (CheckOptions, options))  # a bad budget: now
+    if options.samples is not None:
+        load_samples(options.samples, what="inputs")  # a bad folder is refused before any model loads
     steps = as_progress(progress)
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)
-    data = None if samples is None else _check_data(models[0], options, None, None, None)
+    data = None if options.samples is None else _check_data(models[0], options, None, None, None)
     return _check_models(*models, options, input_shapes or recorded_pins(models[1], models[0]), steps, data)
 
 
@@ -635,9 +615,10 @@ def report(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLik
         return html.write_report(tagged("inspect-fused", summary.to_dict()), output, f"{name}: fused model",
                                  summary.layer_rows())
     with tempfile.TemporaryDirectory(prefix="onnxmlu-report-") as folder:
-        result = fuse_to_file(proto, Path(folder) / "fused.onnx", strategy=strategy, hardware=hardware,
-                              input_shapes=input_shapes, precision=precision, calibration=calibration,
-                              accuracy=accuracy, check=CheckOptions() if check else None, progress=progress)
+        options = Options.of(strategy=strategy, hardware=hardware, input_shapes=input_shapes, precision=precision,
+                             calibration=calibration, accuracy=accuracy)
+        result = fuse_to_file(proto, Path(folder) / "fused.onnx", options,
+                              OutputOptions(check=CheckOptions() if check else None), progress=progress)
         payload = tagged("fuse", result.to_dict())
     return html.write_report(payload, output, f"{name}: {payload['strategy']} plan on {payload['hardware']}",
                              result.layer_rows())

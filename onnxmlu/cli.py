@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Annotated, Callable, Iterator, List, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich import box
 from rich.table import Table
@@ -88,8 +88,36 @@ app = typer.Typer(
 # On a terminal rich fits tables to its width; into a file or pipe it would cut them at 80
 # columns ("fc/m…"), so there they keep their natural width.
 _PIPED_WIDTH = 100_000
-# A width the user set (COLUMNS) holds there too.
-console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else _PIPED_WIDTH)
+
+
+class _Console(Console):
+    """rich's console, its width decided each time it is read, not when the module was
+    imported: the terminal's, or a width the user set (COLUMNS, read then), else (a file or a
+    pipe) :data:`_PIPED_WIDTH`. A width set on it (``console.width = n``) holds."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._width = kwargs.get("width")  # rich fixes COLUMNS here; it is read when printing instead
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if self._width is None and not os.environ.get("COLUMNS") and not _isatty(self.file):
+            return ConsoleDimensions(_PIPED_WIDTH, super().size.height)
+        return super().size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream: not a terminal
+        return False
+
+
+console = _Console()
 err_console = Console(stderr=True)
 _state = {"debug": False, "quiet": False}
 
@@ -113,7 +141,7 @@ StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=(
     "Fusion/MP strategy: none, fixed-mp, dynamic-mp, all-fusion, fusion-fixed-mp, dlfusion, oracle, "
     "optimal, or one registered in Python. oracle/optimal search blocks of at most 256 layers plus whole "
     "segments (profile key search_max_block_layers; 0 = no bound)."))]
-HwOpt = Annotated[str, typer.Option("--hw", help="Hardware profile name or JSON file.")]
+HwOpt = Annotated[str, typer.Option("--hw", metavar="HW", help="Hardware profile name or JSON file.")]
 MpOpt = Annotated[Optional[int], _option("--mp", help="Force this MP on every block.")]
 PlanOpt = Annotated[Optional[Path], _option("--plan", help="Use a JSON plan file instead of a strategy.")]
 InputsOpt = Annotated[Optional[Path], _option(
@@ -377,74 +405,105 @@ FuseBnOpt = Annotated[Optional[str], typer.Option(
     "--bn", help=f"{_BN_HELP} [default: fold under --precision int8/auto, else substitute].", show_default=False)]
 
 
+# ---- flag groups: each makes one option object ---------------------------------------------
+def flag_groups(**groups) -> Callable[[Callable], Callable]:
+    """A command whose parameters named in ``groups`` are flag groups. Each group is a function
+    whose parameters are its flags (declared there, once) and which returns the option object
+    they make; in the signature typer reads, the command's parameter is replaced by the group's
+    flags, and the command is called with the object. ``(function, "name", ...)``: the group
+    without those flags on this command (they keep the function's defaults). A flag two groups
+    of a command declare (``--inputs``) is one flag, given to both."""
+    def decorate(fn: Callable) -> Callable:
+        params = inspect_module.signature(fn, eval_str=True).parameters.values()
+        own = [p.name for p in params if p.name not in groups]
+        members, spliced = {}, {}
+        for p in params:
+            flags = [p] if p.name not in groups else _group_flags(*_group(groups[p.name]))
+            members.update({p.name: [q.name for q in flags]} if p.name in groups else {})
+            spliced.update({q.name: q for q in flags if q.name not in spliced})
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs):
+            made = {name: _group(groups[name])[0](**{flag: kwargs[flag] for flag in flags})
+                    for name, flags in members.items()}
+            return fn(**{name: kwargs[name] for name in own}, **made)
+
+        wrapper.__signature__ = inspect_module.Signature(list(spliced.values()))
+        wrapper.__annotations__ = {name: q.annotation for name, q in spliced.items()}
+        return wrapper
+    return decorate
+
+
+def _group(spec) -> tuple:
+    return spec if isinstance(spec, tuple) else (spec,)
+
+
+def _group_flags(make: Callable, *without: str) -> list[inspect_module.Parameter]:
+    return [q for q in inspect_module.signature(make, eval_str=True).parameters.values() if q.name not in without]
+
+
+def _api():
+    return optional_import("onnxmlu.api")
+
+
+def plan_flags(strategy: StrategyOpt = "dlfusion", mp: MpOpt = None, plan: PlanOpt = None, hardware: HwOpt = "mlu100"):
+    """--strategy, --mp, --plan, --hw: a :class:`~onnxmlu.options.PlanOptions`."""
+    return _api().PlanOptions.of(**locals())
+
+
+def shape_flags(input_shape: InputShapeOpt = None, max_memory: MaxMemoryOpt = None, inputs: InputsOpt = None):
+    """--input-shape, --max-memory, --inputs (a .npz: arrays the shape probe runs; a folder is
+    --check's samples): a :class:`~onnxmlu.options.ShapeOptions`."""
+    arrays = None if inputs is None or inputs.is_dir() else _arrays(inputs)
+    return _api().ShapeOptions(_shapes(input_shape), arrays, max_memory)
+
+
+def rewrite_flags(bn: FuseBnOpt = None):
+    """--bn: a :class:`~onnxmlu.options.RewriteOptions`."""
+    return _api().RewriteOptions(bn_mode=bn)
+
+
+def precision_flags(precision: PrecisionOpt = None, calibration: CalibrationOpt = None,
+                    validation: ValidationOpt = None, keep_fp32: KeepFp32Opt = None, metric: MetricOpt = None,
+                    calibrator: CalibratorOpt = "minmax", accuracy: AccuracyOpt = None):
+    """--precision and what it takes: a :class:`~onnxmlu.options.PrecisionOptions` (its keywords
+    are these flags' names)."""
+    return _api().PrecisionOptions.of(**locals())
+
+
+def output_flags(check: CheckOpt = False, allow_nan: AllowNanOpt = False, best_effort: BestEffortOpt = False,
+                 inputs: InputsOpt = None, portable: PortableOpt = False):
+    """--check (its data: --inputs as a folder of samples, or a .npz of fixed arrays; --allow-nan),
+    --best-effort, --portable: ``fuse``'s :class:`~onnxmlu.options.OutputOptions`."""
+    checked = None
+    if check:
+        folder = inputs is not None and inputs.is_dir()
+        checked = _api().CheckOptions(inputs=None if folder else _arrays(inputs), samples=inputs if folder else None,
+                                      allow_nan=allow_nan)
+    return _api().OutputOptions(portable, checked, best_effort)
+
+
 # ---- commands -----------------------------------------------------------------------------
 @command
-def fuse(
-    model: ModelArg,
-    output: OutputArg,
-    strategy: StrategyOpt = "dlfusion",
-    mp: MpOpt = None,
-    plan: PlanOpt = None,
-    hw: HwOpt = "mlu100",
-    input_shape: InputShapeOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    bn: FuseBnOpt = None,
-    precision: PrecisionOpt = None,
-    calibration: CalibrationOpt = None,
-    validation: ValidationOpt = None,
-    keep_fp32: KeepFp32Opt = None,
-    metric: MetricOpt = None,
-    calibrator: CalibratorOpt = "minmax",
-    accuracy: AccuracyOpt = None,
-    check: CheckOpt = False,
-    allow_nan: AllowNanOpt = False,
-    best_effort: BestEffortOpt = False,
-    inputs: InputsOpt = None,
-    portable: PortableOpt = False,
-    json_out: JsonOpt = None,
-    quiet: QuietOpt = False,
-) -> None:
+@flag_groups(plan=plan_flags, shapes=shape_flags, rewrite=rewrite_flags, precision=precision_flags,
+             written=output_flags)
+def fuse(model: ModelArg, output: OutputArg, plan, shapes, rewrite, precision, written, json_out: JsonOpt = None,
+         quiet: QuietOpt = False) -> None:
     """Rewrite, plan and collapse MODEL into OUTPUT (one MLUFusionBlock per block).
 
     Example: onnxmlu fuse resnet18.onnx resnet18.fused.onnx --precision auto --accuracy cosine>=0.999"""
-    _deliver_fuse(_fuse_to_file(**locals()), json_out, quiet, portable, best_effort)
-
-
-def _fuse_to_file(model, output, strategy, mp, plan, hw, input_shape, max_memory, bn, precision, calibration,
-                  validation, keep_fp32, metric, calibrator, accuracy, check, allow_nan, best_effort, inputs, portable,
-                  json_out, quiet):
-    """``fuse``'s options, parsed once into their objects, handed to :func:`onnxmlu.api.fuse_to_file`."""
-    api = optional_import("onnxmlu.api")
-    written = api.OutputOptions(portable, _check_options(inputs, allow_nan) if check else None, best_effort)
-    options = api.Options(api.ShapeOptions(_shapes(input_shape), None if inputs is None or inputs.is_dir()
-                                           else _arrays(inputs), max_memory),
-                          api.RewriteOptions(bn_mode=bn), api.PlanOptions(strategy, plan, mp),
-                          _precision(precision, calibration, validation, keep_fp32, metric, accuracy, calibrator))
+    api = _api()
+    options = api.Options(shapes, rewrite, plan, precision)
     with _steps(quiet) as steps:
-        return api.fuse_to_file(model, output, hardware=hw, options=options, output_options=written, progress=steps)
+        result = api.fuse_to_file(model, output, options, written, progress=steps)
+    _deliver_fuse(result, json_out, quiet, written)
 
 
-def _precision(name, calibration, validation, keep_fp32, metric, accuracy, calibrator="minmax", pareto=False):
-    """``--precision`` and what it takes, as one :class:`~onnxmlu.options.PrecisionOptions`."""
-    return optional_import("onnxmlu.api").PrecisionOptions.parse(
-        name, calibration=calibration, validation=validation, calibrator=calibrator, accuracy=accuracy,
-        keep_fp32=keep_fp32 or (), metric=metric, pareto=pareto)
-
-
-def _check_options(inputs: Optional[Path], allow_nan: bool = False):
-    """``fuse --check``'s data: --inputs as a folder of samples, or a .npz of fixed arrays."""
-    api = optional_import("onnxmlu.api")
-
-    if inputs is not None and inputs.is_dir():
-        return api.CheckOptions(samples=inputs, allow_nan=allow_nan)
-    return api.CheckOptions(inputs=_arrays(inputs), allow_nan=allow_nan)
-
-
-def _deliver_fuse(result, json_out: Optional[Path], quiet: bool, portable: bool, best_effort: bool) -> None:
+def _deliver_fuse(result, json_out: Optional[Path], quiet: bool, written) -> None:
     """The report; exit code 1 (nothing written) when the check failed or auto's budget was
     not met without --best-effort."""
-    passed = optional_import("onnxmlu.api").fuse_passed(result, best_effort)
-    _deliver("fuse", result, json_out, quiet, lambda r: _show_fuse(r, portable, passed))
+    passed = _api().fuse_passed(result, written.best_effort)
+    _deliver("fuse", result, json_out, quiet, lambda r: _show_fuse(r, written.portable, passed))
     if not passed:
         why = "the check failed" if result.check is not None and not result.check.ok else \
             f"--precision auto's budget {result.auto.budget} is not met; --best-effort keeps the closest plan"
@@ -581,24 +640,27 @@ def _show_diagnostics(diagnostics, analysis=None) -> None:
 HOST_LINES = 12
 
 
+CheckInputsOpt = Annotated[Optional[Path], _option("--inputs", help=(
+    "A .npz of arrays by input name (used with every seed), or a folder of samples in the --calibration "
+    "layout, run instead of the seeds."))]
+CheckAccuracyOpt = Annotated[Optional[str], _option("--accuracy", help=(
+    "Judge by a budget instead of --atol/--rtol: cosine>=X or top1>=X (for FP16/INT8 models)."))]
+
+
+def check_flags(seed: SeedOpt = [0], atol: AtolOpt = 1e-4, rtol: RtolOpt = 1e-4,  # noqa: B006 - typer reads it
+                inputs: CheckInputsOpt = None, accuracy: CheckAccuracyOpt = None, qtol: QtolOpt = 2.0,
+                allow_nan: AllowNanOpt = False):
+    """``check``'s flags: a :class:`~onnxmlu.options.CheckOptions` (--inputs: a .npz of arrays,
+    or a folder of samples)."""
+    folder = inputs is not None and inputs.is_dir()
+    return _api().CheckOptions(tuple(seed), atol, rtol, None if folder else _arrays(inputs), accuracy,
+                               inputs if folder else None, qtol, allow_nan)
+
+
 @command
-def check(
-    original: ModelArg,
-    fused: Annotated[Path, typer.Argument(help="Fused model to verify.", show_default=False)],
-    seed: SeedOpt = [0],  # noqa: B006 - typer reads the default
-    atol: AtolOpt = 1e-4,
-    rtol: RtolOpt = 1e-4,
-    input_shape: InputShapeOpt = None,
-    inputs: Annotated[Optional[Path], _option("--inputs", help=(
-        "A .npz of arrays by input name (used with every seed), or a folder of samples in the --calibration "
-        "layout, run instead of the seeds."))] = None,
-    accuracy: Annotated[Optional[str], _option("--accuracy", help=(
-        "Judge by a budget instead of --atol/--rtol: cosine>=X or top1>=X (for FP16/INT8 models)."))] = None,
-    qtol: QtolOpt = 2.0,
-    allow_nan: AllowNanOpt = False,
-    json_out: JsonOpt = None,
-    quiet: QuietOpt = False,
-) -> None:
+@flag_groups(checked=check_flags)
+def check(original: ModelArg, fused: Annotated[Path, typer.Argument(help="Fused model to verify.", show_default=False)],
+          checked, input_shape: InputShapeOpt = None, json_out: JsonOpt = None, quiet: QuietOpt = False) -> None:
     """Run ORIGINAL (reference: onnxruntime, optimizations off) and FUSED on seeded inputs at
     several shapes: the --input-shape pins (default: the shapes FUSED records it was planned
     at), the ends of every range, one other batch and one other size of every dim left free;
@@ -608,23 +670,11 @@ def check(
 
     Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
     """
-    report = _check(original, fused, seed, (atol, rtol, qtol), input_shape, inputs, accuracy, allow_nan, quiet)
+    with _steps(quiet) as steps:
+        report = _api().check(original, fused, checked, input_shapes=_shapes(input_shape), progress=steps)
     _deliver("check", report, json_out, quiet, _show_check)
     if not report.ok:
         raise typer.Exit(1)
-
-
-def _check(original, fused, seed, tolerances, input_shape, inputs, accuracy, allow_nan, quiet):
-    """``check``'s options, parsed (--inputs: a .npz of arrays, or a folder of samples), handed
-    to :func:`onnxmlu.api.check`."""
-    api = optional_import("onnxmlu.api")
-
-    folder = inputs is not None and inputs.is_dir()
-    with _steps(quiet) as steps:
-        atol, rtol, qtol = tolerances
-        return api.check(original, fused, seeds=seed, atol=atol, rtol=rtol, input_shapes=_shapes(input_shape),
-                         inputs=None if folder else _arrays(inputs), accuracy=accuracy, progress=steps,
-                         samples=inputs if folder else None, qtol=qtol, allow_nan=allow_nan)
 
 
 def _show_check(report) -> None:
@@ -826,34 +876,30 @@ def _show_rewrite(report, output: Path) -> None:
     console.print(f"wrote {output}")
 
 
+PlanOutputOpt = Annotated[Optional[Path], _option("-o", "--output", help="Write the plan as JSON.")]
+PlotOpt = Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")]
+
+
+def plan_file_flags(output: PlanOutputOpt = None, plot: PlotOpt = None, pareto: ParetoOpt = None):
+    """-o, --plot, --pareto: what ``plan`` writes, a :class:`~onnxmlu.options.PlanFiles`."""
+    return _api().PlanFiles.of(**locals())
+
+
 @command
-def plan(
-    model: ModelArg,
-    output: Annotated[Optional[Path], _option("-o", "--output", help="Write the plan as JSON.")] = None,
-    strategy: StrategyOpt = "dlfusion",
-    mp: MpOpt = None,
-    hw: HwOpt = "mlu100",
-    input_shape: InputShapeOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    precision: PrecisionOpt = None,
-    calibration: CalibrationOpt = None,
-    validation: ValidationOpt = None,
-    keep_fp32: KeepFp32Opt = None,
-    metric: MetricOpt = None,
-    accuracy: AccuracyOpt = None,
-    plot: Annotated[Optional[Path], _option("--plot", help="Timeline of blocks, MP and simulated time (PNG).")] = None,
-    pareto: ParetoOpt = None,
-    best_effort: PlanBestEffortOpt = False,
-    json_out: JsonOpt = None,
-    quiet: QuietOpt = False,
-) -> None:
+@flag_groups(files=plan_file_flags, plan=(plan_flags, "plan"), shapes=(shape_flags, "inputs"),
+             precision=(precision_flags, "calibrator"))
+def plan(model: ModelArg, files, plan, shapes, precision, best_effort: PlanBestEffortOpt = False,
+         json_out: JsonOpt = None, quiet: QuietOpt = False) -> None:
     """Plan blocks and MP without collapsing; edit the JSON and pass it to `fuse --plan`.
     With -q and neither -o nor --json, the plan file's JSON goes to stdout.
 
     Example: onnxmlu plan resnet18.onnx --strategy optimal -o plan.json --plot plan.png
     """
-    report = _plan(**locals())
-    if quiet and output is None and json_out is None:
+    api = _api()
+    options = api.Options(shapes, plan=plan, precision=precision)
+    with _steps(quiet) as steps:
+        report = api.plan(model, options, files, progress=steps)
+    if quiet and files.output is None and json_out is None:
         sys.stdout.write(report.plan_json())
     _deliver("plan", report, json_out, quiet, _show_plan)
     _exit_if_unmet(report.auto, best_effort)
@@ -863,18 +909,6 @@ def _exit_if_unmet(auto, best_effort: bool) -> None:
     """Exit code 1 when --precision auto's budget is not met, unless --best-effort."""
     if not best_effort and auto is not None and not auto.budget.met(auto.chosen.measured):
         _fail(f"--precision auto's budget {auto.budget} is not met; --best-effort accepts the closest plan", code=1)
-
-
-def _plan(model, output, strategy, mp, hw, input_shape, max_memory, precision, calibration, validation, keep_fp32,
-          metric, accuracy, plot, pareto, best_effort, json_out, quiet):
-    """``plan``'s options, parsed once into their objects, handed to :func:`onnxmlu.api.plan`."""
-    api = optional_import("onnxmlu.api")
-    options = api.Options(api.ShapeOptions(_shapes(input_shape), max_memory=max_memory),
-                          plan=api.PlanOptions(strategy, mp=mp),
-                          precision=_precision(precision, calibration, validation, keep_fp32, metric, accuracy,
-                                               pareto=pareto is not None))
-    with _steps(quiet) as steps:
-        return api.plan(model, hardware=hw, output=output, plot=plot, pareto=pareto, progress=steps, options=options)
 
 
 def _show_plan(report) -> None:

@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence, Union
 
 import numpy as np
 import onnx
-from onnx.serialization import registry
 
 from onnxmlu.analyze import analyze
 from onnxmlu.collapse.atomic import needs_external_data, write_model_atomic, write_pieces_atomic
@@ -65,8 +64,7 @@ from onnxmlu.frontend.pins import PricingShape, has_ranges, pricing_shape
 from onnxmlu.frontend.shapes import pricing_shapes, sizes_at, sizing_hint
 from onnxmlu.ir.dedupe import hoist_identical_constants
 from onnxmlu.ir import copy_model, drop_unread_initializers
-from onnxmlu.ir.mapped import MappedModel
-from onnxmlu.ir.weights import WeightStore, all_tensors, is_marker
+from onnxmlu.ir.weights import WeightStore
 from onnxmlu.optional import optional_import
 from onnxmlu import progress
 from onnxmlu.options import Options, PlanOptions, PrecisionOptions, RewriteOptions, ShapeOptions
@@ -258,28 +256,9 @@ class Load:
         if isinstance(source, onnx.ModelProto):
             model = copy_model(source)
         else:
-            model = (_load_mapped(ctx) if ctx.weights is not None else None) or load_model(source)
+            model = load_model(source, ctx.weights)
         refuse_fused(model)
         ctx.model = model
-
-
-def _load_mapped(ctx: Context) -> onnx.ModelProto | None:
-    """The model file parsed through a memory map (:class:`~onnxmlu.ir.mapped.MappedModel`),
-    its large weights views of the file in ``ctx.weights`` and markers in the tree; or None
-    where :func:`load_model` reads it: a file it cannot parse (load_model's one-line errors), a
-    text format, a model with external data (load_model reads those files)."""
-    if registry.get_format_from_file_extension(Path(ctx.source).suffix) not in (None, "protobuf"):
-        return None
-    try:
-        model = MappedModel(ctx.source).parse(ctx.weights)
-    except MappedModel.PARSE_ERRORS:  # load_model says what is wrong with the file
-        ctx.weights.clear()
-        return None
-    if not model.HasField("graph") or not model.graph.node or any(
-            t.data_location == onnx.TensorProto.EXTERNAL and not is_marker(t) for t in all_tensors(model.graph)):
-        ctx.weights.clear()
-        return None
-    return model
 
 
 class Normalize:
@@ -357,7 +336,7 @@ class PlanPass:
 
     def label(self, ctx: Context) -> str:
         at = f" at {ctx.options.precision.name}" if ctx.options.precision.name else ""
-        if ctx.options.plan.plan is not None:
+        if ctx.options.plan.file is not None:
             return f"planning: --plan{at}"
         strategy = ctx.options.plan.strategy
         return f"planning: {strategy if isinstance(strategy, str) else getattr(strategy, '__name__', strategy)}{at}"

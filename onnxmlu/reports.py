@@ -161,7 +161,7 @@ def calibration_report(bodies) -> dict | None:
     if calibration is None:
         return None
     return {"source": calibration.source, "samples": len(calibration), "random": calibration.random,
-            "calibrator": bodies.options.method, "description": calibration.describe()}
+            "calibrator": bodies.int8.method, "description": calibration.describe()}
 
 
 @dataclass

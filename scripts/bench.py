@@ -752,8 +752,8 @@ def section_precision(ctx: Context) -> str:
 
     def planned(analysis, budget: str, measure_frontier: bool = False):
         start = time.perf_counter()  # a fresh evaluator each time: a row is a whole planning
-        options = AutoOptions(measure_frontier=measure_frontier, random_samples=cfg.precision_samples)
-        return plan_analysis(analysis, hw, budget, options=options), time.perf_counter() - start
+        effort = AutoOptions(measure_frontier=measure_frontier, random_samples=cfg.precision_samples)
+        return plan_analysis(analysis, hw, budget, effort=effort), time.perf_counter() - start
 
     for name in cfg.precision_models:
         analysis = api.inspect(ctx.zoo_file(name), rewrite=True, bn_mode="fold")

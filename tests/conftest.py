@@ -35,8 +35,6 @@ def chain_model():
 def _wide_cli_console(monkeypatch):
     """In-process CLI runs print as a wide pipe does, whatever COLUMNS the test runner's
     workers inherit (pytest-xdist's set it to 80): a test reading a sentence out of the output
-    must not find it wrapped. Widths themselves are tested in subprocesses
-    (tests/test_conventions.py, tests/test_clean_output.py), which this does not touch."""
-    import onnxmlu.cli as cli
-
-    monkeypatch.setattr(cli.console, "width", cli._PIPED_WIDTH)
+    must not find it wrapped. The console reads COLUMNS when it prints (onnxmlu/cli.py,
+    ``_Console``), so a test that sets it (``CliRunner.invoke(env=...)``) gets that width."""
+    monkeypatch.delenv("COLUMNS", raising=False)

@@ -232,3 +232,17 @@ def test_version_flag_and_attribute():
     from importlib.metadata import version
 
     assert onnxmlu.__version__ == version("onnxmlu")
+
+
+def test_the_console_width_is_read_when_it_prints_not_at_import(monkeypatch):
+    import io
+
+    from onnxmlu import cli as cli_module
+
+    piped = cli_module._Console(file=io.StringIO())
+    monkeypatch.setenv("COLUMNS", "61")  # a width the user set holds, on a pipe too
+    assert piped.width == piped.options.max_width == 61
+    monkeypatch.delenv("COLUMNS")  # a pipe: tables keep their natural width
+    assert piped.width == piped.options.max_width == cli_module._PIPED_WIDTH
+    piped.width = 70  # a width set on it holds
+    assert piped.width == 70

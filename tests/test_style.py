@@ -92,3 +92,26 @@ def test_a_pass_list_that_forgets_a_result_fails_at_the_pass_that_needed_it(chai
 
     with pytest.raises(PassContractError, match="pass 'plan' requires ctx.analysis"):
         PassManager([Load(), PlanPass()], instruments=()).run(Context(chain_model, None))
+
+
+def test_subgraphs_are_read_through_ir_only():
+    """An If branch or a Loop/Scan body is read by ``onnxmlu.ir``'s helpers (``subgraph``,
+    ``subgraphs``, ``node_subgraphs``, ``iter_graphs``), never as ``attr.g`` / ``attr.graphs``
+    by hand (docs/architecture.md, "Keeping the shape": one subgraph walker)."""
+    found = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+             for path in sorted(PACKAGE.rglob("*.py")) if "ir" not in path.relative_to(PACKAGE).parts[:1]
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Attribute) and node.attr in ("g", "graphs")]
+    assert not found, "read these subgraphs with onnxmlu.ir.subgraph / node_subgraphs:\n" + "\n".join(found)
+
+
+def test_subgraph_is_a_nodes_graph_attribute_by_name():
+    from onnx import helper
+
+    from onnxmlu.ir import subgraph
+
+    branch = helper.make_graph([], "then", [], [])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch, name="if")
+    node.attribute.append(helper.make_attribute("body", 3))  # an attribute of that name, not a graph
+    assert subgraph(node, "then_branch").name == "then"
+    assert subgraph(node, "body") is None and subgraph(node, "missing") is None

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import onnx
 
 from onnxmlu.diagnostics import Diagnostic
-from onnxmlu.ir import opset_version
+from onnxmlu.ir import opset_version, subgraph
 from onnxmlu.analyze.epilogues import epilogue_heads, epilogues_after_producers
 from onnxmlu.ir.graphs import kahn_order
 from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
@@ -236,8 +236,8 @@ def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segme
     inputs = [n for n in node.input if n and not is_weight(n)]
     outputs = [n for n in node.output if n]
     weights = [n for n in node.input if n and is_weight(n)]
-    body_weight_bytes = sum(tensor_nbytes(t.data_type, t.dims) for a in node.attribute if a.name == "body"
-                            for t in a.g.initializer)  # a Scan's cell weights, read every step
+    body = subgraph(node, "body")  # a Scan's: its cell weights are read every step
+    body_weight_bytes = sum(tensor_nbytes(t.data_type, t.dims) for t in body.initializer) if body else 0
     return Layer(
         index=position,
         name=node.name or f"{node.op_type}_{position}",
@@ -308,7 +308,7 @@ def _scan_ops(node: onnx.NodeProto, index: GraphIndex) -> float:
     ``2 * rows * K * N`` (rows: one step's slice over its last dim) and every other body node at
     one op per element of the step's slice."""
     attrs = {a.name: a for a in node.attribute}
-    body = attrs["body"].g
+    body = subgraph(node, "body")
     scanned = node.input[len(node.input) - attrs["num_scan_inputs"].i]
     axis = attrs["scan_input_axes"].ints[0] if "scan_input_axes" in attrs and attrs["scan_input_axes"].ints else 0
     shape = index.static_shape(scanned) or [1]

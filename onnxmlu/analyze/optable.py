@@ -41,7 +41,7 @@ import onnx
 
 from onnxmlu.frontend.extensions import extension_reason
 from onnxmlu.ir import GraphIndex
-from onnxmlu.ir import is_default_domain, subgraphs
+from onnxmlu.ir import is_default_domain, subgraph, subgraphs
 
 OP_KINDS: dict[str, str] = {
     # convolution and matrix products ([DLFusion] Eq. 1-2)
@@ -130,7 +130,9 @@ def support_reason(node: onnx.NodeProto, index: GraphIndex, opset: int | None = 
 
 def _scan_reason(node: onnx.NodeProto) -> str | None:
     """A Scan runs in a block when its body is straight-line code of the accelerator's ops."""
-    body = next(a.g for a in node.attribute if a.name == "body")
+    body = subgraph(node, "body")
+    if body is None:  # the checker refuses such a Scan; no block repeats what is not there
+        return "it has no body graph"
     for inner in body.node:
         if not is_default_domain(inner.domain) or inner.op_type not in OP_KINDS or inner.op_type == "Scan" \
                 or any(subgraphs(a) for a in inner.attribute):

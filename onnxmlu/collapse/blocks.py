@@ -174,13 +174,8 @@ def _block_node_pieces(node: onnx.NodeProto, analysis: Analysis, b: int, iface: 
     body = wire.Digested(_body_pieces(analysis, b, iface, uses, bodies))
     target = onnx.NodeProto()
     target.CopyFrom(node)
-    note = bodies.note(iface.precision) if bodies is not None and not iface.quantized else ""
-    if note:
-        target.doc_string += f" ({note})"
     length = body.nbytes
-    if length > MAX_BODY_BYTES:
-        raise OnnxMluError(f"block {b} serializes to {length} bytes, over the 2 GB "
-                           "protobuf limit of one body; split it with a plan of smaller blocks")
+    _before_body(target, b, iface, length, bodies)
 
     def node_piece(crc: int) -> list[wire.Piece]:
         header = onnx.AttributeProto()
@@ -370,13 +365,21 @@ def _add_body(node: onnx.NodeProto, analysis: Analysis, b: int, iface: BlockInte
     ``uses`` counts the blocks still to be written per constant (see :func:`_add_constants`);
     ``bodies`` (from :func:`prepare_bodies`) transforms an FP16/INT8 block's body."""
     data = _body_bytes(analysis, b, iface, uses, bodies)
+    _before_body(node, b, iface, len(data), bodies)
+    add_body(node, data)  # the body and its digest (body_crc32)
+
+
+def _before_body(node: onnx.NodeProto, b: int, iface: BlockInterface, length: int,
+                 bodies: "BlockBodies | None") -> None:
+    """What both writers of a body (in memory, :func:`_add_body`; streamed,
+    :func:`_block_node_pieces`) do first: say on ``node`` how an FP16/INT8 body was made, and
+    refuse a body of ``length`` bytes over protobuf's 2 GB limit of one message."""
     note = bodies.note(iface.precision) if bodies is not None and not iface.quantized else ""
     if note:
         node.doc_string += f" ({note})"
-    if len(data) > MAX_BODY_BYTES:
-        raise OnnxMluError(f"block {b} serializes to {len(data)} bytes, over the 2 GB "
+    if length > MAX_BODY_BYTES:
+        raise OnnxMluError(f"block {b} serializes to {length} bytes, over the 2 GB "
                            "protobuf limit of one body; split it with a plan of smaller blocks")
-    add_body(node, data)  # the body and its digest (body_crc32)
 
 
 def _summary(layers, mp: int, fig: BlockFigures | None, precision: str = DEFAULT_PRECISION) -> str:

@@ -42,7 +42,7 @@ from onnx import TensorProto, helper
 
 from onnxmlu.analyze import Analysis
 from onnxmlu.analyze.optable import OP_KINDS
-from onnxmlu.ir import attribute_value, is_fusion_block, iter_graphs, outer_scope_names
+from onnxmlu.ir import attribute_value, is_fusion_block, iter_graphs, outer_scope_names, subgraph
 from onnxmlu.ir.index import GraphIndex
 from onnxmlu.ir.weights import fill_tensor
 from onnxmlu.plan.plan import Plan
@@ -97,8 +97,7 @@ def may_hold_arithmetic(sub: onnx.GraphProto) -> bool:
 
 
 def subgraph_of(graph: onnx.GraphProto, site: Site) -> onnx.GraphProto:
-    node = graph.node[site.position]
-    return next(a.g for a in node.attribute if a.name == site.attribute)
+    return subgraph(graph.node[site.position], site.attribute)
 
 
 def lift(outer: onnx.ModelProto, index: GraphIndex, node: onnx.NodeProto, sub: onnx.GraphProto) -> Lifted:

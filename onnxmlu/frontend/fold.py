@@ -45,7 +45,7 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.sessions import new_options
 from onnxmlu.errors import first_line
 from onnxmlu.ir import copy_model, copy_model_fields, graphs_by_branch, is_default_domain, iter_graphs, node_inputs
-from onnxmlu.ir import nested_graphs, node_subgraphs, unresolved_names
+from onnxmlu.ir import nested_graphs, node_subgraphs, subgraph, unresolved_names
 from onnxmlu.ir.graphsurgeon import bind_stored, hoist_copied_initializers
 from onnxmlu.ir.weights import WeightStore, skeleton
 from onnxmlu import ortlog
@@ -184,7 +184,7 @@ def _taken_branch(node: onnx.NodeProto, constants: dict[str, np.ndarray]) -> onn
     if node.op_type != "If" or not is_default_domain(node.domain) or node.input[0] not in constants:
         return None
     branch = "then_branch" if bool(constants[node.input[0]].reshape(-1)[0]) else "else_branch"
-    return next((a.g for a in node.attribute if a.name == branch), None)
+    return subgraph(node, branch)
 
 
 # ------------------------------------------------------------------------- all-constant nodes

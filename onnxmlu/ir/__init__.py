@@ -1,6 +1,7 @@
 """The thin ONNX layer every stage uses: one helper for each chore on ``onnx`` protos.
 
-* walking graphs: :func:`subgraphs` (of an attribute or a node), :func:`iter_graphs` (a graph
+* walking graphs: :func:`subgraphs` (of an attribute or a node), :func:`subgraph` (a node's
+  graph attribute by name), :func:`iter_graphs` (a graph
   and everything nested in it, outermost first), :func:`nested_graphs`, :func:`graphs_by_branch`;
 * nodes: :func:`attribute_value`;
 * scopes: :func:`node_inputs` (explicit inputs plus the outer-scope names its subgraphs read),
@@ -35,6 +36,7 @@ from onnxmlu.ir.graphs import (
     opset_version,
     outer_scope_names,
     sort_graphs,
+    subgraph,
     subgraphs,
     unresolved_names,
 )
@@ -61,6 +63,7 @@ __all__ = [
     "opset_version",
     "outer_scope_names",
     "sort_graphs",
+    "subgraph",
     "subgraphs",
     "topological_order",
     "unresolved_names",

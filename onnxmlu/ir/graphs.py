@@ -37,6 +37,15 @@ def subgraphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
     return []
 
 
+def subgraph(node: onnx.NodeProto, name: str) -> onnx.GraphProto | None:
+    """``node``'s graph attribute ``name`` (an If's ``then_branch``, a Loop's or Scan's ``body``),
+    or None when it has no graph of that name."""
+    for attr in node.attribute:
+        if attr.name == name and attr.type == onnx.AttributeProto.GRAPH:
+            return attr.g
+    return None
+
+
 def node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     if node.op_type not in _SUBGRAPH_OPS and is_default_domain(node.domain):
         return []  # skips reading every attribute of every plain node

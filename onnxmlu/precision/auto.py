@@ -167,10 +167,10 @@ class AutoOptions:
     keep_fp32: tuple[str, ...] = ()  # layers (node names or shell patterns) no plan may lower (--keep-fp32)
 
 
-def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: AutoOptions | None = None) -> AutoResult:
+def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, effort: AutoOptions | None = None) -> AutoResult:
     """The joint plan of ``evaluator``'s model under ``budget`` (module docstring)."""
     start = time.perf_counter()
-    options = options or AutoOptions()
+    effort = effort or AutoOptions()
     layers = evaluator.analysis.layers
     if budget.metric == "top1" and math.isnan(measure(evaluator.reference[:1], evaluator.reference[:1]).top1):
         raise OnnxMluError("top1 needs an output with class scores on its last axis; this model has none: "
@@ -184,13 +184,13 @@ def plan_auto(evaluator: PlanEvaluator, hw: Hardware, budget: Budget, options: A
     rows = measure(evaluator.reference, evaluator.reference).rows
     if not budget.certifiable(rows):
         return _uncertified(evaluator, search, budget, rows, start)
-    units, pinned, diagnostics = sensitivity_units(layers, search, options.max_units)
-    if options.keep_fp32:  # before any measurement: a pattern that matches nothing is an error now
-        pinned = pinned | np.array(kept_layers(layers, options.keep_fp32), dtype=bool)
-    measured = measure_units(evaluator, layers, units, options.sensitivity_samples, search.gain)
+    units, pinned, diagnostics = sensitivity_units(layers, search, effort.max_units)
+    if effort.keep_fp32:  # before any measurement: a pattern that matches nothing is an error now
+        pinned = pinned | np.array(kept_layers(layers, effort.keep_fp32), dtype=bool)
+    measured = measure_units(evaluator, layers, units, effort.sensitivity_samples, search.gain)
     search.set_sensitivity(layer_deficits(measured, search.gain, len(layers)), pinned)
     frontier = search.frontier()
-    chosen, considered = verify(frontier, evaluator, budget, search, options)
+    chosen, considered = verify(frontier, evaluator, budget, search, effort)
     if not budget.met(chosen.measured):
         diagnostics.append(Diagnostic("precision", "budget-unmet", "", (
             f"no plan meets {budget}: even all-FP32 measures {chosen.measured.value(budget.metric):.6f}")))
@@ -235,20 +235,20 @@ def _uncertified(evaluator: PlanEvaluator, search: "JointSearch", budget: Budget
 
 
 def plan_analysis(analysis, hw: Hardware, accuracy: Budget | str | None = None, *, calibration=None, int8=None,
-                  options: AutoOptions | None = None, validation=None, metric: str | None = None) -> AutoResult:
+                  effort: AutoOptions | None = None, validation=None, metric: str | None = None) -> AutoResult:
     """:func:`plan_auto` of an analysed model under the ``accuracy`` budget (default
     :data:`DEFAULT_BUDGET`; the text of ``--accuracy`` is parsed here, the entry point of scripts
     that call it directly): INT8 calibrated and accuracy judged on the samples
     :func:`~onnxmlu.precision.calibration.split_samples` draws from the ``calibration`` and
-    ``validation`` folders (else ``options.random_samples`` seeded random ones of each);
+    ``validation`` folders (else ``effort.random_samples`` seeded random ones of each);
     ``int8``: how INT8 blocks are quantized; ``metric``: a user metric ``module:function``
     (:func:`~onnxmlu.precision.accuracy.load_metric`) measured beside cosine and top-1."""
-    options = options or AutoOptions()
+    effort = effort or AutoOptions()
     user = None if metric is None else load_metric(metric)
-    split = split_samples(runnable_model(analysis), calibration, validation, options.random_samples,
+    split = split_samples(runnable_model(analysis), calibration, validation, effort.random_samples,
                           analysis.input_shapes)
     evaluator = PlanEvaluator(analysis, split.calibration, int8, split.validation, user)
-    result = plan_auto(evaluator, hw, Budget.of(accuracy) or DEFAULT_BUDGET, options)
+    result = plan_auto(evaluator, hw, Budget.of(accuracy) or DEFAULT_BUDGET, effort)
     result.rule = split.rule
     return result
 
@@ -462,7 +462,7 @@ def _undominated(candidates: list[Candidate]) -> list[Candidate]:
 
 # ------------------------------------------------------------------------------ verification
 def verify(frontier: list[Candidate], evaluator: PlanEvaluator, budget: Budget, search: JointSearch,
-           options: AutoOptions) -> tuple[Candidate, list[Candidate]]:
+           effort: AutoOptions) -> tuple[Candidate, list[Candidate]]:
     """The chosen candidate after running it (step 3), and every candidate considered."""
     shown = progress.current()
     shown.say(f"auto: calibrating the frontier's plans ({len(frontier)})")
@@ -474,12 +474,12 @@ def verify(frontier: list[Candidate], evaluator: PlanEvaluator, budget: Budget, 
         chosen = next((c for c in frontier if budget.met(run(c).measured)), frontier[-1])
         return chosen, list(frontier)
     start = next((k for k, c in enumerate(frontier) if budget.met(c.estimated)), len(frontier) - 1)
-    if options.measure_frontier:
+    if effort.measure_frontier:
         for c in frontier:
             run(c)
     chosen = run(frontier[start])
     if budget.met(chosen.measured):
-        for c in reversed(frontier[max(0, start - options.advance):start]):
+        for c in reversed(frontier[max(0, start - effort.advance):start]):
             if not budget.met(run(c).measured):
                 break
             chosen = c

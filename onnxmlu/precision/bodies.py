@@ -43,10 +43,10 @@ class BlockBodies:
     fallback (``random_samples`` samples from ``seed``).
     """
 
-    def __init__(self, analysis, calibration: CalibrationLike = None, options: Int8Options | None = None, *,
+    def __init__(self, analysis, calibration: CalibrationLike = None, int8: Int8Options | None = None, *,
                  random_samples: int = DEFAULT_RANDOM_SAMPLES, seed: int = DEFAULT_SEED) -> None:
         self.analysis = analysis
-        self.options = options or Int8Options()
+        self.int8 = int8 or Int8Options()
         self._given = calibration
         self._random = (random_samples, seed)
         self.calibration: CalibrationSet | None = calibration if isinstance(calibration, CalibrationSet) else None
@@ -79,7 +79,7 @@ class BlockBodies:
         if b not in self.block_samples:
             raise OnnxMluError(f"INT8 block {b} has no calibration samples: prepare() was not told of it")
         warnings: list[str] = []
-        quantized = to_int8(body, self.block_samples[b], self.options, self.calibration.describe(), warnings)
+        quantized = to_int8(body, self.block_samples[b], self.int8, self.calibration.describe(), warnings)
         self.quantizer_warnings[b] = list(dict.fromkeys(warnings))
         self.diagnostics.extend(float_op_diagnostics(b, quantized) + quantizer_diagnostics(b, warnings))
         return quantized

@@ -52,14 +52,14 @@ Range = tuple[int, int]
 class PlanEvaluator:
     """Accuracy of plans of one analysed model on one calibration set (module docstring)."""
 
-    def __init__(self, analysis, calibration: CalibrationSet, options: Int8Options | None = None,
+    def __init__(self, analysis, calibration: CalibrationSet, int8: Int8Options | None = None,
                  validation: CalibrationSet | None = None, metric=None) -> None:
         self.analysis = analysis
         self.metric = metric  # the user metric (accuracy.load_metric), or None
         self.calibration = calibration
         self.validation = validation if validation is not None else calibration
         self.model = runnable_model(analysis)
-        self._bodies = BlockBodies(analysis, calibration, options)
+        self._bodies = BlockBodies(analysis, calibration, int8)
         self._transformed: dict[tuple[int, int, str, int], onnx.ModelProto] = {}  # range, precision, samples
         self._interfaces: dict[Range, object] = {}
         self._position = {node: k for k, node in enumerate(analysis.order)}
@@ -220,7 +220,7 @@ class _MeasuredBodies(BlockBodies):
     """The evaluator's bodies, handed to collapse for one plan (block ``b`` -> its range)."""
 
     def __init__(self, evaluator: PlanEvaluator, plan: Plan, calibrated_on: int | None = None) -> None:
-        super().__init__(evaluator.analysis, evaluator.calibration, evaluator._bodies.options)
+        super().__init__(evaluator.analysis, evaluator.calibration, evaluator._bodies.int8)
         self.evaluator, self.plan, self.calibrated_on = evaluator, plan, calibrated_on
         self._count = calibrated_on or len(evaluator.calibration)
 

@@ -114,18 +114,18 @@ class Int8Options:
 
 
 def to_int8(body: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]],
-            options: Int8Options | None = None, note: str = "", warnings: list[str] | None = None
+            int8: Int8Options | None = None, note: str = "", warnings: list[str] | None = None
             ) -> onnx.ModelProto:
     """The QDQ form of ``body`` (a block body, left unchanged), calibrated on ``samples`` of
-    its inputs with ``options`` (default :class:`Int8Options`); the quantizer's own warnings
+    its inputs with ``int8`` (default :class:`Int8Options`); the quantizer's own warnings
     (e.g. a bias it could not quantize) go to ``warnings`` instead of the log; ``note`` (where the samples
     came from) is recorded in the body's metadata."""
-    options = options or Int8Options()
+    int8 = int8 or Int8Options()
     if not samples:
         raise OnnxMluError(f"INT8 block {body.graph.name!r} has no calibration samples")
     feeds = [{v.name: np.asarray(s[v.name]) for v in body.graph.input} for s in samples]
     source = fc_bias_as_gemm(_at_least_opset(body, MIN_OPSET))
-    arguments = options.quantize_arguments()
+    arguments = int8.quantize_arguments()
     overrides = per_channel_constants(source.graph)
     if overrides:
         arguments["extra_options"]["TensorQuantOverrides"] = overrides
@@ -138,7 +138,7 @@ def to_int8(body: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]],
                                f"{first_line(exc)}") from None
         quantized = onnx.load(path.as_posix())
     _check_interface(body, quantized)
-    _mark(quantized, options, note)
+    _mark(quantized, int8, note)
     return quantized
 
 
@@ -239,8 +239,8 @@ def _check_interface(body: onnx.ModelProto, quantized: onnx.ModelProto) -> None:
                                f"{before} became {after}")
 
 
-def _mark(quantized: onnx.ModelProto, options: Int8Options, note: str) -> None:
-    set_int8_metadata(quantized, "; ".join(filter(None, [options.describe(), note])))
+def _mark(quantized: onnx.ModelProto, int8: Int8Options, note: str) -> None:
+    set_int8_metadata(quantized, "; ".join(filter(None, [int8.describe(), note])))
 
 
 class _QuantizerWarnings(logging.Filter):

@@ -78,7 +78,7 @@ class PrecisionPlanner:
             if asked.metric is not None:
                 raise OnnxMluError(f"--metric judges {searches}; add it")
             return
-        if options.plan.plan is not None or options.plan.mp is not None:
+        if options.plan.file is not None or options.plan.mp is not None:
             raise OnnxMluError(f"--precision {self.name} chooses blocks and MPs itself; drop --plan / --mp")
         if asked.accuracy is not None and asked.accuracy.metric == "metric" and asked.metric is None:
             raise OnnxMluError("--accuracy metric>=X judges by a user metric: give --metric module:function")
@@ -90,7 +90,7 @@ def plan_fixed_precision(analysis: Analysis, hw: Hardware, options) -> Planned:
     """The strategy's plan (or the plan file), every block at ``options.precision.name`` when one is
     given, the strategy planning on the layers at that precision (:func:`plan_layers`)."""
     how = options.plan
-    return Planned(*plan_layers(analysis.layers, hw, strategy=how.strategy, plan=how.plan, mp=how.mp,
+    return Planned(*plan_layers(analysis.layers, hw, strategy=how.strategy, plan=how.file, mp=how.mp,
                                 precision=options.precision.name, keep_fp32=options.precision.keep_fp32))
 
 
@@ -101,7 +101,7 @@ def plan_auto_precision(analysis: Analysis, hw: Hardware, options) -> Planned:
     auto, asked = optional_import("onnxmlu.precision.auto"), options.precision
     effort = replace(asked.auto or auto.AutoOptions(), keep_fp32=asked.keep_fp32)
     result = auto.plan_analysis(analysis, hw, asked.accuracy, calibration=asked.calibration, int8=asked.int8,
-                                options=effort, validation=asked.validation, metric=asked.metric)
+                                effort=effort, validation=asked.validation, metric=asked.metric)
     plan = split_oversized_blocks(honest_labels(result.plan, analysis.layers), analysis.layers,
                                   plan_stage.BODY_WEIGHT_LIMIT_BYTES)
     latencies = block_latencies(analysis.layers, plan, make_cost(hw))

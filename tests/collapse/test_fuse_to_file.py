@@ -124,3 +124,18 @@ def test_over_the_external_data_threshold_weights_come_back_from_the_store(tmp_p
     for tensor in large_models.all_tensors(streamed.graph):
         tensor.ClearField("data_location")  # onnx.load sets it (to DEFAULT) on the tensors it filled
     assert streamed == expected
+
+
+def test_a_body_over_the_limit_is_refused_alike_in_memory_and_streamed(tmp_path, monkeypatch, chain_model):
+    """Both body writers (in memory for ``fuse``, streamed for ``fuse_to_file``) refuse a body
+    over protobuf's limit with the same line (collapse/blocks.py, ``_before_body``)."""
+    from onnxmlu.collapse import blocks
+    from onnxmlu.errors import OnnxMluError
+
+    monkeypatch.setattr(blocks, "MAX_BODY_BYTES", 64)
+    path = tmp_path / "m.onnx"
+    onnx.save(chain_model, path)
+    for fused in (lambda: api.fuse(path), lambda: api.fuse_to_file(path, tmp_path / "f.onnx")):
+        with pytest.raises(OnnxMluError, match=r"block 0 serializes to \d+ bytes, over the 2 GB protobuf limit"):
+            fused()
+    assert not (tmp_path / "f.onnx").exists()

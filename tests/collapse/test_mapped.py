@@ -15,7 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxmlu import api, pipeline
+from onnxmlu import api
+from onnxmlu.frontend import load as frontend_load
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model
 from onnxmlu.ir import mapped
@@ -91,7 +92,7 @@ def _fused_both_ways(tmp_path, monkeypatch, path, **options) -> tuple[bytes, byt
     (a folder that failed on a marker would say so, even where a later pass hides it)."""
     mapped = api.fuse_to_file(path, tmp_path / "mapped.onnx", strategy="dlfusion", **options)
     with monkeypatch.context() as patch:
-        patch.setattr(pipeline, "_load_mapped", lambda ctx: None)
+        patch.setattr(frontend_load, "_mapped", lambda path, weights: None)
         loaded = api.fuse_to_file(path, tmp_path / "loaded.onnx", strategy="dlfusion", **options)
     assert mapped.diagnostics == loaded.diagnostics
     return (tmp_path / "mapped.onnx").read_bytes(), (tmp_path / "loaded.onnx").read_bytes()
@@ -183,7 +184,7 @@ def test_fused_file_is_the_one_load_model_gives(tmp_path, monkeypatch, external)
     path = tmp_path / "m.onnx"
     onnx.save(zoo_model("resnet18"), path, save_as_external_data=external, location="m.data", size_threshold=1024)
     api.fuse_to_file(path, tmp_path / "mapped.onnx", strategy="dlfusion")
-    monkeypatch.setattr(pipeline, "_load_mapped", lambda ctx: None)
+    monkeypatch.setattr(frontend_load, "_mapped", lambda path, weights: None)
     api.fuse_to_file(path, tmp_path / "loaded.onnx", strategy="dlfusion")
     assert (tmp_path / "mapped.onnx").read_bytes() == (tmp_path / "loaded.onnx").read_bytes()
 
