@@ -50,6 +50,7 @@ from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware,
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
 from onnxmlu.plan.strategies import strategy_names
 from onnxmlu.plots import plan_chart, require_plotting, speedup_chart
+from onnxmlu.progress import Prefixed
 from onnxmlu.precision.accuracy import Budget
 from onnxmlu.precision.planners import planner_for
 from onnxmlu.schema import model_metadata, recorded_pricing_shape
@@ -293,7 +294,7 @@ def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: Chec
     samples, described = data if data is not None else (None, "")
     return verify.check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol,
                                input_shapes=input_shapes, inputs=check.inputs, budget=check.accuracy,
-                               samples=samples, data=described, progress=lambda stage: progress.say(f"check: {stage}"),
+                               samples=samples, data=described, progress=Prefixed(progress, "check: "),
                                qtol=check.qtol, allow_nan=check.allow_nan)
 
 

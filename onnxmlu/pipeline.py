@@ -92,7 +92,7 @@ class Progress(Protocol):
 
     def total(self, units: int) -> None: ...
 
-    def advance(self) -> None: ...
+    def advance(self, units: int = 1) -> None: ...
 
 
 @dataclass
@@ -108,7 +108,7 @@ class Say:
     def total(self, units: int) -> None:
         pass
 
-    def advance(self) -> None:
+    def advance(self, units: int = 1) -> None:
         pass
 
 

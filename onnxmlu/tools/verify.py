@@ -40,7 +40,7 @@ a model fused at FP16/INT8, where 1e-4 cannot hold) the budget decides, not the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -51,6 +51,7 @@ from onnxmlu.frontend.feeds import random_inputs, unbounded_integer_inputs
 from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, has_ranges, symbolic_dims
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 from onnxmlu.optional import optional_import
+from onnxmlu.progress import as_display
 
 
 #: Steps of the output scale a quantized output may move by (module docstring).
@@ -292,7 +293,7 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
                  atol: float = 1e-4, rtol: float = 1e-4,
                  input_shapes: Pins | None = None,
                  inputs: Mapping[str, np.ndarray] | None = None, budget: Budget | None = None,
-                 progress: Callable[[str], None] | None = None,
+                 progress=None,
                  samples: Sequence[Mapping[str, np.ndarray]] | None = None, data: str = "",
                  qtol: float = DEFAULT_QTOL, allow_nan: bool = False) -> CheckReport:
     """Run both models on each seed at each shape of :func:`check_shapes` (or on each of
@@ -307,14 +308,18 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     shapes; ``data`` says what they are, for the report. ``qtol``: steps a quantized output may
     move by; ``allow_nan``: NaN/Inf in both at the same places passes (module docstring).
 
-    ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
-    seconds in each)."""
-    say = progress or (lambda stage: None)
-    check = _Checker.of(original, fused, inputs, (atol, rtol, qtol), budget is None, say)
+    ``progress`` (a display, :mod:`onnxmlu.progress`, or a plain ``callable(stage)``) is told
+    each stage as it starts and counts the model runs, reference and fused, of all the shapes
+    (large models spend seconds in each)."""
+    shown = as_display(progress)
+    check = _Checker.of(original, fused, inputs, (atol, rtol, qtol), budget is None, shown)
     seeds = () if samples is not None else tuple(seeds)
     data = data or f"seeded random inputs (seeds {', '.join(map(str, seeds))})"
     report = CheckReport(atol, rtol, seeds, qtol, allow_nan, budget=budget, data=data)
-    runs = [check.run(label, feeds) for label, feeds in _feeds_by_shape(original, seeds, input_shapes, inputs, samples)]
+    planned = _feeds_by_shape(original, seeds, input_shapes, inputs, samples)
+    shown.say(f"running the reference and the fused model on {_runs_text(planned)}")
+    shown.total(2 * sum(len(feeds) for _, feeds in planned))
+    runs = [check.run(label, feeds) for label, feeds in planned]
     report.shapes = [_judged_nan(run, report) for run in runs]
     references = [r for run in runs for r in run.references]
     if not references:
@@ -323,6 +328,13 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     report.accuracy = measure(references, [o for run in runs for o in run.outputs])
     report.notes = _data_notes(original, samples, inputs)
     return report
+
+
+def _runs_text(planned: Sequence[tuple[str, list]]) -> str:
+    """``2 inputs at 3 shapes`` (what the count of model runs counts)."""
+    feeds = sum(len(runs) for _, runs in planned)
+    return (f"{feeds} input{'s' * (feeds != 1)} at {len(planned)} shape{'s' * (len(planned) != 1)}"
+            if planned and planned[0][0] != "samples" else f"{feeds} sample{'s' * (feeds != 1)}")
 
 
 def _judged_nan(run: "_AtShape", report: CheckReport) -> ShapeRun:
@@ -399,41 +411,45 @@ class _Checker:
     tolerances: tuple[float, float, float]  # atol, rtol, qtol
     steps: dict[str, float]  # quantized outputs' steps (:func:`output_steps`)
     by_tolerance: bool  # no budget decides: an output off the tolerances fails the shape
-    say: Callable[[str], None]
+    shown: object  # the display (:mod:`onnxmlu.progress`): one unit per model run
 
     @classmethod
     def of(cls, original: onnx.ModelProto, fused: onnx.ModelProto, inputs, tolerances: tuple[float, float, float],
-           by_tolerance: bool, say: Callable[[str], None]) -> "_Checker":
+           by_tolerance: bool, shown) -> "_Checker":
         """The reference session (the original, optimizations off) and the fused model's."""
         runtime = optional_import("onnxmlu.runtime")
-        say("reference session (original, optimizations off)")
+        shown.say("reference session (original, optimizations off)")
         ref = runtime.reference_session(original)
-        say("fused session")
+        shown.say("fused session")
         sess = runtime.InferenceSession(fused)
         return cls(ref, sess, [o.name for o in sess.get_outputs()], inputs, tolerances, output_steps(original),
-                   by_tolerance, say)
+                   by_tolerance, shown)
 
     def run(self, label: str, runs: list[tuple[str, dict]]) -> _AtShape:
         """Both models on every (run label, feeds); the shape is skipped where the original
         refuses it, and fails where the fused model cannot run or (``by_tolerance``) an output
         is off."""
         result = _AtShape(ShapeRun(label, {}, "ok"))
-        for what, feeds in runs:
+        for k, (_, feeds) in enumerate(runs):
             feeds = feeds | dict(self.inputs or {})
             shown = {name: list(np.shape(v)) for name, v in feeds.items()}
-            self.say(f"running both models, {what}, at the {label} shape")
+            left = 2 * (len(runs) - k)  # model runs of this shape not yet counted
             try:
                 reference = self.ref.run(self.names, feeds)
             except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: a shape the original does not take
+                self.shown.advance(left)  # the runs of a skipped shape are done: none will run
                 result.shape = ShapeRun(label, shown, "skipped", f"the original refuses it: {runtime_message(exc)}",
                                         str(exc))
                 return result
+            self.shown.advance()
             try:
                 got = self.sess.run(self.names, feeds)
             except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: the fused model fails where the original runs
+                self.shown.advance(left - 1)
                 result.shape = ShapeRun(label, shown, "failed", f"the fused model fails: {runtime_message(exc)}",
                                         str(exc))
                 return result
+            self.shown.advance()
             result.references.append(reference)
             result.outputs.append(got)
             atol, rtol, qtol = self.tolerances
