@@ -357,6 +357,8 @@ class PlanPass:
 
     def label(self, ctx: Context) -> str:
         at = f" at {ctx.options.precision.name}" if ctx.options.precision.name else ""
+        if ctx.options.precision.planner.judged:  # it searches blocks itself: no strategy runs
+            return f"planning: --precision {ctx.options.precision.name} (blocks, MPs and precisions)"
         if ctx.options.plan.plan is not None:
             return f"planning: --plan{at}"
         strategy = ctx.options.plan.strategy

@@ -159,3 +159,6 @@ def test_auto_counts_its_pricing_and_its_frontier(chain_model):
     for step in ("auto: pricing blocks at fp32", "auto: pricing blocks at int8", "auto: the latency/accuracy frontier",
                  "auto: calibrating the frontier's plans"):
         _counted_to_the_end(shown.counts(step))
+    # auto runs no strategy: its line does not name the default one (``planning: dlfusion at auto``)
+    assert "planning: --precision auto (blocks, MPs and precisions)" in shown.lines
+    assert not any("dlfusion" in line for line in shown.lines), shown.lines
