@@ -162,3 +162,21 @@ def test_auto_counts_its_pricing_and_its_frontier(chain_model):
     # auto runs no strategy: its line does not name the default one (``planning: dlfusion at auto``)
     assert "planning: --precision auto (blocks, MPs and precisions)" in shown.lines
     assert not any("dlfusion" in line for line in shown.lines), shown.lines
+
+
+def test_the_cli_draws_the_count_on_a_terminal_and_nothing_under_quiet(tmp_path, monkeypatch):
+    """The count reaches the terminal (stderr, the CLI's rich display) and -q silences it."""
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    import onnxmlu.cli as cli
+
+    src, fused = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(conv_chain_model(batch="N"), src)
+    api.fuse_to_file(src, fused)
+    monkeypatch.setattr(cli, "err_console", Console(stderr=True, force_terminal=True, force_interactive=True, width=160))
+    shown = CliRunner().invoke(cli.app, ["check", str(src), str(fused)])
+    assert shown.exit_code == 0, shown.output
+    assert "check: running the reference and the fused model on 2 inputs at 2 shapes · 4/4" in shown.stderr
+    quiet = CliRunner().invoke(cli.app, ["check", str(src), str(fused), "-q"])
+    assert quiet.exit_code == 0 and "check: running" not in quiet.stderr, quiet.stderr
