@@ -66,6 +66,13 @@ _LAYOUT_OPS = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueez
 _QUANTIZING_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear"})
 
 
+def nan_fails(nonfinite: str, allow_nan: bool) -> bool:
+    """Whether an output whose NaN/Inf reads ``nonfinite`` (``OutputDiff.nonfinite``, or the
+    JSON's ``outputs[].nonfinite``) fails the check: any, unless ``allow_nan`` and the reference
+    has the same at the same places. The one rule every verdict reads (table, JSON, HTML)."""
+    return bool(nonfinite) and not (allow_nan and nonfinite == NAN_IN_BOTH)
+
+
 @dataclass(frozen=True)
 class OutputDiff:
     name: str
@@ -128,9 +135,8 @@ class CheckReport:
         return bool(self.diffs) and all(d.ok for d in self.diffs)
 
     def fails_on_nan(self, diff: OutputDiff) -> bool:
-        """Whether ``diff``'s NaN/Inf fails the check: any, unless ``allow_nan`` and the
-        reference has the same at the same places."""
-        return bool(diff.nonfinite) and not (self.allow_nan and diff.nonfinite == NAN_IN_BOTH)
+        """Whether ``diff``'s NaN/Inf fails the check (:func:`nan_fails`)."""
+        return nan_fails(diff.nonfinite, self.allow_nan)
 
     def to_dict(self) -> dict:
         return {
