@@ -80,3 +80,25 @@ def test_the_report_states_the_rule_check_judged_a_quantized_output_by(tmp_path)
     (row,) = _check_rows(page)
     assert row[RULE] == rule and row[VERDICT] == "yes", row
     assert "qtol 2 steps" in page.words()
+
+
+def symbolic_cnn() -> onnx.ModelProto:
+    """conv -> relu -> conv, input ``[batch, 3, height, ?]``: a named and an unnamed free dim."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "height", None])
+    graph = helper.make_graph(nodes, "sym", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [_weight(rng, "w1", 8, 3, 3, 3), _weight(rng, "w2", 4, 8, 3, 3)])
+    return make_model(graph, 17)
+
+
+def test_check_names_a_free_dim_as_the_pricing_line_does(tmp_path):
+    src = tmp_path / "sym.onnx"
+    onnx.save(symbolic_cnn(), src)
+    fused = invoke("fuse", src, tmp_path / "f.onnx", "--check")
+    assert fused.exit_code == 0, fused.stdout
+    assert "default for symbolic dims batch, height, x[3]" in fused.stdout  # the pricing line's names
+    labels = [line.split(":")[0] for line in fused.stdout.splitlines() if line.startswith("shape ")]
+    assert labels == ["shape default", "shape other batch", "shape other height (x[2])", "shape other x[3]"], labels

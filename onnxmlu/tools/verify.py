@@ -9,8 +9,9 @@ original accepts, so the check runs at several: the pricing shape of the pins (`
 defaults of :mod:`onnxmlu.frontend.pins` for unpinned dims); the ``min`` and ``max`` of every
 range; and, for the other symbolic dims (a pin without a range only prices them: the fused
 model keeps them symbolic), one other batch (the first dim + 1) and, for each other symbolic dim, one other
-size (twice its pricing size), dims sharing a name varied together. A shape the original itself refuses is reported
-as skipped, never as a failure; at least one shape must run.
+size (twice its pricing size), dims sharing a name varied together, each run named as ``fuse``'s
+pricing line names the dim (``other seq (ids[1])``, ``other x[3]`` for a dim without a name). A
+shape the original itself refuses is reported as skipped, never as a failure; at least one shape must run.
 
 Error metrics per output: ``max_abs = max|f - r|`` and ``max_rel = max(|f - r| / (|r| + tiny))``
 over the elements finite in both. The rule an output is judged by (:func:`output_steps`):
@@ -48,7 +49,7 @@ from onnx import numpy_helper
 
 from onnxmlu.errors import OnnxMluError, runtime_message
 from onnxmlu.frontend.feeds import random_inputs, unbounded_integer_inputs
-from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, has_ranges, symbolic_dims
+from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, dim_label, has_ranges, symbolic_dims
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 from onnxmlu.optional import optional_import
 from onnxmlu.progress import as_display
@@ -162,7 +163,7 @@ def check_shapes(model: onnx.ModelProto, pins: Pins | None) -> list[tuple[str, d
         first_of.setdefault(key, (name, axis))
     for key, (name, axis) in first_of.items():
         if axis != 0:
-            runs.append((f"other {name}[{axis}]", _varied(base, free, _doubling(key))))
+            runs.append((f"other {_dim_named(key, name, axis)}", _varied(base, free, _doubling(key))))
     unique: list[tuple[str, dict[str, list[int]]]] = []
     for label, shapes in runs:
         if all(shapes != seen for _, seen in unique):
@@ -173,6 +174,13 @@ def check_shapes(model: onnx.ModelProto, pins: Pins | None) -> list[tuple[str, d
 def _doubling(key: str):
     """A ``_varied`` change: the dims of ``key`` twice their size, the others as they are."""
     return lambda k, size, axis: size * 2 if k == key else size
+
+
+def _dim_named(key: str, name: str, axis: int) -> str:
+    """A varied dim as the pricing line names it (:func:`~onnxmlu.frontend.pins.dim_label`:
+    ``height``), with where it sits when it has a name (``height (x[2])``); ``x[3]`` unnamed."""
+    where = f"{name}[{axis}]"
+    return where if dim_label(key) == where else f"{dim_label(key)} ({where})"
 
 
 def _free_dims(model: onnx.ModelProto, pins: Pins | None) -> dict[tuple[str, int], tuple[str, int]]:
