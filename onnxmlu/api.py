@@ -29,7 +29,7 @@ from onnxmlu.collapse.atomic import (check_destination, external_data_name, publ
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused  # noqa: F401 - part of the API
 from onnxmlu.frontend.pins import (  # noqa: F401 - the CLI parses --input-shape with it
-    Pins, PricingShape, concrete_shapes, has_ranges, parse_input_shapes)
+    Pins, PricingShape, concrete_shapes, has_ranges, parse_input_shapes, pricing_shape)
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.optional import optional_import
 from onnxmlu.options import (  # noqa: F401 - the option objects are part of the API
@@ -374,6 +374,13 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
     if not rewrite:
         _name_rewrites(analysis, asked.rewrite.bn_mode)
     return analysis
+
+
+def inspected_pricing(analysis: Analysis, input_shapes: dict | None = None) -> PricingShape:
+    """The shapes :func:`inspect`'s layer table is sized at, as ``fuse`` would price them (its
+    ``priced at ...`` line, the defaults of symbolic dims named): ``input_shapes`` the pins
+    :func:`inspect` was given."""
+    return pricing_shape(analysis.model, input_shapes, analysis.input_shapes)
 
 
 def _name_rewrites(analysis: Analysis, bn_mode: str) -> None:

@@ -686,7 +686,8 @@ def inspect(
     if fused is not None:
         _deliver("inspect-fused", fused, json_out, quiet, _show_fused)
         return
-    _deliver("inspect", analysis, json_out, quiet, lambda a: _show_layers(a, rewrite))
+    pricing = api.inspected_pricing(analysis, _shapes(input_shape))  # fuse's "priced at" line, for the same sizes
+    _deliver("inspect", analysis, json_out, quiet, lambda a: (_show_layers(a, rewrite), _show_pricing(pricing)))
 
 
 def _show_fused(summary) -> None:

@@ -102,3 +102,16 @@ def test_check_names_a_free_dim_as_the_pricing_line_does(tmp_path):
     assert "default for symbolic dims batch, height, x[3]" in fused.stdout  # the pricing line's names
     labels = [line.split(":")[0] for line in fused.stdout.splitlines() if line.startswith("shape ")]
     assert labels == ["shape default", "shape other batch", "shape other height (x[2])", "shape other x[3]"], labels
+
+
+def test_inspect_says_the_shape_its_sizes_are_at_as_fuse_does(tmp_path):
+    """``inspect`` sized a free-dim model's layers at the defaults without saying so, where
+    ``fuse`` prints ``priced at ... (default for symbolic dims ...)``: both print that line."""
+    src = tmp_path / "sym.onnx"
+    onnx.save(symbolic_cnn(), src)
+    priced = [line for line in invoke("fuse", src, tmp_path / "f.onnx").stdout.splitlines()
+              if line.startswith("priced at")]
+    inspected = invoke("inspect", src).stdout.splitlines()
+    assert priced and priced[0] in inspected, (priced, inspected[-3:])
+    pinned = invoke("inspect", src, "--input-shape", "x:2,3,32,16").stdout.splitlines()
+    assert "priced at x:2x3x32x16" in pinned
