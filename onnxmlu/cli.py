@@ -670,7 +670,7 @@ def inspect(
 ) -> None:
     """Print the layer table fuse and plan plan over (topological order, after the rewrites):
     op, GOPs, channels, bytes; and host nodes with their reasons. For a fused model: its
-    blocks (mp, precision, layers, simulated us, body size), host nodes and its metadata.
+    blocks (mp, precision, layers, simulated µs, body size), host nodes and its metadata.
 
     Example: onnxmlu inspect resnet18.onnx; onnxmlu inspect resnet18.fused.onnx
     """
@@ -694,8 +694,8 @@ def _show_fused(summary) -> None:
     report = summary.to_dict()
     total = report["sim_latency_us"]
     table = Table(title=f"{len(report['blocks'])} MLUFusionBlock nodes"
-                        + (f" · simulated {total:.1f} us" if total is not None else ""))
-    for col in ("block", "mp", "precision", "layers", "sim us", "body KB"):
+                        + (f" · simulated {total:.1f} µs" if total is not None else ""))
+    for col in ("block", "mp", "precision", "layers", "sim µs", "body KB"):
         table.add_column(col, justify="left" if col in ("block", "precision") else "right")
     for b in report["blocks"]:
         sim = "–" if b["sim_latency_us"] is None else f"{b['sim_latency_us']:.1f}"
