@@ -80,6 +80,7 @@ def test_the_report_states_the_rule_check_judged_a_quantized_output_by(tmp_path)
     page = Page((tmp_path / "r.html").read_text())
     (row,) = _check_rows(page)
     assert row[RULE] == rule and row[VERDICT] == "yes", row
+    assert page.tables["check"][0][RULE:] == ["rule", "ok"]  # check's headers: no budget, so the column is the verdict
     assert "qtol 2 steps" in page.words()
 
 
