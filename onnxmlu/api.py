@@ -29,7 +29,7 @@ from onnxmlu.collapse.atomic import (check_destination, external_data_name, publ
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.load import load_model, refuse_fused  # noqa: F401 - part of the API
 from onnxmlu.frontend.pins import (  # noqa: F401 - the CLI parses --input-shape with it
-    Pins, PricingShape, concrete_shapes, has_ranges, parse_input_shapes)
+    Pins, PricingShape, concrete_shapes, has_ranges, parse_input_shapes, pricing_shape)
 from onnxmlu.ir.weights import WeightStore
 from onnxmlu.optional import optional_import
 from onnxmlu.options import (  # noqa: F401 - the option objects are part of the API
@@ -53,6 +53,7 @@ from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware,
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
 from onnxmlu.plan.strategies import strategy_names
 from onnxmlu.plots import plan_chart, require_plotting, speedup_chart
+from onnxmlu.progress import Prefixed
 from onnxmlu.precision.accuracy import Budget
 from onnxmlu.precision.planners import planner_for
 from onnxmlu.schema import model_metadata, recorded_pricing_shape
@@ -272,7 +273,7 @@ def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: Chec
     samples, described = data if data is not None else (None, "")
     return verify.check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol,
                                input_shapes=input_shapes, inputs=check.inputs, budget=check.accuracy,
-                               samples=samples, data=described, progress=lambda stage: progress.say(f"check: {stage}"),
+                               samples=samples, data=described, progress=Prefixed(progress, "check: "),
                                qtol=check.qtol, allow_nan=check.allow_nan)
 
 
@@ -352,6 +353,13 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
     if not rewrite:
         _name_rewrites(analysis, asked.rewrite.bn_mode)
     return analysis
+
+
+def inspected_pricing(analysis: Analysis, input_shapes: dict | None = None) -> PricingShape:
+    """The shapes :func:`inspect`'s layer table is sized at, as ``fuse`` would price them (its
+    ``priced at ...`` line, the defaults of symbolic dims named): ``input_shapes`` the pins
+    :func:`inspect` was given."""
+    return pricing_shape(analysis.model, input_shapes, analysis.input_shapes)
 
 
 def _name_rewrites(analysis: Analysis, bn_mode: str) -> None:

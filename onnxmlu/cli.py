@@ -38,6 +38,7 @@ from onnxmlu import ortlog
 from onnxmlu.errors import OnnxMluError, runtime_message
 from onnxmlu.optional import optional_import
 from onnxmlu.precisions import PRECISIONS
+from onnxmlu.progress import Tally
 from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewriter_summary
 from onnxmlu.version import __version__
 
@@ -283,24 +284,25 @@ class Steps:
     step, ``3/12 · ETA 0:42`` (``total(0)``: a count with no end known, ``3 so far``); without,
     a bar does. Without a display (``--quiet``) they do nothing."""
 
-    def __init__(self, progress=None, task=None, tally: bool = True) -> None:
+    def __init__(self, progress=None, task=None, tally: bool = True, clock=time.monotonic) -> None:
         self._progress, self._task, self._tally = progress, task, tally
-        self._text, self._units, self._done, self._since = "", None, 0, time.monotonic()
+        self._text, self._count = "", Tally(clock)
 
     def say(self, text: str) -> None:
-        self._text, self._units = text, None  # a new step: its own count, if it has one
+        self._text = text
+        self._count.stop()  # a new step: its own count, if it has one
         self._show()
 
     def total(self, units: int) -> None:
-        self._units, self._done, self._since = units, 0, time.monotonic()
+        self._count.start(units)
         if self._progress is not None:
             self._progress.update(self._task, total=units or None, completed=0)
         self._show()
 
-    def advance(self) -> None:
-        self._done += 1
+    def advance(self, units: int = 1) -> None:
+        self._count.add(units)
         if self._progress is not None:
-            self._progress.advance(self._task)
+            self._progress.advance(self._task, units)
         self._show()
 
     def _show(self) -> None:
@@ -309,15 +311,7 @@ class Steps:
 
     def count_text(self) -> str:
         """`` · 3/12 · ETA 0:42`` (the mean pace so far), `` · 3 so far``, or "" (no count)."""
-        if not self._tally or self._units is None:
-            return ""
-        if not self._units:
-            return f" · {self._done} so far"
-        eta = ""
-        if self._done:
-            left = (time.monotonic() - self._since) / self._done * (self._units - self._done)
-            eta = f" · ETA {int(left // 60)}:{int(left % 60):02d}"
-        return f" · {self._done}/{self._units}{eta}"
+        return self._count.text() if self._tally else ""
 
 
 @contextmanager
@@ -726,7 +720,7 @@ def inspect(
 ) -> None:
     """Print the layer table fuse and plan plan over (topological order, after the rewrites):
     op, GOPs, channels, bytes; and host nodes with their reasons. For a fused model: its
-    blocks (mp, precision, layers, simulated us, body size), host nodes and its metadata.
+    blocks (mp, precision, layers, simulated µs, body size), host nodes and its metadata.
 
     Example: onnxmlu inspect resnet18.onnx; onnxmlu inspect resnet18.fused.onnx
     """
@@ -742,15 +736,16 @@ def inspect(
     if fused is not None:
         _deliver("inspect-fused", fused, json_out, quiet, _show_fused)
         return
-    _deliver("inspect", analysis, json_out, quiet, lambda a: _show_layers(a, rewrite))
+    pricing = api.inspected_pricing(analysis, _shapes(input_shape))  # fuse's "priced at" line, for the same sizes
+    _deliver("inspect", analysis, json_out, quiet, lambda a: (_show_layers(a, rewrite), _show_pricing(pricing)))
 
 
 def _show_fused(summary) -> None:
     report = summary.to_dict()
     total = report["sim_latency_us"]
     table = Table(title=f"{len(report['blocks'])} MLUFusionBlock nodes"
-                        + (f" · simulated {total:.1f} us" if total is not None else ""))
-    for col in ("block", "mp", "precision", "layers", "sim us", "body KB"):
+                        + (f" · simulated {total:.1f} µs" if total is not None else ""))
+    for col in ("block", "mp", "precision", "layers", "sim µs", "body KB"):
         table.add_column(col, justify="left" if col in ("block", "precision") else "right")
     for b in report["blocks"]:
         sim = "–" if b["sim_latency_us"] is None else f"{b['sim_latency_us']:.1f}"

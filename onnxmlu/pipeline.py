@@ -90,7 +90,7 @@ class Progress(Protocol):
 
     def total(self, units: int) -> None: ...
 
-    def advance(self) -> None: ...
+    def advance(self, units: int = 1) -> None: ...
 
 
 @dataclass
@@ -106,7 +106,7 @@ class Say:
     def total(self, units: int) -> None:
         pass
 
-    def advance(self) -> None:
+    def advance(self, units: int = 1) -> None:
         pass
 
 
@@ -336,6 +336,8 @@ class PlanPass:
 
     def label(self, ctx: Context) -> str:
         at = f" at {ctx.options.precision.name}" if ctx.options.precision.name else ""
+        if ctx.options.precision.planner.judged:  # it searches blocks itself: no strategy runs
+            return f"planning: --precision {ctx.options.precision.name} (blocks, MPs and precisions)"
         if ctx.options.plan.file is not None:
             return f"planning: --plan{at}"
         strategy = ctx.options.plan.strategy

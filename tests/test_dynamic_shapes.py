@@ -166,8 +166,8 @@ def test_check_runs_at_several_shapes_and_skips_those_the_original_refuses(libra
     assert report.ok
     runs = {run.label: run for run in report.shapes}
     assert runs["pinned"].status == "ok" and runs["other batch"].shapes == {"x": [2, 3, 8, 20]}
-    assert runs["other x[3]"].status == "ok" and runs["other x[3]"].shapes == {"x": [1, 3, 8, 40]}
-    assert runs["other x[2]"].status == "skipped" and "refuses" in runs["other x[2]"].note
+    assert runs["other W (x[3])"].status == "ok" and runs["other W (x[3])"].shapes == {"x": [1, 3, 8, 40]}
+    assert runs["other H (x[2])"].status == "skipped" and "refuses" in runs["other H (x[2])"].note
 
 
 def test_check_fails_where_the_fused_model_fails_and_the_original_runs(library, tmp_path):

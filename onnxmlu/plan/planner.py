@@ -38,18 +38,19 @@ BODY_WEIGHT_LIMIT_BYTES = 1_900_000_000
 
 def make_plan(layers: Sequence[Layer], hw: Hardware, *, strategy: StrategyLike = DEFAULT_STRATEGY,
               plan: PlanLike | None = None, mp: int | None = None, precision: str | None = None,
-              keep_fp32: Sequence[str] = ()) -> Plan:
+              keep_fp32: Sequence[str] = (), progress: Callable[[int, int], None] | None = None) -> Plan:
     """Run a strategy (name or callable), or load a plan; optionally force one MP everywhere;
     every block labelled with what its body computes (:func:`~onnxmlu.plan.labels.honest_labels`).
 
     ``precision`` (None: each block as the plan says, FP32 for a strategy) puts every block
     at that precision; a strategy then runs on :func:`layers_at_precision` ``(layers,
     precision)``, so it weighs fusion and MP against the prices at that precision. ``layers``
-    are the analysed (FP32) layers either way."""
+    are the analysed (FP32) layers either way. ``progress(done, total)`` goes to a strategy
+    that counts (:func:`~onnxmlu.plan.strategies.run_strategy`)."""
     if plan is not None:
         chosen = plan if isinstance(plan, Plan) else Plan.load(plan, layers)
     else:
-        chosen = keep_epilogues(run_strategy(_at(layers, precision), hw, strategy), layers)
+        chosen = keep_epilogues(run_strategy(_at(layers, precision), hw, strategy, progress=progress), layers)
     if precision is not None:
         chosen = with_precision(chosen, precision)
     if mp is not None:

@@ -291,8 +291,9 @@ def measure_units(evaluator: PlanEvaluator, layers: Sequence[Layer], units: Sequ
     calibrated = min(samples, len(evaluator.calibration))
     shown = progress.current()
     shown.say(f"auto: calibrating {len(units)} units for their trials")
-    evaluator.prepare(list(trials.values()), calibrated)  # one capture run for every INT8 unit
-    evaluator.prepare_prefixes(list(trials.values()), samples)  # each trial runs from its unit on
+    evaluator.prepare(list(trials.values()), calibrated, shown)  # one capture run for every INT8 unit
+    shown.say(f"auto: the model run to the start of each unit ({samples} samples)")
+    evaluator.prepare_prefixes(list(trials.values()), samples, shown)  # each trial runs from its unit on
     shown.say(f"auto: sensitivity trials (a unit at fp16 or int8) on {samples} samples")
     shown.total(len(trials))
     measured = []
@@ -343,7 +344,7 @@ class JointSearch:
         self.mps = hw.mp_choices()
         bound = max_block_length(hw)
         self.at = {p: layers_at_precision(layers, p) for p in PRECISIONS}
-        self.bands = {p: self.cost.band_table(self.at[p], self.mps, bound) for p in PRECISIONS}
+        self.bands = {p: self._band(p, k, bound) for k, p in enumerate(PRECISIONS)}
         self.whole = {p: whole_segments(self.at[p], self.mps, self.cost, bound) for p in PRECISIONS}
         singles = {p: self.cost.layer_table(self.at[p], self.mps).min(axis=1) for p in (FP32.name, INT8.name)}
         self.gain = np.maximum(singles[FP32.name] - singles[INT8.name], 0.0)
@@ -355,6 +356,12 @@ class JointSearch:
         self._allowed = {FP32.name: ~own, FP16.name: ~quantized, INT8.name: np.ones(len(layers), dtype=bool)}
         self._cum = {p: np.zeros((len(layers) + 1, 2)) for p in PRECISIONS}
         self._bad = {p: _prefix(~self._allowed[p]) for p in PRECISIONS}
+
+    def _band(self, p: str, k: int, bound: int | None):
+        """The ``optimal`` band at precision ``p``, its blocks counted on the display."""
+        shown = progress.current()
+        shown.say(f"auto: pricing blocks at {p} ({k + 1} of {len(PRECISIONS)})")
+        return self.cost.band_table(self.at[p], self.mps, bound, progress=progress.reporter(shown))
 
     def fixed_precision(self, start: int, stop: int) -> bool:
         """Whether a layer of ``[start, stop)`` arrives quantized (the block's precision is the
@@ -427,14 +434,20 @@ class JointSearch:
     def frontier(self) -> list[Candidate]:
         """The distinct plans of the lambda sweep that no other beats on both latency and
         estimated deficit, fastest first; the last is the FP32 optimum (:meth:`fp32_optimum`)."""
+        shown = progress.current()
+        shown.say("auto: the latency/accuracy frontier (plans searched)")
+        shown.total(2 + len(LAMBDA_GRID))
         fastest, fp32 = self.plan(0.0), self.fp32_optimum()
+        shown.advance(2)
         span = self.latency(fp32) - self.latency(fastest)
         worst = 1.0 - self.estimate(fastest).cosine
         plans = {fastest.blocks: fastest, fp32.blocks: fp32}
-        if span > 0 and worst > 0:
-            for lam in LAMBDA_GRID * span / worst:
-                plan = self.plan(float(lam))
-                plans.setdefault(plan.blocks, plan)
+        if not (span > 0 and worst > 0):  # the fastest plan loses nothing: no trade-off to sweep
+            shown.advance(len(LAMBDA_GRID))
+        for lam in LAMBDA_GRID * span / worst if span > 0 and worst > 0 else ():
+            plan = self.plan(float(lam))
+            plans.setdefault(plan.blocks, plan)
+            shown.advance()
         return _undominated([self.candidate(p) for p in plans.values()])
 
 
@@ -466,7 +479,7 @@ def verify(frontier: list[Candidate], evaluator: PlanEvaluator, budget: Budget, 
     """The chosen candidate after running it (step 3), and every candidate considered."""
     shown = progress.current()
     shown.say(f"auto: calibrating the frontier's plans ({len(frontier)})")
-    evaluator.prepare([c.plan for c in frontier])  # one capture run for the INT8 blocks of them all
+    evaluator.prepare([c.plan for c in frontier], progress=shown)  # one capture run for the INT8 blocks of them all
     shown.say(f"auto: plans run on the {len(evaluator.validation)} validation samples")
     shown.total(0)  # how many is known only when the budget is met
     run = _runner(evaluator, shown)

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 
 import onnx
 
+from onnxmlu import progress
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir.weights import fill_tensor, is_marker
@@ -53,6 +54,8 @@ class BlockBodies:
         self.block_samples: dict[int, list[Sample]] = {}
         self.quantizer_warnings: dict[int, list[str]] = {}  # block -> what onnxruntime's quantizer warned
         self.diagnostics: list[Diagnostic] = []
+        self._counted = progress.as_display(None)  # int8_body counts here once prepare() sets it
+        self._to_quantize, self._quantized = 0, 0
 
     def prepare(self, blocks: Mapping[int, tuple[str, Sequence[str]]]) -> None:
         """Capture the inputs of the INT8 blocks among ``blocks`` (block -> (precision, input
@@ -63,9 +66,13 @@ class BlockBodies:
             return
         model = runnable_model(self.analysis)
         calibration = self._calibration_for(model)
-        captured = capture_tensors(model, [n for names in wanted.values() for n in names], calibration.samples)
+        shown = progress.current()
+        shown.say(f"INT8 calibration: the model run on {len(calibration)} samples (block inputs captured)")
+        captured = capture_tensors(model, [n for names in wanted.values() for n in names], calibration.samples,
+                                   shown)
         for b, names in wanted.items():
             self.block_samples[b] = [{n: sample[n] for n in names} for sample in captured]
+        self._counted, self._to_quantize = shown, len(wanted)
 
     def transform(self, b: int, precision: str, body: onnx.ModelProto) -> onnx.ModelProto:
         """Block ``b``'s FP32 ``body`` at ``precision`` (FP16 in place; INT8 a new model)."""
@@ -80,9 +87,20 @@ class BlockBodies:
             raise OnnxMluError(f"INT8 block {b} has no calibration samples: prepare() was not told of it")
         warnings: list[str] = []
         quantized = to_int8(body, self.block_samples[b], self.int8, self.calibration.describe(), warnings)
+        self._count_quantized()
         self.quantizer_warnings[b] = list(dict.fromkeys(warnings))
         self.diagnostics.extend(float_op_diagnostics(b, quantized) + quantizer_diagnostics(b, warnings))
         return quantized
+
+    def _count_quantized(self) -> None:
+        """One more of the blocks :meth:`prepare` captured for is quantized: the count starts on
+        the first (they are quantized as the fused model is written, under that pass's line)."""
+        if self._quantized == 0 and self._to_quantize:
+            self._counted.say(f"INT8 calibration: quantizing {self._to_quantize} "
+                              f"block{'s' * (self._to_quantize != 1)} on their captured inputs")
+            self._counted.total(self._to_quantize)
+        self._quantized += 1
+        self._counted.advance()
 
     def note(self, precision: str) -> str:
         """What a fused node's description adds for a block at ``precision``."""

@@ -34,6 +34,7 @@ from onnxmlu.errors import OnnxMluError, first_line, runtime_message
 from onnxmlu.frontend.feeds import random_inputs
 from onnxmlu.ir import fed_inputs
 from onnxmlu.optional import optional_import
+from onnxmlu.progress import as_display
 
 Sample = dict[str, np.ndarray]
 
@@ -257,18 +258,21 @@ class SampleReader:
         self._next, self._stop = start_index, min(end_index, len(self._samples))
 
 
-def capture_tensors(model: onnx.ModelProto, names: Sequence[str], samples: Sequence[Mapping[str, np.ndarray]]
-                    ) -> list[Sample]:
+def capture_tensors(model: onnx.ModelProto, names: Sequence[str], samples: Sequence[Mapping[str, np.ndarray]],
+                    progress=None) -> list[Sample]:
     """For each sample, the values of the tensors ``names`` of ``model`` (graph inputs come
     from the sample itself; anything else is exposed as an output for one run). ``model`` is
-    left as it was."""
+    left as it was. ``progress`` (a display, :mod:`onnxmlu.progress`) counts the samples run."""
     fed = {v.name for v in fed_inputs(model.graph)}
     wanted = [n for n in dict.fromkeys(names) if n not in fed]
     session = _session_exposing(model, wanted) if wanted else None
+    shown = as_display(progress)
+    shown.total(len(samples))
     captured = []
     for k, sample in enumerate(samples):
         values = dict(zip(wanted, _run(session, wanted, sample, k))) if session is not None else {}
         captured.append({n: np.asarray(sample[n]) if n in fed else values[n] for n in names})
+        shown.advance()
     return captured
 
 

@@ -97,9 +97,10 @@ class PlanEvaluator:
         self.runs += 1
         return measure(reference, self._outputs(plan, 0, self.calibration.samples, reference, None), self.metric)
 
-    def prepare(self, plans: Sequence[Plan], calibrated_on: int | None = None) -> None:
+    def prepare(self, plans: Sequence[Plan], calibrated_on: int | None = None, progress=None) -> None:
         """Capture, in one run over the first ``calibrated_on`` samples (default all), the inputs
-        of every INT8 block of ``plans`` not seen yet (INT8 bodies are calibrated on them)."""
+        of every INT8 block of ``plans`` not seen yet (INT8 bodies are calibrated on them);
+        ``progress`` (a display) counts the samples."""
         n = calibrated_on or len(self.calibration)
         wanted = {}
         for block in {b for plan in plans for b in plan.blocks if b.precision == "int8" and not self._own(b)}:
@@ -108,16 +109,16 @@ class PlanEvaluator:
                 wanted[key] = self._interface((block.start, block.stop)).inputs
         if wanted:
             names = [name for inputs in wanted.values() for name in inputs]
-            captured = capture_tensors(self.model, names, self.calibration.samples[:n])
+            captured = capture_tensors(self.model, names, self.calibration.samples[:n], progress)
             for key, inputs in wanted.items():
                 self._bodies.block_samples[key] = [{name: sample[name] for name in inputs} for sample in captured]
 
-    def prepare_prefixes(self, plans: Sequence[Plan], samples: int) -> None:
+    def prepare_prefixes(self, plans: Sequence[Plan], samples: int, progress=None) -> None:
         """Let ``plans`` run on the first ``samples`` samples from their first non-FP32 block on:
         the FP32 tensors entering that point are captured here, in one run for all plans."""
         names = {n for plan in plans for n in self._suffix_inputs(self._cut(plan))}
         chosen = self.validation.samples[:samples]
-        self._prefix_values = capture_tensors(self.model, sorted(names), chosen)
+        self._prefix_values = capture_tensors(self.model, sorted(names), chosen, progress)
         self._prefix_names = names
 
     def _captured(self, plan: Plan, count: int) -> bool:

@@ -36,6 +36,7 @@ from onnxmlu.plan.planner import block_latencies, plan_layers
 from onnxmlu.precision import PRECISIONS
 from onnxmlu.precision.accuracy import load_metric
 from onnxmlu.optional import optional_import
+from onnxmlu.progress import reporter
 from onnxmlu.registry import Registry
 
 if TYPE_CHECKING:
@@ -91,7 +92,8 @@ def plan_fixed_precision(analysis: Analysis, hw: Hardware, options) -> Planned:
     given, the strategy planning on the layers at that precision (:func:`plan_layers`)."""
     how = options.plan
     return Planned(*plan_layers(analysis.layers, hw, strategy=how.strategy, plan=how.file, mp=how.mp,
-                                precision=options.precision.name, keep_fp32=options.precision.keep_fp32))
+                                precision=options.precision.name, keep_fp32=options.precision.keep_fp32,
+                                progress=reporter()))
 
 
 def plan_auto_precision(analysis: Analysis, hw: Hardware, options) -> Planned:

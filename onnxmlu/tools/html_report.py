@@ -31,6 +31,7 @@ from onnxmlu.analyze.coverage import Coverage
 from onnxmlu.collapse.atomic import write_bytes_atomic
 from onnxmlu.frontend.pins import POINTS, PricingShape, shapes_text
 from onnxmlu.schema import PRICING_SHAPE_KEY
+from onnxmlu.tools.verify import nan_fails
 
 _WIDTH = 960
 _STYLE = """
@@ -342,14 +343,25 @@ class _Plot:
         return "".join(parts)
 
 
+def _output_verdict(output: dict, check: dict) -> str:
+    """An output's cell as ``check`` prints it: within its rule, and NaN/Inf named (failing
+    unless ``allow_nan`` lets the reference's own pass, :func:`~onnxmlu.tools.verify.nan_fails`)."""
+    if output.get("nonfinite"):
+        return "no (NaN/Inf)" if nan_fails(output["nonfinite"], check.get("allow_nan", False)) else "yes (NaN/Inf)"
+    return "yes" if output["ok"] else "no"
+
+
 def _check(check: dict) -> str:
     """The verdict, the rule and what the models ran on (the seeds, or the samples when no
-    seed was drawn), the inputs' shapes of every run, and the per-output differences."""
+    seed was drawn), the inputs' shapes of every run, and the per-output differences, each
+    beside the rule that judged it."""
     verdict = "<p class=\"ok\">check passed</p>" if check["ok"] else "<p class=\"bad\">check FAILED</p>"
     rows = [[o["name"], "×".join(map(str, o["shape"])), f"{o['max_abs']:.3g}", f"{o['max_rel']:.3g}",
-             "yes" if o["ok"] else "no"] for o in check.get("outputs", [])]
-    judged = (f"judged by {check['budget']}" if check.get("budget")
-              else f"atol {check['atol']:g}, rtol {check['rtol']:g}")
+             o.get("rule", ""), _output_verdict(o, check)] for o in check.get("outputs", [])]
+    quantized = any(o.get("step") is not None for o in check.get("outputs", []))
+    steps = f", qtol {check['qtol']:g} steps" if quantized else ""
+    tolerances = f"atol {check['atol']:g}, rtol {check['rtol']:g}{steps}"
+    judged = f"judged by {check['budget']}" if check.get("budget") else tolerances
     seeds = check.get("seeds") or []
     ran = f"seeds {', '.join(map(str, seeds))}" if seeds else "no random seed"
     data = f" · inputs: {check['data']}" if check.get("data") else ""
@@ -357,4 +369,6 @@ def _check(check: dict) -> str:
               for run in check.get("shapes", [])]
     return (f"<p id=\"check-rule\">{_e(judged)} · {_e(ran)}{_e(data)}</p>"
             + (_table(["run", "input shapes", "status", "note"], shapes, set(), "check-shapes") if shapes else "")
-            + _table(["output", "shape", "max abs err", "max rel err", "within tol"], rows, {2, 3}, "check") + verdict)
+            + _table(["output", "shape", "max abs err", "max rel err", "rule",
+                      "within tol" if check.get("budget") else "ok"], rows, {2, 3}, "check")  # check's own headers
+            + verdict)

@@ -9,8 +9,9 @@ original accepts, so the check runs at several: the pricing shape of the pins (`
 defaults of :mod:`onnxmlu.frontend.pins` for unpinned dims); the ``min`` and ``max`` of every
 range; and, for the other symbolic dims (a pin without a range only prices them: the fused
 model keeps them symbolic), one other batch (the first dim + 1) and, for each other symbolic dim, one other
-size (twice its pricing size), dims sharing a name varied together. A shape the original itself refuses is reported
-as skipped, never as a failure; at least one shape must run.
+size (twice its pricing size), dims sharing a name varied together, each run named as ``fuse``'s
+pricing line names the dim (``other seq (ids[1])``, ``other x[3]`` for a dim without a name). A
+shape the original itself refuses is reported as skipped, never as a failure; at least one shape must run.
 
 Error metrics per output: ``max_abs = max|f - r|`` and ``max_rel = max(|f - r| / (|r| + tiny))``
 over the elements finite in both. The rule an output is judged by (:func:`output_steps`):
@@ -40,7 +41,7 @@ a model fused at FP16/INT8, where 1e-4 cannot hold) the budget decides, not the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -48,9 +49,10 @@ from onnx import numpy_helper
 
 from onnxmlu.errors import OnnxMluError, runtime_message
 from onnxmlu.frontend.feeds import random_inputs, unbounded_integer_inputs
-from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, has_ranges, symbolic_dims
+from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, dim_label, has_ranges, symbolic_dims
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 from onnxmlu.optional import optional_import
+from onnxmlu.progress import as_display
 
 
 #: Steps of the output scale a quantized output may move by (module docstring).
@@ -63,6 +65,13 @@ _LAYOUT_OPS = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueez
                          "Slice", "Gather", "Split", "Concat", "DepthToSpace", "SpaceToDepth", "Expand", "Tile"})
 #: Ops whose output is an integer in steps of its scale.
 _QUANTIZING_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear"})
+
+
+def nan_fails(nonfinite: str, allow_nan: bool) -> bool:
+    """Whether an output whose NaN/Inf reads ``nonfinite`` (``OutputDiff.nonfinite``, or the
+    JSON's ``outputs[].nonfinite``) fails the check: any, unless ``allow_nan`` and the reference
+    has the same at the same places. The one rule every verdict reads (table, JSON, HTML)."""
+    return bool(nonfinite) and not (allow_nan and nonfinite == NAN_IN_BOTH)
 
 
 @dataclass(frozen=True)
@@ -127,9 +136,8 @@ class CheckReport:
         return bool(self.diffs) and all(d.ok for d in self.diffs)
 
     def fails_on_nan(self, diff: OutputDiff) -> bool:
-        """Whether ``diff``'s NaN/Inf fails the check: any, unless ``allow_nan`` and the
-        reference has the same at the same places."""
-        return bool(diff.nonfinite) and not (self.allow_nan and diff.nonfinite == NAN_IN_BOTH)
+        """Whether ``diff``'s NaN/Inf fails the check (:func:`nan_fails`)."""
+        return nan_fails(diff.nonfinite, self.allow_nan)
 
     def to_dict(self) -> dict:
         return {
@@ -155,7 +163,7 @@ def check_shapes(model: onnx.ModelProto, pins: Pins | None) -> list[tuple[str, d
         first_of.setdefault(key, (name, axis))
     for key, (name, axis) in first_of.items():
         if axis != 0:
-            runs.append((f"other {name}[{axis}]", _varied(base, free, _doubling(key))))
+            runs.append((f"other {_dim_named(key, name, axis)}", _varied(base, free, _doubling(key))))
     unique: list[tuple[str, dict[str, list[int]]]] = []
     for label, shapes in runs:
         if all(shapes != seen for _, seen in unique):
@@ -166,6 +174,13 @@ def check_shapes(model: onnx.ModelProto, pins: Pins | None) -> list[tuple[str, d
 def _doubling(key: str):
     """A ``_varied`` change: the dims of ``key`` twice their size, the others as they are."""
     return lambda k, size, axis: size * 2 if k == key else size
+
+
+def _dim_named(key: str, name: str, axis: int) -> str:
+    """A varied dim as the pricing line names it (:func:`~onnxmlu.frontend.pins.dim_label`:
+    ``height``), with where it sits when it has a name (``height (x[2])``); ``x[3]`` unnamed."""
+    where = f"{name}[{axis}]"
+    return where if dim_label(key) == where else f"{dim_label(key)} ({where})"
 
 
 def _free_dims(model: onnx.ModelProto, pins: Pins | None) -> dict[tuple[str, int], tuple[str, int]]:
@@ -292,7 +307,7 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
                  atol: float = 1e-4, rtol: float = 1e-4,
                  input_shapes: Pins | None = None,
                  inputs: Mapping[str, np.ndarray] | None = None, budget: Budget | None = None,
-                 progress: Callable[[str], None] | None = None,
+                 progress=None,
                  samples: Sequence[Mapping[str, np.ndarray]] | None = None, data: str = "",
                  qtol: float = DEFAULT_QTOL, allow_nan: bool = False) -> CheckReport:
     """Run both models on each seed at each shape of :func:`check_shapes` (or on each of
@@ -307,14 +322,18 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     shapes; ``data`` says what they are, for the report. ``qtol``: steps a quantized output may
     move by; ``allow_nan``: NaN/Inf in both at the same places passes (module docstring).
 
-    ``progress(stage)`` is told each stage as it starts (the CLI shows it; large models spend
-    seconds in each)."""
-    say = progress or (lambda stage: None)
-    check = _Checker.of(original, fused, inputs, (atol, rtol, qtol), budget is None, say)
+    ``progress`` (a display, :mod:`onnxmlu.progress`, or a plain ``callable(stage)``) is told
+    each stage as it starts and counts the model runs, reference and fused, of all the shapes
+    (large models spend seconds in each)."""
+    shown = as_display(progress)
+    check = _Checker.of(original, fused, inputs, (atol, rtol, qtol), budget is None, shown)
     seeds = () if samples is not None else tuple(seeds)
     data = data or f"seeded random inputs (seeds {', '.join(map(str, seeds))})"
     report = CheckReport(atol, rtol, seeds, qtol, allow_nan, budget=budget, data=data)
-    runs = [check.run(label, feeds) for label, feeds in _feeds_by_shape(original, seeds, input_shapes, inputs, samples)]
+    planned = _feeds_by_shape(original, seeds, input_shapes, inputs, samples)
+    shown.say(f"running the reference and the fused model on {_runs_text(planned)}")
+    shown.total(2 * sum(len(feeds) for _, feeds in planned))
+    runs = [check.run(label, feeds) for label, feeds in planned]
     report.shapes = [_judged_nan(run, report) for run in runs]
     references = [r for run in runs for r in run.references]
     if not references:
@@ -323,6 +342,13 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     report.accuracy = measure(references, [o for run in runs for o in run.outputs])
     report.notes = _data_notes(original, samples, inputs)
     return report
+
+
+def _runs_text(planned: Sequence[tuple[str, list]]) -> str:
+    """``2 inputs at 3 shapes`` (what the count of model runs counts)."""
+    feeds = sum(len(runs) for _, runs in planned)
+    return (f"{feeds} input{'s' * (feeds != 1)} at {len(planned)} shape{'s' * (len(planned) != 1)}"
+            if planned and planned[0][0] != "samples" else f"{feeds} sample{'s' * (feeds != 1)}")
 
 
 def _judged_nan(run: "_AtShape", report: CheckReport) -> ShapeRun:
@@ -399,41 +425,45 @@ class _Checker:
     tolerances: tuple[float, float, float]  # atol, rtol, qtol
     steps: dict[str, float]  # quantized outputs' steps (:func:`output_steps`)
     by_tolerance: bool  # no budget decides: an output off the tolerances fails the shape
-    say: Callable[[str], None]
+    shown: object  # the display (:mod:`onnxmlu.progress`): one unit per model run
 
     @classmethod
     def of(cls, original: onnx.ModelProto, fused: onnx.ModelProto, inputs, tolerances: tuple[float, float, float],
-           by_tolerance: bool, say: Callable[[str], None]) -> "_Checker":
+           by_tolerance: bool, shown) -> "_Checker":
         """The reference session (the original, optimizations off) and the fused model's."""
         runtime = optional_import("onnxmlu.runtime")
-        say("reference session (original, optimizations off)")
+        shown.say("reference session (original, optimizations off)")
         ref = runtime.reference_session(original)
-        say("fused session")
+        shown.say("fused session")
         sess = runtime.InferenceSession(fused)
         return cls(ref, sess, [o.name for o in sess.get_outputs()], inputs, tolerances, output_steps(original),
-                   by_tolerance, say)
+                   by_tolerance, shown)
 
     def run(self, label: str, runs: list[tuple[str, dict]]) -> _AtShape:
         """Both models on every (run label, feeds); the shape is skipped where the original
         refuses it, and fails where the fused model cannot run or (``by_tolerance``) an output
         is off."""
         result = _AtShape(ShapeRun(label, {}, "ok"))
-        for what, feeds in runs:
+        for k, (_, feeds) in enumerate(runs):
             feeds = feeds | dict(self.inputs or {})
             shown = {name: list(np.shape(v)) for name, v in feeds.items()}
-            self.say(f"running both models, {what}, at the {label} shape")
+            left = 2 * (len(runs) - k)  # model runs of this shape not yet counted
             try:
                 reference = self.ref.run(self.names, feeds)
             except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: a shape the original does not take
+                self.shown.advance(left)  # the runs of a skipped shape are done: none will run
                 result.shape = ShapeRun(label, shown, "skipped", f"the original refuses it: {runtime_message(exc)}",
                                         str(exc))
                 return result
+            self.shown.advance()
             try:
                 got = self.sess.run(self.names, feeds)
             except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: the fused model fails where the original runs
+                self.shown.advance(left - 1)
                 result.shape = ShapeRun(label, shown, "failed", f"the fused model fails: {runtime_message(exc)}",
                                         str(exc))
                 return result
+            self.shown.advance()
             result.references.append(reference)
             result.outputs.append(got)
             atol, rtol, qtol = self.tolerances

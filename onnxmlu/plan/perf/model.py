@@ -550,10 +550,11 @@ class ModelCost:
         return block_latency_us(block_layers, mp, self.hw)
 
     def band_table(self, layers: Sequence[Layer], mps: Sequence[int], max_len: int | None = None,
-                   stops: Sequence[int] | None = None) -> BlockBand:
+                   stops: Sequence[int] | None = None, progress=None) -> BlockBand:
         """Every block ``[i, j)`` inside a segment with ``j - i <= max_len`` (None: no bound),
         for each stop ``j`` in ``stops`` (default ``1..n``).  Cost: O(n * max_len * F) for
-        F ~ the factorisations of the MPs (119 for 1..32), less where windows repeat."""
+        F ~ the factorisations of the MPs (119 for 1..32), less where windows repeat.
+        ``progress(done, total)``: the distinct blocks priced so far, of how many."""
         a = _arrays(layers, self.params)
         n = len(layers)
         stops = range(1, n + 1) if stops is None else stops
@@ -562,7 +563,7 @@ class ModelCost:
         for j in stops:
             lo[j] = seg_start[j - 1] if max_len is None else max(seg_start[j - 1], j - max_len)
         windows = [(int(lo[j]), int(j)) for j in stops]
-        uid, prices = self._unique_prices(a, windows, tuple(mps))
+        uid, prices = self._unique_prices(a, windows, tuple(mps), progress=progress)
         col[np.asarray(list(stops), dtype=np.int64)] = uid
         mp_arr = np.asarray(mps, dtype=np.int64)
         best = [np.argmin(p, axis=1) for p in prices]
@@ -598,8 +599,9 @@ class ModelCost:
         return self.block_latencies(layers, [(j, j + 1) for j in range(len(layers))], mps)
 
     def _unique_prices(self, a: _Arrays, windows: list[tuple[int, int]], mps: tuple[int, ...],
-                       every_start: bool = True):
-        """Price each distinct window once: ``(uid per window, [W, len(mps)] per unique)``."""
+                       every_start: bool = True, progress=None):
+        """Price each distinct window once: ``(uid per window, [W, len(mps)] per unique)``;
+        ``progress(done, total)`` counts blocks (a window of width w holds w of them)."""
         ids = a.row_ids()
         keys: dict[bytes, int] = {}
         uid = np.empty(len(windows), dtype=np.int64)
@@ -613,10 +615,14 @@ class ModelCost:
         by_len: dict[int, list[int]] = {}
         for u, (s, e) in enumerate(first):
             by_len.setdefault(e - s, []).append(u)
+        total, done = sum(width * len(us) for width, us in by_len.items()), 0
         for width, us in by_len.items():
             idx = np.array([first[u][0] for u in us], dtype=np.int64)[:, None] + np.arange(width)
             for u, p in zip(us, _window_prices(a, idx, mps, self.params, every_start)):
                 prices[u] = p
+            done += width * len(us)
+            if progress is not None:
+                progress(done, total)
         return uid, prices
 
 

@@ -48,6 +48,7 @@ from onnxmlu.plan.perf.hardware import Hardware
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.plan.plan import Plan
 from onnxmlu.plan.strategies import basic, dlfusion, search
+from onnxmlu.plan.strategies.search import takes_keyword
 from onnxmlu.registry import Registry
 from onnxmlu.plan.perf.model import make_cost
 
@@ -84,17 +85,19 @@ def resolve_strategy(strategy: str | Strategy) -> tuple[str, Strategy]:
 
 
 def run_strategy(layers: Sequence[Layer], hw: Hardware, strategy: str | Strategy = "dlfusion",
-                 cost: CostFn | None = None) -> Plan:
+                 cost: CostFn | None = None, progress: Callable[[int, int], None] | None = None) -> Plan:
     """Run a strategy (name or callable) with the model of ``hw`` and validate its plan.
 
     The plan's ``strategy``/``hardware`` fields are filled in when the strategy left them
     empty or default; an invalid plan raises :class:`~onnxmlu.errors.PlanError`. No layers,
-    no blocks: the strategy is not called.
+    no blocks: the strategy is not called. ``progress(done, total)`` is handed to a strategy
+    that takes a ``progress`` keyword (the searches count the blocks they price).
     """
     name, fn = resolve_strategy(strategy)
     if not layers:
         return Plan((), name, hw.name)
-    plan = fn(layers, hw, cost if cost is not None else make_cost(hw))
+    counts = {"progress": progress} if progress is not None and takes_keyword(fn, "progress") else {}
+    plan = fn(layers, hw, cost if cost is not None else make_cost(hw), **counts)
     if not isinstance(plan, Plan):
         raise OnnxMluError(f"strategy {name!r} returned {type(plan).__name__}, not a Plan")
     plan.validate(layers, hw.cores)

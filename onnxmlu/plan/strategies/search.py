@@ -31,11 +31,16 @@ Blocks longer than L that are not whole segments are the only ones never conside
   multiples of 4 -- cuts only at every fourth layer of a segment, whose last block may be
   shorter.  Its search space is a subset of ``optimal``'s (same bound), so
   ``optimal <= oracle``.
+
+Progress.  Both take a ``progress(done, total)`` callback (:func:`run_strategy` hands it to a
+strategy that has the keyword): the blocks priced so far of all the band's blocks,
+``sum_j (j - lo_j)`` over the stops -- pricing is where the time goes.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import inspect
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -49,20 +54,33 @@ ORACLE_GRANULE = 4
 DEFAULT_MAX_BLOCK_LAYERS = PerfParams().search_max_block_layers
 
 
+#: ``progress(done, total)``: blocks priced so far, of how many (module docstring).
+Progress = Callable[[int, int], None]
+
+
 def optimal(layers: Sequence[Layer], hw: Hardware, cost, *,
-            max_block_layers: int | None = None) -> Plan:
+            max_block_layers: int | None = None, progress: Progress | None = None) -> Plan:
     """The least-latency plan: blocks of at most ``max_block_layers`` layers or whole
     segments, each at its best MP in 1..cores (module docstring)."""
     bound = max_block_length(hw, max_block_layers)
-    return _search(layers, hw, cost, hw.mp_choices(), bound, None, "optimal")
+    return _search(layers, hw, cost, hw.mp_choices(), bound, None, "optimal", progress)
 
 
 def oracle(layers: Sequence[Layer], hw: Hardware, cost, *,
-           max_block_layers: int | None = None) -> Plan:
+           max_block_layers: int | None = None, progress: Progress | None = None) -> Plan:
     """The paper's reduced brute force: MPs in :data:`ORACLE_MPS`, blocks of 4k layers."""
     bound = max_block_length(hw, max_block_layers)
     mps = sorted({min(m, hw.cores) for m in ORACLE_MPS})
-    return _search(layers, hw, cost, mps, bound, _oracle_cuts(layers), "oracle")
+    return _search(layers, hw, cost, mps, bound, _oracle_cuts(layers), "oracle", progress)
+
+
+def takes_keyword(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` accepts the keyword ``name`` (a strategy that counts: ``progress``)."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature takes no keywords of ours
+        return False
+    return name in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 def max_block_length(hw: Hardware, max_block_layers: int | None = None) -> int | None:
@@ -76,37 +94,47 @@ def max_block_length(hw: Hardware, max_block_layers: int | None = None) -> int |
     return bound or None
 
 
-def _search(layers, hw, cost, mps, bound, allowed, name) -> Plan:
+def _search(layers, hw, cost, mps, bound, allowed, name, progress: Progress | None = None) -> Plan:
     n = len(layers)
     stops = [j for j in range(1, n + 1) if allowed is None or allowed[j]]
-    band = block_band(layers, mps, cost, bound, stops)
+    band = block_band(layers, mps, cost, bound, stops, progress)
     whole = whole_segments(layers, mps, cost, bound)
     blocks = _shortest_path(band, whole, stops, n)
     return Plan(blocks, name, hw.name, {"max_block_layers": bound or 0})
 
 
 def block_band(layers: Sequence[Layer], mps: Sequence[int], cost, bound: int | None,
-               stops: Sequence[int]):
+               stops: Sequence[int], progress: Progress | None = None):
     """Per stop ``j``: ``column(j) -> (lo, lat, mp)`` for the blocks ``[i, j)``, ``lo <= i``."""
     fast = getattr(cost, "band_table", None)
     if fast is not None:
-        return fast(layers, mps, bound, stops)
-    return _CallBand(layers, mps, cost, bound)
+        counts = progress is not None and takes_keyword(fast, "progress")
+        return fast(layers, mps, bound, stops, **({"progress": progress} if counts else {}))
+    return _CallBand(layers, mps, cost, bound, stops, progress)
 
 
 class _CallBand:
-    """The band of any cost function, by calling it for every block and MP."""
+    """The band of any cost function, by calling it for every block and MP (each column as
+    the shortest path asks for it; ``progress`` counts its blocks)."""
 
-    def __init__(self, layers, mps, cost, bound):
+    def __init__(self, layers, mps, cost, bound, stops=(), progress: Progress | None = None):
         self.layers, self.mps, self.cost, self.bound = layers, list(mps), cost, bound
         self.seg_start = {}
         for s, e in segments(layers):
             self.seg_start.update({j: s for j in range(s + 1, e + 1)})
+        self.progress, self.done = progress, 0
+        self.blocks = sum(stop - self._lo(stop) for stop in stops)
+
+    def _lo(self, stop: int) -> int:
+        return self.seg_start[stop] if self.bound is None else max(self.seg_start[stop], stop - self.bound)
 
     def column(self, stop: int):
-        lo = self.seg_start[stop] if self.bound is None else max(self.seg_start[stop], stop - self.bound)
+        lo = self._lo(stop)
         times = np.array([[self.cost(self.layers[i:stop], m) for m in self.mps] for i in range(lo, stop)])
         k = np.argmin(times, axis=1)
+        self.done += stop - lo
+        if self.progress is not None:
+            self.progress(self.done, self.blocks)
         return lo, times[np.arange(len(k)), k], np.asarray(self.mps)[k]
 
 

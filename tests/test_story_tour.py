@@ -1,0 +1,128 @@
+"""The tour of issue 33 with models of its kinds, built here: a QDQ CNN, a model with symbolic
+dims, a token-id encoder with an embedding, a model whose outputs are NaN in both runs. Each
+test is a contradiction the tour found between two commands (or two renderings of one
+verdict), held fixed: the table ``fuse --check`` prints, the JSON and the HTML report must give
+one verdict and one rule; ``inspect`` says the shape its sizes are at, as ``fuse`` does."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from onnxmlu.cli import app
+from onnxmlu.tools.testing import make_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_html_report import Page  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "precision"))
+from quantized_models import float_cnn, quantized  # noqa: E402
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def _weight(rng: np.random.Generator, name: str, *shape: int) -> onnx.TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+
+
+def nan_in_both() -> onnx.ModelProto:
+    """conv -> Log -> conv: random inputs make negative conv outputs, so both runs hold NaN at
+    the same places (the reference and the fused model agree, and the check must still fail)."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Log", ["c1"], ["l"], name="log"),
+             helper.make_node("Conv", ["l", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "nan", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [_weight(rng, "w1", 8, 3, 3, 3), _weight(rng, "w2", 4, 8, 3, 3)])
+    return make_model(graph, 17)
+
+
+#: The check table's columns in the report: output, shape, max abs err, max rel err, rule, verdict.
+RULE, VERDICT = 4, 5
+
+
+def _check_rows(page: Page) -> list[list[str]]:
+    return page.tables["check"][1:]  # the header row first
+
+
+def test_the_report_fails_an_output_that_is_nan_in_both_as_check_does(tmp_path):
+    src = tmp_path / "nan.onnx"
+    onnx.save(nan_in_both(), src)
+    fused = invoke("fuse", src, tmp_path / "f.onnx", "--check")
+    assert fused.exit_code != 0 and "NO (NaN/Inf)" in fused.stdout, fused.stdout
+    assert invoke("report", src, "-o", tmp_path / "r.html", "--check").exit_code == 0
+    page = Page((tmp_path / "r.html").read_text())
+    (row,) = _check_rows(page)
+    assert row[VERDICT] == "no (NaN/Inf)", row  # was "yes": within tolerance on the finite elements
+    assert "check FAILED" in page.words()
+
+
+def test_the_report_states_the_rule_check_judged_a_quantized_output_by(tmp_path):
+    src = tmp_path / "qdq.onnx"
+    onnx.save(quantized(float_cnn(), "qdq"), src)
+    fused = invoke("fuse", src, tmp_path / "f.onnx", "--check", "--json", tmp_path / "f.json")
+    assert fused.exit_code == 0, fused.stdout
+    rule = json.loads((tmp_path / "f.json").read_text())["check"]["outputs"][0]["rule"]
+    assert "steps of" in rule and rule in fused.stdout
+    assert invoke("report", src, "-o", tmp_path / "r.html", "--check").exit_code == 0
+    page = Page((tmp_path / "r.html").read_text())
+    (row,) = _check_rows(page)
+    assert row[RULE] == rule and row[VERDICT] == "yes", row
+    assert page.tables["check"][0][RULE:] == ["rule", "ok"]  # check's headers: no budget, so the column is the verdict
+    assert "qtol 2 steps" in page.words()
+
+
+def symbolic_cnn() -> onnx.ModelProto:
+    """conv -> relu -> conv, input ``[batch, 3, height, ?]``: a named and an unnamed free dim."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "height", None])
+    graph = helper.make_graph(nodes, "sym", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [_weight(rng, "w1", 8, 3, 3, 3), _weight(rng, "w2", 4, 8, 3, 3)])
+    return make_model(graph, 17)
+
+
+def test_check_names_a_free_dim_as_the_pricing_line_does(tmp_path):
+    src = tmp_path / "sym.onnx"
+    onnx.save(symbolic_cnn(), src)
+    fused = invoke("fuse", src, tmp_path / "f.onnx", "--check")
+    assert fused.exit_code == 0, fused.stdout
+    assert "default for symbolic dims batch, height, x[3]" in fused.stdout  # the pricing line's names
+    labels = [line.split(":")[0] for line in fused.stdout.splitlines() if line.startswith("shape ")]
+    assert labels == ["shape default", "shape other batch", "shape other height (x[2])", "shape other x[3]"], labels
+
+
+def test_inspect_says_the_shape_its_sizes_are_at_as_fuse_does(tmp_path):
+    """``inspect`` sized a free-dim model's layers at the defaults without saying so, where
+    ``fuse`` prints ``priced at ... (default for symbolic dims ...)``: both print that line."""
+    src = tmp_path / "sym.onnx"
+    onnx.save(symbolic_cnn(), src)
+    priced = [line for line in invoke("fuse", src, tmp_path / "f.onnx").stdout.splitlines()
+              if line.startswith("priced at")]
+    inspected = invoke("inspect", src).stdout.splitlines()
+    assert priced and priced[0] in inspected, (priced, inspected[-3:])
+    pinned = invoke("inspect", src, "--input-shape", "x:2,3,32,16").stdout.splitlines()
+    assert "priced at x:2x3x32x16" in pinned
+
+
+def test_inspect_of_a_fused_file_writes_the_unit_fuse_writes(tmp_path):
+    src = tmp_path / "sym.onnx"
+    onnx.save(symbolic_cnn(), src)
+    fused = invoke("fuse", src, tmp_path / "f.onnx").stdout
+    held = invoke("inspect", tmp_path / "f.onnx").stdout
+    assert "sim µs" in fused and "sim µs" in held, held  # was "sim us" and "simulated 252.6 us"
+    assert "sim us" not in held and not re.search(r"\d us\b", held), held
