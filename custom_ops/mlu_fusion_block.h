@@ -26,6 +26,12 @@
 // body/node mismatch, nested blocks, string tensors at the boundary) is reported as an OrtStatus from
 // CreateKernelV2, so onnxruntime fails session creation with a readable message instead of the
 // process crashing. Nothing throws across the C boundary.
+//
+// The library's units (each with a header): crc32 (the digest), utf8 (message repair), body_scan
+// (the body read in protobuf's wire format, in place), label_rule (what a precision label needs
+// of the body) -- these four free of onnxruntime, so tests/cpp links them alone -- then
+// ort_support (errors and statuses), attributes (the node's attributes), inner_session (env,
+// arena, pools, session options), mlu_fusion_block.cc (this kernel) and registration.
 #pragma once
 
 #ifndef ORT_API_MANUAL_INIT
@@ -115,10 +121,6 @@ using OrtPtr = std::unique_ptr<T, OrtDeleter>;
 // The kernel of one MLUFusionBlock node: an inner session built from the body. Immutable after
 // construction but for the learned output shapes (behind a mutex), so concurrent ComputeV2 calls
 // (one outer session shared by many threads) share the inner session, whose Run is thread-safe.
-// CRC-32 (ISO-HDLC: the checksum of zlib, gzip and PNG; reflected polynomial 0xEDB88320) of
-// `size` bytes, continuing from `crc` (0 to start); equals Python's zlib.crc32(data, crc).
-uint32_t Crc32(const void* data, size_t size, uint32_t crc = 0) noexcept;
-
 class FusionBlockKernel {
  public:
   // Throws BlockError (message already prefixed with the node name) when the node is unusable.

@@ -1,0 +1,41 @@
+// What every onnxruntime-facing unit of the library shares: the API table, the node-level error
+// (BlockError) and its conversion to an OrtStatus, and element type names for messages.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mlu_fusion_block.h"
+
+namespace onnxmlu {
+
+// A node-level failure; the message is complete ("MLUFusionBlock '<name>': <reason>").
+class BlockError : public std::runtime_error {
+ public:
+  BlockError(OrtErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  OrtErrorCode code() const { return code_; }
+
+ private:
+  OrtErrorCode code_;
+};
+
+inline const OrtApi& Api() { return Ort::GetApi(); }
+
+// An OrtStatus carrying `message` with ill-formed UTF-8 escaped (utf8.h).
+OrtStatus* MakeStatus(OrtErrorCode code, const std::string& message) noexcept;
+
+// Turns a failed OrtStatus into a BlockError carrying `prefix` + onnxruntime's message.
+void Check(OrtStatus* status, const std::string& prefix);
+
+// Names and bit widths of ONNXTensorElementDataType values (API 21's list); 0 bits: not copyable.
+std::string TypeName(ONNXTensorElementDataType type);
+size_t ElementBits(ONNXTensorElementDataType type);
+
+// A tensor value's dims and element count, as onnxruntime reports them.
+struct ValueShape {
+  std::vector<int64_t> dims;
+  size_t count = 0;
+};
+ValueShape ShapeOf(const OrtValue* value, const std::string& prefix);
+
+}  // namespace onnxmlu
