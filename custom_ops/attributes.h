@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ort_support.h"
@@ -18,15 +19,29 @@ std::string Prefix(const std::string& node_name);
 int64_t ReadMp(const OrtKernelInfo* info, const std::string& prefix);
 // The `precision` label ("fp32" when absent); CheckLabel later holds the body to it.
 std::string ReadPrecision(const OrtKernelInfo* info, const std::string& prefix);
-// The serialized body: TENSOR(uint8) (the format onnxmlu writes) or STRING (older files).
-std::string ReadBody(const OrtKernelInfo* info, const std::string& prefix);
+// The serialized body, TENSOR(uint8) (the format onnxmlu writes) or STRING (older files), held
+// where onnxruntime's C API put it. The API makes one copy of the attribute either way and has no
+// call that exposes the node's own bytes: KernelInfoGetAttribute_tensor unpacks the TensorProto
+// into a new tensor, KernelInfoGetAttribute_string fills a buffer. The library adds none: the
+// digest, the scans, the label rule and the inner session read bytes() in place.
+class BodyBytes {
+ public:
+  std::string_view bytes() const;
+  void Release();  // the inner session holds what it needs: free the copy
+
+ private:
+  friend BodyBytes ReadBody(const OrtKernelInfo* info, const std::string& prefix);
+  OrtPtr<OrtValue> tensor_;  // a TENSOR body
+  std::string text_;         // a STRING body
+};
+BodyBytes ReadBody(const OrtKernelInfo* info, const std::string& prefix);
 
 // Refuses a body whose bytes changed since its digest was written.
-void VerifyDigest(const std::string& body, const OrtKernelInfo* info, const std::string& prefix);
+void VerifyDigest(std::string_view body, const OrtKernelInfo* info, const std::string& prefix);
 // Refuses a body that refers to a file (body_scan.h), or nests too deep to be scanned.
-void RefuseFileReferences(const std::string& body, const std::string& prefix, const std::vector<std::string>& shared);
+void RefuseFileReferences(std::string_view body, const std::string& prefix, const std::vector<std::string>& shared);
 // Refuses a label the body does not bear out (label_rule.h).
-void CheckLabel(const std::string& body, const std::string& precision, const std::string& prefix);
+void CheckLabel(std::string_view body, const std::string& precision, const std::string& prefix);
 
 // The node's shared weights (kSharedAttribute): its last inputs, each a constant of the outer
 // graph, named as the body's initializer it replaces. Read once, at kernel creation: onnxruntime

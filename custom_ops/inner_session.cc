@@ -203,7 +203,7 @@ OrtPtr<OrtSessionOptions> InnerSessionOptions(int threads, bool spinning, bool g
 
 }  // namespace
 
-OrtStatus* CreateInnerSession(OrtEnv* env, const std::string& body, int threads, const InnerConfig& config,
+OrtStatus* CreateInnerSession(OrtEnv* env, std::string_view body, int threads, const InnerConfig& config,
                               const std::string& node_name, const std::string& prefix, const SharedViews& shared,
                               OrtSession** session, bool* on_global_pool, bool exact_int8) {
   std::optional<bool> global = GlobalPools().Known(env);

@@ -47,7 +47,7 @@ SharedViews ViewsOf(const SharedWeights& shared, const std::string& prefix);
 // The inner session of a body: on the env's global pool where it has one (or the user demands
 // it), so every block of every model in the process shares one pool as the process's plain
 // sessions do; otherwise on a pool of its own. Returns onnxruntime's error for the body, if any.
-OrtStatus* CreateInnerSession(OrtEnv* env, const std::string& body, int threads, const InnerConfig& config,
+OrtStatus* CreateInnerSession(OrtEnv* env, std::string_view body, int threads, const InnerConfig& config,
                               const std::string& node_name, const std::string& prefix, const SharedViews& shared,
                               OrtSession** session, bool* on_global_pool, bool exact_int8);
 

@@ -88,11 +88,12 @@ FusionBlockKernel::PoolUse::~PoolUse() {
 }
 
 FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfig& config)
-    : node_name_(ReadNodeName(info)) {
-  std::string prefix = Prefix(node_name_);
+    : node_name_(ReadNodeName(info)), prefix_(Prefix(node_name_)) {
+  const std::string& prefix = prefix_;
   mp_ = ReadMp(info, prefix);
   const std::string precision = ReadPrecision(info, prefix);
-  std::string body = ReadBody(info, prefix);
+  BodyBytes body_bytes = ReadBody(info, prefix);
+  const std::string_view body = body_bytes.bytes();  // read in place from here on (no copy)
   VerifyDigest(body, info, prefix);
   const SharedWeights shared = ReadSharedWeights(info, prefix);
   RefuseFileReferences(body, prefix, shared.names);
@@ -124,7 +125,7 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   session_.reset(session);
   pool_use_.Count(threads, on_global_pool);
   CheckLabel(body, precision, prefix);  // after onnxruntime parsed it: the bytes are a well-formed model
-  std::string().swap(body);  // the inner session holds what it needs: free the copy now
+  body_bytes.Release();  // the inner session holds what it needs: free the copy now
 
   size_t node_inputs = 0, node_outputs = 0, body_inputs = 0, body_outputs = 0;
   Check(Api().KernelInfo_GetInputCount(info, &node_inputs), prefix);
@@ -214,8 +215,6 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   learn_shapes_ = dynamic && ReadBodyMetadata(session_.get(), kOutputShapesKey, prefix) == kFollowInputShapes;
 }
 
-std::string FusionBlockKernel::BlockName() const { return Prefix(node_name_); }
-
 std::optional<FusionBlockKernel::Shapes> FusionBlockKernel::LearnedShapes(const std::vector<int64_t>& key) const {
   std::lock_guard<std::mutex> lock(learned_mutex_);
   auto found = learned_.find(key);
@@ -248,11 +247,11 @@ OrtStatusPtr FusionBlockKernel::ComputeV2(OrtKernelContext* context) const noexc
     Compute(context);
     return nullptr;
   } catch (const BlockError& error) {
-    return MakeStatus(error.code(), error.what());
-  } catch (const std::exception& error) {
-    return MakeStatus(ORT_FAIL, BlockName() + error.what());
+    return ErrorStatus(error.code(), "", error.what());
+  } catch (const std::exception& error) {  // std::bad_alloc among them: nothing here allocates
+    return ErrorStatus(ORT_FAIL, prefix_.c_str(), error.what());
   } catch (...) {
-    return MakeStatus(ORT_FAIL, BlockName() + "unknown error while running the block");
+    return ErrorStatus(ORT_FAIL, prefix_.c_str(), "unknown error while running the block");
   }
 }
 
@@ -308,7 +307,7 @@ void FusionBlockKernel::Compute(OrtKernelContext* context) const {
 
 // A float tensor rounded to float16 or bfloat16 (to nearest even, as onnxruntime's Cast does).
 OrtPtr<OrtValue> FusionBlockKernel::Narrow(const OrtValue* value, ONNXTensorElementDataType type) const {
-  const std::string prefix = BlockName();
+  const std::string& prefix = BlockName();
   const auto [dims, count] = ShapeOf(value, prefix);
   OrtAllocator* allocator = nullptr;
   Check(Api().GetAllocatorWithDefaultOptions(&allocator), prefix);
@@ -329,7 +328,7 @@ OrtPtr<OrtValue> FusionBlockKernel::Narrow(const OrtValue* value, ONNXTensorElem
 
 std::vector<int64_t> FusionBlockKernel::CopyDynamicOutput(OrtKernelContext* context, size_t index,
                                                           const OrtValue* result) const {
-  const std::string prefix = BlockName();
+  const std::string& prefix = BlockName();
   if (result == nullptr) {
     throw BlockError(ORT_FAIL, prefix + "inner session returned no value for output " + std::to_string(index));
   }

@@ -145,7 +145,8 @@ class FusionBlockKernel {
   void Learn(std::vector<int64_t> key, Shapes shapes) const;
   std::vector<int64_t> CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const;
   OrtPtr<OrtValue> Narrow(const OrtValue* value, ONNXTensorElementDataType type) const;
-  std::string BlockName() const;
+  // "MLUFusionBlock '<name>': ", built once so that ComputeV2's error path needs no allocation.
+  const std::string& BlockName() const { return prefix_; }
 
   // Counts this kernel's inner session in the thread report (OnnxmluThreadReport) while it lives.
   struct PoolUse {
@@ -159,6 +160,7 @@ class FusionBlockKernel {
   };
 
   std::string node_name_;
+  std::string prefix_;
   int64_t mp_ = 0;
   PoolUse pool_use_;
   OrtPtr<OrtEnv> env_;          // keeps the process env alive as long as the inner session

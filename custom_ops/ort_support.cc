@@ -4,11 +4,13 @@
 
 namespace onnxmlu {
 
-OrtStatus* MakeStatus(OrtErrorCode code, const std::string& message) noexcept {
+OrtStatus* ErrorStatus(OrtErrorCode code, const char* prefix, const char* detail) noexcept {
   try {
-    return Api().CreateStatus(code, ValidUtf8(message).c_str());
-  } catch (...) {  // out of memory while escaping: the raw message is better than none
-    return Api().CreateStatus(code, message.c_str());
+    return Api().CreateStatus(code, ValidUtf8(std::string(prefix) + detail).c_str());
+  } catch (...) {  // out of memory (std::bad_alloc): the same message, built without the heap
+    char message[kMaxFallbackMessage];
+    ValidUtf8Into(message, sizeof(message), prefix, detail);
+    return Api().CreateStatus(code, message);
   }
 }
 

@@ -21,8 +21,12 @@ class BlockError : public std::runtime_error {
 
 inline const OrtApi& Api() { return Ort::GetApi(); }
 
-// An OrtStatus carrying `message` with ill-formed UTF-8 escaped (utf8.h).
-OrtStatus* MakeStatus(OrtErrorCode code, const std::string& message) noexcept;
+// An OrtStatus carrying `prefix` + `detail` with ill-formed UTF-8 escaped (utf8.h), for the
+// noexcept functions onnxruntime calls: it never throws, and out of memory it assembles the
+// message in a fixed buffer on the stack (cut at kMaxFallbackMessage bytes) instead of the heap.
+// (onnxruntime's CreateStatus allocates with nothrow new.)
+OrtStatus* ErrorStatus(OrtErrorCode code, const char* prefix, const char* detail) noexcept;
+inline constexpr size_t kMaxFallbackMessage = 1024;
 
 // Turns a failed OrtStatus into a BlockError carrying `prefix` + onnxruntime's message.
 void Check(OrtStatus* status, const std::string& prefix);

@@ -2,6 +2,7 @@
 // every body gets), the session config entries read at registration, and the library's two
 // exported entry points (exports.map).
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -14,6 +15,21 @@
 
 namespace onnxmlu {
 
+namespace {
+
+// "MLUFusionBlock '<name>': cannot create the kernel: <detail>", for CreateKernelV2's catch-all;
+// out of memory it names no node rather than allocate.
+OrtStatus* CreationError(const OrtKernelInfo* info, const char* detail) noexcept {
+  try {
+    const std::string prefix = Prefix(ReadNodeName(info)) + "cannot create the kernel: ";
+    return ErrorStatus(ORT_FAIL, prefix.c_str(), detail);
+  } catch (...) {
+    return ErrorStatus(ORT_FAIL, "MLUFusionBlock: cannot create the kernel: ", detail);
+  }
+}
+
+}  // namespace
+
 OrtStatusPtr FusionBlockOp::CreateKernelV2(const OrtApi& /*api*/, const OrtKernelInfo* info, void** kernel) const noexcept {
   *kernel = nullptr;
   try {
@@ -23,11 +39,11 @@ OrtStatusPtr FusionBlockOp::CreateKernelV2(const OrtApi& /*api*/, const OrtKerne
     *kernel = new FusionBlockKernel(info, config_);
     return nullptr;
   } catch (const BlockError& error) {
-    return MakeStatus(error.code(), error.what());
-  } catch (const std::exception& error) {
-    return MakeStatus(ORT_FAIL, Prefix(ReadNodeName(info)) + "cannot create the kernel: " + error.what());
+    return ErrorStatus(error.code(), "", error.what());
+  } catch (const std::exception& error) {  // std::bad_alloc among them
+    return CreationError(info, error.what());
   } catch (...) {
-    return MakeStatus(ORT_FAIL, Prefix(ReadNodeName(info)) + "cannot create the kernel: unknown error");
+    return CreationError(info, "unknown error");
   }
 }
 
@@ -123,10 +139,10 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
   if (api == nullptr) {
     const OrtApi* oldest = api_base->GetApi(1);
     if (oldest == nullptr) return nullptr;
-    std::string message = std::string("libonnxmlu_ops needs onnxruntime >= 1.21 (C API version ") +
-                          std::to_string(onnxmlu::kOrtApiVersion) + "), this is onnxruntime " +
-                          api_base->GetVersionString();
-    return oldest->CreateStatus(ORT_FAIL, message.c_str());
+    char message[256];  // no allocation: nothing may throw out of this C entry point
+    std::snprintf(message, sizeof(message), "libonnxmlu_ops needs onnxruntime >= 1.21 (C API version %u), this is onnxruntime %s",
+                  static_cast<unsigned>(onnxmlu::kOrtApiVersion), api_base->GetVersionString());
+    return oldest->CreateStatus(ORT_FAIL, message);
   }
   Ort::InitApi(api);
   // Registering twice into one SessionOptions would fail session creation ("Domain already set
@@ -141,7 +157,7 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
     if (OrtStatus* status = api->AddCustomOpDomain(options, onnxmlu::BlockDomain(config))) return status;
     return api->AddSessionConfigEntry(options, onnxmlu::kRegisteredKey, "1");
   } catch (const onnxmlu::BlockError& error) {
-    return onnxmlu::MakeStatus(error.code(), error.what());
+    return onnxmlu::ErrorStatus(error.code(), "", error.what());
   } catch (const std::exception& error) {
     return api->CreateStatus(ORT_FAIL, error.what());
   } catch (...) {

@@ -29,22 +29,51 @@ size_t Utf8SequenceLength(std::string_view text, size_t i) noexcept {
   return length;
 }
 
-std::string ValidUtf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
+namespace {
+
+// Calls `emit(piece)` for each well-formed sequence of `text` and each \xNN escape, in order.
+template <typename Emit>
+void Repair(std::string_view text, Emit&& emit) {
+  static const char kHex[] = "0123456789abcdef";
   for (size_t i = 0; i < text.size();) {
     if (size_t length = Utf8SequenceLength(text, i)) {
-      out.append(text, i, length);
+      emit(text.substr(i, length));
       i += length;
       continue;
     }
-    static const char kHex[] = "0123456789abcdef";
     const auto value = static_cast<unsigned char>(text[i++]);
-    out += "\\x";
-    out += kHex[value >> 4];
-    out += kHex[value & 0xF];
+    const char escape[4] = {'\\', 'x', kHex[value >> 4], kHex[value & 0xF]};
+    emit(std::string_view(escape, 4));
   }
+}
+
+}  // namespace
+
+std::string ValidUtf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  Repair(text, [&](std::string_view piece) { out.append(piece); });
   return out;
+}
+
+size_t ValidUtf8Into(char* out, size_t size, std::string_view first, std::string_view second) noexcept {
+  const size_t room = size - 4;  // kept for "..." and the NUL
+  size_t used = 0;
+  bool cut = false;
+  const auto emit = [&](std::string_view piece) {
+    if (cut || used + piece.size() > room) {
+      cut = true;
+      return;
+    }
+    for (char c : piece) out[used++] = c;
+  };
+  Repair(first, emit);
+  Repair(second, emit);
+  if (cut) {
+    for (char c : {'.', '.', '.'}) out[used++] = c;
+  }
+  out[used] = '\0';
+  return used;
 }
 
 }  // namespace onnxmlu

@@ -16,4 +16,9 @@ size_t Utf8SequenceLength(std::string_view text, size_t i) noexcept;
 // `text` with every ill-formed byte written as \xNN.
 std::string ValidUtf8(std::string_view text);
 
+// The same repair of `first` then `second` into `out` (capacity `size` >= 4, NUL-terminated),
+// without allocating: the error paths that run out of memory use it. Text that does not fit is
+// cut at a character boundary and ends with "..."; returns the length written.
+size_t ValidUtf8Into(char* out, size_t size, std::string_view first, std::string_view second) noexcept;
+
 }  // namespace onnxmlu

@@ -299,6 +299,16 @@ BAD_NODES = {
     ),
     "nested": (nested_model, ["MLUFusionBlock 'outer_block'", "blocks cannot be nested", "inner_block"]),
     "string boundary": (string_boundary, ["block_s (mp=1)", "string tensors cannot cross a block boundary"]),
+    # An optional attribute of the wrong type is told from an absent one through the C API's
+    # typed reads, and the message names the type found.
+    "precision an int": (lambda: conv_relu_fused(precision=3)[0],
+                         ["block_0 (mp=2)", "attribute 'precision' must be a string (fp32, fp16 or int8), got an int"]),
+    "precision a graph": (lambda: conv_relu_fused(precision=conv_relu_body().graph)[0],
+                          ["attribute 'precision' must be a string", "got a graph, a list of strings or tensors, a sparse tensor or an empty list"]),
+    "digest a list": (lambda: conv_relu_fused(body_crc32=[1, 2])[0],
+                      ["attribute 'body_crc32' must be an int (the CRC-32 of the body's bytes), got a list of ints"]),
+    "shared_weights a float": (lambda: conv_relu_fused(shared_weights=1.0)[0],
+                               ["attribute shared_weights must be an int", "got a float"]),
 }
 
 

@@ -46,6 +46,24 @@ TEST(utf8_never_reads_past_the_view) {
   CHECK(Utf8SequenceLength(std::string_view(buffer.data() + 1, 2), 0) == 0);
 }
 
+// The error paths' repair into a fixed buffer (no allocation): same text as ValidUtf8 when it
+// fits; cut at a whole character or escape, marked "...", when it does not.
+TEST(utf8_repair_into_a_fixed_buffer) {
+  char out[32];
+  CHECK(onnxmlu::ValidUtf8Into(out, sizeof(out), "MLUFusionBlock 'b': ", "bad \xFF") == 28);
+  CHECK_TEXT(out, "MLUFusionBlock 'b': bad \\xff");
+  char small[12];  // room for 8 bytes, then "..." and the NUL
+  onnxmlu::ValidUtf8Into(small, sizeof(small), "abcdef", "\xFFz");
+  CHECK_TEXT(small, "abcdef...");  // the 4-byte escape does not fit after 6 bytes: never half of it
+  onnxmlu::ValidUtf8Into(small, sizeof(small), "abcd\xE2\x82\xAC", "tail");
+  CHECK_TEXT(small, "abcd\xE2\x82\xAC" "t...");  // the euro sign whole, then as much as fits
+  char tiny[4];
+  onnxmlu::ValidUtf8Into(tiny, sizeof(tiny), "", "");
+  CHECK_TEXT(tiny, "");
+  onnxmlu::ValidUtf8Into(tiny, sizeof(tiny), "x", "");
+  CHECK_TEXT(tiny, "...");
+}
+
 TEST(utf8_every_byte_value_gives_well_formed_output) {
   for (int b = 0; b < 256; ++b) {
     for (int c = 0; c < 256; c += 17) {
