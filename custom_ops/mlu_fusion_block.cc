@@ -210,7 +210,7 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   }
 
   for (const auto& name : input_names_) input_name_ptrs_.push_back(name.c_str());
-  for (const auto& name : output_names_) output_name_ptrs_.push_back(name.c_str());
+  PlanOutputSources(prefix);
   bool dynamic = std::any_of(outputs_.begin(), outputs_.end(), [](const OutputPlan& o) { return !o.is_static; });
   learn_shapes_ = dynamic && ReadBodyMetadata(session_.get(), kOutputShapesKey, prefix) == kFollowInputShapes;
 }
@@ -275,34 +275,77 @@ void FusionBlockKernel::Compute(OrtKernelContext* context) const {
     key = InputShapeKey(inputs, BlockName());
     learned = LearnedShapes(key);
   }
+  // The inner Run computes each distinct output that is not an input (OutputPlan::source);
+  // results[r] is the value of run output r: the node's own buffer when written in place.
   std::vector<bool> in_place(n_outputs, false);
-  std::vector<OrtValue*> outputs(n_outputs, nullptr);
+  std::vector<OrtValue*> results(run_output_ptrs_.size(), nullptr);
   for (size_t i = 0; i < n_outputs; ++i) {
     const OutputPlan& plan = outputs_[i];
+    if (plan.source != OutputPlan::Source::kRun) continue;
     const bool learnable = learned && plan.widen_from == ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;  // else converted after
     const std::vector<int64_t>* dims = plan.is_static ? &plan.dims : (learnable ? &(*learned)[i] : nullptr);
     if (dims == nullptr) continue;
-    if (OrtStatus* s = Api().KernelContext_GetOutput(context, i, dims->data(), dims->size(), &outputs[i])) {
+    if (OrtStatus* s = Api().KernelContext_GetOutput(context, i, dims->data(), dims->size(), &results[plan.run_index])) {
       Check(s, BlockName());
     }
     in_place[i] = true;
   }
+  std::vector<OrtPtr<OrtValue>> owned = Run(inputs, results, in_place);
+  Shapes seen(n_outputs);
+  for (size_t i = 0; i < n_outputs; ++i) {
+    const OutputPlan& plan = outputs_[i];
+    if (plan.source == OutputPlan::Source::kInput) {
+      seen[i] = CopyDynamicOutput(context, i, inputs[plan.source_index]);
+    } else if (plan.source == OutputPlan::Source::kOutput) {
+      seen[i] = CopyDynamicOutput(context, i, results[outputs_[plan.source_index].run_index]);
+    } else if (!in_place[i]) {
+      seen[i] = CopyDynamicOutput(context, i, owned[plan.run_index].get());
+    }
+  }
+  if (learn_shapes_ && !learned) Learn(std::move(key), std::move(seen));
+}
+
+// The inner Run over `results` (preallocated where `in_place`); returns the results it allocated,
+// ours to release whatever happens next. A body whose outputs are all inputs needs no Run.
+std::vector<OrtPtr<OrtValue>> FusionBlockKernel::Run(const std::vector<const OrtValue*>& inputs,
+                                                     std::vector<OrtValue*>& results,
+                                                     const std::vector<bool>& in_place) const {
+  std::vector<OrtPtr<OrtValue>> owned(results.size());
+  if (results.empty()) return owned;
   if (pool_use_.global || pool_use_.own_workers > 0) {
     g_thread_report[pool_use_.global ? kGlobalRuns : kOwnPoolRuns].fetch_add(1, std::memory_order_relaxed);
   }
-  OrtStatus* status = Api().Run(session_.get(), nullptr, input_name_ptrs_.data(), inputs.data(), n_inputs,
-                                output_name_ptrs_.data(), n_outputs, outputs.data());
-  // Outputs the inner session allocated are ours to release, whatever happens next.
-  std::vector<OrtPtr<OrtValue>> owned(n_outputs);
-  for (size_t i = 0; i < n_outputs; ++i) {
-    if (!in_place[i]) owned[i].reset(outputs[i]);
+  OrtStatus* status = Api().Run(session_.get(), nullptr, input_name_ptrs_.data(), inputs.data(), inputs.size(),
+                                run_output_ptrs_.data(), results.size(), results.data());
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (outputs_[i].source == OutputPlan::Source::kRun && !in_place[i]) owned[outputs_[i].run_index].reset(results[outputs_[i].run_index]);
   }
   if (status != nullptr) Check(status, BlockName());
-  Shapes seen(n_outputs);
-  for (size_t i = 0; i < n_outputs; ++i) {
-    if (!in_place[i]) seen[i] = CopyDynamicOutput(context, i, owned[i].get());
+  return owned;
+}
+
+// Where each output's value comes from (OutputPlan::source). onnxruntime's Run fills only one of
+// two requested outputs of the same name, and leaves a preallocated output that is a graph input
+// unwritten: such outputs are copied from their input or first occurrence after the Run instead.
+void FusionBlockKernel::PlanOutputSources(const std::string& prefix) {
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    OutputPlan& plan = outputs_[i];
+    const std::string& name = output_names_[i];
+    const auto input = std::find(input_names_.begin(), input_names_.end(), name);
+    const auto earlier = std::find(output_names_.begin(), output_names_.begin() + i, name);
+    if (input == input_names_.end() && earlier == output_names_.begin() + i) {
+      plan.run_index = run_output_ptrs_.size();
+      run_output_ptrs_.push_back(name.c_str());
+      continue;
+    }
+    plan.source = input != input_names_.end() ? OutputPlan::Source::kInput : OutputPlan::Source::kOutput;
+    plan.source_index = input != input_names_.end() ? input - input_names_.begin() : earlier - output_names_.begin();
+    plan.is_static = false;  // copied after the Run
+    if (plan.element_bits == 0) {
+      throw BlockError(ORT_NOT_IMPLEMENTED, prefix + "body output " + std::to_string(i) + " ('" + name +
+                                                "') repeats an input or output of an element type this library cannot copy");
+    }
   }
-  if (learn_shapes_ && !learned) Learn(std::move(key), std::move(seen));
 }
 
 // A float tensor rounded to float16 or bfloat16 (to nearest even, as onnxruntime's Cast does).

@@ -134,6 +134,11 @@ class FusionBlockKernel {
     size_t element_bits = 0;      // for the copy of dynamically shaped outputs
     // UNDEFINED, or the body's 16-bit float type where onnxruntime reads float (see narrow_to_)
     ONNXTensorElementDataType widen_from = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    // Where the value comes from: the inner Run (its output run_index), or, for a body output that
+    // is also a body input or repeats an earlier output, a copy of input / output source_index.
+    enum class Source { kRun, kInput, kOutput } source = Source::kRun;
+    size_t run_index = 0;
+    size_t source_index = 0;
   };
 
   using Shapes = std::vector<std::vector<int64_t>>;
@@ -143,6 +148,9 @@ class FusionBlockKernel {
   // input shapes gave them; nullopt when no run did (or the body's shapes follow values).
   std::optional<Shapes> LearnedShapes(const std::vector<int64_t>& key) const;
   void Learn(std::vector<int64_t> key, Shapes shapes) const;
+  void PlanOutputSources(const std::string& prefix);
+  std::vector<OrtPtr<OrtValue>> Run(const std::vector<const OrtValue*>& inputs, std::vector<OrtValue*>& results,
+                                    const std::vector<bool>& in_place) const;
   std::vector<int64_t> CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const;
   OrtPtr<OrtValue> Narrow(const OrtValue* value, ONNXTensorElementDataType type) const;
   // "MLUFusionBlock '<name>': ", built once so that ComputeV2's error path needs no allocation.
@@ -166,7 +174,8 @@ class FusionBlockKernel {
   OrtPtr<OrtEnv> env_;          // keeps the process env alive as long as the inner session
   OrtPtr<OrtSession> session_;  // declared after env_: destroyed first
   std::vector<std::string> input_names_, output_names_;
-  std::vector<const char*> input_name_ptrs_, output_name_ptrs_;
+  std::vector<const char*> input_name_ptrs_;
+  std::vector<const char*> run_output_ptrs_;  // the distinct body outputs that are not inputs, for Run
   std::vector<OutputPlan> outputs_;
   bool learn_shapes_ = false;  // a dynamic output, and the body's output shapes follow its input shapes
   mutable std::mutex learned_mutex_;
