@@ -15,47 +15,6 @@ namespace onnxmlu {
 
 namespace {
 
-// What a value looks like on one side of the block boundary.
-struct TensorSignature {
-  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-  std::vector<int64_t> dims;  // -1 for symbolic dimensions
-};
-
-// Reads a tensor type; `what` describes the value for the error message.
-TensorSignature ReadSignature(OrtTypeInfo* raw, const std::string& prefix, const std::string& what) {
-  OrtPtr<OrtTypeInfo> info(raw);
-  ONNXType onnx_type = ONNX_TYPE_UNKNOWN;
-  Check(Api().GetOnnxTypeFromTypeInfo(info.get(), &onnx_type), prefix);
-  if (onnx_type != ONNX_TYPE_TENSOR) {
-    throw BlockError(ORT_INVALID_GRAPH, prefix + what + " is not a tensor; only tensors can cross a block boundary");
-  }
-  const OrtTensorTypeAndShapeInfo* tensor = nullptr;  // owned by `info`
-  Check(Api().CastTypeInfoToTensorInfo(info.get(), &tensor), prefix);
-  TensorSignature signature;
-  Check(Api().GetTensorElementType(tensor, &signature.type), prefix);
-  size_t rank = 0;
-  Check(Api().GetDimensionsCount(tensor, &rank), prefix);
-  signature.dims.resize(rank);
-  if (rank > 0) Check(Api().GetDimensions(tensor, signature.dims.data(), rank), prefix);
-  return signature;
-}
-
-// A custom metadata entry of the body ("" when absent).
-std::string ReadBodyMetadata(const OrtSession* session, const char* key, const std::string& prefix) {
-  OrtModelMetadata* raw = nullptr;
-  Check(Api().SessionGetModelMetadata(session, &raw), prefix);
-  std::unique_ptr<OrtModelMetadata, void (*)(OrtModelMetadata*)> metadata(
-      raw, [](OrtModelMetadata* m) { Api().ReleaseModelMetadata(m); });
-  OrtAllocator* allocator = nullptr;
-  Check(Api().GetAllocatorWithDefaultOptions(&allocator), prefix);
-  char* value = nullptr;
-  Check(Api().ModelMetadataLookupCustomMetadataMap(metadata.get(), allocator, key, &value), prefix);
-  if (value == nullptr) return std::string();
-  std::string copy(value);
-  Check(Api().AllocatorFree(allocator, value), prefix);
-  return copy;
-}
-
 // Whether onnxruntime may hand a block float where its body has float16/bfloat16 (see
 // FusionBlockKernel::narrow_to_): the block converts, exactly as the Cast it dropped would.
 bool IsWidening(ONNXTensorElementDataType body, ONNXTensorElementDataType node) {

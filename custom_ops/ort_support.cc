@@ -61,4 +61,37 @@ ValueShape ShapeOf(const OrtValue* value, const std::string& prefix) {
   return result;
 }
 
+TensorSignature ReadSignature(OrtTypeInfo* raw, const std::string& prefix, const std::string& what) {
+  OrtPtr<OrtTypeInfo> info(raw);
+  ONNXType onnx_type = ONNX_TYPE_UNKNOWN;
+  Check(Api().GetOnnxTypeFromTypeInfo(info.get(), &onnx_type), prefix);
+  if (onnx_type != ONNX_TYPE_TENSOR) {
+    throw BlockError(ORT_INVALID_GRAPH, prefix + what + " is not a tensor; only tensors can cross a block boundary");
+  }
+  const OrtTensorTypeAndShapeInfo* tensor = nullptr;  // owned by `info`
+  Check(Api().CastTypeInfoToTensorInfo(info.get(), &tensor), prefix);
+  TensorSignature signature;
+  Check(Api().GetTensorElementType(tensor, &signature.type), prefix);
+  size_t rank = 0;
+  Check(Api().GetDimensionsCount(tensor, &rank), prefix);
+  signature.dims.resize(rank);
+  if (rank > 0) Check(Api().GetDimensions(tensor, signature.dims.data(), rank), prefix);
+  return signature;
+}
+
+std::string ReadBodyMetadata(const OrtSession* session, const char* key, const std::string& prefix) {
+  OrtModelMetadata* raw = nullptr;
+  Check(Api().SessionGetModelMetadata(session, &raw), prefix);
+  std::unique_ptr<OrtModelMetadata, void (*)(OrtModelMetadata*)> metadata(
+      raw, [](OrtModelMetadata* m) { Api().ReleaseModelMetadata(m); });
+  OrtAllocator* allocator = nullptr;
+  Check(Api().GetAllocatorWithDefaultOptions(&allocator), prefix);
+  char* value = nullptr;
+  Check(Api().ModelMetadataLookupCustomMetadataMap(metadata.get(), allocator, key, &value), prefix);
+  if (value == nullptr) return std::string();
+  std::string copy(value);
+  Check(Api().AllocatorFree(allocator, value), prefix);
+  return copy;
+}
+
 }  // namespace onnxmlu

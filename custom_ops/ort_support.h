@@ -42,4 +42,15 @@ struct ValueShape {
 };
 ValueShape ShapeOf(const OrtValue* value, const std::string& prefix);
 
+// What a value looks like on one side of the block boundary.
+struct TensorSignature {
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  std::vector<int64_t> dims;  // -1 for symbolic dimensions
+};
+// Reads (and releases) a tensor type; `what` describes the value for the error message.
+TensorSignature ReadSignature(OrtTypeInfo* raw, const std::string& prefix, const std::string& what);
+
+// A custom metadata entry of a session's model ("" when absent).
+std::string ReadBodyMetadata(const OrtSession* session, const char* key, const std::string& prefix);
+
 }  // namespace onnxmlu
