@@ -3,9 +3,12 @@
 #                  library is built by the same backend as `pip install .` (scikit-build-core +
 #                  CMake, custom_ops/CMakeLists.txt) and re-built when its sources change
 #   make wheel     dist/: the sdist and a manylinux wheel (python -m build + auditwheel repair)
-#   make sanitize  the ASan + UBSan build of the library, then tests/test_runtime.py and
-#                  tests/test_hostile_models.py under it
-#   make test      the CI test suite (real-world corpus included)
+#   make sanitize  the ASan + UBSan build of the library and of the C++ unit tests, then the unit
+#                  tests, tests/test_runtime.py and tests/test_hostile_models.py under it
+#   make test      the CI test suite: the C++ unit tests (make cpp-test), then pytest (real-world
+#                  corpus included)
+#   make cpp-test  the library's C++ unit tests (tests/cpp: crc32, UTF-8 repair, body scan, the
+#                  label rule on tests/data/label_rule_cases.json), built by CMake in build/cpp-tests
 #   make test-browser  the browser-marked tests, Debian's chromium installed first when missing
 #   make lint      ruff over the package, tests and scripts (rules in pyproject.toml); CI runs it first
 #   make smoke     scripts/smoke.sh (zoo, fuse, check, run, int8) on .venv: the latest versions
@@ -34,8 +37,9 @@ PYTEST_ARGS ?=
 LIB_SOURCES := pyproject.toml custom_ops/CMakeLists.txt custom_ops/exports.map $(wildcard custom_ops/*.cc custom_ops/*.h) \
                scripts/fetch_ort_headers.sh
 ASAN_LIB := build/sanitize/libonnxmlu_ops_asan.so
+CPP_TESTS := build/cpp-tests
 
-.PHONY: install lib wheel sanitize lint test test-slow test-realworld test-browser browser-deps smoke smoke-lowest demo bench bench-quick clean
+.PHONY: install lib wheel sanitize cpp-test lint test test-slow test-realworld test-browser browser-deps smoke smoke-lowest demo bench bench-quick clean
 
 install: $(VENV)/.installed
 
@@ -56,9 +60,10 @@ wheel:
 	bash scripts/build_wheel.sh $(DIST)
 
 sanitize: install
-	$(CMAKE) -S custom_ops -B build/sanitize -DONNXMLU_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
+	$(CMAKE) -S custom_ops -B build/sanitize -DONNXMLU_SANITIZE=ON -DONNXMLU_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Debug \
 	    -DORT_INCLUDE_DIR="$$(bash scripts/fetch_ort_headers.sh)"
 	$(CMAKE) --build build/sanitize
+	build/sanitize/onnxmlu_ops_tests
 	ONNXMLU_CUSTOM_OPS_LIBRARY=$(CURDIR)/$(ASAN_LIB) \
 	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(readlink -f $$(g++ -print-file-name=libstdc++.so))" \
 	ASAN_OPTIONS=detect_leaks=0 \
@@ -67,8 +72,16 @@ sanitize: install
 lint: install
 	$(PY) -m ruff check onnxmlu tests scripts
 
+# The C++ unit tests: the onnxruntime-free units of custom_ops/ and tests/cpp, no library build
+# (about 12 s to compile from scratch on 2 cores, incremental after).
+cpp-test:
+	$(CMAKE) -S custom_ops -B $(CPP_TESTS) -DONNXMLU_BUILD_TESTS=ON \
+	    -DORT_INCLUDE_DIR="$$(bash scripts/fetch_ort_headers.sh)" > /dev/null
+	$(CMAKE) --build $(CPP_TESTS) --target onnxmlu_ops_tests
+	$(CPP_TESTS)/onnxmlu_ops_tests
+
 # The wheel test (build, repair, install into a fresh venv, run) goes with the heavy ones: serial.
-test: install
+test: install cpp-test
 	$(PY) -m pytest -q -n 2 -m "not slow and not browser and not heavy and not wheel" $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m "(heavy or wheel) and not slow" $(PYTEST_ARGS)
 

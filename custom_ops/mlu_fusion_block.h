@@ -26,6 +26,12 @@
 // body/node mismatch, nested blocks, string tensors at the boundary) is reported as an OrtStatus from
 // CreateKernelV2, so onnxruntime fails session creation with a readable message instead of the
 // process crashing. Nothing throws across the C boundary.
+//
+// The library's units (each with a header): crc32 (the digest), utf8 (message repair), body_scan
+// (the body read in protobuf's wire format, in place), label_rule (what a precision label needs
+// of the body) -- these four free of onnxruntime, so tests/cpp links them alone -- then
+// ort_support (errors and statuses), attributes (the node's attributes), inner_session (env,
+// arena, pools, session options), mlu_fusion_block.cc (this kernel) and registration.
 #pragma once
 
 #ifndef ORT_API_MANUAL_INIT
@@ -115,10 +121,6 @@ using OrtPtr = std::unique_ptr<T, OrtDeleter>;
 // The kernel of one MLUFusionBlock node: an inner session built from the body. Immutable after
 // construction but for the learned output shapes (behind a mutex), so concurrent ComputeV2 calls
 // (one outer session shared by many threads) share the inner session, whose Run is thread-safe.
-// CRC-32 (ISO-HDLC: the checksum of zlib, gzip and PNG; reflected polynomial 0xEDB88320) of
-// `size` bytes, continuing from `crc` (0 to start); equals Python's zlib.crc32(data, crc).
-uint32_t Crc32(const void* data, size_t size, uint32_t crc = 0) noexcept;
-
 class FusionBlockKernel {
  public:
   // Throws BlockError (message already prefixed with the node name) when the node is unusable.
@@ -132,6 +134,11 @@ class FusionBlockKernel {
     size_t element_bits = 0;      // for the copy of dynamically shaped outputs
     // UNDEFINED, or the body's 16-bit float type where onnxruntime reads float (see narrow_to_)
     ONNXTensorElementDataType widen_from = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    // Where the value comes from: the inner Run (its output run_index), or, for a body output that
+    // is also a body input or repeats an earlier output, a copy of input / output source_index.
+    enum class Source { kRun, kInput, kOutput } source = Source::kRun;
+    size_t run_index = 0;
+    size_t source_index = 0;
   };
 
   using Shapes = std::vector<std::vector<int64_t>>;
@@ -141,9 +148,13 @@ class FusionBlockKernel {
   // input shapes gave them; nullopt when no run did (or the body's shapes follow values).
   std::optional<Shapes> LearnedShapes(const std::vector<int64_t>& key) const;
   void Learn(std::vector<int64_t> key, Shapes shapes) const;
+  void PlanOutputSources(const std::string& prefix);
+  std::vector<OrtPtr<OrtValue>> Run(const std::vector<const OrtValue*>& inputs, std::vector<OrtValue*>& results,
+                                    const std::vector<bool>& in_place) const;
   std::vector<int64_t> CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const;
   OrtPtr<OrtValue> Narrow(const OrtValue* value, ONNXTensorElementDataType type) const;
-  std::string BlockName() const;
+  // "MLUFusionBlock '<name>': ", built once so that ComputeV2's error path needs no allocation.
+  const std::string& BlockName() const { return prefix_; }
 
   // Counts this kernel's inner session in the thread report (OnnxmluThreadReport) while it lives.
   struct PoolUse {
@@ -157,12 +168,14 @@ class FusionBlockKernel {
   };
 
   std::string node_name_;
+  std::string prefix_;
   int64_t mp_ = 0;
   PoolUse pool_use_;
   OrtPtr<OrtEnv> env_;          // keeps the process env alive as long as the inner session
   OrtPtr<OrtSession> session_;  // declared after env_: destroyed first
   std::vector<std::string> input_names_, output_names_;
-  std::vector<const char*> input_name_ptrs_, output_name_ptrs_;
+  std::vector<const char*> input_name_ptrs_;
+  std::vector<const char*> run_output_ptrs_;  // the distinct body outputs that are not inputs, for Run
   std::vector<OutputPlan> outputs_;
   bool learn_shapes_ = false;  // a dynamic output, and the body's output shapes follow its input shapes
   mutable std::mutex learned_mutex_;

@@ -368,7 +368,7 @@ def label_mismatch(precision: str, body: onnx.ModelProto) -> str | None:
     ``MatMulInteger``, contrib ``Q*`` ops) or an 8-bit integer initializer cast to a float type --
     and an ``fp16`` body a float16 value (an initializer, a ``Cast`` to float16, a graph input,
     output or value_info of that type). The body's main graph is read; the custom-op library
-    applies the same rule when a session is created (custom_ops/mlu_fusion_block.cc, CheckLabel)."""
+    applies the same rule when a session is created (custom_ops/label_rule.cc, LabelMismatch)."""
     graph = body.graph
     holds = _BODY_HOLDS.get(precision)
     if holds is not None and not holds(graph):

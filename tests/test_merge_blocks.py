@@ -116,3 +116,26 @@ def test_bodies_whose_nodes_share_names_merge_into_a_valid_body():
              if n.name]
     assert len(names) == len(set(names)) and any(n.endswith("shared_0") for n in names)
     _check(model, original(), seed=3)
+
+
+def test_a_member_passing_the_runs_input_through_merges_without_a_copy_node():
+    """block_0 writes h and passes the run's input x through as xp; block_1 reads h. The merged
+    body lists its own input x as an output (no Identity: the library copies such an output),
+    and the run gives what the blocks give unmerged."""
+    from onnxmlu.schema import body_model as body_of
+
+    first = conv_relu_body(seed=1, in_ch=3, out_ch=4)
+    first.graph.output.append(vi("x", F, [1, 3, 8, 8]))
+    model = fused_model([block_node("block_0", ["x"], ["h", "xp"], first, mp=1),
+                         block_node("block_1", ["h"], ["z"], conv_relu_body(seed=2, in_ch=4, out_ch=4), mp=1)],
+                        [vi("x", F, [1, 3, 8, 8])], [vi("xp", F, [1, 3, 8, 8]), vi("z", F, [1, 4, 8, 8])],
+                        value_info=[vi("h", F, [1, 4, 8, 8])])
+    merged = copy_model(model)
+    assert merge_consecutive_blocks(merged) == 1
+    body = body_of(next(n for n in merged.graph.node if n.op_type == "MLUFusionBlock"))
+    assert [o.name for o in body.graph.output] == ["x", "z"] and "Identity" not in {n.op_type for n in body.graph.node}
+    x = np.random.default_rng(4).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    got = runtime.InferenceSession(model, block_layouts=False).run(None, {"x": x})
+    unmerged = runtime.InferenceSession(model, block_layouts=False, merge_blocks=False).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], x)
+    np.testing.assert_allclose(got[1], unmerged[1], **TOL)

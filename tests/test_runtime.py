@@ -130,6 +130,42 @@ def test_two_chained_blocks_match_the_unfused_model(library):
         np.testing.assert_allclose(got, want, **TOL)
 
 
+def aliased_outputs_model(kind: str, shape) -> tuple[onnx.ModelProto, list]:
+    """One block whose body outputs alias: ``input`` (an output that is the body's input, beside a
+    computed one), ``repeat`` (the same tensor listed twice), ``only-inputs`` (every output is an
+    input: nothing to compute); each block output then feeds a Neg. Returns the model and what
+    each Neg must give for x, as functions of x."""
+    outputs = {"input": (["x", "r"], [lambda x: -x, lambda x: -np.maximum(x, 0)]),
+               "repeat": (["r", "r"], [lambda x: -np.maximum(x, 0)] * 2),
+               "only-inputs": (["x", "x"], [lambda x: -x] * 2)}[kind]
+    names, want = outputs
+    body = body_model([helper.make_node("Relu", ["x"], ["r"])], [vi("x", TensorProto.FLOAT, shape)],
+                      [vi(n, TensorProto.FLOAT, shape) for n in names])
+    outer = [f"b{k}" for k in range(len(names))]
+    model = fused_model([block_node("aliased (mp=1)", ["x"], outer, body, mp=1),
+                         *[helper.make_node("Neg", [o], [f"{o}_neg"]) for o in outer]],
+                        [vi("x", TensorProto.FLOAT, shape)], [vi(f"{o}_neg", TensorProto.FLOAT, shape) for o in outer],
+                        value_info=[vi(o, TensorProto.FLOAT, shape) for o in outer])
+    return model, want
+
+
+@pytest.mark.parametrize("shape", [[2, 3], ["N", 3]], ids=["static", "dynamic"])
+@pytest.mark.parametrize("kind", ["input", "repeat", "only-inputs"])
+def test_body_outputs_that_are_inputs_or_repeat_get_their_values(library, kind, shape):
+    """onnxruntime's Run leaves a preallocated output that is a graph input unwritten and fills
+    only one of two outputs of one name: the kernel copies such outputs itself, whether their
+    shape is static (written in place) or not, and on every run."""
+    model, want = aliased_outputs_model(kind, shape)
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(library)
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    for seed in range(2):
+        x = rand((2, 3), seed=seed)
+        got = session.run(None, {"x": x})
+        for value, expected in zip(got, want):
+            np.testing.assert_array_equal(value, expected(x))
+
+
 def mixed_dtype_model():
     """block_0: float -> (int64 argmax, bool mask, int64 shape); block_1 consumes int64 + bool."""
     body0 = body_model(
@@ -299,6 +335,16 @@ BAD_NODES = {
     ),
     "nested": (nested_model, ["MLUFusionBlock 'outer_block'", "blocks cannot be nested", "inner_block"]),
     "string boundary": (string_boundary, ["block_s (mp=1)", "string tensors cannot cross a block boundary"]),
+    # An optional attribute of the wrong type is told from an absent one through the C API's
+    # typed reads, and the message names the type found.
+    "precision an int": (lambda: conv_relu_fused(precision=3)[0],
+                         ["block_0 (mp=2)", "attribute 'precision' must be a string (fp32, fp16 or int8), got an int"]),
+    "precision a graph": (lambda: conv_relu_fused(precision=conv_relu_body().graph)[0],
+                          ["attribute 'precision' must be a string", "got a graph, a list of strings or tensors, a sparse tensor or an empty list"]),
+    "digest a list": (lambda: conv_relu_fused(body_crc32=[1, 2])[0],
+                      ["attribute 'body_crc32' must be an int (the CRC-32 of the body's bytes), got a list of ints"]),
+    "shared_weights a float": (lambda: conv_relu_fused(shared_weights=1.0)[0],
+                               ["attribute shared_weights must be an int", "got a float"]),
 }
 
 

@@ -12,7 +12,9 @@ tensors pass through, residual Adds fuse into their Conv).
 The merged body computes the composition of its members: member k's body graph with its fed
 inputs renamed to the node's input tensors, its outputs to the node's output tensors and every
 other name prefixed with ``onnxmlu.merged.k/`` (so no two members' names meet); a body output that
-is also one of its inputs, or repeats another output, is copied by an Identity. The merged node
+is also one of its inputs, or repeats another output, stays that one tensor: the merged body lists
+it as its output as often as the node names it (the library copies such outputs), and a later
+member reading the node's name reads the tensor. The merged node
 reads the members' inputs that no member produces and writes the members' outputs that anything
 after the run reads (a later node, a subgraph, a graph output).
 
@@ -186,13 +188,14 @@ def _merged_body(run: list, inputs: list[str], outputs: list[str]) -> onnx.Model
     shapes = {_metadata(body).get(_OUTPUT_SHAPES_KEY) for _, body in run}
     if len(shapes) == 1 and None not in shapes:
         merged.metadata_props.add(key=_OUTPUT_SHAPES_KEY, value=shapes.pop())
-    graph, infos = merged.graph, {}
+    graph, infos, aliases = merged.graph, {}, {}
     graph.name = "merged"
     for k, (node, body) in enumerate(run):
-        infos.update(_add_member(graph, k, node, body))
+        infos.update(_add_member(graph, k, node, body, aliases))
     graph.input.extend(infos[name] for name in inputs)
-    graph.output.extend(infos[name] for name in outputs)
-    graph.value_info.extend(vi for name, vi in infos.items() if name not in inputs and name not in outputs)
+    graph.output.extend(_renamed_info(infos[name], aliases.get(name, name)) for name in outputs)
+    listed = {*inputs, *(vi.name for vi in graph.output)}
+    graph.value_info.extend(vi for name, vi in infos.items() if name not in listed and name not in aliases)
     return merged
 
 
@@ -200,17 +203,16 @@ def _metadata(body: onnx.ModelProto) -> dict[str, str]:
     return {p.key: p.value for p in body.metadata_props}
 
 
-def _add_member(graph: onnx.GraphProto, k: int, node: onnx.NodeProto, body: onnx.ModelProto) -> dict:
+def _add_member(graph: onnx.GraphProto, k: int, node: onnx.NodeProto, body: onnx.ModelProto, aliases: dict) -> dict:
     """Append member ``k``'s body to ``graph`` with its names mapped onto the outer tensors;
-    returns outer name -> ValueInfo for the member's interface."""
+    returns outer name -> ValueInfo for the member's interface. ``aliases`` gains each outer
+    output that is another tensor of the merged graph (an input passed through, a repeated output)."""
     source = body.graph
-    interface = {vi.name: outer for vi, outer in zip(fed_inputs(source), node.input)}
+    interface = {vi.name: aliases.get(outer, outer) for vi, outer in zip(fed_inputs(source), node.input)}
     infos = {outer: _renamed_info(vi, outer) for vi, outer in zip(fed_inputs(source), node.input)}
-    copies = []
     for vi, outer in zip(source.output, node.output):
-        if interface.setdefault(vi.name, outer) != outer:  # an input passed through, or a repeated output
-            copy = onnx.helper.make_node("Identity", [interface[vi.name]], [outer], name=f"{_PREFIX}{k}/{outer}")
-            copies.append(copy)
+        if interface.setdefault(vi.name, outer) != outer:
+            aliases[outer] = interface[vi.name]
         infos[outer] = _renamed_info(vi, outer)
     member = onnx.GraphProto()
     member.CopyFrom(source)
@@ -219,7 +221,6 @@ def _add_member(graph: onnx.GraphProto, k: int, node: onnx.NodeProto, body: onnx
         if inner.name:
             inner.name = f"{_PREFIX}{k}/{inner.name}"
     graph.node.extend(member.node)
-    graph.node.extend(copies)
     graph.initializer.extend(member.initializer)
     graph.sparse_initializer.extend(member.sparse_initializer)
     graph.value_info.extend(member.value_info)
