@@ -18,22 +18,24 @@ kernels measured 1.2-2.1x slower there (scripts/int8_exact_cost.py). So the entr
 where the default kernels are not exact (:func:`default_kernels_exact`: x86 without AVX-512
 VNNI, as onnxruntime's MLAS dispatches; AVX-VNNI-only CPUs get the entry, exact either way).
 
-Two gaps of that entry, closed here and in :mod:`onnxmlu.runtime.session`:
+Three gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fuse:
 
 * it is an optimizer pass: a session with every optimization off (the numerical reference)
   runs the model's own QOperator nodes with their s8 weights, saturating.
   :func:`exact_integer_weights` applies the same identity (``w ^ 0x80``, ``z_w ^ 0x80``) to the
-  model itself for u8-activation integer nodes;
+  model itself for u8-activation integer nodes (the list of onnxruntime's pass, which the reference
+  must cover whole: MatMulIntegerToFloat and QGemm saturated there too, by 254059 and 246218 on an int32-sized
+  product under Skylake-Client);
 * onnxruntime applies it to QLinearConv / QLinearMatMul (opset < 21) also when the
   *activation* is s8, and then finds no (s8, u8) kernel: the session cannot be created.
   s8 x s8 kernels widen before multiplying (exact on every x86: the ``qlinear_conv_s8`` case of
   tests/precision/exact_int8_check.py), so a model holding such a node is given the options
-  without the entry (:func:`needs_default_kernels`), and the library retries such a body without it.
-
-Not closed (onnxruntime 1.32): its pass matches QLinearMatMul only at since-version 10, so an
-imported QLinearMatMul of opset 21 or later with u8 activations and s8 weights still saturates
-inside a block on x86 without VNNI (seen under Skylake-Client); the
-reference session is exact for it.
+  without the entry (:func:`needs_default_kernels`), and the library retries such a body without it;
+* its pass matches QLinearMatMul only at since-version 10 (onnxruntime 1.32), so a QLinearMatMul
+  of opset 21 or later with u8 activations and s8 weights kept them and saturated inside a block
+  on x86 without VNNI (35 output steps under Skylake-Client). The fuse gives such a node u8
+  weights itself (:mod:`onnxmlu.rewrite.qlinearmatmul`), on every host, so the file no longer
+  depends on the entry for it.
 """
 
 from __future__ import annotations
@@ -55,12 +57,15 @@ EXACT_INT8_KEY = "session.x64quantprecision"
 
 #: Integer product nodes whose activation is quantized to u8: op type -> (activation zero
 #: point index or None when always u8, [(weight index, weight zero point index), ...]).
-#: The weight pairs are onnxruntime's own list (its Avx2WeightS8ToU8Transformer).
+#: The weight pairs are onnxruntime's own list (its Avx2WeightS8ToU8Transformer), but for
+#: QAttention, which no test here runs (its reference stays onnxruntime's kernel).
 U8_ACTIVATION_NODES: dict[str, tuple[int | None, list[tuple[int, int]]]] = {
     "QLinearConv": (2, [(3, 5)]),
     "QLinearMatMul": (2, [(3, 5)]),
     "MatMulInteger": (2, [(1, 3)]),
     "DynamicQuantizeMatMul": (None, [(1, 3)]),
+    "MatMulIntegerToFloat": (4, [(1, 5)]),
+    "QGemm": (2, [(3, 5)]),
     "DynamicQuantizeLSTM": (None, [(1, 9), (2, 11)]),
 }
 
