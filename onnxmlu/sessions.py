@@ -195,3 +195,62 @@ def _flip_into(model: onnx.ModelProto, node: onnx.NodeProto, index: int, inits: 
     while len(node.input) <= index:
         node.input.append("")
     node.input[index] = flipped.name
+
+
+def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
+    """Give every DequantizeLinear of a constant s8 weight one reader, and its weight and zero
+    point to it alone (in place; returns the copies made). Why: under :data:`EXACT_INT8_KEY`
+    onnxruntime (1.32) first gives each reader of a DequantizeLinear its own copy of that node,
+    then rewrites each copy's s8 weight to u8 under one derived name; the second copy of a
+    shared weight fails ("Attempt to replace the existing tensor"), and a session retried without
+    the entry runs the saturating kernels (3.5 off on outputs up to 3.6 under Skylake-Client,
+    tests/precision/auto_plan_check.py). A weight read by several nodes costs a copy per reader."""
+    inits = {t.name: t for t in graph.initializer}
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, index))
+    claimed: set[str] = set()
+    nodes, copies = [], 0
+    for node in graph.node:
+        nodes.append(node)
+        if node.op_type != "DequantizeLinear" or not _s8_initializer(node.input[0], inits):
+            continue
+        uses = readers.get(node.output[0], [])
+        for k, (reader, index) in enumerate(uses[1:], start=1):
+            clone = onnx.NodeProto()
+            clone.CopyFrom(node)
+            clone.name, clone.output[0] = f"{node.name}_use{k}", f"{node.output[0]}_use{k}"
+            reader.input[index] = clone.output[0]
+            nodes.append(clone)
+        for dequantize in nodes[len(nodes) - max(1, len(uses)):]:
+            copies += _own_inputs(graph, dequantize, inits, claimed)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return copies
+
+
+def _s8_initializer(name: str, inits: dict) -> bool:
+    """An s8 initializer held in the graph (not a shared weight's placeholder, not external data:
+    those are one tensor outside the body, never copied)."""
+    return name in inits and inits[name].data_type == onnx.TensorProto.INT8 and \
+        inits[name].data_location != onnx.TensorProto.EXTERNAL
+
+
+def _own_inputs(graph: onnx.GraphProto, node: onnx.NodeProto, inits: dict, claimed: set[str]) -> int:
+    """Point ``node``'s weight and zero point at copies where another DequantizeLinear of a
+    weight claimed them already."""
+    copies = 0
+    for index in (0, 2):
+        name = node.input[index] if len(node.input) > index else ""
+        if not _s8_initializer(name, inits):
+            continue
+        if name in claimed:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(inits[name])
+            copy.name = f"{name}_{node.name or node.output[0]}"
+            graph.initializer.append(copy)
+            node.input[index] = name = copy.name
+            copies += 1
+        claimed.add(name)
+    return copies
