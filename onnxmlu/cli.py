@@ -106,9 +106,9 @@ InputShapeOpt = Annotated[List[str], typer.Option(
         "may be a range MIN..MAX or MIN/OPT/MAX (priced at OPT, default MIN). Pins choose the plan: symbolic dims "
         "stay symbolic in the fused model."))]
 MaxMemoryOpt = Annotated[Optional[str], _option("--max-memory", help=(
-    "Memory budget of the runs that learn shapes, e.g. 4G or 512M (default: half the memory the host has "
-    "available). A run is bounded before it starts; unpinned dims whose default sizes do not fit are "
-    "planned smaller, or the one error line names the inputs to pin."))]
+    "Memory budget of the runs that learn shapes and of the check's runs, e.g. 4G or 512M (default: half the "
+    "memory the host has available). A run is bounded before it starts; unpinned dims whose default sizes do "
+    "not fit are planned smaller, or the one error line names the inputs to pin."))]
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=(
     "Fusion/MP strategy: none, fixed-mp, dynamic-mp, all-fusion, fusion-fixed-mp, dlfusion, oracle, "
     "optimal, or one registered in Python. oracle/optimal search blocks of at most 256 layers plus whole "
@@ -596,6 +596,7 @@ def check(
         "Judge by a budget instead of --atol/--rtol: cosine>=X or top1>=X (for FP16/INT8 models)."))] = None,
     qtol: QtolOpt = 2.0,
     allow_nan: AllowNanOpt = False,
+    max_memory: MaxMemoryOpt = None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -604,27 +605,33 @@ def check(
     at), the ends of every range, one other batch and one other size of every dim left free;
     --inputs arrays for the inputs it names. A shape the original refuses is skipped. Float
     outputs pass when |a-b| <= atol + rtol*|ref|, quantized ones within --qtol steps of their
-    scale; NaN or Inf fails (--allow-nan: unless the reference has it at the same places).
+    scale; NaN or Inf fails (--allow-nan: unless the reference has it at the same places). A
+    shape whose run would exceed --max-memory is skipped, or stops the check if it is the first.
 
     Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
     """
-    report = _check(original, fused, seed, (atol, rtol, qtol), input_shape, inputs, accuracy, allow_nan, quiet)
+    _deliver_check(_check(original, fused, seed, (atol, rtol, qtol, max_memory), input_shape, inputs, accuracy,
+                          allow_nan, quiet), json_out, quiet)
+
+
+def _deliver_check(report, json_out, quiet) -> None:
+    """``check``'s report delivered; exit 1 when it failed."""
     _deliver("check", report, json_out, quiet, _show_check)
     if not report.ok:
         raise typer.Exit(1)
 
 
-def _check(original, fused, seed, tolerances, input_shape, inputs, accuracy, allow_nan, quiet):
+def _check(original, fused, seed, limits, input_shape, inputs, accuracy, allow_nan, quiet):
     """``check``'s options, parsed (--inputs: a .npz of arrays, or a folder of samples), handed
     to :func:`onnxmlu.api.check`."""
     api = optional_import("onnxmlu.api")
 
     folder = inputs is not None and inputs.is_dir()
     with _steps(quiet) as steps:
-        atol, rtol, qtol = tolerances
+        atol, rtol, qtol, max_memory = limits
         return api.check(original, fused, seeds=seed, atol=atol, rtol=rtol, input_shapes=_shapes(input_shape),
                          inputs=None if folder else _arrays(inputs), accuracy=accuracy, progress=steps,
-                         samples=inputs if folder else None, qtol=qtol, allow_nan=allow_nan)
+                         samples=inputs if folder else None, qtol=qtol, allow_nan=allow_nan, max_memory=max_memory)
 
 
 def _show_check(report) -> None:
