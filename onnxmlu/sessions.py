@@ -127,13 +127,15 @@ def needs_default_kernels(model: onnx.ModelProto) -> bool:
 
 def exact_integer_weights(model: onnx.ModelProto) -> int:
     """Rewrite, in place, each constant s8 weight (and its s8 zero point) of a u8-activation
-    integer node of the main graph to u8 by ``^ 0x80`` (``w + 128``, ``z + 128``: every
-    ``w - z`` unchanged), so that even an unoptimized session runs exact u8 x u8 kernels.
-    A missing weight zero point (0) becomes an explicit 128. Returns the nodes rewritten."""
-    inits = {t.name: t for t in model.graph.initializer}
-    types = {v.name: v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.value_info]}
+    integer node of any graph (If branches, Loop bodies: the copy is a main-graph initializer,
+    which they see) to u8 by ``^ 0x80`` (``w + 128``, ``z + 128``: every ``w - z`` unchanged),
+    so that even an unoptimized session runs exact u8 x u8 kernels. A missing weight zero point
+    (0) becomes an explicit 128. Returns the nodes rewritten."""
+    graphs = list(iter_graphs(model.graph))
+    inits = {t.name: t for g in graphs for t in g.initializer}
+    types = {v.name: v.type.tensor_type.elem_type for g in graphs for v in [*g.input, *g.value_info]}
     count = 0
-    for node in model.graph.node:
+    for node in (n for g in graphs for n in g.node):
         spec = U8_ACTIVATION_NODES.get(node.op_type)
         if spec is None or not _u8_activation(node, spec[0], inits, types):
             continue

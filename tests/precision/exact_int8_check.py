@@ -9,6 +9,7 @@ weights near +-127: ``2 * 255 * 127 > 32767``), each built from its own seed:
   in int64;
 * ``matmul_integer``: MatMulInteger u8 x s8 (an imported QOperator layer), int32 output; its
   reference is the integer product itself;
+* ``matmul_integer_in_if``: the same inside the branches of an If;
 * ``qlinear_conv_s8``: QLinearConv s8 x s8, which onnxruntime cannot load with the exact entry;
 * ``qlinear_matmul_u8``: QLinearMatMul u8 x s8 at opset 21, which onnxruntime's s8 -> u8 pass
   does not match (onnxmlu/rewrite/qlinearmatmul.py gives it u8 weights);
@@ -97,6 +98,19 @@ def matmul_integer(rng: np.random.Generator):
     return model, {"a": a}, a.astype(np.int64) @ w.astype(np.int64), 1.0
 
 
+def matmul_integer_in_if(rng: np.random.Generator):
+    """``matmul_integer``'s product inside both branches of an If (the condition an input): a
+    QOperator layer in a subgraph, which the reference must give u8 weights too."""
+    model, feeds, exact, step = matmul_integer(rng)
+    product = model.graph.node[0]
+    branches = [helper.make_graph([product], name, [], [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 8])])
+                for name in ("then", "else")]
+    del model.graph.node[:]
+    model.graph.node.append(helper.make_node("If", ["cond"], ["y"], then_branch=branches[0], else_branch=branches[1]))
+    model.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    return model, {**feeds, "cond": np.array(True)}, exact, step
+
+
 def qlinear_conv_s8(rng: np.random.Generator):
     """QLinearConv with s8 activations and s8 weights (imported QOperator): onnxruntime cannot
     load it with the exact entry on a CPU without VNNI; its s8 x s8 kernel is exact without."""
@@ -182,7 +196,8 @@ def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
 #: The layers checked, each built from its own seeded generator.
 LAYERS = {"qdq_conv": qdq_conv, "matmul_integer": matmul_integer, "qlinear_conv_s8": qlinear_conv_s8,
           "qlinear_matmul_u8": qlinear_matmul_u8, "qdq_matmul": qdq_matmul,
-          "matmul_integer_to_float": matmul_integer_to_float, "qgemm": qgemm, "dq_lstm": dq_lstm}
+          "matmul_integer_to_float": matmul_integer_to_float, "qgemm": qgemm, "dq_lstm": dq_lstm,
+          "matmul_integer_in_if": matmul_integer_in_if}
 
 
 def check() -> dict[str, dict[str, float]]:
