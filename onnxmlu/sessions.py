@@ -18,7 +18,7 @@ kernels measured 1.2-2.1x slower there (scripts/int8_exact_cost.py). So the entr
 where the default kernels are not exact (:func:`default_kernels_exact`: x86 without AVX-512
 VNNI, as onnxruntime's MLAS dispatches; AVX-VNNI-only CPUs get the entry, exact either way).
 
-Three gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fuse:
+Four gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fuse:
 
 * it is an optimizer pass: a session with every optimization off (the numerical reference)
   runs the model's own QOperator nodes with their s8 weights, saturating.
@@ -35,7 +35,10 @@ Three gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in 
   of opset 21 or later with u8 activations and s8 weights kept them and saturated inside a block
   on x86 without VNNI (35 output steps under Skylake-Client). The fuse gives such a node u8
   weights itself (:mod:`onnxmlu.rewrite.qlinearmatmul`), on every host, so the file no longer
-  depends on the entry for it.
+  depends on the entry for it;
+* it fails on a quantized weight that several readers share, after which the library's retry
+  without it ran the saturating kernels and ``--precision auto``'s trials could not load at all:
+  INT8 bodies give each reader its own copy (:func:`unshare_dequantized_weights`).
 """
 
 from __future__ import annotations
