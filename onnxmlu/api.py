@@ -224,7 +224,7 @@ def _check_fused(model: ModelLike, fused: onnx.ModelProto, check: CheckOptions, 
         check = replace(check, accuracy=asked.accuracy or CHECK_BUDGET)
     data = _check_data(original, check, asked.validation, asked.calibration, ctx.auto)
     pins = ctx.options.shapes.input_shapes or recorded_pins(fused, original)  # a fallback size included
-    return _check_models(original, fused, check, pins, ctx.progress, data)
+    return _check_models(original, fused, check, pins, ctx.progress, data, ctx.options.shapes.max_memory)
 
 
 def recorded_pins(fused: onnx.ModelProto, original: onnx.ModelProto | None = None) -> Pins | None:
@@ -269,12 +269,12 @@ def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, cali
 
 
 def _check_models(original: onnx.ModelProto, fused: onnx.ModelProto, check: CheckOptions, input_shapes, progress,
-                  data: tuple | None = None):
+                  data: tuple | None = None, max_memory: int | None = None):
     samples, described = data if data is not None else (None, "")
     return verify.check_models(original, fused, seeds=check.seeds, atol=check.atol, rtol=check.rtol,
                                input_shapes=input_shapes, inputs=check.inputs, budget=check.accuracy,
                                samples=samples, data=described, progress=Prefixed(progress, "check: "),
-                               qtol=check.qtol, allow_nan=check.allow_nan)
+                               qtol=check.qtol, allow_nan=check.allow_nan, max_memory=max_memory)
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
@@ -538,7 +538,8 @@ def _compare_one(label: str, source, report: CompareReport, input_shapes, steps,
 
 # ---------------------------------------------------------------------------------- tools
 def check(original: str | os.PathLike, fused: str | os.PathLike, options: CheckOptions | None = None, *,
-          input_shapes: dict | None = None, progress: SayFn | Progress | None = None, **keywords):
+          input_shapes: dict | None = None, progress: SayFn | Progress | None = None,
+          max_memory: int | str | None = None, **keywords):
     """Run the original (reference: onnxruntime, optimizations off) and the fused model on
     seeded inputs, or on the samples of the ``samples`` folder (``--inputs DIR``, the
     calibration layout); the ``check`` report (:class:`~onnxmlu.tools.verify.CheckReport`).
@@ -546,15 +547,18 @@ def check(original: str | os.PathLike, fused: str | os.PathLike, options: CheckO
     ``rtol``, ``inputs``; an ``accuracy`` budget (``cosine>=X``, ``top1>=X``) decides instead of
     ``atol``/``rtol``; quantized outputs are judged in ``qtol`` steps of their scale;
     ``allow_nan`` passes NaN/Inf the reference has at the same places. Without ``input_shapes``,
-    the shapes the fused model records it was priced at (:func:`recorded_pins`)."""
+    the shapes the fused model records it was priced at (:func:`recorded_pins`). ``max_memory``: the
+    runs' memory budget (bytes or ``"4G"``; None: half the host's available memory,
+    :mod:`onnxmlu.tools.verify`)."""
     (options,) = call_options("check", keywords, (CheckOptions, options))  # a bad budget: now
+    budget = ShapeOptions(max_memory=max_memory).max_memory  # parsed as fuse parses it; a bad size: now
     if options.samples is not None:
         load_samples(options.samples, what="inputs")  # a bad folder is refused before any model loads
     steps = as_progress(progress)
     steps.say(f"loading {Path(original).name} and {Path(fused).name}")
     models = load_model(original), load_model(fused)
     data = None if options.samples is None else _check_data(models[0], options, None, None, None)
-    return _check_models(*models, options, input_shapes or recorded_pins(models[1], models[0]), steps, data)
+    return _check_models(*models, options, input_shapes or recorded_pins(models[1], models[0]), steps, data, budget)
 
 
 def run(model: str | os.PathLike, *, inputs: dict | None = None, seed: int = 0, input_shapes: dict | None = None,

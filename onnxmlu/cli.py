@@ -135,9 +135,9 @@ InputShapeOpt = Annotated[List[str], typer.Option(
         "may be a range MIN..MAX or MIN/OPT/MAX (priced at OPT, default MIN). Pins choose the plan: symbolic dims "
         "stay symbolic in the fused model."))]
 MaxMemoryOpt = Annotated[Optional[str], _option("--max-memory", help=(
-    "Memory budget of the runs that learn shapes, e.g. 4G or 512M (default: half the memory the host has "
-    "available). A run is bounded before it starts; unpinned dims whose default sizes do not fit are "
-    "planned smaller, or the one error line names the inputs to pin."))]
+    "Memory budget of the runs that learn shapes and of the check's runs, e.g. 4G or 512M (default: half the "
+    "memory the host has available). A run is bounded before it starts; unpinned dims whose default sizes do "
+    "not fit are planned smaller, or the one error line names the inputs to pin."))]
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=(
     "Fusion/MP strategy: none, fixed-mp, dynamic-mp, all-fusion, fusion-fixed-mp, dlfusion, oracle, "
     "optimal, or one registered in Python. oracle/optimal search blocks of at most 256 layers plus whole "
@@ -654,18 +654,21 @@ def check_flags(seed: SeedOpt = [0], atol: AtolOpt = 1e-4, rtol: RtolOpt = 1e-4,
 @command
 @flag_groups(checked=check_flags)
 def check(original: ModelArg, fused: Annotated[Path, typer.Argument(help="Fused model to verify.", show_default=False)],
-          checked, input_shape: InputShapeOpt = None, json_out: JsonOpt = None, quiet: QuietOpt = False) -> None:
+          checked, input_shape: InputShapeOpt = None, max_memory: MaxMemoryOpt = None, json_out: JsonOpt = None,
+          quiet: QuietOpt = False) -> None:
     """Run ORIGINAL (reference: onnxruntime, optimizations off) and FUSED on seeded inputs at
     several shapes: the --input-shape pins (default: the shapes FUSED records it was planned
     at), the ends of every range, one other batch and one other size of every dim left free;
     --inputs arrays for the inputs it names. A shape the original refuses is skipped. Float
     outputs pass when |a-b| <= atol + rtol*|ref|, quantized ones within --qtol steps of their
-    scale; NaN or Inf fails (--allow-nan: unless the reference has it at the same places).
+    scale; NaN or Inf fails (--allow-nan: unless the reference has it at the same places). A
+    shape whose run would exceed --max-memory is skipped, or stops the check if it is the first.
 
     Example: onnxmlu check resnet18.onnx resnet18.fused.onnx --seed 0 --seed 1
     """
     with _steps(quiet) as steps:
-        report = _api().check(original, fused, checked, input_shapes=_shapes(input_shape), progress=steps)
+        report = _api().check(original, fused, checked, input_shapes=_shapes(input_shape), progress=steps,
+                              max_memory=max_memory)
     _deliver("check", report, json_out, quiet, _show_check)
     if not report.ok:
         raise typer.Exit(1)

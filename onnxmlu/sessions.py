@@ -18,22 +18,27 @@ kernels measured 1.2-2.1x slower there (scripts/int8_exact_cost.py). So the entr
 where the default kernels are not exact (:func:`default_kernels_exact`: x86 without AVX-512
 VNNI, as onnxruntime's MLAS dispatches; AVX-VNNI-only CPUs get the entry, exact either way).
 
-Two gaps of that entry, closed here and in :mod:`onnxmlu.runtime.session`:
+Four gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fuse:
 
 * it is an optimizer pass: a session with every optimization off (the numerical reference)
   runs the model's own QOperator nodes with their s8 weights, saturating.
   :func:`exact_integer_weights` applies the same identity (``w ^ 0x80``, ``z_w ^ 0x80``) to the
-  model itself for u8-activation integer nodes;
+  model itself for u8-activation integer nodes (the list of onnxruntime's pass, which the reference
+  must cover whole: MatMulIntegerToFloat and QGemm saturated there too, by 254059 and 246218 on an int32-sized
+  product under Skylake-Client);
 * onnxruntime applies it to QLinearConv / QLinearMatMul (opset < 21) also when the
   *activation* is s8, and then finds no (s8, u8) kernel: the session cannot be created.
   s8 x s8 kernels widen before multiplying (exact on every x86: the ``qlinear_conv_s8`` case of
   tests/precision/exact_int8_check.py), so a model holding such a node is given the options
-  without the entry (:func:`needs_default_kernels`), and the library retries such a body without it.
-
-Not closed (onnxruntime 1.32): its pass matches QLinearMatMul only at since-version 10, so an
-imported QLinearMatMul of opset 21 or later with u8 activations and s8 weights still saturates
-inside a block on x86 without VNNI (seen under Skylake-Client); the
-reference session is exact for it.
+  without the entry (:func:`needs_default_kernels`), and the library retries such a body without it;
+* its pass matches QLinearMatMul only at since-version 10 (onnxruntime 1.32), so a QLinearMatMul
+  of opset 21 or later with u8 activations and s8 weights kept them and saturated inside a block
+  on x86 without VNNI (35 output steps under Skylake-Client). The fuse gives such a node u8
+  weights itself (:mod:`onnxmlu.rewrite.qlinearmatmul`), on every host, so the file no longer
+  depends on the entry for it;
+* it fails on a quantized weight that several readers share, after which the library's retry
+  without it ran the saturating kernels and ``--precision auto``'s trials could not load at all:
+  INT8 bodies give each reader its own copy (:func:`unshare_dequantized_weights`).
 """
 
 from __future__ import annotations
@@ -55,12 +60,15 @@ EXACT_INT8_KEY = "session.x64quantprecision"
 
 #: Integer product nodes whose activation is quantized to u8: op type -> (activation zero
 #: point index or None when always u8, [(weight index, weight zero point index), ...]).
-#: The weight pairs are onnxruntime's own list (its Avx2WeightS8ToU8Transformer).
+#: The weight pairs are onnxruntime's own list (its Avx2WeightS8ToU8Transformer), but for
+#: QAttention, which no test here runs (its reference stays onnxruntime's kernel).
 U8_ACTIVATION_NODES: dict[str, tuple[int | None, list[tuple[int, int]]]] = {
     "QLinearConv": (2, [(3, 5)]),
     "QLinearMatMul": (2, [(3, 5)]),
     "MatMulInteger": (2, [(1, 3)]),
     "DynamicQuantizeMatMul": (None, [(1, 3)]),
+    "MatMulIntegerToFloat": (4, [(1, 5)]),
+    "QGemm": (2, [(3, 5)]),
     "DynamicQuantizeLSTM": (None, [(1, 9), (2, 11)]),
 }
 
@@ -122,13 +130,15 @@ def needs_default_kernels(model: onnx.ModelProto) -> bool:
 
 def exact_integer_weights(model: onnx.ModelProto) -> int:
     """Rewrite, in place, each constant s8 weight (and its s8 zero point) of a u8-activation
-    integer node of the main graph to u8 by ``^ 0x80`` (``w + 128``, ``z + 128``: every
-    ``w - z`` unchanged), so that even an unoptimized session runs exact u8 x u8 kernels.
-    A missing weight zero point (0) becomes an explicit 128. Returns the nodes rewritten."""
-    inits = {t.name: t for t in model.graph.initializer}
-    types = {v.name: v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.value_info]}
+    integer node of any graph (If branches, Loop bodies: the copy is a main-graph initializer,
+    which they see) to u8 by ``^ 0x80`` (``w + 128``, ``z + 128``: every ``w - z`` unchanged),
+    so that even an unoptimized session runs exact u8 x u8 kernels. A missing weight zero point
+    (0) becomes an explicit 128. Returns the nodes rewritten."""
+    graphs = list(iter_graphs(model.graph))
+    inits = {t.name: t for g in graphs for t in g.initializer}
+    types = {v.name: v.type.tensor_type.elem_type for g in graphs for v in [*g.input, *g.value_info]}
     count = 0
-    for node in model.graph.node:
+    for node in (n for g in graphs for n in g.node):
         spec = U8_ACTIVATION_NODES.get(node.op_type)
         if spec is None or not _u8_activation(node, spec[0], inits, types):
             continue
@@ -190,3 +200,62 @@ def _flip_into(model: onnx.ModelProto, node: onnx.NodeProto, index: int, inits: 
     while len(node.input) <= index:
         node.input.append("")
     node.input[index] = flipped.name
+
+
+def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
+    """Give every DequantizeLinear of a constant s8 weight one reader, and its weight and zero
+    point to it alone (in place; returns the copies made). Why: under :data:`EXACT_INT8_KEY`
+    onnxruntime (1.32) first gives each reader of a DequantizeLinear its own copy of that node,
+    then rewrites each copy's s8 weight to u8 under one derived name; the second copy of a
+    shared weight fails ("Attempt to replace the existing tensor"), and a session retried without
+    the entry runs the saturating kernels (3.5 off on outputs up to 3.6 under Skylake-Client,
+    tests/precision/auto_plan_check.py). A weight read by several nodes costs a copy per reader."""
+    inits = {t.name: t for t in graph.initializer}
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, index))
+    claimed: set[str] = set()
+    nodes, copies = [], 0
+    for node in graph.node:
+        nodes.append(node)
+        if node.op_type != "DequantizeLinear" or not _s8_initializer(node.input[0], inits):
+            continue
+        uses = readers.get(node.output[0], [])
+        for k, (reader, index) in enumerate(uses[1:], start=1):
+            clone = onnx.NodeProto()
+            clone.CopyFrom(node)
+            clone.name, clone.output[0] = f"{node.name}_use{k}", f"{node.output[0]}_use{k}"
+            reader.input[index] = clone.output[0]
+            nodes.append(clone)
+        for dequantize in nodes[len(nodes) - max(1, len(uses)):]:
+            copies += _own_inputs(graph, dequantize, inits, claimed)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return copies
+
+
+def _s8_initializer(name: str, inits: dict) -> bool:
+    """An s8 initializer held in the graph (not a shared weight's placeholder, not external data:
+    those are one tensor outside the body, never copied)."""
+    return name in inits and inits[name].data_type == onnx.TensorProto.INT8 and \
+        inits[name].data_location != onnx.TensorProto.EXTERNAL
+
+
+def _own_inputs(graph: onnx.GraphProto, node: onnx.NodeProto, inits: dict, claimed: set[str]) -> int:
+    """Point ``node``'s weight and zero point at copies where another DequantizeLinear of a
+    weight claimed them already."""
+    copies = 0
+    for index in (0, 2):
+        name = node.input[index] if len(node.input) > index else ""
+        if not _s8_initializer(name, inits):
+            continue
+        if name in claimed:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(inits[name])
+            copy.name = f"{name}_{node.name or node.output[0]}"
+            graph.initializer.append(copy)
+            node.input[index] = name = copy.name
+            copies += 1
+        claimed.add(name)
+    return copies

@@ -96,9 +96,11 @@ def test_bn_modes_are_one_tuple():
 def test_op_table_agrees_with_the_rewriters():
     rewritten = {op for ops in rewritten_ops().values() for op in ops}
     both = rewritten & set(optable.OP_KINDS)
-    # BatchNormalization: the weighted form is rewritten; DequantizeLinear: the 4-bit form
-    assert both == {"BatchNormalization", "DequantizeLinear"}, f"rewritten and also run as is: {sorted(both)}"
-    assert both <= set(optable._SPECIAL_CHECKS)  # the special check tells the forms apart
+    # BatchNormalization: the weighted form is rewritten; DequantizeLinear: the 4-bit form;
+    # QLinearMatMul: every form runs as is, the opset-21 u8 x s8 one given u8 weights for exact INT8
+    assert both == {"BatchNormalization", "DequantizeLinear", "QLinearMatMul"}, \
+        f"rewritten and also run as is: {sorted(both)}"
+    assert both - {"QLinearMatMul"} <= set(optable._SPECIAL_CHECKS)  # the special check tells the forms apart
 
 
 def test_registry_get_takes_a_default_as_dict_get_does():

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import onnx
 
+from onnxmlu.sessions import unshare_dequantized_weights
+
 #: The body metadata key of its precision (what the custom-op library and the readers check).
 PRECISION_KEY = "onnxmlu.precision"
 #: The body metadata key of where an INT8 body's quantization parameters came from.
@@ -24,7 +26,10 @@ OWN_INT8_NOTE = "the model's own quantization parameters, not calibrated by onnx
 
 def mark_own_int8(body: onnx.ModelProto) -> None:
     """Mark the body of a block arriving quantized as INT8 with the model's own parameters
-    (in place; its nodes and initializers are not touched)."""
+    (in place). Its arithmetic is not touched; only a quantized weight that several readers
+    share is copied per reader (the same bits), so that onnxruntime's exact INT8 kernels can
+    load the body (:func:`onnxmlu.sessions.unshare_dequantized_weights`)."""
+    unshare_dequantized_weights(body.graph)
     set_int8_metadata(body, OWN_INT8_NOTE)
 
 

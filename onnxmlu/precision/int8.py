@@ -54,6 +54,7 @@ from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.ir import copy_model
 from onnxmlu.precision.calibration import SampleReader
 from onnxmlu.collapse.own import CALIBRATION_KEY, set_int8_metadata
+from onnxmlu.sessions import unshare_dequantized_weights
 from onnxmlu.optional import optional_import
 
 __all__ = ["CALIBRATION_KEY", "Int8Options", "float_nodes", "per_channel_constants", "to_int8"]
@@ -138,6 +139,7 @@ def to_int8(body: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]],
                                f"{first_line(exc)}") from None
         quantized = onnx.load(path.as_posix())
     _check_interface(body, quantized)
+    unshare_dequantized_weights(quantized.graph)  # else onnxruntime's exact-INT8 pass fails on it
     _mark(quantized, int8, note)
     return quantized
 

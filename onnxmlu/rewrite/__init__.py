@@ -38,6 +38,7 @@ from onnxmlu.rewrite.rotary import RotaryEmbeddingRewriter
 from onnxmlu.rewrite.matmulnbits import MatMulNBitsRewriter
 from onnxmlu.rewrite.mha import MultiHeadAttentionRewriter
 from onnxmlu.rewrite.msrotary import ContribRotaryRewriter
+from onnxmlu.rewrite.qlinearmatmul import QLinearMatMulWeightRewriter
 from onnxmlu.rewrite.skipnorm import SimplifiedNormRewriter, SkipNormRewriter
 
 __all__ = [
@@ -71,7 +72,9 @@ REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("g
                                                   ("msattention", ContribAttentionRewriter),
                                                   ("gqa", GroupQueryAttentionRewriter),
                                                   ("matmulnbits", MatMulNBitsRewriter),
-                                                  ("dq4", FourBitDequantizeRewriter)])
+                                                  ("dq4", FourBitDequantizeRewriter),
+                                                  # exact INT8 on CPUs without VNNI (onnxmlu.sessions)
+                                                  ("qlinearmatmul", QLinearMatMulWeightRewriter)])
 REWRITER_NAMES = REWRITERS.names()
 
 

@@ -4,7 +4,7 @@ A rewriter turns one ONNX node that the accelerator cannot run into accelerator 
 It has a ``name`` (the key users pass to ``only=``), the ``op_types`` it looks at, a
 ``check(node, ctx)`` that returns the reason it does *not* apply (``None`` when it does) and an
 ``apply(node, ctx)`` that replaces exactly that node. A rewriter of only some forms of an op
-the accelerator otherwise runs as it is (a 4-bit ``DequantizeLinear``) also has ``wants(node)``:
+the accelerator otherwise runs as it is (a 4-bit ``DequantizeLinear``) also has ``wants(node, ctx)``:
 the other forms are not its business, and no refusal is recorded for them. :func:`run_rewriter` walks a graph and
 its subgraphs (``If`` branches, ``Loop``/``Scan`` bodies), records each refusal as a
 :class:`~onnxmlu.diagnostics.Diagnostic` and returns the count.
@@ -133,7 +133,7 @@ def in_domain(domain: str | None, rewriter) -> bool:
     return is_default_domain(domain) if is_default_domain(wanted) else domain == wanted
 
 
-def _every_node(node: gs.Node) -> bool:
+def _every_node(node: gs.Node, ctx: RewriteContext) -> bool:
     return True
 
 
@@ -147,7 +147,7 @@ def run_rewriter(rewriter: Rewriter, ctx: RewriteContext, report: RewriteReport)
             continue
         if not node.outputs:  # already replaced as part of another rewrite
             continue
-        if not getattr(rewriter, "wants", _every_node)(node):  # a form of the op the accelerator runs
+        if not getattr(rewriter, "wants", _every_node)(node, ctx):  # a form of the op the accelerator runs
             continue
         reason = rewriter.check(node, ctx)
         if reason is None:

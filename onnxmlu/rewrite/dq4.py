@@ -85,7 +85,7 @@ class FourBitDequantizeRewriter:
     def __init__(self, **_: object) -> None:
         pass
 
-    def wants(self, node: gs.Node) -> bool:
+    def wants(self, node: gs.Node, ctx: RewriteContext) -> bool:
         return _four_bit(node.inputs[0])
 
     @staticmethod

@@ -66,7 +66,7 @@ from google.protobuf.message import EncodeError
 from google.protobuf.message import Error as ProtobufError
 
 from onnxmlu.errors import RuntimeLibraryError
-from onnxmlu.ir import copy_model, is_fusion_block
+from onnxmlu.ir import copy_model, is_fusion_block, iter_graphs
 from onnxmlu.runtime.layouts import optimize_layouts_in_place
 from onnxmlu.runtime.merge import merge_consecutive_blocks
 from onnxmlu.sessions import U8_ACTIVATION_NODES, exact_int8, exact_integer_weights, new_options
@@ -250,7 +250,7 @@ def _exact_source(model: ModelArg) -> str | bytes:
     if proto is None:  # the nodes first, the weights only when a node needs them
         proto = (onnx.load_from_string(source) if isinstance(source, bytes)
                  else onnx.load(source, load_external_data=False))
-    if not any(n.op_type in U8_ACTIVATION_NODES for n in proto.graph.node):
+    if not any(n.op_type in U8_ACTIVATION_NODES for g in iter_graphs(proto.graph) for n in g.node):
         return source
     if isinstance(source, str):
         proto = onnx.load(source)

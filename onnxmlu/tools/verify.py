@@ -33,6 +33,16 @@ make the original itself produce NaN prove nothing about the fused model.
 Integer inputs are drawn within the vocabulary the model states (:func:`onnxmlu.frontend.feeds.integer_bounds`);
 where it states none the report says the draws may be out of range for the model.
 
+Memory (``max_memory``, ``--max-memory``; default: the budget of :mod:`onnxmlu.frontend.memory`):
+before the models run at a shape, the bound of a run of the original there (``probe_need``:
+every tensor of the unoptimized reference, as for a shape probe) is compared with the budget.
+The fused model computes the same tensors (its blocks in optimized inner sessions, which only
+reuse buffers), and the two run one after the other, so the bound stands for either run. Over
+the budget at the first shape (the one the plan was priced at, or the first sample) the check
+stops with one line naming the inputs to pin; at a later shape, that shape is skipped and says
+why. A run whose bound is unknown (a size read from data) runs under the budget as a cap
+(:func:`~onnxmlu.frontend.memory.capped`).
+
 The report also gives the accuracy metrics of :mod:`onnxmlu.precision.accuracy` over all seeds
 (worst cosine, top-1 agreement). With a ``budget`` (``cosine>=X`` or ``top1>=X``: the check of
 a model fused at FP16/INT8, where 1e-4 cannot hold) the budget decides, not the tolerances.
@@ -40,6 +50,7 @@ a model fused at FP16/INT8, where 1e-4 cannot hold) the budget decides, not the 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
@@ -49,7 +60,10 @@ from onnx import numpy_helper
 
 from onnxmlu.errors import OnnxMluError, runtime_message
 from onnxmlu.frontend.feeds import random_inputs, unbounded_integer_inputs
-from onnxmlu.frontend.pins import DimRange, Pins, concrete_shapes, dim_label, has_ranges, symbolic_dims
+from onnxmlu.frontend.memory import capped, default_budget, size_text
+from onnxmlu.frontend.pins import (DimRange, Pins, concrete_shapes, dim_label, has_ranges, shapes_text, symbolic_axes,
+                                  symbolic_dims)
+from onnxmlu.frontend.shapes import probe_need
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 from onnxmlu.optional import optional_import
 from onnxmlu.progress import as_display
@@ -309,7 +323,7 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
                  inputs: Mapping[str, np.ndarray] | None = None, budget: Budget | None = None,
                  progress=None,
                  samples: Sequence[Mapping[str, np.ndarray]] | None = None, data: str = "",
-                 qtol: float = DEFAULT_QTOL, allow_nan: bool = False) -> CheckReport:
+                 qtol: float = DEFAULT_QTOL, allow_nan: bool = False, max_memory: int | None = None) -> CheckReport:
     """Run both models on each seed at each shape of :func:`check_shapes` (or on each of
     ``samples``); the report keeps the worst error per output over all of them and says what
     ran at each shape.
@@ -320,7 +334,8 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     ``budget`` decides the verdict instead of the tolerances (module docstring). ``samples``
     (real data: validation samples, ``--inputs DIR``) are run instead of the seeds, at their own
     shapes; ``data`` says what they are, for the report. ``qtol``: steps a quantized output may
-    move by; ``allow_nan``: NaN/Inf in both at the same places passes (module docstring).
+    move by; ``allow_nan``: NaN/Inf in both at the same places passes; ``max_memory``: the
+    memory budget in bytes (None: the default budget; module docstring).
 
     ``progress`` (a display, :mod:`onnxmlu.progress`, or a plain ``callable(stage)``) is told
     each stage as it starts and counts the model runs, reference and fused, of all the shapes
@@ -331,9 +346,7 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     data = data or f"seeded random inputs (seeds {', '.join(map(str, seeds))})"
     report = CheckReport(atol, rtol, seeds, qtol, allow_nan, budget=budget, data=data)
     planned = _feeds_by_shape(original, seeds, input_shapes, inputs, samples)
-    shown.say(f"running the reference and the fused model on {_runs_text(planned)}")
-    shown.total(2 * sum(len(feeds) for _, feeds in planned))
-    runs = [check.run(label, feeds) for label, feeds in planned]
+    runs = _run_all(check, original, planned, default_budget() if max_memory is None else max_memory)
     report.shapes = [_judged_nan(run, report) for run in runs]
     references = [r for run in runs for r in run.references]
     if not references:
@@ -349,6 +362,50 @@ def _runs_text(planned: Sequence[tuple[str, list]]) -> str:
     feeds = sum(len(runs) for _, runs in planned)
     return (f"{feeds} input{'s' * (feeds != 1)} at {len(planned)} shape{'s' * (len(planned) != 1)}"
             if planned and planned[0][0] != "samples" else f"{feeds} sample{'s' * (feeds != 1)}")
+
+
+def _run_all(check: "_Checker", original: onnx.ModelProto, planned: Sequence[tuple[str, list]],
+             memory: int) -> list["_AtShape"]:
+    """Both models' runs at every planned shape, counted on ``check``'s display, each shape
+    within the ``memory`` budget (:func:`_run_within`)."""
+    check.shown.say(f"running the reference and the fused model on {_runs_text(planned)}")
+    check.shown.total(2 * sum(len(feeds) for _, feeds in planned))
+    runs: list[_AtShape] = []
+    for label, feeds in planned:
+        runs.append(_run_within(check, original, memory, label, feeds, first=not runs))
+    return runs
+
+
+def _run_within(check: "_Checker", original: onnx.ModelProto, budget: int, label: str,
+                runs: list[tuple[str, dict]], first: bool) -> "_AtShape":
+    """``check.run(label, runs)`` within the memory budget (module docstring): refused with one
+    line at the ``first`` shape, skipped at another, capped where a run has no bound."""
+    needs: dict[str, int | None] = {}
+    for _, feeds in runs:
+        shapes = {name: list(np.shape(v)) for name, v in (feeds | dict(check.inputs or {})).items()}
+        key = shapes_text(shapes)
+        if key not in needs:
+            needs[key] = probe_need(original, shapes, None)
+        need = needs[key]
+        if need is not None and need > budget:
+            if first:
+                raise _over_budget(original, label, shapes, need, budget)
+            check.shown.advance(2 * len(runs))  # none of this shape's runs will run: count them done
+            return _AtShape(ShapeRun(label, shapes, "skipped", f"running the models here needs up to "
+                                     f"{size_text(need)}, more than the memory budget ({size_text(budget)}, "
+                                     "--max-memory)"))
+    with capped(budget) if None in needs.values() else contextlib.nullcontext():
+        return check.run(label, runs)
+
+
+def _over_budget(original: onnx.ModelProto, label: str, shapes: dict[str, list[int]], need: int,
+                 budget: int) -> OnnxMluError:
+    """The one line that stops a check whose first shape does not fit the memory budget."""
+    symbolic = list(symbolic_axes(original))
+    hint = (f"pin {', '.join(symbolic)} smaller with --input-shape, or raise --max-memory" if symbolic
+            else "its inputs have no symbolic dims to pin smaller: raise --max-memory")
+    return OnnxMluError(f"running the models at the {label} shape ({shapes_text(shapes)}) needs up to "
+                        f"{size_text(need)}, more than the memory budget ({size_text(budget)}): {hint}")
 
 
 def _judged_nan(run: "_AtShape", report: CheckReport) -> ShapeRun:

@@ -1,14 +1,21 @@
 """Exact INT8 arithmetic, checked against an integer reference in numpy: run by
 test_exact_int8.py in its own process and under ``qemu-x86_64 -cpu <CPU without VNNI>``.
 
-Two layers whose 8-bit products saturate 16-bit pair sums (activations near +-127 or 255 times
-weights near +-127: ``2 * 255 * 127 > 32767``):
+Layers whose 8-bit products saturate 16-bit pair sums (activations near +-127 or 255 times
+weights near +-127: ``2 * 255 * 127 > 32767``), each built from its own seed:
 
 * ``qdq_conv``: a QDQ Conv (s8 activations, s8 weights per tensor, s8 output), fused into an
   INT8 block; reference ``y = clip(round(sum_k x_k w_k * s_x s_w / s_y)) * s_y`` with the sum
   in int64;
 * ``matmul_integer``: MatMulInteger u8 x s8 (an imported QOperator layer), int32 output; its
   reference is the integer product itself;
+* ``matmul_integer_in_if``: the same inside the branches of an If;
+* ``qlinear_conv_s8``: QLinearConv s8 x s8, which onnxruntime cannot load with the exact entry;
+* ``qlinear_matmul_u8``: QLinearMatMul u8 x s8 at opset 21, which onnxruntime's s8 -> u8 pass
+  does not match (onnxmlu/rewrite/qlinearmatmul.py gives it u8 weights);
+* ``qdq_matmul``: a QDQ MatMul at opset 21, u8 activations by s8 weights;
+* ``matmul_integer_to_float``, ``qgemm``: com.microsoft's u8 x s8 products with a float output
+  (they stay on the host; the reference session must give them u8 weights itself);
 * ``dq_lstm``: a DynamicQuantizeLSTM (s8 weights over the whole range, batch 1), rewritten into
   INT8 cells; reference tests/rewrite/dqlstm_reference.py, its float epilogue (gates) within
   1e-4.
@@ -44,11 +51,18 @@ def _signs(rng: np.random.Generator, shape) -> np.ndarray:
     return np.where(rng.random(shape) < 0.5, 1, -1)
 
 
-def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
-    model = helper.make_model(helper.make_graph(nodes, "exact", inputs, outputs, inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+def _model(nodes, inputs, outputs, inits, opset: int = 17, contrib: bool = False) -> onnx.ModelProto:
+    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("com.microsoft", 1)] if contrib else [])
+    model = helper.make_model(helper.make_graph(nodes, "exact", inputs, outputs, inits), opset_imports=opsets)
+    model.ir_version = 10 if opset >= 21 else 8
     return model
+
+
+def _u8_by_s8(rng: np.random.Generator):
+    """s8 weights near +-127 ([64, 8]) and u8 activations 240..255 ([4, 64]): every pair of
+    products is past 16 bits."""
+    w = (rng.integers(100, 128, (64, 8)) * _signs(rng, (64, 8))).astype(np.int8)
+    return w, rng.integers(240, 256, (4, 64)).astype(np.uint8)
 
 
 def qdq_conv(rng: np.random.Generator):
@@ -84,6 +98,19 @@ def matmul_integer(rng: np.random.Generator):
     return model, {"a": a}, a.astype(np.int64) @ w.astype(np.int64), 1.0
 
 
+def matmul_integer_in_if(rng: np.random.Generator):
+    """``matmul_integer``'s product inside both branches of an If (the condition an input): a
+    QOperator layer in a subgraph, which the reference must give u8 weights too."""
+    model, feeds, exact, step = matmul_integer(rng)
+    product = model.graph.node[0]
+    branches = [helper.make_graph([product], name, [], [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 8])])
+                for name in ("then", "else")]
+    del model.graph.node[:]
+    model.graph.node.append(helper.make_node("If", ["cond"], ["y"], then_branch=branches[0], else_branch=branches[1]))
+    model.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    return model, {**feeds, "cond": np.array(True)}, exact, step
+
+
 def qlinear_conv_s8(rng: np.random.Generator):
     """QLinearConv with s8 activations and s8 weights (imported QOperator): onnxruntime cannot
     load it with the exact entry on a CPU without VNNI; its s8 x s8 kernel is exact without."""
@@ -99,6 +126,60 @@ def qlinear_conv_s8(rng: np.random.Generator):
     return model, {"a": a.astype(np.int8)}, np.clip(np.round(acc / 4096.0), -128, 127), 1.0
 
 
+def qlinear_matmul_u8(rng: np.random.Generator):
+    """QLinearMatMul u8 x s8 at opset 21 (onnxruntime's s8 -> u8 pass matches only since-version
+    10), requantized to u8 by 1/4096, and its exact output."""
+    w, a = _u8_by_s8(rng)
+    inits = [numpy_helper.from_array(v, n) for n, v in (("s", np.float32(1.0)), ("za", np.uint8(0)), ("w", w),
+                                                        ("zw", np.int8(0)), ("sy", np.float32(4096.0)))]
+    nodes = [helper.make_node("QLinearMatMul", ["a", "s", "za", "w", "s", "zw", "sy", "za"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 64])],
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [4, 8])], inits, opset=21)
+    return model, {"a": a}, np.clip(np.round(a.astype(np.int64) @ w.astype(np.int64) / 4096.0), 0, 255), 1.0
+
+
+def qdq_matmul(rng: np.random.Generator):
+    """A QDQ MatMul at opset 21, u8 activations (zero point 128) by s8 weights, u8 output."""
+    w, _ = _u8_by_s8(rng)
+    inits = [numpy_helper.from_array(v, n) for n, v in (("w", w), ("sw", np.float32(SW)), ("sx", np.float32(SX)),
+                                                        ("sy", np.float32(SY)), ("za", np.uint8(128)),
+                                                        ("z", np.int8(0)))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "za"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "za"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "z"], ["wd"]),
+             helper.make_node("MatMul", ["xd", "wd"], ["c"]),
+             helper.make_node("QuantizeLinear", ["c", "sy", "za"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "za"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits, opset=21)
+    q = rng.integers(120, 128, (4, 64)) * _signs(rng, (4, 64))  # x - 128 after quantization
+    acc = q.astype(np.int64) @ w.astype(np.int64)
+    exact = (np.clip(np.round(acc * (SX * SW / SY)) + 128, 0, 255) - 128) * SY
+    return model, {"x": (q * SX).astype(np.float32)}, exact, SY
+
+
+def matmul_integer_to_float(rng: np.random.Generator):
+    """com.microsoft MatMulIntegerToFloat u8 x s8 (scales 1: the float output is the int32
+    product, exact in float32 at these sizes)."""
+    w, a = _u8_by_s8(rng)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(1.0), "s")]
+    nodes = [helper.make_node("MatMulIntegerToFloat", ["a", "w", "s", "s"], ["y"], domain="com.microsoft")]
+    model = _model(nodes, [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 64])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits, contrib=True)
+    return model, {"a": a}, a.astype(np.int64) @ w.astype(np.int64), 1.0
+
+
+def qgemm(rng: np.random.Generator):
+    """com.microsoft QGemm u8 x s8 with a float output (no y_scale): the int32 product."""
+    w, a = _u8_by_s8(rng)
+    inits = [numpy_helper.from_array(v, n) for n, v in (("s", np.float32(1.0)), ("za", np.uint8(0)), ("w", w),
+                                                        ("zw", np.int8(0)))]
+    nodes = [helper.make_node("QGemm", ["a", "s", "za", "w", "s", "zw"], ["y"], domain="com.microsoft")]
+    model = _model(nodes, [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 64])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits, contrib=True)
+    return model, {"a": a}, a.astype(np.int64) @ w.astype(np.int64), 1.0
+
+
 def dq_lstm(rng: np.random.Generator):
     """A forward DynamicQuantizeLSTM, 64 inputs, hidden 64, 6 steps, batch 1, and its exact Y."""
     model = dq_lstm_model(rng, seq=6, inp=64, hidden=64)
@@ -112,12 +193,17 @@ def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
     return float(np.max(np.abs(got.astype(np.float64) - exact)) / step)
 
 
+#: The layers checked, each built from its own seeded generator.
+LAYERS = {"qdq_conv": qdq_conv, "matmul_integer": matmul_integer, "qlinear_conv_s8": qlinear_conv_s8,
+          "qlinear_matmul_u8": qlinear_matmul_u8, "qdq_matmul": qdq_matmul,
+          "matmul_integer_to_float": matmul_integer_to_float, "qgemm": qgemm, "dq_lstm": dq_lstm,
+          "matmul_integer_in_if": matmul_integer_in_if}
+
+
 def check() -> dict[str, dict[str, float]]:
-    rng = np.random.default_rng(0)
     result = {}
-    for name, build in (("qdq_conv", qdq_conv), ("matmul_integer", matmul_integer),
-                        ("qlinear_conv_s8", qlinear_conv_s8), ("dq_lstm", dq_lstm)):
-        model, feeds, exact, step = build(rng)
+    for seed, (name, build) in enumerate(LAYERS.items()):
+        model, feeds, exact, step = build(np.random.default_rng(seed))
         fused = api.fuse(model, precision="int8").model
         default = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         result[name] = {

@@ -75,3 +75,56 @@ def test_every_onnxruntime_session_gets_its_options_from_one_helper():
                  and len(c.args) < 2 and not any(k.arg == "sess_options" for k in c.keywords)]
     assert not made, f"SessionOptions() made outside onnxmlu/sessions.py (use new_options): {made}"
     assert not bare, f"onnxruntime sessions without options (pass onnxmlu.sessions.new_options()): {bare}"
+
+
+def test_int8_bodies_load_with_the_exact_entry_on_any_host(library):
+    """onnxruntime applies :data:`~onnxmlu.sessions.EXACT_INT8_KEY` on every x86 host when it is
+    set, so this host shows what a host without VNNI meets: a quantized constant that two nodes
+    read (the ``1`` both Adds of auto_plan_check.py's model add) made session creation fail, and
+    the library's retry without the entry ran the saturating kernels."""
+    import onnxruntime as ort
+
+    from auto_plan_check import sensitive_model
+    from onnxmlu import api
+    from onnxmlu.schema import body_model
+    from onnxmlu.sessions import EXACT_INT8_KEY, new_options
+
+    fused = api.fuse(sensitive_model(), precision="int8").model
+    bodies = [body_model(n) for n in fused.graph.node if n.op_type == "MLUFusionBlock"]
+    assert bodies
+    for body in bodies:
+        options = new_options("all", exact=False)
+        options.add_session_config_entry(EXACT_INT8_KEY, "1")
+        ort.InferenceSession(body.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def test_a_model_arriving_quantized_loads_with_the_exact_entry_too(library, tmp_path):
+    """The same for a block that keeps the model's own quantization: onnxruntime's quantizer
+    writes auto_plan_check.py's model with one quantized ``1`` that both Adds read."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_static
+
+    from auto_plan_check import C, HW, sensitive_model
+    from onnxmlu import api
+    from onnxmlu.schema import body_model
+    from onnxmlu.sessions import EXACT_INT8_KEY, new_options
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": np.random.default_rng(k).standard_normal((1, C, HW, HW)).astype(np.float32)}
+                               for k in range(2)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(sensitive_model(), tmp_path / "q.onnx", Reader(), activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)
+    fused = api.fuse(onnx.load(tmp_path / "q.onnx")).model
+    bodies = [body_model(n) for n in fused.graph.node if n.op_type == "MLUFusionBlock"]
+    assert bodies
+    for body in bodies:
+        options = new_options("all", exact=False)
+        options.add_session_config_entry(EXACT_INT8_KEY, "1")
+        ort.InferenceSession(body.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])

@@ -1,4 +1,5 @@
-"""The memory rule (README, "Memory"): no shape probe allocates beyond the budget.
+"""The memory rule (README, "Memory"): no shape probe, and no run of ``check`` or ``fuse
+--check``, allocates beyond the budget.
 
 The model (``rel_models.attention_over_pixels``) runs self-attention over its pixels, so a run
 at the 224 x 224 default of its symbolic H and W holds over 1.2 GB of scores; before the
@@ -37,12 +38,17 @@ def _cap() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_ADDRESS_SPACE, CHILD_ADDRESS_SPACE))
 
 
+def cli_child(*args: str) -> subprocess.CompletedProcess:
+    """``onnxmlu ARGS`` in a child process whose address space is capped."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "onnxmlu", *args], capture_output=True, text=True, env=env,
+                          timeout=300, preexec_fn=_cap)
+
+
 def fuse_child(tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
     src, out = tmp_path / "unet.onnx", tmp_path / "unet.fused.onnx"
     onnx.save(models.attention_over_pixels(), src)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "onnxmlu", "fuse", str(src), str(out), *options],
-                          capture_output=True, text=True, env=env, timeout=300, preexec_fn=_cap)
+    return cli_child("fuse", str(src), str(out), *options)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the child's cap is set with Linux's RLIMIT_AS")
@@ -65,6 +71,44 @@ def test_no_size_within_the_budget_is_one_line_naming_the_input(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert "latent" in lines[0] and "--input-shape" in lines[0] and "memory budget (1.0M)" in lines[0], lines[0]
+    assert not (tmp_path / "unet.fused.onnx").exists()
+
+
+def _one_line_naming_the_input(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "latent" in lines[0] and "--input-shape" in lines[0] and "memory budget (512.0M)" in lines[0], lines[0]
+    return lines[0]
+
+
+#: At 160 x 160 a run of the model needs up to 628 MB (probe_need), over the 512M budget; at
+#: 128 x 128 258 MB, and its check's other shapes (a batch of 2, H or W doubled) 516 MB to 1 GB.
+@pytest.mark.skipif(sys.platform != "linux", reason="the child's cap is set with Linux's RLIMIT_AS")
+def test_check_stops_with_one_line_where_its_first_shape_exceeds_the_budget(tmp_path):
+    assert fuse_child(tmp_path, "--input-shape", "latent:1,4,32,32", "-q").returncode == 0
+    proc = cli_child("check", str(tmp_path / "unet.onnx"), str(tmp_path / "unet.fused.onnx"),
+                     "--input-shape", "latent:1,4,160,160", "--max-memory", "512M")
+    assert "pinned shape (latent:1x4x160x160) needs up to 628.1M" in _one_line_naming_the_input(proc)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the child's cap is set with Linux's RLIMIT_AS")
+def test_check_skips_the_other_shapes_that_exceed_the_budget_and_says_so(tmp_path):
+    assert fuse_child(tmp_path, "--input-shape", "latent:1,4,32,32", "-q").returncode == 0
+    proc = cli_child("check", str(tmp_path / "unet.onnx"), str(tmp_path / "unet.fused.onnx"),
+                     "--input-shape", "latent:1,4,128,128", "--max-memory", "512M", "--json", "-", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shapes = json.loads(proc.stdout)["shapes"]
+    assert shapes[0]["status"] == "ok" and shapes[0]["inputs"] == {"latent": [1, 4, 128, 128]}
+    skipped = [s for s in shapes[1:] if s["status"] == "skipped"]
+    assert len(skipped) == len(shapes) - 1 == 3, shapes
+    assert all("more than the memory budget (512.0M, --max-memory)" in s["note"] for s in skipped), skipped
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the child's cap is set with Linux's RLIMIT_AS")
+def test_fuse_check_stops_with_one_line_and_keeps_no_output(tmp_path):
+    proc = fuse_child(tmp_path, "--input-shape", "latent:1,4,160,160", "--max-memory", "512M", "--check")
+    _one_line_naming_the_input(proc)
     assert not (tmp_path / "unet.fused.onnx").exists()
 
 
