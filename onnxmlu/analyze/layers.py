@@ -45,6 +45,7 @@ from onnxmlu.analyze.quantized import (
     carry_weight_expressions,
     is_int8_arithmetic,
     is_quantized_operator,
+    stored_weight_bytes,
     weight_expressions,
 )
 from onnxmlu.plan.perf.layers import Layer
@@ -165,6 +166,7 @@ def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[
     """The layers in ``order`` (segments split by host nodes; carried nodes are neither);
     ``epilogues`` (node indices) follow their producer's layer and are marked so."""
     carried_names = {o for i in carried for o in index.outputs[i]}
+    stored = stored_weight_bytes(index, carried)
     quantized_names: set[str] = set()
     layers: list[Layer] = []
     layer_nodes: list[int] = []
@@ -179,7 +181,7 @@ def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[
             continue
         if previous_was_host:
             segment, previous_was_host = segment + 1, False
-        layer = describe_layer(nodes[i], index, len(layers), segment, carried_names)
+        layer = describe_layer(nodes[i], index, len(layers), segment, carried_names, stored)
         if i in epilogues:
             layer = replace(layer, epilogue=True)
         if arrives_quantized(nodes[i], index, carried_names, quantized_names):
@@ -222,9 +224,10 @@ def constant_expressions(graph: onnx.GraphProto, index: GraphIndex) -> list[int]
 
 
 def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segment: int,
-                   carried: frozenset[str] | set[str] = frozenset()) -> Layer:
+                   carried: frozenset[str] | set[str] = frozenset(), stored: dict[str, int] | None = None) -> Layer:
     """``node`` as a FP32 layer; tensors named in ``carried`` (dequantized weights carried into
-    its block) count as its weights."""
+    its block) count as its weights, a block-quantized one at the bytes ``stored`` gives it
+    (:func:`~onnxmlu.analyze.quantized.stored_weight_bytes`), which no precision changes."""
     kind = OP_KINDS[node.op_type]
     out_shape = _first_shape(index, node.output)
     is_weight = lambda n: index.is_constant(n) or n in carried  # noqa: E731
@@ -235,7 +238,9 @@ def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segme
     groups = int(attrs.get("group", 1))
     inputs = [n for n in node.input if n and not is_weight(n)]
     outputs = [n for n in node.output if n]
-    weights = [n for n in node.input if n and is_weight(n)]
+    stored = stored or {}
+    packed = sum(stored[n] for n in node.input if n in stored)
+    weights = [n for n in node.input if n and is_weight(n) and n not in stored]
     body_weight_bytes = sum(tensor_nbytes(t.data_type, t.dims) for a in node.attribute if a.name == "body"
                             for t in a.g.initializer)  # a Scan's cell weights, read every step
     return Layer(
@@ -253,10 +258,10 @@ def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segme
         groups=groups,
         input_bytes=_bytes(index, inputs),
         output_bytes=_bytes(index, outputs),
-        weight_bytes=_bytes(index, weights) + body_weight_bytes,
+        weight_bytes=_bytes(index, weights) + body_weight_bytes + packed,
         segment=segment,
         fixed_bytes=(_bytes(index, inputs, fixed=True), _bytes(index, outputs, fixed=True),
-                     _bytes(index, weights, fixed=True)),
+                     _bytes(index, weights, fixed=True) + packed),
     )
 
 
