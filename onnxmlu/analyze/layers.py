@@ -39,7 +39,7 @@ from onnxmlu.analyze.epilogues import epilogue_heads, epilogues_after_producers
 from onnxmlu.ir.graphs import kahn_order
 from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
 from onnxmlu.ir.weights import WeightStore
-from onnxmlu.analyze.optable import CONV_WEIGHT_INPUT, MATMUL_OPS, OP_KINDS, support_reason
+from onnxmlu.analyze.optable import CONV_WEIGHT_INPUT, MATMUL_OPS, OP_KINDS, matmul_dims, support_reason
 from onnxmlu.analyze.quantized import (
     arrives_quantized,
     carry_weight_expressions,
@@ -294,8 +294,7 @@ def _op_count(node, index, kind, in_shape, out_shape, kernel, groups) -> float:
         in_elems = float(math.prod(in_shape))  # N*C_in*HW_in
         return 2.0 * in_elems * float(math.prod(weight[1:]))  # * C_out/g * K
     if node.op_type in MATMUL_OPS:
-        k = in_shape[-1] if in_shape else 1
-        return 2.0 * out_elems * k
+        return _matmul_ops(node, index, in_shape, out_shape)
     if node.op_type == "Einsum":
         return 2.0 * _einsum_points(node, index)
     if node.op_type == "Scan":
@@ -305,6 +304,21 @@ def _op_count(node, index, kind, in_shape, out_shape, kernel, groups) -> float:
     if kind == "pool":
         return out_elems * kernel[0] * kernel[1]
     return out_elems * _PER_ELEMENT[kind]
+
+
+def _matmul_ops(node: onnx.NodeProto, index: GraphIndex, in_shape, out_shape) -> float:
+    """``2 * M * K * N``: K the input's last dim, N the output's; one that inference lost is
+    read from the other operand (:func:`~onnxmlu.analyze.optable.matmul_dims`)."""
+    k_in, n_in = matmul_dims(node, index)
+    read = lambda name: index.concrete_shape(name) or index.shape(name) or [None]  # noqa: E731
+    in_name = next((n for n in node.input if n and not index.is_constant(n)), node.input[0])
+    k = (in_shape[-1] if in_shape else 1) if _is_size(read(in_name)[-1]) or k_in is None else k_in
+    width = n_in if not _is_size(read(node.output[0])[-1]) and n_in else 1
+    return 2.0 * float(math.prod(out_shape)) * width * k
+
+
+def _is_size(d) -> bool:
+    return isinstance(d, int) and d > 0
 
 
 def _scan_ops(node: onnx.NodeProto, index: GraphIndex) -> float:

@@ -121,6 +121,7 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
     "built_g2p_strings": (1.0, 1, 2),  # the LabelEncoder and the string-table Gather stay on the host
     "built_siamese_tower": (1.0, 1, 0),
     "built_merged_if_decoder": (1.0, 2, 1),  # the If stays on the host, each branch one block
+    "built_optimum_merged_llama": (1.0, 2, 1),  # the branch the pins cannot take sized by its other operand
 }  # fmt: skip
 #: Models whose fused file must stay within this factor of the original plus the blocks'
 #: metadata (framing, and the records of their nodes): their weights are stored as given
@@ -129,6 +130,7 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
 #: rewrite transposed: onnxmlu/ir/dedupe.py).
 SIZE_CEILING: dict[str, float] = {"built_ort_bert": 1.05, "built_llama_nbits": 1.05, "built_genai_gqa_step": 1.05,
                                   "built_siamese_tower": 1.05, "built_merged_if_decoder": 1.05,
+                                  "built_optimum_merged_llama": 1.05,
                                   "built_g2p_strings": 1.05, "silero_v6": 1.05, "silero_16k_op15": 1.05,
                                   "silero_half": 1.05, "vadweb_silero_v5": 1.05}
 
