@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import api
@@ -30,12 +31,12 @@ CACHE = [f"past_key_values.{i}.{k}" for i in range(LAYERS) for k in ("key", "val
 PINS = {"input_ids": [1, 3], "attention_mask": [1, 8], "position_ids": [1, 3], **{c: [1, KV, 5, HEAD] for c in CACHE}}
 
 
-def _feeds(use_cache: bool, past: int, new: int, batch: int = 2) -> dict[str, np.ndarray]:
+def _feeds(use_cache: bool, past: int, new: int, dtype, batch: int = 2) -> dict[str, np.ndarray]:
     """A step: ``new`` tokens after ``past`` cached ones (the first step reads no cache; it is fed
     one token's worth, as a caller passes a dummy)."""
     rng = np.random.default_rng(past + new)
     total = past + new if use_cache else new
-    cache = {c: rng.uniform(-1, 1, (batch, KV, past, HEAD)).astype(np.float32) for c in CACHE}
+    cache = {c: rng.uniform(-1, 1, (batch, KV, past, HEAD)).astype(dtype) for c in CACHE}
     mask = np.ones((batch, total), np.int64)
     mask[0, 0] = 0  # a padded first token
     return {"input_ids": rng.integers(0, VOCAB, (batch, new)), "attention_mask": mask,
@@ -43,9 +44,13 @@ def _feeds(use_cache: bool, past: int, new: int, batch: int = 2) -> dict[str, np
             **cache, "use_cache_branch": np.array([use_cache])}
 
 
-def test_every_matmul_of_both_branches_is_in_a_block_and_both_branches_match(library, tmp_path):
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_every_matmul_of_both_branches_is_in_a_block_and_both_branches_match(library, tmp_path, dtype):
+    """float16: the softmax between two Casts; outputs to one unit in the last place (the
+    blocks' sessions fuse the float16 RMS norm into a float32 kernel: tests/realworld/test_realworld.py)."""
     src, out = tmp_path / "decoder.onnx", tmp_path / "fused.onnx"
-    model = optimum_merged_llama()
+    model = optimum_merged_llama(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+    rtol = RTOL if dtype == np.float32 else 2.0 ** -10
     onnx.save(model, src)
     result = api.fuse_to_file(src, out, input_shapes=PINS)
     assert result.coverage.heavy_on_host == [], result.coverage.heavy_on_host
@@ -59,9 +64,11 @@ def test_every_matmul_of_both_branches_is_in_a_block_and_both_branches_match(lib
     options.register_custom_ops_library(library)
     session, reference = ort.InferenceSession(str(out), options), reference_session(model)
     for use_cache, past, new in ((True, 5, 3), (True, 9, 1), (False, 1, 4), (False, 1, 7)):
-        feeds = _feeds(use_cache, past, new)
+        feeds = _feeds(use_cache, past, new, dtype)
         for want, got in zip(reference.run(None, feeds), session.run(None, feeds)):
-            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"cache {use_cache} past {past}")
+            assert got.dtype == dtype
+            np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=rtol, atol=ATOL,
+                                       err_msg=f"cache {use_cache} past {past}")
 
 
 def _matmul(a_dims, b_dims, y_dims, b_constant: bool = False):

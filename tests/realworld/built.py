@@ -816,8 +816,8 @@ def genai_gqa_decoder_step() -> onnx.ModelProto:
 class _Emitter:
     """Appends nodes to a list, each output prefixed by ``tag`` (two branches, one namespace)."""
 
-    def __init__(self, tag: str) -> None:
-        self.tag, self.nodes = tag, []
+    def __init__(self, tag: str, dtype: int = FLOAT) -> None:
+        self.tag, self.nodes, self.dtype = tag, [], dtype
 
     def __call__(self, op: str, ins: list[str], outs: list[str], **kw) -> str:
         outs = [f"{self.tag}_{o}" for o in outs]
@@ -832,7 +832,7 @@ def _hf_shapes(n: _Emitter) -> dict[str, str]:
     ids = n("Shape", ["input_ids"], ["ids_shape"])
     b = n("Unsqueeze", [n("Gather", [ids, "c0"], ["bsz"], axis=0), "ax0"], ["bsz1"])
     s = n("Unsqueeze", [n("Gather", [ids, "c1"], ["seq"], axis=0), "ax0"], ["seq1"])
-    am = n("Cast", [n("Unsqueeze", ["attention_mask", "ax12"], ["am4"])], ["amf"], to=FLOAT)
+    am = n("Cast", [n("Unsqueeze", ["attention_mask", "ax12"], ["am4"])], ["amf"], to=n.dtype)
     pad = n("Mul", [n("Sub", ["one", am], ["inv"]), "neg_big"], ["pad"])
     total = n("Gather", [n("Shape", ["attention_mask"], ["am_shape"]), "c1"], ["total"], axis=0)
     start = n("Sub", [total, n("Gather", [ids, "c1"], ["seq_s"], axis=0)], ["past_len"])
@@ -889,18 +889,23 @@ def _hf_attention(n: _Emitter, h: str, xn: str, sh: dict, layer: int, past: bool
         key, value = (n("Identity", [x], [f"present.{layer}.{kind}"]) for x, kind in ((k, "key"), (v, "value")))
     kt = n("Transpose", [_hf_repeat_kv(n, key, sh, f"{p}_kr")], [f"{p}_kt"], perm=[0, 1, 3, 2])
     scores = n("Div", [n("MatMul", [q, kt], [f"{p}_qk"]), "sqrt_hd"], [f"{p}_sc"])
-    probs = n("Softmax", [n("Add", [scores, sh["mask"]], [f"{p}_masked"])], [f"{p}_p"], axis=-1)
+    masked = n("Add", [scores, sh["mask"]], [f"{p}_masked"])
+    if n.dtype == FLOAT:
+        probs = n("Softmax", [masked], [f"{p}_p"], axis=-1)
+    else:  # softmax in float32, as the fp16 export writes it (upcast_softmax): a Cast chain around it
+        up = n("Softmax", [n("Cast", [masked], [f"{p}_masked32"], to=FLOAT)], [f"{p}_p32"], axis=-1)
+        probs = n("Cast", [up], [f"{p}_p"], to=n.dtype)
     ctx = n("Transpose", [n("MatMul", [probs, _hf_repeat_kv(n, value, sh, f"{p}_vr")], [f"{p}_ctx0"])],
             [f"{p}_ctx1"], perm=[0, 2, 1, 3])
     out = n("MatMul", [n("Reshape", [ctx, sh["o"]], [f"{p}_ctx"]), f"{p}.wo"], [f"{p}_o"])
     return n("Add", [h, out], [f"{p}_r1"]), [key, value]
 
 
-def _hf_branch(past: bool, layers: int, shapes: dict[str, list]) -> onnx.GraphProto:
+def _hf_branch(past: bool, layers: int, shapes: dict[str, list], dtype: int) -> onnx.GraphProto:
     """One side of Optimum's merged LLaMA decoder: the whole decoder over the outer scope's
     weights, the cache appended to (``past``) or built from scratch; the LM head tied to the
     embedding (``MatMul`` by ``Transpose(embed)``)."""
-    n = _Emitter("wp" if past else "np")
+    n = _Emitter("wp" if past else "np", dtype)
     sh = _hf_shapes(n)
     h = n("Gather", ["embed", "input_ids"], ["h0"])
     presents = []
@@ -915,7 +920,7 @@ def _hf_branch(past: bool, layers: int, shapes: dict[str, list]) -> onnx.GraphPr
         h = n("Add", [h, n("MatMul", [m, f"{p}.wd"], [f"{p}_dn"])], [f"{p}_r2"])
     logits = n("MatMul", [_hf_rms(n, h, "final_norm", "fn"), n("Transpose", ["embed"], ["lm_head"], perm=[1, 0])],
                ["logits"])
-    outputs = [helper.make_tensor_value_info(name, FLOAT, dims)
+    outputs = [helper.make_tensor_value_info(name, dtype, dims)
                for name, dims in zip([logits, *presents], [shapes["logits"]] + [shapes["kv"]] * len(presents))]
     return helper.make_graph(n.nodes, f"{n.tag}_branch", [], outputs)
 
@@ -940,7 +945,13 @@ def _hf_weights(rng, layers: int, d: int, kv_dim: int, ffn: int, vocab: int, hea
             + [_init(k, np.array(v, np.float32)) for k, v in floats.items()])
 
 
-def optimum_merged_llama() -> onnx.ModelProto:
+def _as_fp16(inits: list) -> list:
+    """The float initializers in float16 (-1e9 becomes float16's lowest, -65504)."""
+    half = lambda t: _init(t.name, np.maximum(numpy_helper.to_array(t), -65504).astype(np.float16))  # noqa: E731
+    return [half(t) if t.data_type == FLOAT else t for t in inits]
+
+
+def optimum_merged_llama(dtype: int = FLOAT) -> onnx.ModelProto:
     """Optimum's merged LLaMA decoder (``decoder_model_merged.onnx``): ``If(use_cache_branch)``
     between two whole two-layer decoders -- grouped-query attention with rotary embeddings, the
     cache appended to in one branch and built from scratch in the other --, the shape
@@ -953,16 +964,24 @@ def optimum_merged_llama() -> onnx.ModelProto:
     shapes = {"logits": ["batch", "seq", vocab], "kv": ["batch", kv, "total", head]}
     outs = ["logits"] + [f"present.{layer}.{k}" for layer in range(layers) for k in ("key", "value")]
     node = helper.make_node("If", ["use_cache_branch"], outs, name="optimum::if",
-                            then_branch=_hf_branch(True, layers, shapes), else_branch=_hf_branch(False, layers, shapes))
+                            then_branch=_hf_branch(True, layers, shapes, dtype),
+                            else_branch=_hf_branch(False, layers, shapes, dtype))
     inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", length]) for name, length in
               (("input_ids", "seq"), ("attention_mask", "total"), ("position_ids", "seq"))]
-    inputs += [helper.make_tensor_value_info(f"past_key_values.{layer}.{k}", FLOAT, ["batch", kv, "past", head])
+    inputs += [helper.make_tensor_value_info(f"past_key_values.{layer}.{k}", dtype, ["batch", kv, "past", head])
                for layer in range(layers) for k in ("key", "value")]
     inputs.append(helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]))
-    outputs = [helper.make_tensor_value_info("logits", FLOAT, shapes["logits"])]
-    outputs += [helper.make_tensor_value_info(o, FLOAT, shapes["kv"]) for o in outs[1:]]
+    outputs = [helper.make_tensor_value_info("logits", dtype, shapes["logits"])]
+    outputs += [helper.make_tensor_value_info(o, dtype, shapes["kv"]) for o in outs[1:]]
     inits = _hf_weights(np.random.default_rng(16), layers, d, kv * head, ffn, vocab, head)
+    inits = inits if dtype == FLOAT else _as_fp16(inits)
     return _model(helper.make_graph([node], "optimum_merged_llama", inputs, outputs, inits))
+
+
+def optimum_merged_llama_fp16() -> onnx.ModelProto:
+    """:func:`optimum_merged_llama` exported in float16 (weights, cache and logits), the softmax
+    computed in float32 between two Casts."""
+    return optimum_merged_llama(TensorProto.FLOAT16)
 
 
 BUILDERS = {
@@ -971,5 +990,6 @@ BUILDERS = {
               lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm, ort_qdq_cnn, fp16_conv_chain,
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
               keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
-              genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder, optimum_merged_llama)
+              genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder, optimum_merged_llama,
+              optimum_merged_llama_fp16)
 }  # fmt: skip
