@@ -15,7 +15,7 @@ symbolic, so the same file runs every step below.
 * **simulated**: the dlfusion and the optimal plan priced at a 128-token prefill (no past) and
   at a one-token decode after 128, block by block (``onnxmlu plan --input-shape``).
 
-    .venv/bin/python scripts/bench_decoder.py [--hidden 512] [--threads 1 2] [--rounds 40]
+    .venv/bin/python scripts/bench_decoder.py [--hidden 512] [--threads 1 2] [--rounds 40] [--chunk 5]
         [--save-fused FILE] [--before FILE]
 """
 
@@ -56,7 +56,7 @@ def feeds(hidden: int, seq: int, past: int) -> dict[str, np.ndarray]:
     return out
 
 
-def per_token(model, fused, hidden: int, threads: int, rounds: int, before=None) -> list[str]:
+def per_token(model, fused, hidden: int, threads: int, rounds: int, before=None, chunk: int = 5) -> list[str]:
     def options():
         made = new_options()
         made.intra_op_num_threads = threads
@@ -69,7 +69,7 @@ def per_token(model, fused, hidden: int, threads: int, rounds: int, before=None)
         sessions["before"] = InferenceSession(before, options())
     rows = []
     for past in PASTS:
-        got = time_in_turns(sessions, feeds(hidden, 1, past), rounds=rounds)
+        got = time_in_turns(sessions, feeds(hidden, 1, past), rounds=rounds, chunk=chunk)
         o, f = got["original"].median_ms * 1e3, got["fused"].median_ms * 1e3
         row = f"| {threads} | {past} | {o:.1f} | {f:.1f} | {f / o:.3f} |"
         if before is not None:
@@ -94,7 +94,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--rounds", type=int, default=40, help="rounds of 5 timed runs each")
+    p.add_argument("--rounds", type=int, default=40, help="rounds of --chunk timed runs each")
+    p.add_argument("--chunk", type=int, default=5,
+                   help="timed runs per session per round (more: fewer runs just after the idle wait, whose "
+                        "caches other processes may have emptied)")
     p.add_argument("--save-fused", type=Path, help="also write the fused layer there")
     p.add_argument("--before", type=Path, help="a fused file of the same layer to time beside this checkout's")
     args = p.parse_args()
@@ -110,7 +113,7 @@ def main() -> int:
           f"|---|---|---|---|---|{extra[1]}")
     for threads in args.threads:
         print("\n".join(per_token(model, fused, args.hidden, threads, args.rounds,
-                                   str(args.before) if args.before else None)))
+                                   str(args.before) if args.before else None, args.chunk)))
     print("\n| strategy | step | blocks (simulated) | total µs |\n|---|---|---|---|")
     print("\n".join(simulated(model, args.hidden)))
     return 0
