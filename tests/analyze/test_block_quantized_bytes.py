@@ -119,3 +119,20 @@ def test_per_axis_int8_weight_keeps_one_byte_a_value():
     """A weight quantized per output column is not block-quantized: one byte a value, as before
     (its N scales and zero points are what a per-channel layer has always left out)."""
     assert _matmul(dq_model(TensorProto.INT8, 0)).weight_bytes == K * N
+
+
+def test_inspect_reports_the_packed_weight(tmp_path):
+    """``onnxmlu inspect --json``: the MatMul's weight bytes are the packed ones."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from onnxmlu.cli import app
+
+    model, stored = nbits_model(4, 0)
+    src, report = tmp_path / "m.onnx", tmp_path / "inspect.json"
+    onnx.save(model, src)
+    result = CliRunner().invoke(app, ["inspect", str(src), "--json", str(report)])
+    assert result.exit_code == 0, result.output
+    (row,) = [r for r in json.loads(report.read_text())["layers"] if r["op_type"] == "MatMul"]
+    assert row["weight_bytes"] == sum(stored.values())
