@@ -9,7 +9,9 @@ contrib ops), a float16 model, onnxruntime's own LayerNormalization in an opset-
 200-step bidirectional LSTM, a string input, a ``torch.cond``-style ``If`` between two CNN
 heads, a Keras LSTM as tf2onnx writes it (a ``Loop`` over a symbolic length), and an opset-23
 LLaMA-style decoder layer (RMSNormalization, RotaryEmbedding, grouped-query Attention with a KV
-cache). :data:`BUILDERS` maps a name to its builder; ``corpus.py`` caches the built files next to
+cache), 4-bit MatMulNBits decoders, and Optimum's merged ``If(use_cache_branch)`` decoders (a
+toy one, and a LLaMA one with the shape arithmetic, causal mask and tied LM head torch.onnx
+writes, in float32 and float16). :data:`BUILDERS` maps a name to its builder; ``corpus.py`` caches the built files next to
 the downloaded ones.
 """
 
