@@ -9,11 +9,14 @@ symbolic, so the same file runs every step below.
 
 * **per token**: one decode step (sequence 1) after a past of 1, 16, 64 and 128 tokens,
   original (plain onnxruntime, every optimization) and fused (``onnxmlu.InferenceSession``)
-  timed in turns (:func:`onnxmlu.tools.timing.time_in_turns`), at each ``--threads``;
+  timed in turns (:func:`onnxmlu.tools.timing.time_in_turns`), at each ``--threads``; with
+  ``--before FILE`` (the same layer fused by another checkout: ``--save-fused`` there, or
+  ``onnxmlu fuse``), that file too, in the same turns, so a change is measured under one load;
 * **simulated**: the dlfusion and the optimal plan priced at a 128-token prefill (no past) and
   at a one-token decode after 128, block by block (``onnxmlu plan --input-shape``).
 
-    .venv/bin/python scripts/bench_decoder.py [--hidden 512] [--threads 1 2] [--rounds 40]
+    .venv/bin/python scripts/bench_decoder.py [--hidden 512] [--threads 1 2] [--rounds 40] [--chunk 5]
+        [--save-fused FILE] [--before FILE]
 """
 
 from __future__ import annotations
@@ -53,19 +56,26 @@ def feeds(hidden: int, seq: int, past: int) -> dict[str, np.ndarray]:
     return out
 
 
-def per_token(model, fused, hidden: int, threads: int, rounds: int) -> list[str]:
-    options = new_options()
-    options.intra_op_num_threads = threads
-    original = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    fused_options = new_options()
-    fused_options.intra_op_num_threads = threads
-    mine = InferenceSession(fused, fused_options)
+def per_token(model, fused, hidden: int, threads: int, rounds: int, before=None, chunk: int = 5) -> list[str]:
+    def options():
+        made = new_options()
+        made.intra_op_num_threads = threads
+        return made
+
+    sessions = {"original": ort.InferenceSession(model.SerializeToString(), options(),
+                                                 providers=["CPUExecutionProvider"]),
+                "fused": InferenceSession(fused, options())}
+    if before is not None:
+        sessions["before"] = InferenceSession(before, options())
     rows = []
     for past in PASTS:
-        step = feeds(hidden, 1, past)
-        got = time_in_turns({"original": original, "fused": mine}, step, rounds=rounds)
+        got = time_in_turns(sessions, feeds(hidden, 1, past), rounds=rounds, chunk=chunk)
         o, f = got["original"].median_ms * 1e3, got["fused"].median_ms * 1e3
-        rows.append(f"| {threads} | {past} | {o:.1f} | {f:.1f} | {f / o:.3f} |")
+        row = f"| {threads} | {past} | {o:.1f} | {f:.1f} | {f / o:.3f} |"
+        if before is not None:
+            b = got["before"].median_ms * 1e3
+            row += f" {b:.1f} | {b / o:.3f} |"
+        rows.append(row)
     return rows
 
 
@@ -84,16 +94,26 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--rounds", type=int, default=40, help="rounds of 5 timed runs each")
+    p.add_argument("--rounds", type=int, default=40, help="rounds of --chunk timed runs each")
+    p.add_argument("--chunk", type=int, default=5,
+                   help="timed runs per session per round (more: fewer runs just after the idle wait, whose "
+                        "caches other processes may have emptied)")
+    p.add_argument("--save-fused", type=Path, help="also write the fused layer there")
+    p.add_argument("--before", type=Path, help="a fused file of the same layer to time beside this checkout's")
     args = p.parse_args()
     model = opset23_decoder_layer(hidden=args.hidden, heads=HEADS, kv_heads=KV_HEADS, ffn=2 * args.hidden)
     fused = api.fuse(model, input_shapes=shapes(args.hidden, 1, 64)).model
+    if args.save_fused:
+        api.save_model(fused, args.save_fused)
     blocks = sum(n.op_type == "MLUFusionBlock" for n in fused.graph.node)
     print(f"decoder layer, hidden {args.hidden}, {HEADS} heads / {KV_HEADS} kv heads: {blocks} block(s); "
           f"{os.cpu_count()} cores")
-    print("\n| threads | past | original µs / token | fused µs / token | fused / original |\n|---|---|---|---|---|")
+    extra = (" before µs / token | before / original |", "---|---|") if args.before else ("", "")
+    print(f"\n| threads | past | original µs / token | fused µs / token | fused / original |{extra[0]}\n"
+          f"|---|---|---|---|---|{extra[1]}")
     for threads in args.threads:
-        print("\n".join(per_token(model, fused, args.hidden, threads, args.rounds)))
+        print("\n".join(per_token(model, fused, args.hidden, threads, args.rounds,
+                                   str(args.before) if args.before else None, args.chunk)))
     print("\n| strategy | step | blocks (simulated) | total µs |\n|---|---|---|---|")
     print("\n".join(simulated(model, args.hidden)))
     return 0

@@ -39,12 +39,13 @@ from onnxmlu.analyze.epilogues import epilogue_heads, epilogues_after_producers
 from onnxmlu.ir.graphs import kahn_order
 from onnxmlu.ir.index import GraphIndex, tensor_nbytes, topological_order
 from onnxmlu.ir.weights import WeightStore
-from onnxmlu.analyze.optable import CONV_WEIGHT_INPUT, MATMUL_OPS, OP_KINDS, support_reason
+from onnxmlu.analyze.optable import CONV_WEIGHT_INPUT, MATMUL_OPS, OP_KINDS, matmul_dims, support_reason
 from onnxmlu.analyze.quantized import (
     arrives_quantized,
     carry_weight_expressions,
     is_int8_arithmetic,
     is_quantized_operator,
+    stored_weight_bytes,
     weight_expressions,
 )
 from onnxmlu.plan.perf.layers import Layer
@@ -165,6 +166,7 @@ def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[
     """The layers in ``order`` (segments split by host nodes; carried nodes are neither);
     ``epilogues`` (node indices) follow their producer's layer and are marked so."""
     carried_names = {o for i in carried for o in index.outputs[i]}
+    stored = stored_weight_bytes(index, carried)
     quantized_names: set[str] = set()
     layers: list[Layer] = []
     layer_nodes: list[int] = []
@@ -179,7 +181,7 @@ def _layer_table(nodes, index: GraphIndex, order: list[int], host_reasons: dict[
             continue
         if previous_was_host:
             segment, previous_was_host = segment + 1, False
-        layer = describe_layer(nodes[i], index, len(layers), segment, carried_names)
+        layer = describe_layer(nodes[i], index, len(layers), segment, carried_names, stored)
         if i in epilogues:
             layer = replace(layer, epilogue=True)
         if arrives_quantized(nodes[i], index, carried_names, quantized_names):
@@ -222,9 +224,10 @@ def constant_expressions(graph: onnx.GraphProto, index: GraphIndex) -> list[int]
 
 
 def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segment: int,
-                   carried: frozenset[str] | set[str] = frozenset()) -> Layer:
+                   carried: frozenset[str] | set[str] = frozenset(), stored: dict[str, int] | None = None) -> Layer:
     """``node`` as a FP32 layer; tensors named in ``carried`` (dequantized weights carried into
-    its block) count as its weights."""
+    its block) count as its weights, a block-quantized one at the bytes ``stored`` gives it
+    (:func:`~onnxmlu.analyze.quantized.stored_weight_bytes`), which no precision changes."""
     kind = OP_KINDS[node.op_type]
     out_shape = _first_shape(index, node.output)
     is_weight = lambda n: index.is_constant(n) or n in carried  # noqa: E731
@@ -235,7 +238,9 @@ def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segme
     groups = int(attrs.get("group", 1))
     inputs = [n for n in node.input if n and not is_weight(n)]
     outputs = [n for n in node.output if n]
-    weights = [n for n in node.input if n and is_weight(n)]
+    stored = stored or {}
+    packed = sum(stored[n] for n in node.input if n in stored)
+    weights = [n for n in node.input if n and is_weight(n) and n not in stored]
     body = subgraph(node, "body")  # a Scan's: its cell weights are read every step
     body_weight_bytes = sum(tensor_nbytes(t.data_type, t.dims) for t in body.initializer) if body else 0
     return Layer(
@@ -253,10 +258,10 @@ def describe_layer(node: onnx.NodeProto, index: GraphIndex, position: int, segme
         groups=groups,
         input_bytes=_bytes(index, inputs),
         output_bytes=_bytes(index, outputs),
-        weight_bytes=_bytes(index, weights) + body_weight_bytes,
+        weight_bytes=_bytes(index, weights) + body_weight_bytes + packed,
         segment=segment,
         fixed_bytes=(_bytes(index, inputs, fixed=True), _bytes(index, outputs, fixed=True),
-                     _bytes(index, weights, fixed=True)),
+                     _bytes(index, weights, fixed=True) + packed),
     )
 
 
@@ -289,8 +294,7 @@ def _op_count(node, index, kind, in_shape, out_shape, kernel, groups) -> float:
         in_elems = float(math.prod(in_shape))  # N*C_in*HW_in
         return 2.0 * in_elems * float(math.prod(weight[1:]))  # * C_out/g * K
     if node.op_type in MATMUL_OPS:
-        k = in_shape[-1] if in_shape else 1
-        return 2.0 * out_elems * k
+        return _matmul_ops(node, index, in_shape, out_shape)
     if node.op_type == "Einsum":
         return 2.0 * _einsum_points(node, index)
     if node.op_type == "Scan":
@@ -300,6 +304,21 @@ def _op_count(node, index, kind, in_shape, out_shape, kernel, groups) -> float:
     if kind == "pool":
         return out_elems * kernel[0] * kernel[1]
     return out_elems * _PER_ELEMENT[kind]
+
+
+def _matmul_ops(node: onnx.NodeProto, index: GraphIndex, in_shape, out_shape) -> float:
+    """``2 * M * K * N``: K the input's last dim, N the output's; one that inference lost is
+    read from the other operand (:func:`~onnxmlu.analyze.optable.matmul_dims`)."""
+    k_in, n_in = matmul_dims(node, index)
+    read = lambda name: index.concrete_shape(name) or index.shape(name) or [None]  # noqa: E731
+    in_name = next((n for n in node.input if n and not index.is_constant(n)), node.input[0])
+    k = (in_shape[-1] if in_shape else 1) if _is_size(read(in_name)[-1]) or k_in is None else k_in
+    width = n_in if not _is_size(read(node.output[0])[-1]) and n_in else 1
+    return 2.0 * float(math.prod(out_shape)) * width * k
+
+
+def _is_size(d) -> bool:
+    return isinstance(d, int) and d > 0
 
 
 def _scan_ops(node: onnx.NodeProto, index: GraphIndex) -> float:

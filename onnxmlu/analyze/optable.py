@@ -177,11 +177,42 @@ def _producer_text(index: GraphIndex, name: str) -> str:
     return f"its producer {node.name or node.op_type!r} is {node.domain or 'ai.onnx'}::{node.op_type}"
 
 
+#: The B operand of each MatMul op (A is input 0).
+MATMUL_B_INPUT = {"MatMul": 1, "MatMulInteger": 1, "QLinearMatMul": 3}
+
+
+def _known(dims, axis: int) -> int | None:
+    """``dims[axis]`` when it is a size, else None."""
+    if dims is None or not -len(dims) <= axis < len(dims):
+        return None
+    d = dims[axis]
+    return d if isinstance(d, int) and d > 0 else None
+
+
+def matmul_dims(node: onnx.NodeProto, index: GraphIndex) -> tuple[int | None, int | None]:
+    """A MatMul's contracted length K and output width N, each read from either side that
+    knows it: K is A's last dim and B's second to last (B's only one when B is 1-D), N the
+    output's last dim and B's last. Inference can lose one side -- a broadcast that cannot hold
+    at the pricing shape, as in the ``If`` branch of a merged decoder that the pins never take
+    (its attention mask spans the cached length, its keys do not) -- while the other stays."""
+    def dims(name):
+        return index.concrete_shape(name) or index.shape(name)
+
+    a, b, y = dims(node.input[0]), dims(node.input[MATMUL_B_INPUT[node.op_type]]), dims(node.output[0])
+    b_rank = len(b) if b is not None else 0
+    k = _known(a, -1) or _known(b, -2 if b_rank >= 2 else 0)
+    n = _known(y, -1) if b_rank < 2 else _known(y, -1) or _known(b, -1)
+    return k, n
+
+
 def _sizing_reason(node: onnx.NodeProto, index: GraphIndex) -> str | None:
     """Conv and MatMul need the dims that set their work per sample ([DLFusion] Eq. 1-2): a
-    symbolic or unknown one (beyond the batch) would make the plan price 1x1 images."""
+    symbolic or unknown one (beyond the batch) would make the plan price 1x1 images. A MatMul
+    needs its K and N (:func:`matmul_dims`)."""
     if node.op_type in MATMUL_OPS:
-        needed = [("input", node.input[0], -1), ("output", node.output[0], -1)]
+        k, n = matmul_dims(node, index)
+        needed = [("input", node.input[0], -1)] if k is None else []
+        needed += [("output", node.output[0], -1)] if n is None else []
     else:
         needed = [("output", node.output[0], 1), ("weight", node.input[CONV_WEIGHT_INPUT[node.op_type]], 0)]
     for role, name, first in needed:

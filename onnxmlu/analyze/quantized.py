@@ -28,17 +28,27 @@ facts analysis needs for that:
   operators and the readers of carried dequantizations are *quantized arithmetic*
   (``Layer.int8_arithmetic``, :func:`is_int8_arithmetic`): the body of any block holding one
   holds a quantized operator or an INT8 weight cast to float, so it is an INT8 block.
+* **Block-quantized weights** (:func:`stored_weight_bytes`): a weight dequantized from values
+  packed below 8 bits (what the ``MatMulNBits`` and 4-bit ``DequantizeLinear`` rewrites unpack
+  in the body, :mod:`onnxmlu.rewrite.matmulnbits`) or with a scale or zero point per block of a
+  row (``MatMulNBits``, ``DequantizeLinear`` with ``block_size``) is read from DRAM as the file
+  stores it: ``bits / 8`` bytes a value plus the per-block scales and zero points, i.e. for
+  ``W [K, N]`` in blocks of ``b``: ``K N bits / 8 + (K / b) N (4 + bits / 8)`` bytes with
+  float32 scales and packed zero points. Its reader counts those bytes as weights that keep
+  their size at every precision (``Layer.fixed_bytes``); the accelerator expands the values on
+  chip and computes on its INT8 path (the reader is quantized arithmetic).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable
 
 import onnx
 
 from onnxmlu.analyze.optable import QUANTIZED_OPS
 from onnxmlu.ir import is_default_domain
-from onnxmlu.ir.index import GraphIndex
+from onnxmlu.ir.index import GraphIndex, tensor_nbytes
 
 INT8_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.UINT8})
 _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
@@ -150,3 +160,49 @@ def _in_qdq_unit(node: onnx.NodeProto, index: GraphIndex, dynamic: list[str]) ->
 def _producer_op(index: GraphIndex, name: str) -> str | None:
     producer = index.producer.get(name)
     return None if producer is None else index.graph.node[producer].op_type
+
+
+def stored_weight_bytes(index: GraphIndex, carried: Iterable[int]) -> dict[str, int]:
+    """The bytes the file stores for each block-quantized weight among the outputs of the
+    ``carried`` weight expressions (the module docstring's "Block-quantized weights"): every
+    8-bit integer and float constant the expression reads, at its stored width (scalars --
+    an unpacking radix, a default zero point -- are immediates, not traffic). Weights
+    quantized per tensor or per axis are not in the map: their reader counts them at one
+    byte a value, as before, their parameters being a few bytes per row at most."""
+    carried = set(carried)
+    leaves: dict[str, frozenset[str]] = {}
+
+    def leaves_of(name: str) -> frozenset[str]:
+        if name not in leaves:
+            producer = index.producer.get(name)
+            if producer in carried:
+                leaves[name] = frozenset().union(*(leaves_of(n) for n in index.inputs[producer] if n))
+            else:
+                leaves[name] = frozenset({name}) if index.is_constant(name) else frozenset()
+        return leaves[name]
+
+    found: dict[str, int] = {}
+    for i in sorted(carried):
+        for name in index.outputs[i]:
+            stored = [n for n in leaves_of(name) if _stored_param(index, n)]
+            if stored and _block_quantized(index, name, stored):
+                found[name] = sum(tensor_nbytes(index.elem_type(n), index.static_shape(n) or [1]) for n in stored)
+    return found
+
+
+def _stored_param(index: GraphIndex, name: str) -> bool:
+    """An 8-bit integer or float constant of more than one value."""
+    shape = index.static_shape(name) or []
+    return index.elem_type(name) in INT8_TYPES | _FLOATS and math.prod(shape) > 1
+
+
+def _block_quantized(index: GraphIndex, name: str, stored: list[str]) -> bool:
+    """Whether the weight ``name`` computed from the constants ``stored`` is quantized in
+    blocks: its integers are packed below 8 bits (they hold fewer values than the weight has),
+    or a parameter beside the largest constant (the values) varies along two axes (one scale
+    or zero point per block of a row, not one per row)."""
+    values = max(stored, key=lambda n: math.prod(index.static_shape(n) or [1]))
+    integers = sum(math.prod(index.static_shape(n) or [1]) for n in stored if index.elem_type(n) in INT8_TYPES)
+    if integers and integers < math.prod(index.static_shape(name) or [0]):
+        return True
+    return any(sum(d > 1 for d in index.static_shape(n) or []) >= 2 for n in stored if n != values)

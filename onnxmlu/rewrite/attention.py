@@ -53,7 +53,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, detach, node_input, node_output, static_dim
+from onnxmlu.rewrite.base import FLOAT_DTYPES, RewriteContext, constant_value, detach, node_input, node_output
+from onnxmlu.rewrite.base import static_dim
 from onnxmlu.rewrite.base import tensor_dtype, tensor_shape
 
 _PRECISIONS = {onnx.TensorProto.FLOAT16: np.float16, onnx.TensorProto.FLOAT: np.float32,
@@ -106,12 +107,15 @@ class AttentionRewriter:
         bld = ctx.builder(node, tensor_dtype(q))
         lengths = _Lengths.of(node)
         detach(node, ctx.graph)
-        q4, k4, v4 = (_heads(bld, t, h, n) for t, h, n in ((q, form.q_heads, "q"), (k, form.kv_heads, "k"),
-                                                           (v, form.kv_heads, "v")))
+        sources = [_unflattened(t, h) if form.rank == 3 else None for t, h in
+                   ((q, form.q_heads), (k, form.kv_heads), (v, form.kv_heads))]
+        q4, k4, v4 = (bld.transpose(s, [0, 2, 1, 3], name=f"{n}_heads") if s is not None else _heads(bld, t, h, n)
+                      for s, t, h, n in zip(sources, (q, k, v), (form.q_heads, form.kv_heads, form.kv_heads), "qkv"))
+        q_seq = (q if sources[0] is None else sources[0], 1) if form.rank == 3 else (q, 2)  # Q, its sequence axis
         present_k = _present(bld, past_k, k4, outs[1], "present_key")
         present_v = _present(bld, past_v, v4, outs[2], "present_value")
         scores = _scores(bld, node, form, q4, present_k)
-        bias = _bias(bld, node, (q, mask, present_k, past_k, nonpad), lengths)
+        bias = _bias(bld, node, (q_seq, mask, present_k, past_k, nonpad, scores), lengths)
         probs, debug = _softmax(bld, node, scores, bias, guard=mask is not None or nonpad is not None)
         y = _grouped_matmul(bld, form, probs, present_v, "pv")
         if form.rank == 3:
@@ -173,6 +177,22 @@ def _form(node: gs.Node) -> _Form:
     return _Form(3, q_heads, kv_heads, head)
 
 
+def _unflattened(x: gs.Tensor, heads: int | None) -> gs.Tensor | None:
+    """The [B, S, H, D] tensor a 3-D input [B, S, H*D] was flattened from (``Reshape(src,
+    [0, 0, -1])`` with H = ``heads``: the RotaryEmbedding rewrite of a 3-D input ends so), or
+    None. Splitting the heads again would be a second Reshape back to ``src``; the heads are
+    read from it directly (two nodes fewer per input a decode step dispatches)."""
+    producer = x.inputs[0] if isinstance(x, gs.Variable) and x.inputs else None
+    if producer is None or producer.op != "Reshape" or int(producer.attrs.get("allowzero", 0)):
+        return None
+    target = constant_value(producer.inputs[1])
+    src = producer.inputs[0]
+    shape = tensor_shape(src)
+    if target is None or target.tolist() != [0, 0, -1] or shape is None or len(shape) != 4 or heads is None:
+        return None
+    return src if static_dim(shape[2]) == heads else None
+
+
 def _heads(bld, x: gs.Tensor, heads: int | None, name: str) -> gs.Tensor:
     """[B, H, S, D] from a 4-D input as it is, from a 3-D [B, S, H*D] by Reshape + Transpose."""
     if len(tensor_shape(x)) == 4:
@@ -221,14 +241,14 @@ def _softmax(bld, node: gs.Node, scores: gs.Tensor, bias: gs.Tensor | None, guar
 
 def _bias(bld, node: gs.Node, tensors: tuple, lengths: _Lengths) -> gs.Tensor | None:
     """The additive bias: the (padded) mask, the causal mask and the external cache's padding;
-    None when none applies. ``tensors``: the node's Q, mask, present key, past key and
-    nonpad_kv_seqlen (None where absent)."""
-    q, mask, present_k, past_k, nonpad = tensors
+    None when none applies. ``tensors``: (Q, its sequence axis), the node's mask, present key,
+    past key and nonpad_kv_seqlen (None where absent), and the scores."""
+    q_seq, mask, present_k, past_k, nonpad, scores = tensors
     bias = _mask_bias(bld, mask, present_k, lengths) if mask is not None else None
     terms = []
     if int(node.attrs.get("is_causal", 0)):
-        terms.append(_causal_bias(bld, q, present_k, past_k, lengths) if nonpad is None
-                     else _external_causal_bias(bld, q, present_k, nonpad))
+        terms.append(_causal_bias(bld, scores, past_k, lengths) if nonpad is None
+                     else _external_causal_bias(bld, q_seq, present_k, nonpad))
     if nonpad is not None:
         terms.append(_padding_bias(bld, present_k, nonpad))
     for term in terms:
@@ -268,14 +288,14 @@ def _mask_bias(bld, mask: gs.Tensor, present_k: gs.Tensor, lengths: _Lengths) ->
     return bld.op("Pad", [mask, pads, bld.scalar(-_INF)], attrs={"mode": "constant"}, name="mask_padded")
 
 
-def _causal_bias(bld, q: gs.Tensor, present_k: gs.Tensor, past_k, lengths: _Lengths) -> gs.Tensor:
-    """[Sq, T]: 0 where key j <= query i + P, else -inf (P = past length)."""
+def _causal_bias(bld, scores: gs.Tensor, past_k, lengths: _Lengths) -> gs.Tensor:
+    """[Sq, T]: 0 where key j <= query i + P, else -inf (P = past length); [Sq, T] are the last
+    two dims of the ``scores`` [B, Hq, Sq, T] (one Shape node where two and a Concat would do)."""
     if None not in (lengths.q_len, lengths.total, lengths.past):
         allowed = np.arange(lengths.total)[None, :] <= np.arange(lengths.q_len)[:, None] + lengths.past
         return bld.const(np.where(allowed, 0.0, -_INF), "causal")
     # -inf from diagonal P + 1 up (key j > query i + P), 0 below: one Trilu of a -inf matrix
-    size = bld.concat([_dim(bld, q, 2 if len(tensor_shape(q)) == 4 else 1, "q_len"),
-                       _dim(bld, present_k, 2, "total")], axis=0, name="causal_shape")
+    size = bld.op("Shape", [scores], attrs={"start": -2}, name="causal_shape", dtype=np.int64)
     if past_k is None or lengths.past is not None:
         diagonal = bld.scalar(1 + (lengths.past or 0), np.int64)
     else:
@@ -286,10 +306,10 @@ def _causal_bias(bld, q: gs.Tensor, present_k: gs.Tensor, past_k, lengths: _Leng
     return bld.op("Trilu", [filled, diagonal], attrs={"upper": 1}, name="causal")
 
 
-def _external_causal_bias(bld, q: gs.Tensor, present_k: gs.Tensor, nonpad: gs.Tensor) -> gs.Tensor:
+def _external_causal_bias(bld, q_seq: tuple, present_k: gs.Tensor, nonpad: gs.Tensor) -> gs.Tensor:
     """[B, 1, Sq, T] for the external cache: query i of batch b sees key j iff
     ``j <= i + nonpad[b] - Sq`` (bottom-right at each sample's own length)."""
-    q_len = _dim(bld, q, 2 if len(tensor_shape(q)) == 4 else 1, "q_len")
+    q_len = _dim(bld, *q_seq, "q_len")
     offset = bld.reshape(bld.sub(nonpad, q_len, name="offset"), [-1, 1, 1], name="offset_3d")
     rows = bld.add(bld.unsqueeze(_range(bld, q_len, "rows"), [1], name="rows_2d"), offset, name="rows_offset")
     cols = bld.unsqueeze(_range(bld, _dim(bld, present_k, 2, "total"), "cols"), [0], name="cols_2d")

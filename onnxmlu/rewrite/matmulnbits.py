@@ -28,8 +28,9 @@ point is unpacked the same way in the body; a float one and the scales are resha
 of their own size. The ``Cast`` of a stored 8-bit integer constant starts a weight
 dequantization: analysis carries the whole expression into the block of the MatMul that reads it,
 which is then quantized arithmetic and the block INT8 (:mod:`onnxmlu.analyze.quantized`,
-:mod:`onnxmlu.plan.labels`); the MatMul is priced at one byte a weight, an INT8 weight (the file
-holds half that for 4 bits: the price errs high, never low).
+:mod:`onnxmlu.plan.labels`); the MatMul's weight traffic is what the file stores -- the packed
+values at ``bits / 8`` bytes each, the per-block scales and zero points its expression reads
+(:func:`onnxmlu.analyze.quantized.stored_weight_bytes`) -- and its operations run at the INT8 rate.
 
 ``accuracy_level`` is the minimum accuracy the kernel may compute A at. At 0-3 onnxruntime's
 CPU kernel multiplies float A by W, and so does the rewrite. At 4 (int8) with integer zero points

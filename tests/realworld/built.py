@@ -9,7 +9,9 @@ contrib ops), a float16 model, onnxruntime's own LayerNormalization in an opset-
 200-step bidirectional LSTM, a string input, a ``torch.cond``-style ``If`` between two CNN
 heads, a Keras LSTM as tf2onnx writes it (a ``Loop`` over a symbolic length), and an opset-23
 LLaMA-style decoder layer (RMSNormalization, RotaryEmbedding, grouped-query Attention with a KV
-cache). :data:`BUILDERS` maps a name to its builder; ``corpus.py`` caches the built files next to
+cache), 4-bit MatMulNBits decoders, and Optimum's merged ``If(use_cache_branch)`` decoders (a
+toy one, and a LLaMA one with the shape arithmetic, causal mask and tied LM head torch.onnx
+writes, in float32 and float16). :data:`BUILDERS` maps a name to its builder; ``corpus.py`` caches the built files next to
 the downloaded ones.
 """
 
@@ -813,11 +815,183 @@ def genai_gqa_decoder_step() -> onnx.ModelProto:
     return _model(graph, {MS: 1})
 
 
+class _Emitter:
+    """Appends nodes to a list, each output prefixed by ``tag`` (two branches, one namespace)."""
+
+    def __init__(self, tag: str, dtype: int = FLOAT) -> None:
+        self.tag, self.nodes, self.dtype = tag, [], dtype
+
+    def __call__(self, op: str, ins: list[str], outs: list[str], **kw) -> str:
+        outs = [f"{self.tag}_{o}" for o in outs]
+        self.nodes.append(helper.make_node(op, ins, outs, name=outs[0], **kw))
+        return outs[0]
+
+
+def _hf_shapes(n: _Emitter) -> dict[str, str]:
+    """The shape arithmetic a PyTorch export writes (batch and length read with Shape/Gather), and
+    the additive mask: padding from ``attention_mask`` [B, T], causal from the positions
+    ``T - S .. T`` of the queries against ``0 .. T`` of the keys (Range, Less, Where)."""
+    ids = n("Shape", ["input_ids"], ["ids_shape"])
+    b = n("Unsqueeze", [n("Gather", [ids, "c0"], ["bsz"], axis=0), "ax0"], ["bsz1"])
+    s = n("Unsqueeze", [n("Gather", [ids, "c1"], ["seq"], axis=0), "ax0"], ["seq1"])
+    am = n("Cast", [n("Unsqueeze", ["attention_mask", "ax12"], ["am4"])], ["amf"], to=n.dtype)
+    pad = n("Mul", [n("Sub", ["one", am], ["inv"]), "neg_big"], ["pad"])
+    total = n("Gather", [n("Shape", ["attention_mask"], ["am_shape"]), "c1"], ["total"], axis=0)
+    start = n("Sub", [total, n("Gather", [ids, "c1"], ["seq_s"], axis=0)], ["past_len"])
+    qpos = n("Unsqueeze", [n("Range", [start, total, "c1"], ["qpos"]), "ax1"], ["qpos2"])
+    future = n("Less", [qpos, n("Range", ["c0", total, "c1"], ["kpos"])], ["future"])
+    mask = n("Add", [pad, n("Where", [future, "neg_big", "zero"], ["causal"])], ["mask"])
+    cos = n("Unsqueeze", [n("Gather", ["cos_cached", "position_ids"], ["cos3"]), "ax1"], ["cos"])
+    sin = n("Unsqueeze", [n("Gather", ["sin_cached", "position_ids"], ["sin3"]), "ax1"], ["sin"])
+    return {"b": b, "mask": mask, "cos": cos, "sin": sin, "q": n("Concat", [b, s, "c_heads", "c_hd"], ["qshape"], axis=0),
+            "kv": n("Concat", [b, s, "c_kv", "c_hd"], ["kshape"], axis=0), "o": n("Concat", [b, s, "c_d"], ["oshape"], axis=0)}
+
+
+def _hf_rms(n: _Emitter, x: str, w: str, t: str) -> str:
+    """LlamaRMSNorm as exported: Pow, ReduceMean, Add eps, Sqrt, Div, Mul, Mul by the weight."""
+    var = n("ReduceMean", [n("Pow", [x, "two"], [f"{t}_sq"])], [f"{t}_var"], axes=[-1])
+    r = n("Div", ["one", n("Sqrt", [n("Add", [var, "eps"], [f"{t}_ve"])], [f"{t}_sd"])], [f"{t}_r"])
+    return n("Mul", [w, n("Mul", [x, r], [f"{t}_n"])], [f"{t}_o"])
+
+
+def _hf_rope(n: _Emitter, x: str, sh: dict, t: str) -> str:
+    """x cos + rotate_half(x) sin, rotate_half by two Slices (the second to INT64-large), Neg, Concat."""
+    x1 = n("Slice", [x, "s0", "shalf", "sm1"], [f"{t}_x1"])
+    x2 = n("Slice", [x, "shalf", "sbig", "sm1"], [f"{t}_x2"])
+    rh = n("Concat", [n("Neg", [x2], [f"{t}_nx2"]), x1], [f"{t}_rh"], axis=-1)
+    return n("Add", [n("Mul", [x, sh["cos"]], [f"{t}_xc"]), n("Mul", [rh, sh["sin"]], [f"{t}_rs"])], [f"{t}_rot"])
+
+
+def _hf_heads(n: _Emitter, x: str, w: str, shape: str, t: str) -> str:
+    """A projection split into heads: MatMul, Reshape by a computed shape, Transpose."""
+    r = n("Reshape", [n("MatMul", [x, w], [f"{t}0"]), shape], [f"{t}1"])
+    return n("Transpose", [r], [t], perm=[0, 2, 1, 3])
+
+
+def _hf_repeat_kv(n: _Emitter, x: str, sh: dict, t: str) -> str:
+    """repeat_kv: Unsqueeze, Expand to [B, kv, rep, T, hd] and Reshape to [B, heads, T, hd],
+    both shapes computed from Shape(x)."""
+    total = n("Unsqueeze", [n("Gather", [n("Shape", [x], [f"{t}_shape"]), "c2"], [f"{t}_T"], axis=0), "ax0"], [f"{t}_T1"])
+    ex = n("Expand", [n("Unsqueeze", [x, "ax2"], [f"{t}_u"]),
+                      n("Concat", [sh["b"], "c_kv", "c_rep", total, "c_hd"], [f"{t}_ex"], axis=0)], [f"{t}_e"])
+    return n("Reshape", [ex, n("Concat", [sh["b"], "c_heads", total, "c_hd"], [f"{t}_rs"], axis=0)], [f"{t}_rep"])
+
+
+def _hf_attention(n: _Emitter, h: str, xn: str, sh: dict, layer: int, past: bool) -> tuple[str, list[str]]:
+    """One LLaMA attention as exported, with the KV cache appended (``past``) or started; the
+    residual sum and the present key and value."""
+    p = f"l{layer}"
+    q = _hf_rope(n, _hf_heads(n, xn, f"{p}.wq", sh["q"], f"{p}_q"), sh, f"{p}_q")
+    k = _hf_rope(n, _hf_heads(n, xn, f"{p}.wk", sh["kv"], f"{p}_k"), sh, f"{p}_k")
+    v = _hf_heads(n, xn, f"{p}.wv", sh["kv"], f"{p}_v")
+    if past:
+        key = n("Concat", [f"past_key_values.{layer}.key", k], [f"present.{layer}.key"], axis=2)
+        value = n("Concat", [f"past_key_values.{layer}.value", v], [f"present.{layer}.value"], axis=2)
+    else:
+        key, value = (n("Identity", [x], [f"present.{layer}.{kind}"]) for x, kind in ((k, "key"), (v, "value")))
+    kt = n("Transpose", [_hf_repeat_kv(n, key, sh, f"{p}_kr")], [f"{p}_kt"], perm=[0, 1, 3, 2])
+    scores = n("Div", [n("MatMul", [q, kt], [f"{p}_qk"]), "sqrt_hd"], [f"{p}_sc"])
+    masked = n("Add", [scores, sh["mask"]], [f"{p}_masked"])
+    if n.dtype == FLOAT:
+        probs = n("Softmax", [masked], [f"{p}_p"], axis=-1)
+    else:  # softmax in float32, as the fp16 export writes it (upcast_softmax): a Cast chain around it
+        up = n("Softmax", [n("Cast", [masked], [f"{p}_masked32"], to=FLOAT)], [f"{p}_p32"], axis=-1)
+        probs = n("Cast", [up], [f"{p}_p"], to=n.dtype)
+    ctx = n("Transpose", [n("MatMul", [probs, _hf_repeat_kv(n, value, sh, f"{p}_vr")], [f"{p}_ctx0"])],
+            [f"{p}_ctx1"], perm=[0, 2, 1, 3])
+    out = n("MatMul", [n("Reshape", [ctx, sh["o"]], [f"{p}_ctx"]), f"{p}.wo"], [f"{p}_o"])
+    return n("Add", [h, out], [f"{p}_r1"]), [key, value]
+
+
+def _hf_branch(past: bool, layers: int, shapes: dict[str, list], dtype: int) -> onnx.GraphProto:
+    """One side of Optimum's merged LLaMA decoder: the whole decoder over the outer scope's
+    weights, the cache appended to (``past``) or built from scratch; the LM head tied to the
+    embedding (``MatMul`` by ``Transpose(embed)``)."""
+    n = _Emitter("wp" if past else "np", dtype)
+    sh = _hf_shapes(n)
+    h = n("Gather", ["embed", "input_ids"], ["h0"])
+    presents = []
+    for layer in range(layers):
+        p = f"l{layer}"
+        h, kv = _hf_attention(n, h, _hf_rms(n, h, f"{p}.in_norm", f"{p}_n1"), sh, layer, past)
+        presents += kv
+        xn = _hf_rms(n, h, f"{p}.post_norm", f"{p}_n2")
+        gate = n("MatMul", [xn, f"{p}.wg"], [f"{p}_g"])
+        silu = n("Mul", [gate, n("Sigmoid", [gate], [f"{p}_gs"])], [f"{p}_silu"])
+        m = n("Mul", [silu, n("MatMul", [xn, f"{p}.wu"], [f"{p}_u"])], [f"{p}_m"])
+        h = n("Add", [h, n("MatMul", [m, f"{p}.wd"], [f"{p}_dn"])], [f"{p}_r2"])
+    logits = n("MatMul", [_hf_rms(n, h, "final_norm", "fn"), n("Transpose", ["embed"], ["lm_head"], perm=[1, 0])],
+               ["logits"])
+    outputs = [helper.make_tensor_value_info(name, dtype, dims)
+               for name, dims in zip([logits, *presents], [shapes["logits"]] + [shapes["kv"]] * len(presents))]
+    return helper.make_graph(n.nodes, f"{n.tag}_branch", [], outputs)
+
+
+def _hf_weights(rng, layers: int, d: int, kv_dim: int, ffn: int, vocab: int, head: int) -> list:
+    """Outer-scope weights ([in, out], as torch.onnx writes Linear's MatMul) and the constants the
+    branches share."""
+    angles = np.arange(64)[:, None] / (10000 ** (np.arange(0, head, 2) / head))[None, :]
+    angles = np.concatenate([angles, angles], axis=-1)
+    inits = [_init("embed", _rand(rng, vocab, d, scale=1.0)), _init("cos_cached", np.cos(angles).astype(np.float32)),
+             _init("sin_cached", np.sin(angles).astype(np.float32)), _init("final_norm", 1 + _rand(rng, d))]
+    for p in (f"l{layer}" for layer in range(layers)):
+        inits += [_init(f"{p}.in_norm", 1 + _rand(rng, d)), _init(f"{p}.post_norm", 1 + _rand(rng, d))]
+        inits += [_init(f"{p}.{w}", _rand(rng, *dims)) for w, dims in
+                  (("wq", (d, d)), ("wk", (d, kv_dim)), ("wv", (d, kv_dim)), ("wo", (d, d)), ("wg", (d, ffn)),
+                   ("wu", (d, ffn)), ("wd", (ffn, d)))]
+    ints = {"c0": 0, "c1": 1, "c2": 2, "ax0": [0], "ax1": [1], "ax2": [2], "ax12": [1, 2], "c_hd": [head], "c_d": [d],
+            "c_kv": [kv_dim // head], "c_heads": [d // head], "c_rep": [d // kv_dim], "s0": [0], "shalf": [head // 2],
+            "sbig": [2 ** 62], "sm1": [-1]}
+    floats = {"one": 1.0, "two": 2.0, "zero": 0.0, "neg_big": -1e9, "eps": 1e-6, "sqrt_hd": np.sqrt(head)}
+    return (inits + [_init(k, np.array(v, np.int64)) for k, v in ints.items()]
+            + [_init(k, np.array(v, np.float32)) for k, v in floats.items()])
+
+
+def _as_fp16(inits: list) -> list:
+    """The float initializers in float16 (-1e9 becomes float16's lowest, -65504)."""
+    half = lambda t: _init(t.name, np.maximum(numpy_helper.to_array(t), -65504).astype(np.float16))  # noqa: E731
+    return [half(t) if t.data_type == FLOAT else t for t in inits]
+
+
+def optimum_merged_llama(dtype: int = FLOAT) -> onnx.ModelProto:
+    """Optimum's merged LLaMA decoder (``decoder_model_merged.onnx``): ``If(use_cache_branch)``
+    between two whole two-layer decoders -- grouped-query attention with rotary embeddings, the
+    cache appended to in one branch and built from scratch in the other --, the shape
+    arithmetic and the causal mask computed from ``attention_mask`` as torch.onnx writes them,
+    the weights outer-scope initializers both branches read, the LM head tied to the embedding.
+    Pins that the cache branch takes (a mask over past + new tokens) are pins the other branch
+    cannot take (its keys are the new tokens alone): its attention scores cannot be sized there."""
+    layers, d, heads, kv, ffn, vocab = 2, 64, 4, 2, 128, 96
+    head = d // heads
+    shapes = {"logits": ["batch", "seq", vocab], "kv": ["batch", kv, "total", head]}
+    outs = ["logits"] + [f"present.{layer}.{k}" for layer in range(layers) for k in ("key", "value")]
+    node = helper.make_node("If", ["use_cache_branch"], outs, name="optimum::if",
+                            then_branch=_hf_branch(True, layers, shapes, dtype),
+                            else_branch=_hf_branch(False, layers, shapes, dtype))
+    inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", length]) for name, length in
+              (("input_ids", "seq"), ("attention_mask", "total"), ("position_ids", "seq"))]
+    inputs += [helper.make_tensor_value_info(f"past_key_values.{layer}.{k}", dtype, ["batch", kv, "past", head])
+               for layer in range(layers) for k in ("key", "value")]
+    inputs.append(helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]))
+    outputs = [helper.make_tensor_value_info("logits", dtype, shapes["logits"])]
+    outputs += [helper.make_tensor_value_info(o, dtype, shapes["kv"]) for o in outs[1:]]
+    inits = _hf_weights(np.random.default_rng(16), layers, d, kv * head, ffn, vocab, head)
+    inits = inits if dtype == FLOAT else _as_fp16(inits)
+    return _model(helper.make_graph([node], "optimum_merged_llama", inputs, outputs, inits))
+
+
+def optimum_merged_llama_fp16() -> onnx.ModelProto:
+    """:func:`optimum_merged_llama` exported in float16 (weights, cache and logits), the softmax
+    computed in float32 between two Casts."""
+    return optimum_merged_llama(TensorProto.FLOAT16)
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
               lstm_in_if_unsorted, ort_static_quant_cnn, ort_dynamic_quant_lstm, ort_qdq_cnn, fp16_conv_chain,
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
               keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
-              genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder)
+              genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder, optimum_merged_llama,
+              optimum_merged_llama_fp16)
 }  # fmt: skip

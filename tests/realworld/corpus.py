@@ -216,6 +216,18 @@ MODELS: list[ModelCase] = [
           {"input_ids": [1, 3], "past_key": [1, 2, 5, 16], "past_value": [1, 2, 5, 16]},
           ("control-flow", "merged-decoder", "kv-cache", "outer-scope-weights", "shared-weights", "symbolic-dims"),
           values={"input_ids": (0, 64)}),
+    _case("built_optimum_merged_llama", "built", "optimum_merged_llama",
+          {"input_ids": [1, 3], "attention_mask": [1, 8], "position_ids": [1, 3],
+           **{f"past_key_values.{i}.{k}": [1, 2, 5, 16] for i in range(2) for k in ("key", "value")}},
+          ("control-flow", "merged-decoder", "kv-cache", "gqa", "rope", "tied-embedding", "outer-scope-weights",
+           "shared-weights", "symbolic-dims"),
+          values={"input_ids": (0, 96), "attention_mask": 1, "position_ids": (5, 8), "use_cache_branch": True}),
+    _case("built_optimum_merged_llama_fp16", "built", "optimum_merged_llama_fp16",
+          {"input_ids": [1, 3], "attention_mask": [1, 8], "position_ids": [1, 3],
+           **{f"past_key_values.{i}.{k}": [1, 2, 5, 16] for i in range(2) for k in ("key", "value")}},
+          ("control-flow", "merged-decoder", "kv-cache", "fp16", "cast-chain", "tied-embedding", "outer-scope-weights",
+           "shared-weights", "symbolic-dims"),
+          values={"input_ids": (0, 96), "attention_mask": 1, "position_ids": (5, 8), "use_cache_branch": True}),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)

@@ -121,6 +121,8 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
     "built_g2p_strings": (1.0, 1, 2),  # the LabelEncoder and the string-table Gather stay on the host
     "built_siamese_tower": (1.0, 1, 0),
     "built_merged_if_decoder": (1.0, 2, 1),  # the If stays on the host, each branch one block
+    "built_optimum_merged_llama": (1.0, 2, 1),  # the branch the pins cannot take sized by its other operand
+    "built_optimum_merged_llama_fp16": (1.0, 2, 1),
 }  # fmt: skip
 #: Models whose fused file must stay within this factor of the original plus the blocks'
 #: metadata (framing, and the records of their nodes): their weights are stored as given
@@ -129,6 +131,7 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
 #: rewrite transposed: onnxmlu/ir/dedupe.py).
 SIZE_CEILING: dict[str, float] = {"built_ort_bert": 1.05, "built_llama_nbits": 1.05, "built_genai_gqa_step": 1.05,
                                   "built_siamese_tower": 1.05, "built_merged_if_decoder": 1.05,
+                                  "built_optimum_merged_llama": 1.05, "built_optimum_merged_llama_fp16": 1.05,
                                   "built_g2p_strings": 1.05, "silero_v6": 1.05, "silero_16k_op15": 1.05,
                                   "silero_half": 1.05, "vadweb_silero_v5": 1.05}
 
@@ -260,9 +263,20 @@ def _assert_outputs_match(case, original: onnx.ModelProto, fused_path: Path, lib
             _assert_same(got, want, f"{case.id}: output {name}")
 
 
+#: Float16 outputs match to one unit in the last place: onnxruntime's optimizer, which the
+#: blocks' sessions run and the reference does not, fuses a float16 RMS norm written as Pow,
+#: ReduceMean, Sqrt and Div (SimplifiedLayerNormFusion) into one kernel that computes in float32
+#: and rounds once (the Optimum fp16 decoder: one logit in 288 lands on the neighbouring half;
+#: the same graph flat in onnxruntime at full optimization does the same).
+FP16_RTOL = 2.0 ** -10
+
+
 def _assert_same(got, want, what: str) -> None:
     if np.asarray(want).dtype.kind in "OUS":  # strings: equal or not
         np.testing.assert_array_equal(got, want, err_msg=what)
+    elif np.asarray(want).dtype == np.float16:
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=FP16_RTOL,
+                                   atol=ATOL, err_msg=what)
     else:
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=what)
 

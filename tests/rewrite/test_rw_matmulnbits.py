@@ -130,9 +130,10 @@ def test_dynamic_weights_and_odd_g_idx_are_refused():
 @pytest.mark.parametrize("accuracy", [0, 4])
 def test_fused_block_is_int8_at_the_packed_weight_bytes(accuracy, library):
     """Through the whole pipeline: one INT8 block (the body holds the 8-bit packed weights cast to
-    float), its MatMul quantized arithmetic priced at one byte a weight (the INT8 weight the unit
-    reads; never four, the float it is dequantized to), and the fused model matches the kernel
-    at 1e-4."""
+    float), its MatMul quantized arithmetic priced at the bytes the file stores -- half a byte a
+    4-bit weight and the per-block zero points, and at accuracy_level 0 the per-block scales the
+    body dequantizes with (at 4 they scale the block sums after the MatMul); never four bytes, the
+    float it is dequantized to --, and the fused model matches the kernel at 1e-4."""
     rng = np.random.default_rng(11)
     k, n, block = 256, 128, 32
     model, feeds = nbits_model(k, n, 4, block, "packed", True, accuracy, rng, [1, 8, k], opset=17)
@@ -140,7 +141,9 @@ def test_fused_block_is_int8_at_the_packed_weight_bytes(accuracy, library):
     (fused,) = [node for node in result.model.graph.node if is_fusion_block(node)]
     assert len(result.model.graph.node) == 1 and block_precision(fused) == "int8"
     matmul = next(layer for layer in result.analysis.layers if layer.op_type == "MatMul")
-    assert matmul.int8_arithmetic and matmul.weight_bytes == n * k
+    blocks = k // block
+    stored = n * k // 2 + n * blocks // 2 + (n * blocks * 4 if accuracy == 0 else 0)  # values, zero points, scales
+    assert matmul.int8_arithmetic and matmul.weight_bytes == stored
     opts = ort.SessionOptions()
     opts.register_custom_ops_library(library)
     session = ort.InferenceSession(result.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])

@@ -3,7 +3,7 @@
 Draws 3-D ([B, S, H*D] with ``num_heads``) and 4-D ([B, H, S, D]) inputs, ``interleaved`` or
 not, full or partial rotation (``rotary_embedding_dim``), caches indexed by ``position_ids`` or
 given per token, constant or fed caches, fixed or symbolic batch and sequence; float32 at
-rtol = atol = 1e-4 against both (the rewrite makes the definition's products in its order).
+rtol = atol = 1e-4 against both (the rewrite computes the definition's products and sums, bit for bit).
 float16 against onnxruntime at 2e-3 (a float16 ulp at the values' size).
 """
 

@@ -64,8 +64,10 @@ class Layer:
     output_bytes: int = 0
     weight_bytes: int = 0
     segment: int = 0
-    #: Bytes of (input, output, weight) tensors that are not FP32 (integer indices, masks):
-    #: they keep their size at every precision. All-FP32 layers leave it (0, 0, 0).
+    #: Bytes of (input, output, weight) tensors that are not FP32 (integer indices, masks, the
+    #: stored bytes of a block-quantized weight -- packed 4-bit values with their per-block
+    #: scales and zero points, :func:`onnxmlu.analyze.quantized.stored_weight_bytes`): they keep
+    #: their size at every precision. All-FP32 layers leave it (0, 0, 0).
     fixed_bytes: tuple[int, int, int] = (0, 0, 0)
     #: The precision the layer is priced at (its bytes are already at that element size).
     precision: str = DEFAULT_PRECISION
