@@ -56,6 +56,7 @@ from onnxmlu.plots import plan_chart, require_plotting, speedup_chart
 from onnxmlu.progress import Prefixed
 from onnxmlu.precision.accuracy import Budget
 from onnxmlu.precision.planners import planner_for
+from onnxmlu.precisions import LOWER_PRECISIONS
 from onnxmlu.schema import model_metadata, recorded_pricing_shape
 from onnxmlu.reports import (
     CompareReport,
@@ -242,9 +243,8 @@ def recorded_pins(fused: onnx.ModelProto, original: onnx.ModelProto | None = Non
     return pins
 
 
-#: Precisions ``fuse --precision`` puts every block at whose outputs cannot match FP32 to 1e-4:
-#: ``--check`` judges them by :data:`CHECK_BUDGET` (the budget ``--precision auto`` keeps by default).
-LOWER_PRECISIONS = ("fp16", "int8")
+#: How ``fuse --check`` judges a model ``--precision`` put wholly at one of
+#: :data:`~onnxmlu.precisions.LOWER_PRECISIONS` (the budget ``--precision auto`` keeps by default).
 CHECK_BUDGET = Budget("cosine", 0.999)
 
 

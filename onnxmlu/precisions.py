@@ -49,6 +49,8 @@ INT8 = Precision("int8", 1, "peak_tops_int8_per_core", "int8_body", quantizes=Tr
 RECORDS: dict[str, Precision] = {p.name: p for p in (FP32, FP16, INT8)}
 #: The precisions a block can run at, in decreasing accuracy.
 PRECISIONS: tuple[str, ...] = tuple(RECORDS)
+#: The precisions whose outputs cannot match FP32 to 1e-4: they round floats or quantize.
+LOWER_PRECISIONS: tuple[str, ...] = tuple(p.name for p in RECORDS.values() if p.rounds_floats or p.quantizes)
 #: What a block runs at when nothing says otherwise (and what files without the attribute mean).
 DEFAULT_PRECISION = FP32.name
 #: Bytes of one feature-map or weight element at each precision.

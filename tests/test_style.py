@@ -115,3 +115,16 @@ def test_subgraph_is_a_nodes_graph_attribute_by_name():
     node.attribute.append(helper.make_attribute("body", 3))  # an attribute of that name, not a graph
     assert subgraph(node, "then_branch").name == "then"
     assert subgraph(node, "body") is None and subgraph(node, "missing") is None
+
+
+def test_the_fp16_precision_is_spelled_only_in_its_record():
+    """A precision is one record (onnxmlu/precisions.py): everything else reads its name from
+    there, so adding or renaming one touches the record, not string literals across the package.
+    (``"int8"`` is also numpy's and onnx's name of a dtype, so only FP16's name is held here.)"""
+    from onnxmlu.precisions import FP16
+
+    names = {FP16.name}
+    spelled = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.value!r}"
+               for path in sorted(PACKAGE.rglob("*.py")) if path.name != "precisions.py"
+               for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Constant) and node.value in names]
+    assert not spelled, "read these names from onnxmlu.precisions:\n" + "\n".join(spelled)
