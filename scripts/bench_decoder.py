@@ -12,18 +12,26 @@ symbolic, so the same file runs every step below.
   timed in turns (:func:`onnxmlu.tools.timing.time_in_turns`), at each ``--threads``; with
   ``--before FILE`` (the same layer fused by another checkout: ``--save-fused`` there, or
   ``onnxmlu fuse``), that file too, in the same turns, so a change is measured under one load;
+* **growing loop** (``--grow N``): the steps of one decode, past 1 to N, one token each, so
+  every step runs at new shapes (as a KV cache grows): each session runs the whole loop in
+  turn (original, fused, and ``--before``), ``--rounds`` times, the median of its mean per step
+  reported; a block whose present caches cannot be allocated before its run copies them out at
+  every step (custom_ops/dim_expr.h: the dims the fused file records avoid it), and
+  :func:`onnxmlu.runtime.copy_report` says how many outputs the fused session copied;
 * **simulated**: the dlfusion and the optimal plan priced at a 128-token prefill (no past) and
   at a one-token decode after 128, block by block (``onnxmlu plan --input-shape``).
 
     .venv/bin/python scripts/bench_decoder.py [--hidden 512] [--threads 1 2] [--rounds 40] [--chunk 5]
-        [--save-fused FILE] [--before FILE]
+        [--save-fused FILE] [--before FILE] [--grow 128] [--only-grow]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +43,7 @@ sys.path[:0] = [str(ROOT / "tests" / "realworld")]
 from built import opset23_decoder_layer  # noqa: E402
 
 from onnxmlu import api  # noqa: E402
-from onnxmlu.runtime import InferenceSession  # noqa: E402
+from onnxmlu.runtime import InferenceSession, copy_report  # noqa: E402
 from onnxmlu.sessions import new_options  # noqa: E402
 from onnxmlu.tools.timing import time_in_turns  # noqa: E402
 
@@ -57,16 +65,7 @@ def feeds(hidden: int, seq: int, past: int) -> dict[str, np.ndarray]:
 
 
 def per_token(model, fused, hidden: int, threads: int, rounds: int, before=None, chunk: int = 5) -> list[str]:
-    def options():
-        made = new_options()
-        made.intra_op_num_threads = threads
-        return made
-
-    sessions = {"original": ort.InferenceSession(model.SerializeToString(), options(),
-                                                 providers=["CPUExecutionProvider"]),
-                "fused": InferenceSession(fused, options())}
-    if before is not None:
-        sessions["before"] = InferenceSession(before, options())
+    sessions = _sessions(model, fused, threads, before)
     rows = []
     for past in PASTS:
         got = time_in_turns(sessions, feeds(hidden, 1, past), rounds=rounds, chunk=chunk)
@@ -77,6 +76,39 @@ def per_token(model, fused, hidden: int, threads: int, rounds: int, before=None,
             row += f" {b:.1f} | {b / o:.3f} |"
         rows.append(row)
     return rows
+
+
+def _sessions(model, fused, threads: int, before=None) -> dict:
+    options = new_options()
+    options.intra_op_num_threads = threads
+    sessions = {"original": ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]),
+                "fused": InferenceSession(fused, options)}
+    if before is not None:
+        sessions["before"] = InferenceSession(before, options)
+    return sessions
+
+
+def growing(model, fused, hidden: int, threads: int, rounds: int, steps: int, before=None) -> str:
+    """One table row: the mean per step of a decode whose past grows 1..``steps`` (module docstring)."""
+    sessions = _sessions(model, fused, threads, before)
+    loop = [feeds(hidden, 1, past) for past in range(1, steps + 1)]
+    per_step: dict[str, list[float]] = {name: [] for name in sessions}
+    copied = {}
+    for r in range(rounds + 1):  # round 0 warms up
+        names = list(sessions)[r % len(sessions):] + list(sessions)[:r % len(sessions)]
+        for name in names:
+            start_copies, start = copy_report().copied_outputs, time.perf_counter()
+            for step in loop:
+                sessions[name].run(None, step)
+            if r > 0:
+                per_step[name].append((time.perf_counter() - start) / steps * 1e6)
+                copied[name] = copy_report().copied_outputs - start_copies
+    med = {name: statistics.median(v) for name, v in per_step.items()}
+    row = (f"| {threads} | 1→{steps} | {med['original']:.1f} | {med['fused']:.1f} | "
+           f"{med['fused'] / med['original']:.3f} | {copied['fused']} |")
+    if before is not None:
+        row += f" {med['before']:.1f} | {med['before'] / med['original']:.3f} | {copied['before']} |"
+    return row
 
 
 def simulated(model, hidden: int) -> list[str]:
@@ -100,6 +132,8 @@ def main() -> int:
                         "caches other processes may have emptied)")
     p.add_argument("--save-fused", type=Path, help="also write the fused layer there")
     p.add_argument("--before", type=Path, help="a fused file of the same layer to time beside this checkout's")
+    p.add_argument("--grow", type=int, default=128, help="steps of the growing loop (past 1..N; 0: none)")
+    p.add_argument("--only-grow", action="store_true", help="only the growing loop (no fixed pasts, no plans)")
     args = p.parse_args()
     model = opset23_decoder_layer(hidden=args.hidden, heads=HEADS, kv_heads=KV_HEADS, ffn=2 * args.hidden)
     fused = api.fuse(model, input_shapes=shapes(args.hidden, 1, 64)).model
@@ -108,15 +142,27 @@ def main() -> int:
     blocks = sum(n.op_type == "MLUFusionBlock" for n in fused.graph.node)
     print(f"decoder layer, hidden {args.hidden}, {HEADS} heads / {KV_HEADS} kv heads: {blocks} block(s); "
           f"{os.cpu_count()} cores")
+    before = str(args.before) if args.before else None
+    if args.grow > 0:
+        _print_growing(model, fused, args, before)
+    if args.only_grow:
+        return 0
     extra = (" before µs / token | before / original |", "---|---|") if args.before else ("", "")
     print(f"\n| threads | past | original µs / token | fused µs / token | fused / original |{extra[0]}\n"
           f"|---|---|---|---|---|{extra[1]}")
     for threads in args.threads:
-        print("\n".join(per_token(model, fused, args.hidden, threads, args.rounds,
-                                   str(args.before) if args.before else None, args.chunk)))
+        print("\n".join(per_token(model, fused, args.hidden, threads, args.rounds, before, args.chunk)))
     print("\n| strategy | step | blocks (simulated) | total µs |\n|---|---|---|---|")
     print("\n".join(simulated(model, args.hidden)))
     return 0
+
+
+def _print_growing(model, fused, args, before) -> None:
+    extra = (" before µs / step | before / original | before copies / loop |", "---|---|---|") if before else ("", "")
+    print(f"\n| threads | past | original µs / step | fused µs / step | fused / original | fused copies / loop |"
+          f"{extra[0]}\n|---|---|---|---|---|---|{extra[1]}")
+    for threads in args.threads:
+        print(growing(model, fused, args.hidden, threads, args.rounds, args.grow, before), flush=True)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def output_dims_text(body: onnx.ModelProto) -> str | None:
     texts = []
     for k, vi in enumerate(graph.output):
         dims = _dims(vi)
-        if dims is not None and any(isinstance(d, str) and d not in refs for d in dims) and inferred is None:
+        if inferred is None and (dims is None or any(not isinstance(d, int) and d not in refs for d in dims)):
             inferred = _inferred_output_dims(body)
         texts.append(_output_text(dims, refs, inferred[k] if inferred and k < len(inferred) else None))
     expressed = [t for t, vi in zip(texts, graph.output) if t != UNKNOWN and _is_symbolic(vi)]
@@ -61,6 +61,8 @@ def output_dims_text(body: onnx.ModelProto) -> str | None:
 
 def _output_text(dims: list | None, refs: dict[str, str], inferred: list | None) -> str:
     """One output's dims as text, or :data:`UNKNOWN`; ``inferred``: the symbolic engine's dims."""
+    if dims is None:  # an unknown rank: the engine's, where it found one
+        dims = [None] * len(inferred) if inferred is not None else None
     if dims is None or (inferred is not None and len(inferred) != len(dims)):
         return UNKNOWN
     out = []
