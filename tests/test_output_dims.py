@@ -18,7 +18,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import api
 from onnxmlu.collapse.dims import DIMS_KEY, output_dims_text
+from onnxmlu.ir.graphs import copy_model
 from onnxmlu.runtime import InferenceSession, copy_report, reference_session
+from onnxmlu.runtime.merge import merge_consecutive_blocks
 from onnxmlu.schema import DIGEST, body_model, fill_body_attribute, is_fusion_block, set_body_digest
 
 RTOL = ATOL = 1e-4
@@ -148,3 +150,19 @@ def test_metadata_wrong_only_later_fails_that_run_and_copies_after(library, fuse
             np.testing.assert_allclose(value, want, rtol=RTOL, atol=ATOL, err_msg=f"step {step}")
     assert [step for step, _ in failed] == [1]
     assert "output dims metadata" in failed[0][1]
+
+
+def test_consecutive_blocks_joined_at_load_keep_their_dims_composed(library):
+    """A block per layer (strategy ``none``): ``onnxmlu.InferenceSession`` joins the five into one
+    inner session, whose output dims are the members' composed over the joined inputs (the
+    present cache's new tokens are axis 1 of ``x``, three blocks upstream): still no copy."""
+    fused = api.fuse(kv_model(), input_shapes={"x": [1, 1, 16], "past": [1, HEADS, 4, HEAD]}, strategy="none").model
+    assert sum(is_fusion_block(n) for n in fused.graph.node) == 5
+    merged = copy_model(fused)
+    assert merge_consecutive_blocks(merged) == 4
+    node = _block(merged)
+    x, past = f"i{list(node.input).index('x')}", f"i{list(node.input).index('past')}"
+    dims = {p.key: p.value for p in body_model(node).metadata_props}[DIMS_KEY]
+    assert [d.replace("(", "").replace(")", "") for d in dims.split(";")] == [f"{past}.0,{HEADS},{past}.2+{x}.1,{HEAD}"] * 2
+    added = _run_growing(fused)
+    assert added.copied_outputs == 0 and added.in_place_dynamic == 2 * 5
