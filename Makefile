@@ -67,7 +67,7 @@ sanitize: install
 	ONNXMLU_CUSTOM_OPS_LIBRARY=$(CURDIR)/$(ASAN_LIB) \
 	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(readlink -f $$(g++ -print-file-name=libstdc++.so))" \
 	ASAN_OPTIONS=detect_leaks=0 \
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py tests/test_hostile_models.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py tests/test_hostile_models.py tests/test_output_dims.py $(PYTEST_ARGS)
 
 lint: install
 	$(PY) -m ruff check onnxmlu tests scripts

@@ -49,26 +49,29 @@ from onnxmlu.tools.timing import time_in_turns  # noqa: E402
 
 HEADS, KV_HEADS = 8, 2
 PASTS = (1, 16, 64, 128)
+#: Positions the layer's rotary table holds (tests/realworld/built.py): the longest growing loop.
+MAX_POSITIONS = 256
 
 
-def shapes(hidden: int, seq: int, past: int) -> dict[str, list[int]]:
+def shapes(hidden: int, seq: int, past: int, kv: int = KV_HEADS) -> dict[str, list[int]]:
     head = hidden // HEADS
-    return {"x": [1, seq, hidden], "position_ids": [1, seq], "past_key": [1, KV_HEADS, past, head],
-            "past_value": [1, KV_HEADS, past, head]}
+    return {"x": [1, seq, hidden], "position_ids": [1, seq], "past_key": [1, kv, past, head],
+            "past_value": [1, kv, past, head]}
 
 
-def feeds(hidden: int, seq: int, past: int) -> dict[str, np.ndarray]:
+def feeds(hidden: int, seq: int, past: int, kv: int = KV_HEADS) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(past)
-    out = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes(hidden, seq, past).items()}
+    out = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes(hidden, seq, past, kv).items()}
     out["position_ids"] = np.arange(past, past + seq, dtype=np.int64)[None, :]
     return out
 
 
-def per_token(model, fused, hidden: int, threads: int, rounds: int, before=None, chunk: int = 5) -> list[str]:
+def per_token(model, fused, hidden: int, threads: int, rounds: int, before=None, chunk: int = 5,
+              kv: int = KV_HEADS) -> list[str]:
     sessions = _sessions(model, fused, threads, before)
     rows = []
     for past in PASTS:
-        got = time_in_turns(sessions, feeds(hidden, 1, past), rounds=rounds, chunk=chunk)
+        got = time_in_turns(sessions, feeds(hidden, 1, past, kv), rounds=rounds, chunk=chunk)
         o, f = got["original"].median_ms * 1e3, got["fused"].median_ms * 1e3
         row = f"| {threads} | {past} | {o:.1f} | {f:.1f} | {f / o:.3f} |"
         if before is not None:
@@ -88,10 +91,11 @@ def _sessions(model, fused, threads: int, before=None) -> dict:
     return sessions
 
 
-def growing(model, fused, hidden: int, threads: int, rounds: int, steps: int, before=None) -> str:
+def growing(model, fused, hidden: int, threads: int, rounds: int, steps: int, before=None,
+            kv: int = KV_HEADS) -> str:
     """One table row: the mean per step of a decode whose past grows 1..``steps`` (module docstring)."""
     sessions = _sessions(model, fused, threads, before)
-    loop = [feeds(hidden, 1, past) for past in range(1, steps + 1)]
+    loop = [feeds(hidden, 1, past, kv) for past in range(1, steps + 1)]
     per_step: dict[str, list[float]] = {name: [] for name in sessions}
     copied = {}
     for r in range(rounds + 1):  # round 0 warms up
@@ -111,11 +115,11 @@ def growing(model, fused, hidden: int, threads: int, rounds: int, steps: int, be
     return row
 
 
-def simulated(model, hidden: int) -> list[str]:
+def simulated(model, hidden: int, kv: int = KV_HEADS) -> list[str]:
     rows = []
     for strategy in ("dlfusion", "optimal"):
         for label, seq, past in (("prefill 128", 128, 0), ("decode after 128", 1, 128)):
-            report = api.plan(model, input_shapes=shapes(hidden, seq, past), strategy=strategy)
+            report = api.plan(model, input_shapes=shapes(hidden, seq, past, kv), strategy=strategy)
             blocks = " · ".join(f"block {i}: mp={b.mp} {t:.1f} µs" for i, (b, t)
                                 in enumerate(zip(report.plan.blocks, report.block_latency_us)))
             rows.append(f"| {strategy} | {label} | {blocks} | {report.sim_latency_us:.1f} |")
@@ -132,15 +136,19 @@ def main() -> int:
                         "caches other processes may have emptied)")
     p.add_argument("--save-fused", type=Path, help="also write the fused layer there")
     p.add_argument("--before", type=Path, help="a fused file of the same layer to time beside this checkout's")
+    p.add_argument("--kv-heads", type=int, default=KV_HEADS, choices=(1, 2, 4, 8),
+                   help="key/value heads (8: a cache four times the default's, as multi-head attention keeps)")
     p.add_argument("--grow", type=int, default=128, help="steps of the growing loop (past 1..N; 0: none)")
     p.add_argument("--only-grow", action="store_true", help="only the growing loop (no fixed pasts, no plans)")
     args = p.parse_args()
-    model = opset23_decoder_layer(hidden=args.hidden, heads=HEADS, kv_heads=KV_HEADS, ffn=2 * args.hidden)
-    fused = api.fuse(model, input_shapes=shapes(args.hidden, 1, 64)).model
+    if not 0 <= args.grow < MAX_POSITIONS:
+        p.error(f"--grow must be 0..{MAX_POSITIONS - 1} (the layer's rotary table holds {MAX_POSITIONS} positions)")
+    model = opset23_decoder_layer(hidden=args.hidden, heads=HEADS, kv_heads=args.kv_heads, ffn=2 * args.hidden)
+    fused = api.fuse(model, input_shapes=shapes(args.hidden, 1, 64, args.kv_heads)).model
     if args.save_fused:
         api.save_model(fused, args.save_fused)
     blocks = sum(n.op_type == "MLUFusionBlock" for n in fused.graph.node)
-    print(f"decoder layer, hidden {args.hidden}, {HEADS} heads / {KV_HEADS} kv heads: {blocks} block(s); "
+    print(f"decoder layer, hidden {args.hidden}, {HEADS} heads / {args.kv_heads} kv heads: {blocks} block(s); "
           f"{os.cpu_count()} cores")
     before = str(args.before) if args.before else None
     if args.grow > 0:
@@ -151,9 +159,10 @@ def main() -> int:
     print(f"\n| threads | past | original µs / token | fused µs / token | fused / original |{extra[0]}\n"
           f"|---|---|---|---|---|{extra[1]}")
     for threads in args.threads:
-        print("\n".join(per_token(model, fused, args.hidden, threads, args.rounds, before, args.chunk)))
+        print("\n".join(per_token(model, fused, args.hidden, threads, args.rounds, before, args.chunk,
+                                   args.kv_heads)))
     print("\n| strategy | step | blocks (simulated) | total µs |\n|---|---|---|---|")
-    print("\n".join(simulated(model, args.hidden)))
+    print("\n".join(simulated(model, args.hidden, args.kv_heads)))
     return 0
 
 
@@ -162,7 +171,7 @@ def _print_growing(model, fused, args, before) -> None:
     print(f"\n| threads | past | original µs / step | fused µs / step | fused / original | fused copies / loop |"
           f"{extra[0]}\n|---|---|---|---|---|---|{extra[1]}")
     for threads in args.threads:
-        print(growing(model, fused, args.hidden, threads, args.rounds, args.grow, before), flush=True)
+        print(growing(model, fused, args.hidden, threads, args.rounds, args.grow, before, args.kv_heads), flush=True)
 
 
 if __name__ == "__main__":
