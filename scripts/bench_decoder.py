@@ -11,7 +11,8 @@ symbolic, so the same file runs every step below.
   original (plain onnxruntime, every optimization) and fused (``onnxmlu.InferenceSession``)
   timed in turns (:func:`onnxmlu.tools.timing.time_in_turns`), at each ``--threads``; with
   ``--before FILE`` (the same layer fused by another checkout: ``--save-fused`` there, or
-  ``onnxmlu fuse``), that file too, in the same turns, so a change is measured under one load;
+  ``onnxmlu fuse``), that file too, in the same turns, so a change is measured under one load
+  (``--before-without-dims``: this file without its output dims metadata, as older fuses wrote it);
 * **growing loop** (``--grow N``): the steps of one decode, past 1 to N, one token each, so
   every step runs at new shapes (as a KV cache grows): each session runs the whole loop in
   turn (original, fused, and ``--before``), ``--rounds`` times, the median of its mean per step
@@ -22,7 +23,7 @@ symbolic, so the same file runs every step below.
   at a one-token decode after 128, block by block (``onnxmlu plan --input-shape``).
 
     .venv/bin/python scripts/bench_decoder.py [--hidden 512] [--threads 1 2] [--rounds 40] [--chunk 5]
-        [--save-fused FILE] [--before FILE] [--grow 128] [--only-grow]
+        [--save-fused FILE] [--before FILE | --before-without-dims] [--grow 128] [--only-grow] [--kv-heads 2]
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ sys.path[:0] = [str(ROOT / "tests" / "realworld")]
 from built import opset23_decoder_layer  # noqa: E402
 
 from onnxmlu import api  # noqa: E402
+from onnxmlu.collapse.dims import DIMS_KEY  # noqa: E402
 from onnxmlu.runtime import InferenceSession, copy_report  # noqa: E402
+from onnxmlu.schema import body_model, fill_body_attribute, is_fusion_block, set_body_digest  # noqa: E402
 from onnxmlu.sessions import new_options  # noqa: E402
 from onnxmlu.tools.timing import time_in_turns  # noqa: E402
 
@@ -115,6 +118,21 @@ def growing(model, fused, hidden: int, threads: int, rounds: int, steps: int, be
     return row
 
 
+def without_dims(fused):
+    """``fused`` as a fuse before the output dims metadata wrote it (the same blocks without it)."""
+    out = type(fused)()
+    out.CopyFrom(fused)
+    for node in filter(is_fusion_block, out.graph.node):
+        body = body_model(node)
+        kept = [p for p in body.metadata_props if p.key != DIMS_KEY]
+        del body.metadata_props[:]
+        body.metadata_props.extend(kept)
+        data = body.SerializeToString()
+        fill_body_attribute(next(a for a in node.attribute if a.name == "body"), data)
+        set_body_digest(node, data)
+    return out
+
+
 def simulated(model, hidden: int, kv: int = KV_HEADS) -> list[str]:
     rows = []
     for strategy in ("dlfusion", "optimal"):
@@ -138,6 +156,8 @@ def main() -> int:
     p.add_argument("--before", type=Path, help="a fused file of the same layer to time beside this checkout's")
     p.add_argument("--kv-heads", type=int, default=KV_HEADS, choices=(1, 2, 4, 8),
                    help="key/value heads (8: a cache four times the default's, as multi-head attention keeps)")
+    p.add_argument("--before-without-dims", action="store_true",
+                   help="as --before, the same fused layer without its output dims metadata (the copy path)")
     p.add_argument("--grow", type=int, default=128, help="steps of the growing loop (past 1..N; 0: none)")
     p.add_argument("--only-grow", action="store_true", help="only the growing loop (no fixed pasts, no plans)")
     args = p.parse_args()
@@ -150,7 +170,7 @@ def main() -> int:
     blocks = sum(n.op_type == "MLUFusionBlock" for n in fused.graph.node)
     print(f"decoder layer, hidden {args.hidden}, {HEADS} heads / {args.kv_heads} kv heads: {blocks} block(s); "
           f"{os.cpu_count()} cores")
-    before = str(args.before) if args.before else None
+    before = str(args.before) if args.before else (without_dims(fused) if args.before_without_dims else None)
     if args.grow > 0:
         _print_growing(model, fused, args, before)
     if args.only_grow:
