@@ -25,18 +25,19 @@ from onnxmlu.schema import DIGEST, body_model, fill_body_attribute, is_fusion_bl
 
 RTOL = ATOL = 1e-4
 HEADS, HEAD = 2, 8
+WIDTH = 512  # the projection's weight (32 KB) is one the shape inference sees as a typed input only
 
 
 def kv_model() -> onnx.ModelProto:
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((16, HEADS * HEAD)).astype(np.float32), "wk"),
+    inits = [numpy_helper.from_array(rng.standard_normal((WIDTH, HEADS * HEAD)).astype(np.float32) / 16, "wk"),
              numpy_helper.from_array(np.array([0, 0, HEADS, HEAD], np.int64), "split_heads")]
     nodes = [helper.make_node("MatMul", ["x", "wk"], ["k0"]),
              helper.make_node("Reshape", ["k0", "split_heads"], ["k1"]),
              helper.make_node("Transpose", ["k1"], ["k2"], perm=[0, 2, 1, 3]),
              helper.make_node("Concat", ["past", "k2"], ["present"], axis=2),
              helper.make_node("Relu", ["present"], ["y"])]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 16]),
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", WIDTH]),
               helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", HEADS, "past_sequence", HEAD])]
     outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("present", "y")]
     graph = helper.make_graph(nodes, "kv", inputs, outputs, inits)
@@ -45,7 +46,7 @@ def kv_model() -> onnx.ModelProto:
 
 @pytest.fixture(scope="module")
 def fused() -> onnx.ModelProto:
-    return api.fuse(kv_model(), input_shapes={"x": [1, 1, 16], "past": [1, HEADS, 4, HEAD]}).model
+    return api.fuse(kv_model(), input_shapes={"x": [1, 1, WIDTH], "past": [1, HEADS, 4, HEAD]}).model
 
 
 def _block(model: onnx.ModelProto) -> onnx.NodeProto:
@@ -79,7 +80,7 @@ def _steps():
     rng = np.random.default_rng(1)
     past = rng.standard_normal((1, HEADS, 4, HEAD)).astype(np.float32)
     for new in (1, 1, 2, 1, 2, 1):
-        x = rng.standard_normal((1, new, 16)).astype(np.float32)
+        x = rng.standard_normal((1, new, WIDTH)).astype(np.float32)
         yield x, past
         past = np.concatenate([past, rng.standard_normal((1, HEADS, new, HEAD)).astype(np.float32)], axis=2)
 
@@ -105,7 +106,7 @@ def test_the_present_cache_dim_is_the_past_plus_the_new_tokens(fused):
     assert dims.split(";") == [f"{x}.0,{HEADS},{past}.2+{x}.1,{HEAD}"] * 2
     # a function of the body: the same text from the same body, and the fuse is byte-identical
     assert output_dims_text(body) == dims
-    again = api.fuse(kv_model(), input_shapes={"x": [1, 1, 16], "past": [1, HEADS, 4, HEAD]}).model
+    again = api.fuse(kv_model(), input_shapes={"x": [1, 1, WIDTH], "past": [1, HEADS, 4, HEAD]}).model
     assert again.SerializeToString() == fused.SerializeToString()
 
 
@@ -156,7 +157,7 @@ def test_consecutive_blocks_joined_at_load_keep_their_dims_composed(library):
     """A block per layer (strategy ``none``): ``onnxmlu.InferenceSession`` joins the five into one
     inner session, whose output dims are the members' composed over the joined inputs (the
     present cache's new tokens are axis 1 of ``x``, three blocks upstream): still no copy."""
-    fused = api.fuse(kv_model(), input_shapes={"x": [1, 1, 16], "past": [1, HEADS, 4, HEAD]}, strategy="none").model
+    fused = api.fuse(kv_model(), input_shapes={"x": [1, 1, WIDTH], "past": [1, HEADS, 4, HEAD]}, strategy="none").model
     assert sum(is_fusion_block(n) for n in fused.graph.node) == 5
     merged = copy_model(fused)
     assert merge_consecutive_blocks(merged) == 4
@@ -166,3 +167,14 @@ def test_consecutive_blocks_joined_at_load_keep_their_dims_composed(library):
     assert [d.replace("(", "").replace(")", "") for d in dims.split(";")] == [f"{past}.0,{HEADS},{past}.2+{x}.1,{HEAD}"] * 2
     added = _run_growing(fused)
     assert added.copied_outputs == 0 and added.in_place_dynamic == 2 * 5
+
+
+def test_a_streamed_fuse_writes_the_same_dims(fused, tmp_path):
+    """``fuse_to_file`` of a model file streams each body, its weights spliced into its bytes
+    after the body is built: the inference still sees them, so the file's metadata is the
+    in-memory fuse's."""
+    source, path = tmp_path / "kv_in.onnx", tmp_path / "kv.onnx"
+    onnx.save(kv_model(), str(source))
+    api.fuse_to_file(str(source), path, input_shapes={"x": [1, 1, WIDTH], "past": [1, HEADS, 4, HEAD]})
+    written = {p.key: p.value for p in body_model(_block(onnx.load(str(path)))).metadata_props}
+    assert written[DIMS_KEY] == {p.key: p.value for p in body_model(_block(fused)).metadata_props}[DIMS_KEY]

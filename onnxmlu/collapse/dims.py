@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import logging
+from typing import Sequence
 
 import onnx
 
@@ -43,9 +44,10 @@ _LOG = logging.getLogger(__name__)
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 
 
-def output_dims_text(body: onnx.ModelProto) -> str | None:
+def output_dims_text(body: onnx.ModelProto, absent: Sequence[onnx.TensorProto] = ()) -> str | None:
     """The :data:`DIMS_KEY` value of ``body`` (module docstring), or None when no output with a
-    symbolic dim can be expressed."""
+    symbolic dim can be expressed. ``absent``: constants of the body not in its graph yet (the
+    streamed fuse splices them into the bytes later), seen by the inference as the body's own."""
     graph = body.graph
     refs = _input_refs(graph)
     inferred: list | None = None
@@ -53,7 +55,7 @@ def output_dims_text(body: onnx.ModelProto) -> str | None:
     for k, vi in enumerate(graph.output):
         dims = _dims(vi)
         if inferred is None and (dims is None or any(not isinstance(d, int) and d not in refs for d in dims)):
-            inferred = _inferred_output_dims(body)
+            inferred = _inferred_output_dims(body, absent)
         texts.append(_output_text(dims, refs, inferred[k] if inferred and k < len(inferred) else None))
     expressed = [t for t, vi in zip(texts, graph.output) if t != UNKNOWN and _is_symbolic(vi)]
     return ";".join(texts) if expressed else None
@@ -131,15 +133,21 @@ def _is_symbolic(vi: onnx.ValueInfoProto) -> bool:
     return dims is None or not all(isinstance(d, int) for d in dims)
 
 
-def _inferred_output_dims(body: onnx.ModelProto) -> list:
+def _inferred_output_dims(body: onnx.ModelProto, absent: Sequence[onnx.TensorProto]) -> list:
     """The body's output dims as onnxruntime's symbolic inference derives them from its inputs
     (the declared output shapes and inner value infos cleared, so nothing but the inputs
     decides); [] when the engine cannot finish (those outputs stay unknown: the copy path)."""
     from onnxmlu.frontend.symbolic import symbolic_infer
-    from onnxmlu.ir.weights import skeleton
+    from onnxmlu.ir.weights import SKELETON_MIN_TENSOR_BYTES, is_marker, skeleton, tensor_bytes
 
     light = skeleton(body)
     del light.graph.value_info[:]
+    for tensor in absent:  # as skeleton() holds a constant: small ones with their values, the rest typed inputs
+        if tensor_bytes(tensor) < SKELETON_MIN_TENSOR_BYTES and not is_marker(tensor):
+            light.graph.initializer.append(tensor)
+        else:
+            typed = onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            light.graph.input.append(typed)
     for vi in light.graph.output:
         vi.type.tensor_type.ClearField("shape")
     try:
