@@ -4,7 +4,8 @@
 #                  CMake, custom_ops/CMakeLists.txt) and re-built when its sources change
 #   make wheel     dist/: the sdist and a manylinux wheel (python -m build + auditwheel repair)
 #   make sanitize  the ASan + UBSan build of the library and of the C++ unit tests, then the unit
-#                  tests, tests/test_runtime.py and tests/test_hostile_models.py under it
+#                  tests, tests/test_runtime.py, tests/test_hostile_models.py and tests/test_output_dims.py
+#                  under it
 #   make test      the CI test suite: the C++ unit tests (make cpp-test), then pytest (real-world
 #                  corpus included)
 #   make cpp-test  the library's C++ unit tests (tests/cpp: crc32, UTF-8 repair, body scan, the
@@ -67,7 +68,7 @@ sanitize: install
 	ONNXMLU_CUSTOM_OPS_LIBRARY=$(CURDIR)/$(ASAN_LIB) \
 	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(readlink -f $$(g++ -print-file-name=libstdc++.so))" \
 	ASAN_OPTIONS=detect_leaks=0 \
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py tests/test_hostile_models.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_runtime.py tests/test_hostile_models.py tests/test_output_dims.py $(PYTEST_ARGS)
 
 lint: install
 	$(PY) -m ruff check onnxmlu tests scripts

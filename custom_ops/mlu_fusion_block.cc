@@ -3,6 +3,7 @@
 #include "mlu_fusion_block.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -14,6 +15,10 @@
 namespace onnxmlu {
 
 namespace {
+
+// OnnxmluCopyReport's counters (indices as documented in the header).
+std::array<std::atomic<int64_t>, 3> g_copy_report{};
+enum CopyIndex { kCopiedOutputs, kInPlaceDynamic, kDimsRefusals };
 
 // Whether onnxruntime may hand a block float where its body has float16/bfloat16 (see
 // FusionBlockKernel::narrow_to_): the block converts, exactly as the Cast it dropped would.
@@ -172,6 +177,9 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   PlanOutputSources(prefix);
   bool dynamic = std::any_of(outputs_.begin(), outputs_.end(), [](const OutputPlan& o) { return !o.is_static; });
   learn_shapes_ = dynamic && ReadBodyMetadata(session_.get(), kOutputShapesKey, prefix) == kFollowInputShapes;
+  const std::string dims = dynamic ? ReadBodyMetadata(session_.get(), kOutputDimsKey, prefix) : std::string();
+  // Advisory: malformed or mismatched metadata (a foreign writer) leaves the copy path, as without it.
+  if (!dims.empty()) output_dims_ = ParseOutputDims(dims, outputs_.size(), input_names_.size()).value_or(output_dims_);
 }
 
 std::optional<FusionBlockKernel::Shapes> FusionBlockKernel::LearnedShapes(const std::vector<int64_t>& key) const {
@@ -226,30 +234,22 @@ void FusionBlockKernel::Compute(OrtKernelContext* context) const {
     narrowed[i] = Narrow(inputs[i], narrow_to_[i]);
     inputs[i] = narrowed[i].get();
   }
-  // Static outputs, and dynamic ones whose shapes a run at these input shapes taught us: the
-  // inner session writes into the node's own output buffers (no copy).
+  // Static outputs, dynamic ones whose shapes a run at these input shapes taught us, and those
+  // the dims metadata gives at these input shapes: the inner session writes into the node's own
+  // output buffers (no copy).
   std::vector<int64_t> key;
   std::optional<Shapes> learned;
   if (learn_shapes_) {
     key = InputShapeKey(inputs, BlockName());
     learned = LearnedShapes(key);
   }
+  const MaybeShapes expressed = ExpressedShapes(inputs);
   // The inner Run computes each distinct output that is not an input (OutputPlan::source);
   // results[r] is the value of run output r: the node's own buffer when written in place.
   std::vector<bool> in_place(n_outputs, false);
-  std::vector<OrtValue*> results(run_output_ptrs_.size(), nullptr);
-  for (size_t i = 0; i < n_outputs; ++i) {
-    const OutputPlan& plan = outputs_[i];
-    if (plan.source != OutputPlan::Source::kRun) continue;
-    const bool learnable = learned && plan.widen_from == ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;  // else converted after
-    const std::vector<int64_t>* dims = plan.is_static ? &plan.dims : (learnable ? &(*learned)[i] : nullptr);
-    if (dims == nullptr) continue;
-    if (OrtStatus* s = Api().KernelContext_GetOutput(context, i, dims->data(), dims->size(), &results[plan.run_index])) {
-      Check(s, BlockName());
-    }
-    in_place[i] = true;
-  }
-  std::vector<OrtPtr<OrtValue>> owned = Run(inputs, results, in_place);
+  bool from_dims = false;
+  std::vector<OrtValue*> results = AllocateInPlace(context, learned, expressed, &in_place, &from_dims);
+  std::vector<OrtPtr<OrtValue>> owned = Run(inputs, results, in_place, from_dims);
   Shapes seen(n_outputs);
   for (size_t i = 0; i < n_outputs; ++i) {
     const OutputPlan& plan = outputs_[i];
@@ -259,16 +259,78 @@ void FusionBlockKernel::Compute(OrtKernelContext* context) const {
       seen[i] = CopyDynamicOutput(context, i, results[outputs_[plan.source_index].run_index]);
     } else if (!in_place[i]) {
       seen[i] = CopyDynamicOutput(context, i, owned[plan.run_index].get());
+      g_copy_report[kCopiedOutputs].fetch_add(1, std::memory_order_relaxed);
+    } else if (!plan.is_static) {
+      seen[i] = ShapeOf(results[plan.run_index], BlockName()).dims;
+      g_copy_report[kInPlaceDynamic].fetch_add(1, std::memory_order_relaxed);
     }
   }
+  if (dims_state_.load(std::memory_order_acquire) == kDimsUnchecked) CheckExpressedShapes(expressed, seen);
   if (learn_shapes_ && !learned) Learn(std::move(key), std::move(seen));
+}
+
+std::vector<OrtValue*> FusionBlockKernel::AllocateInPlace(OrtKernelContext* context, const std::optional<Shapes>& learned,
+                                                          const MaybeShapes& expressed, std::vector<bool>* in_place,
+                                                          bool* from_dims) const {
+  std::vector<OrtValue*> results(run_output_ptrs_.size(), nullptr);
+  const bool trusted = dims_state_.load(std::memory_order_acquire) == kDimsTrusted;
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const OutputPlan& plan = outputs_[i];
+    if (plan.source != OutputPlan::Source::kRun) continue;
+    const bool exact_type = plan.widen_from == ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;  // else converted after
+    const std::vector<int64_t>* dims = nullptr;
+    if (plan.is_static) {
+      dims = &plan.dims;
+    } else if (exact_type && trusted && expressed[i]) {
+      dims = &*expressed[i];
+      *from_dims = true;
+    } else if (exact_type && learned) {
+      dims = &(*learned)[i];
+    }
+    if (dims == nullptr) continue;
+    if (OrtStatus* s = Api().KernelContext_GetOutput(context, i, dims->data(), dims->size(), &results[plan.run_index])) {
+      Check(s, BlockName());
+    }
+    (*in_place)[i] = true;
+  }
+  return results;
+}
+
+FusionBlockKernel::MaybeShapes FusionBlockKernel::ExpressedShapes(const std::vector<const OrtValue*>& inputs) const {
+  MaybeShapes shapes(outputs_.size());
+  if (output_dims_.empty() || dims_state_.load(std::memory_order_acquire) == kDimsRefused) return shapes;
+  Shapes input_shapes;
+  for (const OrtValue* value : inputs) input_shapes.push_back(ShapeOf(value, BlockName()).dims);
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (outputs_[i].is_static || !output_dims_[i]) continue;
+    std::vector<int64_t> dims;
+    for (const DimPolynomial& dim : *output_dims_[i]) {
+      const std::optional<int64_t> value = EvaluateDim(dim, input_shapes);
+      if (!value) break;
+      dims.push_back(*value);
+    }
+    if (dims.size() == output_dims_[i]->size()) shapes[i] = std::move(dims);
+  }
+  return shapes;
+}
+
+void FusionBlockKernel::CheckExpressedShapes(const MaybeShapes& expressed, const Shapes& seen) const {
+  if (output_dims_.empty()) return;
+  bool agree = true;
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (outputs_[i].source == OutputPlan::Source::kRun && expressed[i] && *expressed[i] != seen[i]) agree = false;
+  }
+  int unchecked = kDimsUnchecked;
+  if (dims_state_.compare_exchange_strong(unchecked, agree ? kDimsTrusted : kDimsRefused) && !agree) {
+    g_copy_report[kDimsRefusals].fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 // The inner Run over `results` (preallocated where `in_place`); returns the results it allocated,
 // ours to release whatever happens next. A body whose outputs are all inputs needs no Run.
 std::vector<OrtPtr<OrtValue>> FusionBlockKernel::Run(const std::vector<const OrtValue*>& inputs,
                                                      std::vector<OrtValue*>& results,
-                                                     const std::vector<bool>& in_place) const {
+                                                     const std::vector<bool>& in_place, bool from_dims) const {
   std::vector<OrtPtr<OrtValue>> owned(results.size());
   if (results.empty()) return owned;
   if (pool_use_.global || pool_use_.own_workers > 0) {
@@ -278,6 +340,14 @@ std::vector<OrtPtr<OrtValue>> FusionBlockKernel::Run(const std::vector<const Ort
                                 run_output_ptrs_.data(), results.size(), results.data());
   for (size_t i = 0; i < outputs_.size(); ++i) {
     if (outputs_[i].source == OutputPlan::Source::kRun && !in_place[i]) owned[outputs_[i].run_index].reset(results[outputs_[i].run_index]);
+  }
+  if (status != nullptr && from_dims) {
+    // A wrong dims metadata (the first run agreed with it, this one not): onnxruntime refuses a
+    // preallocated output of another shape, and the node's outputs are already allocated at
+    // that shape, so this run fails (never wrong data); every later run copies.
+    if (dims_state_.exchange(kDimsRefused) != kDimsRefused) g_copy_report[kDimsRefusals].fetch_add(1);
+    Check(status, BlockName() + "outputs allocated at the shapes its output dims metadata gives were refused "
+                                "(later runs let the inner session allocate them): ");
   }
   if (status != nullptr) Check(status, BlockName());
   return owned;
@@ -360,3 +430,11 @@ std::vector<int64_t> FusionBlockKernel::CopyDynamicOutput(OrtKernelContext* cont
 }
 
 }  // namespace onnxmlu
+
+extern "C" int64_t OnnxmluCopyReport(int64_t* values, int64_t count) {
+  const auto& report = onnxmlu::g_copy_report;
+  for (int64_t i = 0; values != nullptr && i < count && i < static_cast<int64_t>(report.size()); ++i) {
+    values[i] = report[i].load(std::memory_order_relaxed);
+  }
+  return static_cast<int64_t>(report.size());
+}

@@ -39,6 +39,7 @@
 #endif
 #include <onnxruntime_cxx_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -46,6 +47,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "dim_expr.h"
 
 namespace onnxmlu {
 
@@ -69,6 +72,11 @@ inline constexpr int64_t kMaxMp = 1024;
 // shapes seen once at a set of input shapes can be allocated before later runs at those shapes.
 inline constexpr const char* kOutputShapesKey = "onnxmlu.output_shapes";
 inline constexpr const char* kFollowInputShapes = "input-shapes";
+// Body metadata (onnxmlu/collapse/dims.py): each output's dims as polynomials over the input dims
+// (grammar in dim_expr.h). Outputs whose dims evaluate at a run's input shapes are allocated
+// before the inner Run, which writes into them: no copy even where every step has new shapes (a
+// KV cache growing by a token a step). A body without it (older files) copies as before.
+inline constexpr const char* kOutputDimsKey = "onnxmlu.output_dims";
 // Sets of input shapes a kernel remembers the output shapes of (a bound on its memory).
 inline constexpr size_t kMaxLearnedShapes = 32;
 // Session config entry RegisterCustomOps sets in the options it registers into ("1").
@@ -148,9 +156,20 @@ class FusionBlockKernel {
   // input shapes gave them; nullopt when no run did (or the body's shapes follow values).
   std::optional<Shapes> LearnedShapes(const std::vector<int64_t>& key) const;
   void Learn(std::vector<int64_t> key, Shapes shapes) const;
+  // Per output, its shape as the dims metadata gives it at these input shapes (nullopt where it
+  // gives none); all nullopt without the metadata or once it was refused.
+  using MaybeShapes = std::vector<std::optional<std::vector<int64_t>>>;
+  MaybeShapes ExpressedShapes(const std::vector<const OrtValue*>& inputs) const;
+  // At the kernel's first run (copied): whether the metadata's shapes are those the Run gave.
+  void CheckExpressedShapes(const MaybeShapes& expressed, const Shapes& seen) const;
+  // The node's outputs the inner Run writes in place (static, learned, or expressed once trusted),
+  // as run results; `in_place` marks them, `from_dims` those whose shape came from the metadata.
+  std::vector<OrtValue*> AllocateInPlace(OrtKernelContext* context, const std::optional<Shapes>& learned,
+                                         const MaybeShapes& expressed, std::vector<bool>* in_place,
+                                         bool* from_dims) const;
   void PlanOutputSources(const std::string& prefix);
   std::vector<OrtPtr<OrtValue>> Run(const std::vector<const OrtValue*>& inputs, std::vector<OrtValue*>& results,
-                                    const std::vector<bool>& in_place) const;
+                                    const std::vector<bool>& in_place, bool from_dims) const;
   std::vector<int64_t> CopyDynamicOutput(OrtKernelContext* context, size_t index, const OrtValue* result) const;
   OrtPtr<OrtValue> Narrow(const OrtValue* value, ONNXTensorElementDataType type) const;
   // "MLUFusionBlock '<name>': ", built once so that ComputeV2's error path needs no allocation.
@@ -186,6 +205,12 @@ class FusionBlockKernel {
   // receives the float the Cast would have rounded, or must produce the float it would have
   // widened (OutputPlan::widen_from).
   std::vector<ONNXTensorElementDataType> narrow_to_;
+  // Parsed kOutputDimsKey (empty: none, or malformed: the copy path) and how far it is trusted:
+  // unchecked until a first run's inner shapes agreed with it; refused for good when they did not,
+  // or when an inner Run refused the outputs allocated from it.
+  std::vector<OutputDims> output_dims_;
+  enum DimsState : int { kDimsUnchecked, kDimsTrusted, kDimsRefused };
+  mutable std::atomic<int> dims_state_{kDimsUnchecked};
 };
 
 // The op definition. `nested == true` is the variant registered inside block bodies: creating
@@ -233,4 +258,11 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
 // [3] Runs so far of inner sessions with their own pool (each wakes that pool),
 // [4] Runs so far of inner sessions on the global pool.
 __attribute__((visibility("default"))) int64_t OnnxmluThreadReport(int64_t* values, int64_t count);
+
+// How the process's blocks have handed their outputs back so far (for tests and profiling), the
+// same calling convention with 3 values: [0] outputs copied from a result the inner session
+// allocated (shape unknown before its Run), [1] outputs of a dynamic shape the inner session
+// wrote in place (shapes learned, or evaluated from kOutputDimsKey), [2] kernels that stopped
+// trusting their kOutputDimsKey because an inner Run disagreed with it.
+__attribute__((visibility("default"))) int64_t OnnxmluCopyReport(int64_t* values, int64_t count);
 }

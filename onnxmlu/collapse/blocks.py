@@ -198,7 +198,7 @@ def _body_pieces(analysis: Analysis, b: int, iface: BlockInterface, uses: Counte
     FP16/INT8 body is transformed as a whole proto and serialized by protobuf."""
     if iface.quantized or iface.precision != DEFAULT_PRECISION:
         return [_body_bytes(analysis, b, iface, uses, bodies)]
-    body = fp32_body(analysis, b, replace(iface, constants=()))
+    body = fp32_body(analysis, b, replace(iface, constants=()), spliced=iface.constants)
     entries = [_constant_pieces(analysis, name, uses) for name in iface.constants]
     graph = wire.splice(body.graph, _field(onnx.GraphProto, "initializer"), entries)
     body.ClearField("graph")
@@ -411,8 +411,11 @@ def _body_bytes(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter
     return body.SerializeToString()
 
 
-def fp32_body(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter | None = None) -> onnx.ModelProto:
-    """Block ``b``'s body as analysed (FP32): its nodes, interface value infos and constants."""
+def fp32_body(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter | None = None,
+              spliced: Sequence[str] = ()) -> onnx.ModelProto:
+    """Block ``b``'s body as analysed (FP32): its nodes, interface value infos and constants;
+    ``spliced``: the constants left out (spliced into its bytes later), which the output dims
+    inference must still see, so the body's metadata is the same either way."""
     model, index = analysis.model, analysis.index
     nodes = [model.graph.node[i] for i in iface.nodes]
     internal = {o for i in iface.nodes for o in index.outputs[i]} - set(iface.outputs)
@@ -426,7 +429,7 @@ def fp32_body(analysis: Analysis, b: int, iface: BlockInterface, uses: Counter |
     _add_constants(graph, analysis, iface.constants, uses)
     graph.initializer.extend(placeholder(index.initializers[n]) for n in iface.shared)
     graph.value_info.extend(index.value_infos[n] for n in sorted(internal) if n in index.value_infos)
-    mark_output_shapes(body)
+    mark_output_shapes(body, [analysis.index.initializers[n] for n in spliced])
     return body
 
 

@@ -21,8 +21,11 @@ output size could depend on data (``NonZero`` and its kin, which blocks do not h
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import onnx
 
+from onnxmlu.collapse.dims import DIMS_KEY, output_dims_text
 from onnxmlu.ir import is_default_domain, node_subgraphs
 
 #: Body metadata key: ``"input-shapes"`` when every output's shape follows from the input shapes.
@@ -78,8 +81,13 @@ def has_symbolic_output(graph: onnx.GraphProto) -> bool:
     return False
 
 
-def mark_output_shapes(body: onnx.ModelProto) -> None:
+def mark_output_shapes(body: onnx.ModelProto, absent: Sequence[onnx.TensorProto] = ()) -> None:
     """Record in ``body``'s metadata that its output shapes follow its input shapes, when it has
-    an output of symbolic size and they do (a static body is left byte for byte as it was)."""
+    an output of symbolic size and they do (a static body is left byte for byte as it was), and
+    then each output dim as a function of the input dims where it can be written
+    (:mod:`onnxmlu.collapse.dims`; ``absent``: constants of the body not in it yet)."""
     if has_symbolic_output(body.graph) and output_shapes_follow_inputs(body.graph):
         body.metadata_props.add(key=SHAPES_KEY, value=FOLLOW_INPUT_SHAPES)
+        dims = output_dims_text(body, absent)
+        if dims is not None:
+            body.metadata_props.add(key=DIMS_KEY, value=dims)

@@ -27,15 +27,21 @@ in memory, in :func:`onnxmlu.InferenceSession`: the file, the plan, each block's
 count when the user gives no budget), ``gops`` and ``sim_latency_us`` their sums. The members'
 shared weights (``shared_weights``, onnxmlu/collapse/shared.py) are the merged node's shared
 weights, last, each once: the merged inner session sees them as initializers too.
+The members' output dims metadata (onnxmlu/collapse/dims.py) is rewritten over the merged
+inputs: a member's input that an earlier member produces stands for that member's dim
+(``k2``'s axis 2 is ``x``'s axis 1, so ``present``'s is ``past + x[1]``), so a joined decoder
+still has its growing caches written in place.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import onnx
 from google.protobuf.message import DecodeError
 
+from onnxmlu.collapse.dims import DIMS_KEY, UNKNOWN
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir import is_fusion_block
 from onnxmlu.ir.graphs import fed_inputs, node_inputs, node_subgraphs
@@ -44,6 +50,9 @@ from onnxmlu.schema import SHARED_ATTRIBUTE, add_body, block_precision, body_mod
 _PREFIX = "onnxmlu.merged."
 #: Body metadata the library reads (custom_ops/mlu_fusion_block.h kOutputShapesKey).
 _OUTPUT_SHAPES_KEY = "onnxmlu.output_shapes"
+#: A reference to an input dim in the output dims metadata (custom_ops/dim_expr.h), and an atom.
+_REF = re.compile(r"i(\d+)\.(\d+)")
+_ATOM = re.compile(r"i\d+\.\d+|\d+")
 _SUMMED = ("gops", "sim_latency_us")
 _JOINED = ("layers", "op_types")
 
@@ -188,6 +197,9 @@ def _merged_body(run: list, inputs: list[str], outputs: list[str]) -> onnx.Model
     shapes = {_metadata(body).get(_OUTPUT_SHAPES_KEY) for _, body in run}
     if len(shapes) == 1 and None not in shapes:
         merged.metadata_props.add(key=_OUTPUT_SHAPES_KEY, value=shapes.pop())
+    dims = _merged_dims(run, inputs, outputs)
+    if dims is not None:
+        merged.metadata_props.add(key=DIMS_KEY, value=dims)
     graph, infos, aliases = merged.graph, {}, {}
     graph.name = "merged"
     for k, (node, body) in enumerate(run):
@@ -197,6 +209,44 @@ def _merged_body(run: list, inputs: list[str], outputs: list[str]) -> onnx.Model
     listed = {*inputs, *(vi.name for vi in graph.output)}
     graph.value_info.extend(vi for name, vi in infos.items() if name not in listed and name not in aliases)
     return merged
+
+
+def _merged_dims(run: list, inputs: list[str], outputs: list[str]) -> str | None:
+    """The members' output dims metadata over the merged node's inputs: a member's reference to
+    one of its inputs becomes a reference to the merged input of that name, or, for a tensor an
+    earlier member produces, that member's dim (the composition); anything else unknown."""
+    positions = {name: k for k, name in enumerate(inputs)}
+    known: dict[str, list[str] | None] = {}
+    for node, body in run:
+        text = _metadata(body).get(DIMS_KEY)
+        pieces = text.split(";") if text is not None else []
+        for j, outer in enumerate(node.output):
+            piece = pieces[j] if len(pieces) == len(node.output) else UNKNOWN
+            known[outer] = _rebased(piece, node, positions, known)
+    texts = [",".join(known[o]) if known.get(o) is not None else UNKNOWN for o in outputs]
+    return ";".join(texts) if any(t != UNKNOWN for t in texts) else None
+
+
+def _rebased(piece: str, node: onnx.NodeProto, positions: dict[str, int], known: dict) -> list[str] | None:
+    """One member output's dims over the merged inputs (see :func:`_merged_dims`), or None."""
+    if piece == UNKNOWN:
+        return None
+    unknown = False
+
+    def substitute(match: re.Match) -> str:
+        nonlocal unknown
+        index, axis = int(match[1]), int(match[2])
+        name = node.input[index] if index < len(node.input) else None
+        if name in positions:
+            return f"i{positions[name]}.{axis}"
+        dims = known.get(name)
+        if dims is None or axis >= len(dims):
+            unknown = True
+            return UNKNOWN
+        return dims[axis] if _ATOM.fullmatch(dims[axis]) else f"({dims[axis]})"
+
+    dims = [_REF.sub(substitute, dim) for dim in (piece.split(",") if piece else [])]
+    return None if unknown else dims
 
 
 def _metadata(body: onnx.ModelProto) -> dict[str, str]:

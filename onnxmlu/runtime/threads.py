@@ -47,6 +47,27 @@ def thread_report() -> ThreadReport:
     return ThreadReport(*values)
 
 
+class CopyReport(NamedTuple):
+    copied_outputs: int       # outputs copied from a result the inner session allocated
+    in_place_dynamic: int     # outputs of a dynamic shape the inner session wrote in place
+    dims_refusals: int        # blocks that stopped trusting their output dims metadata
+
+    def __sub__(self, other: "CopyReport") -> "CopyReport":  # type: ignore[override]
+        return CopyReport(*(a - b for a, b in zip(self, other)))
+
+
+def copy_report() -> CopyReport:
+    """How the process's blocks handed their outputs back so far (``OnnxmluCopyReport`` in
+    custom_ops/mlu_fusion_block.h): the copy path taken for an output of a shape unknown before
+    the run, against in place at a learned or evaluated shape (custom_ops/dim_expr.h)."""
+    function = ctypes.CDLL(custom_ops_library()).OnnxmluCopyReport
+    function.restype = ctypes.c_int64
+    function.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+    values = (ctypes.c_int64 * len(CopyReport._fields))()
+    function(values, len(values))
+    return CopyReport(*values)
+
+
 def pool_note(added: ThreadReport) -> str | None:
     """What a session's inner pools cost (``added``: the report's change across its creation),
     when more than one pool of its own does the work one shared pool could; else None."""

@@ -563,15 +563,17 @@ def _rms(x: str, weight: str, out: str) -> onnx.NodeProto:
     return helper.make_node("RMSNormalization", [x, weight], [out], epsilon=1e-6, axis=-1)
 
 
-def opset23_decoder_layer(hidden: int = 64, heads: int = 8, kv_heads: int = 2, ffn: int = 128) -> onnx.ModelProto:
+def opset23_decoder_layer(hidden: int = 64, heads: int = 8, kv_heads: int = 2, ffn: int = 128,
+                          positions: int = 256) -> onnx.ModelProto:
     """A LLaMA-style decoder layer as an opset-23 export writes it: RMSNormalization, the Q/K/V
     MatMuls, RotaryEmbedding of Q and K (3-D, ``num_heads``, caches indexed by
     ``position_ids``), grouped-query Attention (8 query heads, 2 key/value heads) with a KV cache
     on a symbolic past length and ``is_causal``, the output projection and residual, then
     RMSNormalization and a SwiGLU MLP with its residual. Batch, sequence and past are symbolic;
-    the sizes are keywords (the corpus's defaults are small)."""
+    the sizes are keywords (the corpus's defaults are small); ``positions``: the rotary tables'
+    length, the longest past plus sequence the layer runs."""
     rng = np.random.default_rng(23)
-    head, positions = hidden // heads, 256
+    head = hidden // heads
     angles = np.arange(positions)[:, None] * (10000.0 ** (-np.arange(0, head, 2) / head))[None, :]
     nodes = [_rms("x", "ln1", "h"),
              *(helper.make_node("MatMul", ["h", w], [o]) for w, o in (("wq", "q"), ("wk", "k"), ("wv", "v"))),

@@ -1,0 +1,158 @@
+"""Each output dim of a block as a function of its input dims: the body metadata :data:`DIMS_KEY`.
+
+A block whose outputs have symbolic dims cannot be allocated before its inner session runs,
+unless their sizes are known from the input shapes of the run. Where every step has new
+shapes (a decoder's KV cache, ``present = Concat(past, new)`` along the sequence axis, one
+token longer each step), learning shapes per set of input shapes (:mod:`.outputs`) never pays:
+the library would copy every present cache out of the block at every token. Here each output
+dim is written as a polynomial over the body's input dims, which the library evaluates at the
+run's input shapes (custom_ops/dim_expr.h has the grammar):
+
+* a fixed size ``d`` is the literal ``d``;
+* a dim named like an input's dim (the same ``dim_param``, the model's own symbol or the one
+  shape inference merged it into) is ``i<k>.<a>``: axis ``a`` of body input ``k``, the first
+  input, then the first axis, that has it;
+* any other symbolic dim is taken from onnxruntime's symbolic shape inference of the body
+  alone (:func:`onnxmlu.frontend.symbolic.symbolic_infer`: merged dims named by a fixed rule),
+  which writes what it derives as a sympy expression over the input symbols
+  (``past_sequence_length + sequence_length`` for a Concat, ``2*W + 1``, ``H*D`` for a Reshape
+  that merges heads); an expression of integers, input symbols, ``+``, ``-`` and ``*`` only is
+  rewritten over the input dims, anything else (``floor``, ``/``, ``Max``, a symbol no input
+  holds) leaves the output's shape unknown: ``?``, and the library copies it as before.
+
+The text is a function of the body alone (inputs and axes in order, sympy's printing is
+canonical), so fused bytes stay a function of the model and the options. A wrong expression
+costs no correctness: the library checks its first run against the inner session's shapes and
+stops using the metadata of a block whose run disagrees.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from typing import Sequence
+
+import onnx
+
+from onnxmlu.errors import first_line
+
+#: Body metadata key: the output dims, ``;`` between outputs, ``,`` between dims, ``?`` unknown.
+DIMS_KEY = "onnxmlu.output_dims"
+UNKNOWN = "?"
+
+_LOG = logging.getLogger(__name__)
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
+
+
+def output_dims_text(body: onnx.ModelProto, absent: Sequence[onnx.TensorProto] = ()) -> str | None:
+    """The :data:`DIMS_KEY` value of ``body`` (module docstring), or None when no output with a
+    symbolic dim can be expressed. ``absent``: constants of the body not in its graph yet (the
+    streamed fuse splices them into the bytes later), seen by the inference as the body's own."""
+    graph = body.graph
+    refs = _input_refs(graph)
+    inferred: list | None = None
+    texts = []
+    for k, vi in enumerate(graph.output):
+        dims = _dims(vi)
+        if inferred is None and (dims is None or any(not isinstance(d, int) and d not in refs for d in dims)):
+            inferred = _inferred_output_dims(body, absent)
+        texts.append(_output_text(dims, refs, inferred[k] if inferred and k < len(inferred) else None))
+    expressed = [t for t, vi in zip(texts, graph.output) if t != UNKNOWN and _is_symbolic(vi)]
+    return ";".join(texts) if expressed else None
+
+
+def _output_text(dims: list | None, refs: dict[str, str], inferred: list | None) -> str:
+    """One output's dims as text, or :data:`UNKNOWN`; ``inferred``: the symbolic engine's dims."""
+    if dims is None:  # an unknown rank: the engine's, where it found one
+        dims = [None] * len(inferred) if inferred is not None else None
+    if dims is None or (inferred is not None and len(inferred) != len(dims)):
+        return UNKNOWN
+    out = []
+    for axis, dim in enumerate(dims):
+        text = _dim_text(dim, refs)
+        if text is None and inferred is not None:
+            text = _dim_text(inferred[axis], refs)
+        if text is None:
+            return UNKNOWN
+        out.append(text)
+    return ",".join(out)
+
+
+def _dim_text(dim, refs: dict[str, str]) -> str | None:
+    if isinstance(dim, int):
+        return str(dim) if dim >= 0 else None
+    if not isinstance(dim, str):
+        return None
+    if dim in refs:
+        return refs[dim]
+    try:
+        tree = ast.parse(dim, mode="eval").body
+    except SyntaxError:  # a dim name that is no expression: no input holds it
+        return None
+    text = _expression(tree, refs)
+    wrapped = isinstance(tree, (ast.BinOp, ast.UnaryOp)) and text is not None
+    return text[1:-1] if wrapped else text  # the outermost parentheses say nothing
+
+
+def _expression(node: ast.AST, refs: dict[str, str]) -> str | None:
+    """``node`` over integers, input symbols, + - * (and unary minus) as the library's grammar."""
+    if isinstance(node, ast.Constant) and type(node.value) is int and node.value >= 0:
+        return str(node.value)
+    if isinstance(node, ast.Name):
+        return refs.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        operand = _expression(node.operand, refs)
+        return None if operand is None else f"(0-{operand})"
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        left, right = _expression(node.left, refs), _expression(node.right, refs)
+        if left is None or right is None:
+            return None
+        return f"({left}{_OPS[type(node.op)]}{right})"
+    return None
+
+
+def _input_refs(graph: onnx.GraphProto) -> dict[str, str]:
+    """Each input dim name -> ``i<k>.<a>`` of its first input, then first axis."""
+    refs: dict[str, str] = {}
+    for k, vi in enumerate(graph.input):
+        for axis, dim in enumerate(_dims(vi) or ()):
+            if isinstance(dim, str):
+                refs.setdefault(dim, f"i{k}.{axis}")
+    return refs
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list | None:
+    """Per axis its size, its name, or None; None for an unknown rank or a non-tensor."""
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
+
+
+def _is_symbolic(vi: onnx.ValueInfoProto) -> bool:
+    dims = _dims(vi)
+    return dims is None or not all(isinstance(d, int) for d in dims)
+
+
+def _inferred_output_dims(body: onnx.ModelProto, absent: Sequence[onnx.TensorProto]) -> list:
+    """The body's output dims as onnxruntime's symbolic inference derives them from its inputs
+    (the declared output shapes and inner value infos cleared, so nothing but the inputs
+    decides); [] when the engine cannot finish (those outputs stay unknown: the copy path)."""
+    from onnxmlu.frontend.symbolic import symbolic_infer
+    from onnxmlu.ir.weights import SKELETON_MIN_TENSOR_BYTES, is_marker, skeleton, tensor_bytes
+
+    light = skeleton(body)
+    del light.graph.value_info[:]
+    for tensor in absent:  # as skeleton() holds a constant: small ones with their values, the rest typed inputs
+        if tensor_bytes(tensor) < SKELETON_MIN_TENSOR_BYTES and not is_marker(tensor):
+            light.graph.initializer.append(tensor)
+        else:
+            typed = onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            light.graph.input.append(typed)
+    for vi in light.graph.output:
+        vi.type.tensor_type.ClearField("shape")
+    try:
+        inferred = symbolic_infer(light)
+    except Exception as exc:  # noqa: BLE001 - an aid: without it the outputs are copied, as before
+        _LOG.debug("symbolic inference of a block body stopped: %s", first_line(exc))
+        return []
+    return [_dims(vi) for vi in inferred.graph.output]
