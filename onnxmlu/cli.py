@@ -788,30 +788,25 @@ def _show_layers(analysis, rewritten: bool = True) -> None:
         console.print(f"host: {h['node']} ({h['op_type']}): {h['reason']}")
 
 
+ReportOutputOpt = Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")]
+
+
 @command
-def report(
-    model: Annotated[Path, typer.Argument(help="ONNX model, or a fused model.", show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
-    strategy: StrategyOpt = "dlfusion",
-    hw: HwOpt = "mlu100",
-    input_shape: InputShapeOpt = None,
-    precision: PrecisionOpt = None,
-    accuracy: AccuracyOpt = None,
-    calibration: CalibrationOpt = None,
-    check: CheckOpt = False,
-    quiet: QuietOpt = False,
-) -> None:
+@flag_groups(plan=(plan_flags, "mp", "plan"), shapes=(shape_flags, "max_memory", "inputs"),
+             precision=(precision_flags, "validation", "keep_fp32", "metric", "calibrator"),
+             written=(output_flags, "allow_nan", "best_effort", "inputs", "portable"))
+def report(model: Annotated[Path, typer.Argument(help="ONNX model, or a fused model.", show_default=False)],
+           plan, shapes, precision, written, output: ReportOutputOpt = Path("report.html"),
+           quiet: QuietOpt = False) -> None:
     """Write one self-contained HTML page (no network: styles and charts inline) about a model's
     plan -- timeline of blocks, per-block table, host nodes and reasons, coverage, the plans
     --precision auto considered, the check -- or about what a fused model holds.
 
     Example: onnxmlu report resnet18.onnx -o report.html --check
     """
-    api = optional_import("onnxmlu.api")
-
+    api = _api()
     with _steps(quiet) as steps:
-        path = api.report(model, output, strategy=strategy, hardware=hw, input_shapes=_shapes(input_shape),
-                          precision=precision, accuracy=accuracy, calibration=calibration, check=check, progress=steps)
+        path = api.report(model, output, api.Options(shapes, plan=plan, precision=precision), written, progress=steps)
     if not quiet:
         console.print(f"wrote {path}", highlight=False)
 
@@ -919,9 +914,7 @@ def _show_plan(report) -> None:
     _show_profile(report.profile, report.plan.strategy)
 
 
-@command
-def compare(
-    model: Annotated[Optional[Path], typer.Argument(help="ONNX model (omit with --zoo).", show_default=False)] = None,
+def compare_flags(
     zoo_all: Annotated[bool, typer.Option("--zoo", help="Compare on every zoo CNN.")] = False,
     hw: HwOpt = "mlu100",
     strategies: Annotated[Optional[str], _option("--strategies", help="Comma-separated (default: all).")] = None,
@@ -931,6 +924,17 @@ def compare(
         "auto: the joint plan under --accuracy (one per network, measured on seeded random samples)."))] = None,
     accuracy: AccuracyOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Grouped bar chart of speedups (PNG).")] = None,
+):
+    """compare's flags: a :class:`~onnxmlu.options.CompareOptions`."""
+    return _api().CompareOptions(zoo_all, _list(strategies) or None, hw, _shapes(input_shape), _list(precision),
+                                 accuracy, plot)
+
+
+@command
+@flag_groups(compared=compare_flags)
+def compare(
+    model: Annotated[Optional[Path], typer.Argument(help="ONNX model (omit with --zoo).", show_default=False)] = None,
+    compared=None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -938,12 +942,8 @@ def compare(
 
     Example: onnxmlu compare --zoo --plot speedup.png
     """
-    api = optional_import("onnxmlu.api")
-
     with _steps(quiet, bar=True) as steps:
-        report = api.compare(model, zoo=zoo_all, strategies=strategies.split(",") if strategies else None, hardware=hw,
-                             input_shapes=_shapes(input_shape), precisions=_list(precision), accuracy=accuracy,
-                             plot=plot, progress=steps)
+        report = _api().compare(model, compared, progress=steps)
     _deliver("compare", report, json_out, quiet, _show_compare)
 
 
