@@ -61,6 +61,7 @@ from onnxmlu.schema import model_metadata, recorded_pricing_shape
 from onnxmlu.reports import (
     CompareReport,
     FuseResult,
+    InspectReport,
     PlanReport,
     RunReport,
     StrategyResult,
@@ -70,6 +71,7 @@ from onnxmlu.reports import (
 )
 from onnxmlu.tools import view as netron
 from onnxmlu.tools import verify
+from onnxmlu.wording import plural
 
 #: A plain progress callback: called with each step's line (pipeline.Progress is the richer form).
 SayFn = Callable[[str], None]
@@ -255,13 +257,13 @@ def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, cali
     calibration samples (real data, but in-sample: they set the INT8 scales); None: the seeds."""
     if check.samples is not None:
         found = load_samples(check.samples, original, "inputs")
-        return found.samples, f"{len(found)} samples from {found.source} (--inputs)"
+        return found.samples, f"{plural(len(found), 'sample')} from {found.source} (--inputs)"
     if validation is not None:
         found = load_samples(validation, original, "validation")
         return found.samples, f"{len(found)} validation samples from {found.source}"
     if auto is not None:
         judged = auto.evaluator.validation
-        return judged.samples, f"the {len(judged)} samples that judged auto: {auto.rule or judged.describe()}"
+        return judged.samples, f"the {plural(len(judged), 'sample')} that judged auto: {auto.rule or judged.describe()}"
     if calibration is not None:
         found = load_samples(calibration, original)
         return found.samples, (f"{len(found)} calibration samples from {found.source} (in-sample: they set the "
@@ -363,6 +365,12 @@ def inspected_pricing(analysis: Analysis, input_shapes: dict | None = None) -> P
     return pricing_shape(analysis.model, input_shapes, analysis.input_shapes)
 
 
+def inspect_report(analysis: Analysis, input_shapes: dict | None = None) -> InspectReport:
+    """``inspect``'s report: ``analysis`` and the shapes a plan of it is priced at
+    (:func:`inspected_pricing`; ``--json`` carries them as the text does)."""
+    return InspectReport(analysis, inspected_pricing(analysis, input_shapes))
+
+
 def _name_rewrites(analysis: Analysis, bn_mode: str) -> None:
     """The host reasons of a model analysed without its rewrites, told what ``fuse`` does: a
     node a rewriter turns into the accelerator's ops is accelerated after that rewrite (its
@@ -415,7 +423,7 @@ def plan(model: ModelLike, options: Options | None = None, files: PlanFiles | No
     if files.output is not None:
         write_bytes_atomic(report.plan_json().encode(), Path(files.output))
     if files.plot is not None:
-        title = (f"{Path(str(model)).stem}: {report.plan.strategy}, {len(report.plan.blocks)} blocks, "
+        title = (f"{Path(str(model)).stem}: {report.plan.strategy}, {plural(len(report.plan.blocks), 'block')}, "
                  f"{report.sim_latency_us:.0f} µs simulated on {report.hardware.name}")
         plan_chart(report.rows(), files.plot, title=title, max_mp=report.hardware.cores)
     return report

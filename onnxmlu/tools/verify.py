@@ -67,6 +67,7 @@ from onnxmlu.frontend.shapes import probe_need
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 from onnxmlu.optional import optional_import
 from onnxmlu.progress import as_display
+from onnxmlu.wording import plural
 
 
 #: Steps of the output scale a quantized output may move by (module docstring).
@@ -103,7 +104,7 @@ class OutputDiff:
         """The rule this output is judged by, as printed beside the columns."""
         if self.step is None:
             return FLOAT_RULE
-        return f"|a-b| <= atol + {report.qtol:g} steps of {self.step:.3g}"
+        return f"|a-b| <= atol + {plural(report.qtol, 'step', spec='g')} of {self.step:.3g}"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "max_abs": self.max_abs, "max_rel": self.max_rel,
