@@ -35,8 +35,9 @@ serialized graph and the members' raw data (:func:`_serialized`); the merged nod
 its last member's place. Each weight is then copied three times (read out of its member's
 attribute, joined into the merged body, set as the merged node's attribute) where reading the
 body twice, parsing, copying into the merged graph, serializing, setting the attribute and
-rebuilding the node list copied it eight times: on ResNet-50 dlfusion b8 (11 blocks, 100 MB of weights) the
-pass went from 0.60 s to 0.18 s (medians of 5, 2-core AMD EPYC, load average about 13).
+rebuilding the node list copied it eight times: on ResNet-50 dlfusion b8 (11 blocks, 100 MB of
+weights) the pass went from 0.60 s to 0.18 s (medians of 5, 2-core AMD EPYC, load average
+about 13).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def _light_body(node: onnx.NodeProto) -> tuple[onnx.ModelProto, dict[str, list[m
     and label checked, shared weights opened), but parsed without its initializers' ``raw_data``:
     those stay in the body's bytes, returned beside it by tensor name (views, never copied, until
     the merged body is joined). Parsing the weights, copying them into the merged graph and
-    serializing them again was most of the pass's time (ResNet-50 b8: 11 x 2 copies of 100 MB)."""
+    serializing them again was most of the pass's time (the module docstring)."""
     attr = next((a for a in node.attribute if a.name == "body"), None)
     if attr is None:
         raise ValueError(f"MLUFusionBlock {node.name!r} has no body attribute")
