@@ -755,7 +755,7 @@ def _show_inspect(report, rewrite: bool) -> None:
 def _show_fused(summary) -> None:
     report = summary.to_dict()
     total = report["sim_latency_us"]
-    table = Table(title=f"{len(report['blocks'])} MLUFusionBlock nodes"
+    table = Table(title=plural(len(report['blocks']), "MLUFusionBlock node")
                         + (f" · simulated {total:.1f} µs" if total is not None else ""))
     for col in ("block", "mp", "precision", "layers", "sim µs", "body KB"):
         table.add_column(col, justify="left" if col in ("block", "precision") else "right")
@@ -873,7 +873,7 @@ def rewrite(
 
 def _show_rewrite(report, output: Path) -> None:
     for name, count in report.applied.items():
-        console.print(f"{name}: rewrote {count} node(s)")
+        console.print(f"{name}: rewrote {plural(count, 'node')}")
     _show_diagnostics(report.skipped)
     console.print(f"wrote {output}")
 

@@ -35,6 +35,14 @@ def test_no_count_meets_a_plural_noun_by_hand():
     assert not found, "\n".join(found)
 
 
+def test_no_message_spells_a_plural_by_hand():
+    """``node(s)`` and ``block{'s' * (n != 1)}`` are the rule spelled again: :func:`plural` says it."""
+    by_hand = re.compile(r"""[a-z]\(s\)"|\{'s' \* \(""")
+    found = [f"{name}:{k}: {line.strip()}" for name in MESSAGES + ("precision/bodies.py",)
+             for k, line in enumerate((PACKAGE / name).read_text().splitlines(), 1) if by_hand.search(line)]
+    assert not found, "\n".join(found)
+
+
 def test_fuse_of_one_block_says_one_block(tmp_path):
     src, out = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(conv_relu_body(), src)

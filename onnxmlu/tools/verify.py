@@ -361,8 +361,8 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
 def _runs_text(planned: Sequence[tuple[str, list]]) -> str:
     """``2 inputs at 3 shapes`` (what the count of model runs counts)."""
     feeds = sum(len(runs) for _, runs in planned)
-    return (f"{feeds} input{'s' * (feeds != 1)} at {len(planned)} shape{'s' * (len(planned) != 1)}"
-            if planned and planned[0][0] != "samples" else f"{feeds} sample{'s' * (feeds != 1)}")
+    return (f"{plural(feeds, 'input')} at {plural(len(planned), 'shape')}"
+            if planned and planned[0][0] != "samples" else plural(feeds, "sample"))
 
 
 def _run_all(check: "_Checker", original: onnx.ModelProto, planned: Sequence[tuple[str, list]],
