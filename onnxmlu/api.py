@@ -35,6 +35,7 @@ from onnxmlu.optional import optional_import
 from onnxmlu.options import (  # noqa: F401 - the option objects are part of the API
     DEFAULT_CALIBRATOR,
     CheckOptions,
+    CompareOptions,
     HardwareLike,
     Options,
     OutputOptions,
@@ -49,7 +50,7 @@ from onnxmlu.options import (  # noqa: F401 - the option objects are part of the
 )
 from onnxmlu.pipeline import (FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, PassManager, Progress,
                               as_progress, pricing_of)
-from onnxmlu.plan.perf.hardware import DEFAULT_PROFILE, Hardware, load_hardware, profile_names
+from onnxmlu.plan.perf.hardware import Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
 from onnxmlu.plan.strategies import strategy_names
 from onnxmlu.plots import plan_chart, require_plotting, speedup_chart
@@ -61,6 +62,7 @@ from onnxmlu.schema import model_metadata, recorded_pricing_shape
 from onnxmlu.reports import (
     CompareReport,
     FuseResult,
+    InspectReport,
     PlanReport,
     RunReport,
     StrategyResult,
@@ -70,6 +72,7 @@ from onnxmlu.reports import (
 )
 from onnxmlu.tools import view as netron
 from onnxmlu.tools import verify
+from onnxmlu.wording import plural
 
 #: A plain progress callback: called with each step's line (pipeline.Progress is the richer form).
 SayFn = Callable[[str], None]
@@ -254,13 +257,13 @@ def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, cali
     calibration samples (real data, but in-sample: they set the INT8 scales); None: the seeds."""
     if check.samples is not None:
         found = load_samples(check.samples, original, "inputs")
-        return found.samples, f"{len(found)} samples from {found.source} (--inputs)"
+        return found.samples, f"{plural(len(found), 'sample')} from {found.source} (--inputs)"
     if validation is not None:
         found = load_samples(validation, original, "validation")
         return found.samples, f"{len(found)} validation samples from {found.source}"
     if auto is not None:
         judged = auto.evaluator.validation
-        return judged.samples, f"the {len(judged)} samples that judged auto: {auto.rule or judged.describe()}"
+        return judged.samples, f"the {plural(len(judged), 'sample')} that judged auto: {auto.rule or judged.describe()}"
     if calibration is not None:
         found = load_samples(calibration, original)
         return found.samples, (f"{len(found)} calibration samples from {found.source} (in-sample: they set the "
@@ -362,6 +365,12 @@ def inspected_pricing(analysis: Analysis, input_shapes: dict | None = None) -> P
     return pricing_shape(analysis.model, input_shapes, analysis.input_shapes)
 
 
+def inspect_report(analysis: Analysis, input_shapes: dict | None = None) -> InspectReport:
+    """``inspect``'s report: ``analysis`` and the shapes a plan of it is priced at
+    (:func:`inspected_pricing`; ``--json`` carries them as the text does)."""
+    return InspectReport(analysis, inspected_pricing(analysis, input_shapes))
+
+
 def _name_rewrites(analysis: Analysis, bn_mode: str) -> None:
     """The host reasons of a model analysed without its rewrites, told what ``fuse`` does: a
     node a rewriter turns into the accelerator's ops is accelerated after that rewrite (its
@@ -414,7 +423,7 @@ def plan(model: ModelLike, options: Options | None = None, files: PlanFiles | No
     if files.output is not None:
         write_bytes_atomic(report.plan_json().encode(), Path(files.output))
     if files.plot is not None:
-        title = (f"{Path(str(model)).stem}: {report.plan.strategy}, {len(report.plan.blocks)} blocks, "
+        title = (f"{Path(str(model)).stem}: {report.plan.strategy}, {plural(len(report.plan.blocks), 'block')}, "
                  f"{report.sim_latency_us:.0f} µs simulated on {report.hardware.name}")
         plan_chart(report.rows(), files.plot, title=title, max_mp=report.hardware.cores)
     return report
@@ -482,32 +491,29 @@ def _auto_column(accuracy: Budget | None) -> CompareColumn:
     return column
 
 
-def compare(model: ModelLike | None = None, *, zoo: bool = False, strategies: Sequence[str] | None = None,
-            hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None,
-            precisions: Sequence[str] = (), accuracy: Budget | str | None = None,
-            plot: str | os.PathLike | None = None, progress=None) -> CompareReport:
+def compare(model: ModelLike | None = None, options: CompareOptions | None = None, *, progress=None,
+            **keywords) -> CompareReport:
     """Simulated latency of every strategy (``none`` first, the baseline) on ``model`` or, with
     ``zoo``, on every zoo CNN ([DLFusion] Fig. 10); a grouped bar chart at ``plot``. Each of
     ``precisions`` (``fp16``, ``int8``) adds a column: every strategy run on the layers at that
     precision and priced at it, beside the FP32 one; ``auto`` adds the joint plan under the
-    ``accuracy`` budget (one per network, measured on seeded random samples)."""
-    if (model is None) == (not zoo):
+    ``accuracy`` budget (one per network, measured on seeded random samples). ``options``: a
+    :class:`~onnxmlu.options.CompareOptions` (as the CLI builds it), or its keywords."""
+    (options,) = call_options("compare", keywords, (CompareOptions, options))  # a bad budget: now
+    if (model is None) == (not options.zoo):
         raise OnnxMluError("give either a MODEL or --zoo")
-    if plot is not None:
+    if options.plot is not None:
         require_plotting()
-    names = list(strategies) if strategies else strategy_names()
-    accuracy = Budget.of(accuracy)  # a bad budget is refused before any network is planned
-    if accuracy is not None and not any(planner_for(p).judged for p in precisions):
-        raise OnnxMluError("--accuracy is the budget of the auto column; add auto to --precision")
-    columns = {p: compare_column(p, accuracy) for p in dict.fromkeys(precisions) if p != "fp32"}  # FP32: first
-    report = CompareReport(_hardware(hardware), names if "none" in names else ["none", *names], list(columns))
+    names = list(options.strategies) if options.strategies else strategy_names()
+    columns = {p: compare_column(p, options.accuracy) for p in dict.fromkeys(options.precisions) if p != "fp32"}
+    report = CompareReport(_hardware(options.hardware), names if "none" in names else ["none", *names], list(columns))
     networks = _compare_inputs(model)
     steps = as_progress(progress)
     steps.total(len(networks) * (len(report.strategies) + 1))
     for label, source in networks:
-        report.networks[label] = _compare_one(label, source, report, input_shapes, steps, columns)
-    if plot is not None:
-        speedup_chart(report.to_dict()["networks"], plot)
+        report.networks[label] = _compare_one(label, source, report, options.input_shapes, steps, columns)
+    if options.plot is not None:
+        speedup_chart(report.to_dict()["networks"], options.plot)
     return report
 
 
@@ -608,15 +614,16 @@ def hardware_profiles() -> list[Hardware]:
     return [load_hardware(name) for name in profile_names()]
 
 
-def report(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLike = DEFAULT_STRATEGY,
-           hardware: HardwareLike = DEFAULT_PROFILE, input_shapes: dict | None = None, precision: str | None = None,
-           calibration: str | os.PathLike | None = None, accuracy: Budget | str | None = None, check: bool = False,
-           progress=None) -> Path:
+def report(model: ModelLike, output: str | os.PathLike, options: Options | None = None,
+           written: OutputOptions | None = None, *, progress=None, **keywords) -> Path:
     """Write ``onnxmlu report``'s self-contained HTML page about ``model`` to ``output``: for a
-    model, the plan :func:`fuse_to_file` makes of it (with the check's results when ``check``,
-    and the plans ``--precision auto`` considered); for a fused file, what it holds
-    (:func:`inspect_fused`). The destination is checked before any work."""
-
+    model, the plan :func:`fuse_to_file` makes of it with ``options`` and ``written`` (with the
+    check's results when ``written.check``, and the plans ``--precision auto`` considered); for a
+    fused file, what it holds (:func:`inspect_fused`). ``options`` and ``written`` as for
+    :func:`fuse_to_file`, or their keywords (``strategy``, ``hardware``, ``input_shapes``,
+    ``precision``, ``calibration``, ``accuracy``, ``check=True``, ...). The destination and the
+    options are checked before any work."""
+    options, written = call_options("report", keywords, (Options, options), (OutputOptions, written))
     output = Path(output)
     check_destination(output)
     proto = as_model(model)
@@ -627,10 +634,7 @@ def report(model: ModelLike, output: str | os.PathLike, *, strategy: StrategyLik
         return html.write_report(tagged("inspect-fused", summary.to_dict()), output, f"{name}: fused model",
                                  summary.layer_rows())
     with tempfile.TemporaryDirectory(prefix="onnxmlu-report-") as folder:
-        options = Options.of(strategy=strategy, hardware=hardware, input_shapes=input_shapes, precision=precision,
-                             calibration=calibration, accuracy=accuracy)
-        result = fuse_to_file(proto, Path(folder) / "fused.onnx", options,
-                              OutputOptions(check=CheckOptions() if check else None), progress=progress)
+        result = fuse_to_file(proto, Path(folder) / "fused.onnx", options, written, progress=progress)
         payload = tagged("fuse", result.to_dict())
     return html.write_report(payload, output, f"{name}: {payload['strategy']} plan on {payload['hardware']}",
                              result.layer_rows())

@@ -41,6 +41,7 @@ from onnxmlu.precisions import PRECISIONS
 from onnxmlu.progress import Tally
 from onnxmlu.rewrite import BN_MODES, REWRITER_NAMES, rewriter_summary
 from onnxmlu.version import __version__
+from onnxmlu.wording import noun, plural
 
 
 class _FieldHelp:
@@ -514,7 +515,7 @@ def _show_fuse(result, portable: bool, passed: bool = True) -> None:
     inside = sum(_count_blocks(result.branches))
     inside_note = f" + {inside} inside control flow" if inside else ""
     if passed:
-        console.print(f"wrote {result.output} ({len(result.plan.blocks)} blocks{inside_note}{note}, "
+        console.print(f"wrote {result.output} ({plural(len(result.plan.blocks), 'block')}{inside_note}{note}, "
                       f"{sum(result.pass_seconds.values()):.2f} s)")
     if result.calibration is not None and not result.calibration["random"]:  # random: a diagnostic says so
         _plain(f"INT8 blocks calibrated on {result.calibration['description']} ({result.calibration['calibrator']})")
@@ -529,7 +530,7 @@ def _show_branches(branches, depth: int = 0) -> None:
     for b in branches:
         runs = "runs unknown" if b.runs is None else f"runs {b.runs}×"
         _plain(f"{'  ' * depth}inside {b.key} ({b.op_type}, {runs} per run of its graph): "
-               f"{len(b.plan.blocks)} blocks, {b.sim_latency_us:,.1f} µs simulated per run")
+               f"{plural(len(b.plan.blocks), 'block')}, {b.sim_latency_us:,.1f} µs simulated per run")
         _show_branches(b.branches, depth + 1)
 
 
@@ -572,15 +573,16 @@ def _show_auto(auto) -> None:
     verdict = "met" if auto.budget.met(auto.chosen.measured) else "NOT met"
     where = "held-out" if evaluator.held_out else "in-sample"
     inside = "" if auto.in_sample is None or not evaluator.held_out else \
-        f", in-sample {auto.in_sample.value(metric):.6f} on {len(evaluator.calibration)} calibration samples"
+        f", in-sample {auto.in_sample.value(metric):.6f} on {plural(len(evaluator.calibration), 'calibration sample')}"
     bound = auto.chosen.measured.top1_bound()
     bound = f" (95 % lower bound {bound:.4f})" if metric == "top1" and not math.isnan(bound) else ""
     guess = auto.chosen.estimated.value(metric)
     guess = "" if math.isnan(guess) else f"; estimated {guess:.6f}"  # a user metric has no estimate
     _plain(f"auto: {auto.budget} {verdict}: {where} {auto.chosen.measured.value(metric):.6f}{bound} on "
-           f"{len(evaluator.validation)} samples{inside}{guess}; "
+           f"{plural(len(evaluator.validation), 'sample')}{inside}{guess}; "
            f"{auto.speedup:.2f}x the FP32 optimum ({auto.chosen.latency_us:,.0f} vs {auto.fp32_latency_us:,.0f} µs "
-           f"simulated); {len(auto.candidates)} plans considered, {auto.evaluator.runs} runs, {auto.seconds:.1f} s")
+           f"simulated); {plural(len(auto.candidates), 'plan')} considered, {plural(auto.evaluator.runs, 'run')}, "
+           f"{auto.seconds:.1f} s")
     if auto.rule:
         _plain(f"auto: judged on {auto.rule}")
     if auto.evaluator.calibration.random:
@@ -594,7 +596,8 @@ def _op_summary(counts: dict, keep: int = 3) -> str:
 
 
 def _show_blocks(result) -> None:
-    table = Table(title=f"{len(result.plan.blocks)} blocks · strategy {result.plan.strategy} · {result.hardware.name}")
+    table = Table(title=f"{plural(len(result.plan.blocks), 'block')} · strategy {result.plan.strategy} · "
+                        f"{result.hardware.name}")
     for col in ("block", "mp", "precision", "layers", "first → last", "op types", "GOPs", "sim µs"):
         table.add_column(col, justify="right" if col in ("block", "mp", "layers", "GOPs", "sim µs") else "left")
     for row in result.block_rows():
@@ -623,7 +626,8 @@ def _show_diagnostics(diagnostics, analysis=None) -> None:
     if not host:
         return
     reasons = Counter(row["reason"] for row in host).most_common(3)
-    _plain(f"{len(host)} of {len(analysis.model.graph.node)} nodes run on the host; most common: "
+    nodes = plural(len(analysis.model.graph.node), "node")
+    _plain(f"{len(host)} of {nodes} {noun(len(host), 'runs', 'run')} on the host; most common: "
            + "; ".join(f"{reason} (×{n})" for reason, n in reasons))
     for row in host[:HOST_LINES]:
         _plain(f"host: {row['node']} ({row['op_type']}): {row['reason']}")
@@ -679,7 +683,7 @@ def _show_check(report) -> None:
     quantized: steps of its scale), then the shapes run, the accuracy and the verdict."""
     quantized = any(d.step is not None for d in report.diffs)
     title = f"check · {report.data} · atol={report.atol:g} rtol={report.rtol:g}"
-    table = Table(title=title + (f" qtol={report.qtol:g} steps" if quantized else ""))
+    table = Table(title=title + (f" qtol={plural(report.qtol, 'step', spec='g')}" if quantized else ""))
     # A budget decides the verdict (FP16/INT8): the tolerance column is then information, not a
     # verdict, so it must not read like one ("ok NO" above "check passed").
     judged_by_budget = report.budget is not None
@@ -739,14 +743,19 @@ def inspect(
     if fused is not None:
         _deliver("inspect-fused", fused, json_out, quiet, _show_fused)
         return
-    pricing = api.inspected_pricing(analysis, _shapes(input_shape))  # fuse's "priced at" line, for the same sizes
-    _deliver("inspect", analysis, json_out, quiet, lambda a: (_show_layers(a, rewrite), _show_pricing(pricing)))
+    report = api.inspect_report(analysis, _shapes(input_shape))  # fuse's "priced at" line, for the same sizes
+    _deliver("inspect", report, json_out, quiet, lambda r: _show_inspect(r, rewrite))
+
+
+def _show_inspect(report, rewrite: bool) -> None:
+    _show_layers(report.analysis, rewrite)
+    _show_pricing(report.pricing)
 
 
 def _show_fused(summary) -> None:
     report = summary.to_dict()
     total = report["sim_latency_us"]
-    table = Table(title=f"{len(report['blocks'])} MLUFusionBlock nodes"
+    table = Table(title=plural(len(report['blocks']), "MLUFusionBlock node")
                         + (f" · simulated {total:.1f} µs" if total is not None else ""))
     for col in ("block", "mp", "precision", "layers", "sim µs", "body KB"):
         table.add_column(col, justify="left" if col in ("block", "precision") else "right")
@@ -776,7 +785,7 @@ def _show_pricing(pricing) -> None:
 def _show_layers(analysis, rewritten: bool = True) -> None:
     report = analysis.to_dict()
     raw = "" if rewritten else " · as given, before the rewrites: fuse and plan number the rewritten layers"
-    table = Table(title=f"{len(report['layers'])} accelerator layers · {report['total_gops']:.3f} GOPs{raw}")
+    table = Table(title=f"{plural(len(report['layers']), 'accelerator layer')} · {report['total_gops']:.3f} GOPs{raw}")
     for col in ("#", "name", "op", "GOPs", "C in", "C out", "H×W", "in KB", "out KB", "weights KB", "seg"):
         table.add_column(col, justify="left" if col in ("name", "op") else "right")
     for r in report["layers"]:
@@ -788,30 +797,25 @@ def _show_layers(analysis, rewritten: bool = True) -> None:
         console.print(f"host: {h['node']} ({h['op_type']}): {h['reason']}")
 
 
+ReportOutputOpt = Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")]
+
+
 @command
-def report(
-    model: Annotated[Path, typer.Argument(help="ONNX model, or a fused model.", show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
-    strategy: StrategyOpt = "dlfusion",
-    hw: HwOpt = "mlu100",
-    input_shape: InputShapeOpt = None,
-    precision: PrecisionOpt = None,
-    accuracy: AccuracyOpt = None,
-    calibration: CalibrationOpt = None,
-    check: CheckOpt = False,
-    quiet: QuietOpt = False,
-) -> None:
+@flag_groups(plan=(plan_flags, "mp", "plan"), shapes=(shape_flags, "max_memory", "inputs"),
+             precision=(precision_flags, "validation", "keep_fp32", "metric", "calibrator"),
+             written=(output_flags, "allow_nan", "best_effort", "inputs", "portable"))
+def report(model: Annotated[Path, typer.Argument(help="ONNX model, or a fused model.", show_default=False)],
+           plan, shapes, precision, written, output: ReportOutputOpt = Path("report.html"),
+           quiet: QuietOpt = False) -> None:
     """Write one self-contained HTML page (no network: styles and charts inline) about a model's
     plan -- timeline of blocks, per-block table, host nodes and reasons, coverage, the plans
     --precision auto considered, the check -- or about what a fused model holds.
 
     Example: onnxmlu report resnet18.onnx -o report.html --check
     """
-    api = optional_import("onnxmlu.api")
-
+    api = _api()
     with _steps(quiet) as steps:
-        path = api.report(model, output, strategy=strategy, hardware=hw, input_shapes=_shapes(input_shape),
-                          precision=precision, accuracy=accuracy, calibration=calibration, check=check, progress=steps)
+        path = api.report(model, output, api.Options(shapes, plan=plan, precision=precision), written, progress=steps)
     if not quiet:
         console.print(f"wrote {path}", highlight=False)
 
@@ -869,7 +873,7 @@ def rewrite(
 
 def _show_rewrite(report, output: Path) -> None:
     for name, count in report.applied.items():
-        console.print(f"{name}: rewrote {count} node(s)")
+        console.print(f"{name}: rewrote {plural(count, 'node')}")
     _show_diagnostics(report.skipped)
     console.print(f"wrote {output}")
 
@@ -914,14 +918,12 @@ def _show_plan(report) -> None:
         console.print(f"block {r['block']:3d}  mp={r['mp']:2d}  {r['precision']}  layers {r['start']}..{r['stop'] - 1} "
                       f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
     total = report.sim_latency_us
-    console.print(f"{len(report.plan.blocks)} blocks · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
+    console.print(f"{plural(len(report.plan.blocks), 'block')} · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
     _show_auto(report.auto)
     _show_profile(report.profile, report.plan.strategy)
 
 
-@command
-def compare(
-    model: Annotated[Optional[Path], typer.Argument(help="ONNX model (omit with --zoo).", show_default=False)] = None,
+def compare_flags(
     zoo_all: Annotated[bool, typer.Option("--zoo", help="Compare on every zoo CNN.")] = False,
     hw: HwOpt = "mlu100",
     strategies: Annotated[Optional[str], _option("--strategies", help="Comma-separated (default: all).")] = None,
@@ -931,6 +933,17 @@ def compare(
         "auto: the joint plan under --accuracy (one per network, measured on seeded random samples)."))] = None,
     accuracy: AccuracyOpt = None,
     plot: Annotated[Optional[Path], _option("--plot", help="Grouped bar chart of speedups (PNG).")] = None,
+):
+    """compare's flags: a :class:`~onnxmlu.options.CompareOptions`."""
+    return _api().CompareOptions(zoo_all, _list(strategies) or None, hw, _shapes(input_shape), _list(precision),
+                                 accuracy, plot)
+
+
+@command
+@flag_groups(compared=compare_flags)
+def compare(
+    model: Annotated[Optional[Path], typer.Argument(help="ONNX model (omit with --zoo).", show_default=False)] = None,
+    compared=None,
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -938,12 +951,8 @@ def compare(
 
     Example: onnxmlu compare --zoo --plot speedup.png
     """
-    api = optional_import("onnxmlu.api")
-
     with _steps(quiet, bar=True) as steps:
-        report = api.compare(model, zoo=zoo_all, strategies=strategies.split(",") if strategies else None, hardware=hw,
-                             input_shapes=_shapes(input_shape), precisions=_list(precision), accuracy=accuracy,
-                             plot=plot, progress=steps)
+        report = _api().compare(model, compared, progress=steps)
     _deliver("compare", report, json_out, quiet, _show_compare)
 
 
@@ -977,7 +986,7 @@ def hw_list() -> None:
     api = optional_import("onnxmlu.api")
 
     for hw in api.hardware_profiles():
-        console.print(f"{hw.name:10s} {hw.cores:3d} cores  {hw.description}")
+        console.print(f"{hw.name:10s} {hw.cores:3d} {noun(hw.cores, 'core'):5s}  {hw.description}")
 
 
 @hw_app.command("show", cls=_Command)
@@ -1035,7 +1044,8 @@ def _show_run(report) -> None:
         stats = "  ".join(f"{k}={s[k]:.4g}" for k in ("mean", "std", "min", "max") if k in s)
         console.print(f"{s['name']}: {s['dtype']}{s['shape']}  {stats}")
     t = report.latency_ms
-    console.print(f"latency: median {t.median_ms:.2f} ms (min {t.min_ms:.2f}, max {t.max_ms:.2f}, {t.runs} runs)")
+    console.print(f"latency: median {t.median_ms:.2f} ms (min {t.min_ms:.2f}, max {t.max_ms:.2f}, "
+                  f"{plural(t.runs, 'run')})")
     if report.profile is not None:
         console.print(_fit(_profile_table(report)))
     if report.thread_note:

@@ -15,7 +15,9 @@ the records' fields (:class:`Keywords`: a field's keyword is its name or its met
   ``--metric``, auto's effort);
 * :class:`OutputOptions` -- ``--portable``, ``--best-effort`` and ``--check`` (:class:`CheckOptions`:
   also the ``check`` command's);
-* :class:`PlanFiles` -- what ``plan`` writes (``-o``, ``--plot``, ``--pareto``).
+* :class:`PlanFiles` -- what ``plan`` writes (``-o``, ``--plot``, ``--pareto``);
+* :class:`CompareOptions` -- what ``compare`` plans and prices (``--zoo``, ``--strategies``,
+  ``--precision`` columns and auto's ``--accuracy``, ``--hw``, ``--input-shape``, ``--plot``).
 
 :class:`Options`, what the pipeline reads, holds the first four. Each object checks what it can
 when it is made (a one-line :class:`~onnxmlu.errors.OnnxMluError`: an unknown precision, a
@@ -220,12 +222,20 @@ class CheckOptions(Keywords):
         object.__setattr__(self, "accuracy", Budget.of(self.accuracy))  # the one parse on the check path
 
 
+def _checked(check: "CheckOptions | bool | None") -> "CheckOptions | None":
+    """The ``check`` keyword: True checks with :class:`CheckOptions`' defaults, False skips."""
+    if isinstance(check, bool):
+        return CheckOptions() if check else None
+    return check
+
+
 @dataclass(frozen=True)
 class OutputOptions(Keywords):
-    """How ``fuse`` writes and checks: ``portable`` (blocks as ONNX functions) and ``check``."""
+    """How ``fuse`` writes and checks: ``portable`` (blocks as ONNX functions) and ``check``
+    (keyword ``check``: a :class:`CheckOptions`, or True for its defaults)."""
 
     portable: bool = False
-    check: CheckOptions | None = None
+    check: CheckOptions | None = keyword(parse=_checked)
     best_effort: bool = False  # publish a --precision auto plan whose --accuracy budget is not met
 
 
@@ -238,6 +248,29 @@ class PlanFiles(Keywords):
     output: PathLike | None = None
     plot: PathLike | None = None
     pareto: PathLike | None = None
+
+
+@dataclass(frozen=True)
+class CompareOptions(Keywords):
+    """What ``compare`` plans and prices: every zoo CNN (``zoo``) or the given model, with
+    ``strategies`` (None: all), a column per ``precisions`` entry (``auto``: the joint plan under
+    the ``accuracy`` budget, parsed here), on ``hardware``, at ``input_shapes``; a chart at ``plot``."""
+
+    zoo: bool = False
+    strategies: Sequence[str] | None = None
+    hardware: HardwareLike = DEFAULT_PROFILE
+    input_shapes: dict | None = None
+    precisions: Sequence[str] = ()
+    accuracy: Budget | None = None
+    plot: PathLike | None = None
+
+    def __post_init__(self) -> None:
+        if self.strategies is not None:
+            object.__setattr__(self, "strategies", tuple(self.strategies))
+        object.__setattr__(self, "precisions", tuple(self.precisions))
+        object.__setattr__(self, "accuracy", Budget.of(self.accuracy))  # a bad budget: before any planning
+        if self.accuracy is not None and not any(planner_for(p).judged for p in self.precisions):
+            raise OnnxMluError("--accuracy is the budget of the auto column; add auto to --precision")
 
 
 #: The parts of :class:`Options`, in the order their keywords are parsed.

@@ -74,6 +74,7 @@ from onnxmlu.precision import DEFAULT_PRECISION
 from onnxmlu.rewrite import rewrite_owned, selected_rewriters
 from onnxmlu.schema import ensure_registered, record_pricing_shape
 from onnxmlu.tools.view import explode
+from onnxmlu.wording import plural
 
 if TYPE_CHECKING:
     from onnxmlu.precision.bodies import BlockBodies
@@ -393,7 +394,8 @@ class Collapse:
 
     def label(self, ctx: Context) -> str:
         calibrating = any(b.precision == "int8" for b in ctx.plan.blocks)
-        return f"collapsing {len(ctx.plan.blocks)} blocks" + ("; calibrating INT8 blocks" if calibrating else "")
+        blocks = plural(len(ctx.plan.blocks), "block")
+        return f"collapsing {blocks}" + ("; calibrating INT8 blocks" if calibrating else "")
 
     def run(self, ctx: Context) -> None:
         layers = ctx.analysis.layers

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from onnxmlu.optional import optional_import, require
+from onnxmlu.wording import plural
 
 
 def require_plotting() -> None:
@@ -70,7 +71,7 @@ def plan_chart(rows: Sequence[dict], path: str | Path, title: str = "", max_mp: 
         start += width
     ax.set_yticks([])
     ax.set_xlabel("simulated time (µs)")
-    ax.set_title(title or f"{len(rows)} blocks, {start:.0f} µs")
+    ax.set_title(title or f"{plural(len(rows), 'block')}, {start:.0f} µs")
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.01)
     ticks = [2**k for k in range(int(math.log2(max_mp)) + 1)]
     bar.set_ticks([math.log2(t) for t in ticks], labels=[str(t) for t in ticks])

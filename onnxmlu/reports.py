@@ -277,6 +277,18 @@ class RunReport:
 
 
 @dataclass
+class InspectReport:
+    """``inspect``'s report of a model: its layers and host nodes (:class:`Analysis`) and the
+    input shapes a plan of it would be priced at (what the text output prints after the table)."""
+
+    analysis: Analysis
+    pricing: "PricingShape"
+
+    def to_dict(self) -> dict:
+        return {**self.analysis.to_dict(), "pricing_shape": self.pricing.to_dict()}
+
+
+@dataclass
 class ZooReport:
     """Zoo models written (the ``zoo`` report)."""
 

@@ -193,7 +193,7 @@ def infer_shapes(model: onnx.ModelProto, strict_mode: bool = False, data_prop: b
                                              data_prop=data_prop)
 
 
-def _body_bytes(attr: onnx.AttributeProto) -> bytes:
+def body_bytes(attr: onnx.AttributeProto) -> bytes:
     """The serialized body a ``body`` attribute holds (uint8 TENSOR, or STRING for compatibility)."""
     if attr.type == onnx.AttributeProto.TENSOR:
         return attr.t.raw_data or bytes(attr.t.int32_data)
@@ -206,7 +206,7 @@ def body_model_from_attribute(attr: onnx.AttributeProto) -> onnx.ModelProto:
     """Parse a ``body`` attribute (uint8 TENSOR, or STRING for compatibility); the digest is
     checked by :func:`body_model`, which sees the whole node."""
     body = onnx.ModelProto()
-    body.ParseFromString(_body_bytes(attr))
+    body.ParseFromString(body_bytes(attr))
     return body
 
 
@@ -427,7 +427,7 @@ def verify_body(node: onnx.NodeProto, data: bytes | None = None) -> bool:
     body, digest = attrs.get("body"), attrs.get(DIGEST)
     if body is None or digest is None or (body.type == onnx.AttributeProto.TENSOR and body.t.external_data):
         return False
-    data = _body_bytes(body) if data is None else data
+    data = body_bytes(body) if data is None else data
     problem = _digest_problem(data, _digest_value(digest))
     if problem:
         raise BodyDigestError(f"MLUFusionBlock {node.name or '<unnamed>'!r}: {problem}")

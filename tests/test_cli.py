@@ -125,7 +125,7 @@ def test_rewrite_command_reports_counts(tmp_path):
     assert invoke("zoo", "lstm", src, "-q").exit_code == 0
     result = invoke("rewrite", src, out, "--only", "rnn", "--json", tmp_path / "rw.json")
     assert result.exit_code == 0, result.output
-    assert "rnn: rewrote 2 node(s)" in result.output
+    assert "rnn: rewrote 2 nodes" in result.output
     ops = {n.op_type for n in onnx.load(out).graph.node}
     assert "LSTM" not in ops and "Gemm" in ops  # --only rnn leaves the Gemm head alone
     assert invoke("rewrite", src, out, "--only", "nope").exit_code == 2

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "onnxmlu"
 #: those below. ``onnxmlu`` is the package's root (its facade), ``__main__`` is ``python -m``.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "diagnostics", "registry", "optional", "version", "plots", "schemas", "precisions", "ortlog",
-     "progress"),
+     "progress", "wording"),
     ("ir", "schema", "reference", "sessions"),
     ("frontend", "rewrite", "analyze", "plan", "runtime"),
     ("collapse",),

@@ -139,3 +139,39 @@ def test_a_member_passing_the_runs_input_through_merges_without_a_copy_node():
     unmerged = runtime.InferenceSession(model, block_layouts=False, merge_blocks=False).run(None, {"x": x})
     np.testing.assert_array_equal(got[0], x)
     np.testing.assert_allclose(got[1], unmerged[1], **TOL)
+
+
+def test_merged_bodies_keep_every_weight_however_it_is_stored():
+    """The pass leaves the members' ``raw_data`` unparsed and splices it back after renaming:
+    a weight in ``raw_data`` with fields after it (``doc_string``), one in ``float_data``, and
+    a body whose fields are not in protobuf's order all come back as the same tensors."""
+    from onnx import numpy_helper
+
+    from onnxmlu.schema import body_model as body_of
+
+    first, second = conv_relu_body(seed=1, in_ch=3, out_ch=4), conv_relu_body(seed=2, in_ch=4, out_ch=4)
+    weight = first.graph.initializer[0]
+    weight.float_data.extend(numpy_helper.to_array(weight).ravel().tolist())
+    weight.ClearField("raw_data")
+    second.graph.initializer[1].doc_string = "bias, written after its raw data"
+    nodes = [block_node("block_0", ["x"], ["h"], first, mp=1),
+             block_node("block_1", ["h"], ["z"], second, mp=1)]
+    data = second.SerializeToString()
+    graph_first = onnx.ModelProto(graph=second.graph).SerializeToString()
+    reordered = graph_first + onnx.ModelProto(**{f: getattr(second, f) for f in ("ir_version", "opset_import")}
+                                              ).SerializeToString()
+    assert onnx.ModelProto.FromString(reordered) == onnx.ModelProto.FromString(data)
+    nodes[1] = block_node("block_1", ["h"], ["z"], reordered, mp=1)  # the graph first, as bytes
+    model = fused_model(nodes, [vi("x", F, [1, 3, 8, 8])], [vi("z", F, [1, 4, 8, 8])],
+                        value_info=[vi("h", F, [1, 4, 8, 8])])
+    merged = copy_model(model)
+    assert merge_consecutive_blocks(merged) == 1
+    got = {t.name.split("/")[-1] + t.name.split("/")[0][-1]: t for t in body_of(merged.graph.node[0]).graph.initializer}
+    for k, body in enumerate((first, second)):
+        for tensor in body.graph.initializer:
+            np.testing.assert_array_equal(numpy_helper.to_array(got[tensor.name + str(k)]), numpy_helper.to_array(tensor))
+            assert got[tensor.name + str(k)].doc_string == tensor.doc_string
+    first_only = original().graph
+    reference = body_model([*first_only.node[:4]], [vi("x", F, [1, 3, 8, 8])], [vi("z", F, [1, 4, 8, 8])],
+                           list(first_only.initializer))
+    _check(model, reference, seed=4)

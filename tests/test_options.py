@@ -11,15 +11,18 @@ import pytest
 import typer
 
 from onnxmlu import api, cli
-from onnxmlu.options import (CheckOptions, Options, OutputOptions, PlanFiles, PlanOptions, PrecisionOptions,
-                             RewriteOptions, ShapeOptions)
+from onnxmlu.errors import OnnxMluError
+from onnxmlu.options import (CheckOptions, CompareOptions, Options, OutputOptions, PlanFiles, PlanOptions,
+                             PrecisionOptions, RewriteOptions, ShapeOptions)
 
-RECORDS = (ShapeOptions, RewriteOptions, PlanOptions, PrecisionOptions, CheckOptions, OutputOptions, PlanFiles)
+RECORDS = (ShapeOptions, RewriteOptions, PlanOptions, PrecisionOptions, CheckOptions, OutputOptions, PlanFiles,
+           CompareOptions)
 
 
 def test_the_api_verbs_take_the_option_objects_not_one_parameter_per_option():
-    counts = {fn.__name__: len(inspect.signature(fn).parameters) for fn in (api.fuse, api.fuse_to_file, api.plan)}
-    assert counts == {"fuse": 4, "fuse_to_file": 6, "plan": 5}, counts
+    verbs = (api.fuse, api.fuse_to_file, api.plan, api.report, api.compare)
+    counts = {fn.__name__: len(inspect.signature(fn).parameters) for fn in verbs}
+    assert counts == {"fuse": 4, "fuse_to_file": 6, "plan": 5, "report": 6, "compare": 4}, counts
     assert len(inspect.signature(cli.fuse.__wrapped__.__wrapped__).parameters) <= 9
 
 
@@ -90,3 +93,32 @@ def test_typer_reads_the_flags_of_the_groups():
     result = CliRunner().invoke(app, ["-s", "optimal", "--mp", "3", "--hw", "mlu100"])
     assert result.exit_code == 0, result.output
     assert got["plan"] == PlanOptions("optimal", None, 3, "mlu100")
+
+
+def test_report_and_compare_make_their_objects_from_the_flags_and_the_keywords(monkeypatch, tmp_path):
+    """``report`` and ``compare`` as ``fuse`` does: the CLI hands the objects its flag groups
+    make, and the API's old keywords (``check=True`` among them) make the same objects."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    calls = {}
+    monkeypatch.setattr(api, "report", lambda model, output, options, written, progress: calls.update(
+        report=(options, written)) or output)
+    empty = SimpleNamespace(networks={}, to_dict=dict)
+    monkeypatch.setattr(api, "compare", lambda model, options, progress: calls.update(compare=options) or empty)
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"")
+    argv = ["report", str(model), "-o", str(tmp_path / "r.html"), "-s", "none", "--precision", "fp16", "--check"]
+    assert CliRunner().invoke(cli.app, argv).exit_code == 0
+    options, written = calls["report"]
+    assert (options.plan.strategy, options.precision.name, written.check) == ("none", "fp16", CheckOptions())
+    argv = ["compare", "--zoo", "--strategies", "none,dlfusion", "--precision", "fp16,auto", "--accuracy", "top1>=0.9",
+            "-q"]
+    assert CliRunner().invoke(cli.app, argv).exit_code == 0
+    assert calls["compare"] == CompareOptions(zoo=True, strategies=("none", "dlfusion"), precisions=("fp16", "auto"),
+                                              accuracy="top1>=0.9", input_shapes={})
+    assert OutputOptions.of(check=True) == OutputOptions(check=CheckOptions())
+    assert CompareOptions.of(strategies=["none"], precisions=["int8"]).strategies == ("none",)
+    with pytest.raises(OnnxMluError, match="add auto to --precision"):
+        CompareOptions.of(precisions=["fp16"], accuracy="cosine>=0.99")

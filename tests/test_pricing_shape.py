@@ -53,6 +53,18 @@ def test_fuse_prints_and_records_a_default_pricing_shape(tmp_path):
     assert "priced at images:1x3x224x224 (default" in shown.output, shown.output
 
 
+def test_inspect_json_carries_the_pricing_shape_its_text_prints(tmp_path):
+    """Of a model (the shape a plan would be priced at) and of a fused file (the recorded one)."""
+    src, out = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_conv(), src)
+    assert invoke("fuse", src, out, "--input-shape", "images:1,3,32/64/128,64", "-q").exit_code == 0
+    record = json.loads(model_metadata(onnx.load(out))[PRICING_SHAPE_KEY])
+    assert json.loads(invoke("inspect", out, "--json", "-", "-q").output)["pricing_shape"] == record
+    plain = json.loads(invoke("inspect", src, "--json", "-", "-q").output)["pricing_shape"]
+    assert plain == {"inputs": {"images": [1, 3, 224, 224]}, "defaulted": ["N", "H", "W"], "profile": None}
+    assert "priced at images:1x3x224x224 (default" in invoke("inspect", src).output
+
+
 def test_a_range_is_recorded_with_its_min_opt_max(tmp_path):
     src, out = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(symbolic_conv(), src)

@@ -31,6 +31,7 @@ import onnx
 from onnxmlu.analyze.layers import Analysis, describe_layer, node_label
 from onnxmlu.analyze.optable import OP_KINDS, support_reason
 from onnxmlu.ir import node_subgraphs, subgraphs
+from onnxmlu.wording import plural
 
 #: Op types that carry a model's arithmetic, in any domain (com.microsoft's quantized forms).
 HEAVY_OPS: frozenset[str] = frozenset({
@@ -74,8 +75,8 @@ class Coverage:
             return f"{nodes}, {gops} of their GOPs"
         priced = self.heavy_nodes - self.unpriced
         share = "none" if self.gops_share is None else f"{self.gops_share:.1%}"
-        plural = "s" if self.unpriced > 1 else ""
-        return f"{nodes}, {share} of the GOPs of the {priced} priced; {self.unpriced} heavy host node{plural} unpriced"
+        unpriced = plural(self.unpriced, "heavy host node")
+        return f"{nodes}, {share} of the GOPs of the {priced} priced; {unpriced} unpriced"
 
     @classmethod
     def from_dict(cls, payload: dict) -> "Coverage":

@@ -355,6 +355,30 @@ def insertion_offset(data: bytes, field: int) -> int:
     return len(data)
 
 
+def fields(data: bytes | memoryview) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, start of its key, end of its value) of each field of the
+    serialized message ``data``, in order; ValueError when ``data`` is not a whole message."""
+    pos = 0
+    try:
+        while pos < len(data):
+            start = pos
+            tag, pos = read_varint(data, pos)
+            pos = skip(data, pos, tag & 7)
+            if pos > len(data):
+                raise ValueError("protobuf field runs past the end of its message")
+            yield tag >> 3, tag & 7, start, pos
+    except IndexError as error:  # a varint cut off by the end of the data
+        raise ValueError("protobuf message ends inside a field") from error
+
+
+def payload(data: bytes | memoryview, start: int, end: int) -> memoryview:
+    """The payload of the length-delimited field whose key starts at ``data[start]`` and whose
+    value ends at ``end`` (a view: nothing is copied)."""
+    pos = read_varint(data, start)[1]
+    pos = read_varint(data, pos)[1]
+    return memoryview(data)[pos:end]
+
+
 def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """The varint at ``data[pos]`` and the position after it."""
     value = shift = 0

@@ -32,6 +32,7 @@ from onnxmlu.precision.calibration import (
 )
 from onnxmlu.precision.fp16 import to_fp16
 from onnxmlu.precision.int8 import Int8Options, float_nodes, to_int8
+from onnxmlu.wording import plural
 
 CalibrationLike = CalibrationSet | str | os.PathLike | None
 
@@ -96,8 +97,8 @@ class BlockBodies:
         """One more of the blocks :meth:`prepare` captured for is quantized: the count starts on
         the first (they are quantized as the fused model is written, under that pass's line)."""
         if self._quantized == 0 and self._to_quantize:
-            self._counted.say(f"INT8 calibration: quantizing {self._to_quantize} "
-                              f"block{'s' * (self._to_quantize != 1)} on their captured inputs")
+            self._counted.say(f"INT8 calibration: quantizing {plural(self._to_quantize, 'block')} "
+                              "on their captured inputs")
             self._counted.total(self._to_quantize)
         self._quantized += 1
         self._counted.advance()

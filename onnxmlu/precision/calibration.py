@@ -35,6 +35,7 @@ from onnxmlu.frontend.feeds import random_inputs
 from onnxmlu.ir import fed_inputs
 from onnxmlu.optional import optional_import
 from onnxmlu.progress import as_display
+from onnxmlu.wording import noun, plural
 
 Sample = dict[str, np.ndarray]
 
@@ -57,8 +58,8 @@ class CalibrationSet:
 
     def describe(self) -> str:
         if self.random:
-            return f"{len(self)} seeded random samples (seed {self.seed}; no calibration data given)"
-        return f"{len(self)} samples from {self.source}"
+            return f"{plural(len(self), 'seeded random sample')} (seed {self.seed}; no calibration data given)"
+        return f"{plural(len(self), 'sample')} from {self.source}"
 
 
 def load_calibration(folder: str | os.PathLike, model: onnx.ModelProto | None = None,
@@ -152,8 +153,10 @@ def split_samples(model: onnx.ModelProto, calibration: str | os.PathLike | None 
     if calibration is None:
         calib = random_calibration(model, count, shapes=shapes)  # random samples at the pricing shape
         judge = random_calibration(model, count, seed=HELD_OUT_SEED, shapes=shapes)
-        return SampleSplit(calib, judge, f"{count} seeded random samples calibrate (seeds 0..), "
-                                         f"{count} others judge (seeds {HELD_OUT_SEED}..)")
+        return SampleSplit(calib, judge, f"{plural(count, 'seeded random sample')} "
+                                         f"{noun(count, 'calibrates', 'calibrate')} (seeds 0..), "
+                                         f"{count} {noun(count, 'other judges', 'others judge')} "
+                                         f"(seeds {HELD_OUT_SEED}..)")
     every = load_calibration(calibration, model)
     if len(every) < 2:
         return SampleSplit(every, every, "one calibration sample: judged in-sample (give --validation DIR)")

@@ -151,8 +151,11 @@ def _body_attribute(node: onnx.NodeProto):
     for attribute in node.attribute:
         if attribute.name == "body" and attribute.type == onnx.AttributeProto.TENSOR:
             tensor = attribute.t
-            if tensor.data_type == onnx.TensorProto.UINT8 and tensor.raw_data and not tensor.external_data:
-                return attribute, tensor.raw_data
+            if tensor.data_type != onnx.TensorProto.UINT8 or tensor.external_data:
+                continue
+            data = tensor.raw_data  # protobuf copies the body on every read: once
+            if data:
+                return attribute, data
     return None, None
 
 

@@ -288,7 +288,9 @@ def _rewritable_proto(model: ModelArg) -> onnx.ModelProto | None:
             proto = onnx.load(os.fspath(model), load_external_data=False)
         except _UNREADABLE:  # not a model this reads: onnxruntime gives the user the real error
             return None
-    elif isinstance(model, onnx.ModelProto):
+        # its size is the file's, checked above: ByteSize would walk every weight again
+        return None if _has_external_data(proto) else proto
+    if isinstance(model, onnx.ModelProto):
         proto = model
     else:
         return None

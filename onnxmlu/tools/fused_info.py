@@ -64,6 +64,7 @@ class FusedSummary:
                        for b in self.blocks],
             "host_nodes": list(self.host_nodes),
             "sim_latency_us": sum(simulated) if len(simulated) == len(main) else None,
+            "pricing_shape": None if self.pricing is None else self.pricing.to_dict(),
         }
 
 

@@ -32,6 +32,7 @@ from onnxmlu.collapse.atomic import write_bytes_atomic
 from onnxmlu.frontend.pins import POINTS, PricingShape, shapes_text
 from onnxmlu.schema import PRICING_SHAPE_KEY
 from onnxmlu.tools.verify import nan_fails
+from onnxmlu.wording import plural
 
 _WIDTH = 960
 _STYLE = """
@@ -228,7 +229,7 @@ def _drill_down(blocks: list[dict], layers: list[list[dict]]) -> str:
         columns = [c for c in _LAYER_COLUMNS if rows and c[1] in rows[0]]
         cells = [[_layer_cell(r, key, fmt) for _, key, fmt in columns] for r in rows]
         sim = "–" if b["sim_us"] is None else f"{b['sim_us']:.1f} µs"
-        summary = f"{b['name']} · mp {b['mp']} · {b['precision']} · {len(rows)} layers · {sim}"
+        summary = f"{b['name']} · mp {b['mp']} · {b['precision']} · {plural(len(rows), 'layer')} · {sim}"
         numeric = {i for i, c in enumerate(columns) if c[2] is not None or c[1] == "mp"}
         table = _table([c[0] for c in columns], cells, numeric, f"layers-{k}")
         parts.append(f"<details id=\"block-{k}\" class=\"layers\"><summary>{_e(summary)}</summary>{table}</details>")
@@ -359,7 +360,7 @@ def _check(check: dict) -> str:
     rows = [[o["name"], "×".join(map(str, o["shape"])), f"{o['max_abs']:.3g}", f"{o['max_rel']:.3g}",
              o.get("rule", ""), _output_verdict(o, check)] for o in check.get("outputs", [])]
     quantized = any(o.get("step") is not None for o in check.get("outputs", []))
-    steps = f", qtol {check['qtol']:g} steps" if quantized else ""
+    steps = f", qtol {plural(check['qtol'], 'step', spec='g')}" if quantized else ""
     tolerances = f"atol {check['atol']:g}, rtol {check['rtol']:g}{steps}"
     judged = f"judged by {check['budget']}" if check.get("budget") else tolerances
     seeds = check.get("seeds") or []

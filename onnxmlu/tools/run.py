@@ -19,6 +19,7 @@ from onnxmlu.optional import optional_import
 from onnxmlu.tools.profiling import profile_nodes, reprice_blocks
 from onnxmlu.tools.timing import time_interleaved
 from onnxmlu.tools.verify import random_inputs
+from onnxmlu.wording import plural
 
 
 def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input_shapes: dict | None, repeat: int,
@@ -36,12 +37,12 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
     pools = runtime.thread_report() - before
     names = [o.name for o in session.get_outputs()]
     outputs = session.run(names, feeds)
-    progress.say(f"timing {repeat} runs")
+    progress.say(f"timing {plural(repeat, 'run')}")
     timing = time_interleaved({"model": session}, feeds, runs=repeat, warmup=1)["model"]
     report = RunReport([output_summary(n, o) for n, o in zip(names, outputs)], timing,
                        input_shapes={n: list(np.shape(v)) for n, v in feeds.items()}, pricing=_pricing(proto))
     if profile:
-        progress.say(f"profiling {repeat} runs")
+        progress.say(f"profiling {plural(repeat, 'run')}")
         report.profile = profile_nodes(proto, feeds, repeat=repeat)
         report.thread_note = runtime.pool_note(pools)
         if report.priced_elsewhere and analyse is not None:

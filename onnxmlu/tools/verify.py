@@ -67,6 +67,7 @@ from onnxmlu.frontend.shapes import probe_need
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 from onnxmlu.optional import optional_import
 from onnxmlu.progress import as_display
+from onnxmlu.wording import plural
 
 
 #: Steps of the output scale a quantized output may move by (module docstring).
@@ -103,7 +104,7 @@ class OutputDiff:
         """The rule this output is judged by, as printed beside the columns."""
         if self.step is None:
             return FLOAT_RULE
-        return f"|a-b| <= atol + {report.qtol:g} steps of {self.step:.3g}"
+        return f"|a-b| <= atol + {plural(report.qtol, 'step', spec='g')} of {self.step:.3g}"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "max_abs": self.max_abs, "max_rel": self.max_rel,
@@ -360,8 +361,8 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
 def _runs_text(planned: Sequence[tuple[str, list]]) -> str:
     """``2 inputs at 3 shapes`` (what the count of model runs counts)."""
     feeds = sum(len(runs) for _, runs in planned)
-    return (f"{feeds} input{'s' * (feeds != 1)} at {len(planned)} shape{'s' * (len(planned) != 1)}"
-            if planned and planned[0][0] != "samples" else f"{feeds} sample{'s' * (feeds != 1)}")
+    return (f"{plural(feeds, 'input')} at {plural(len(planned), 'shape')}"
+            if planned and planned[0][0] != "samples" else plural(feeds, "sample"))
 
 
 def _run_all(check: "_Checker", original: onnx.ModelProto, planned: Sequence[tuple[str, list]],
