@@ -237,9 +237,45 @@ def test_schemas_ship_in_the_package_and_docs_point_to_them():
     for name in schemas.NAMES:
         assert f"onnxmlu/schemas/{name}.json" in text, name
         for path in property_paths(schemas.load(name)):  # the page for people names every key
-            assert f"`{path}`" in text, f"docs/json.md does not mention {name} key `{path}`"
+            assert any(f"`{p}`" in text for p in _as_other_precisions(path)), \
+                f"docs/json.md does not mention {name} key `{path}`"
     with pytest.raises(ValueError, match="known version"):
         schemas.for_report({"schema": "onnxmlu.fuse/2"})
+
+
+def _as_other_precisions(path: str) -> set[str]:
+    """``path`` and, when one of its keys is a precision name, the same path at each other
+    precision: docs/json.md describes a key per precision once, at the precisions it names."""
+    from onnxmlu.precisions import PRECISIONS
+
+    parts = path.split(".")
+    return {path} | {".".join(q if k == i else part for k, part in enumerate(parts))
+                     for i, part in enumerate(parts) if part in PRECISIONS for q in PRECISIONS}
+
+
+def test_every_schema_lists_the_precisions_of_the_records():
+    """The enums of precision names, the objects keyed by them and the hardware profile's peak
+    fields are what onnxmlu.schemas.with_precisions derives from onnxmlu.precisions.RECORDS."""
+    for name in schemas.NAMES:
+        assert schemas.with_precisions(schemas.load(name)) == schemas.load(name), name
+
+
+def test_a_new_precision_record_reaches_every_schema(monkeypatch):
+    from dataclasses import replace
+
+    from onnxmlu.precisions import FP16, RECORDS
+
+    bf16 = replace(FP16, name="bf16", peak="peak_tflops_bf16_per_core")
+    records = {**RECORDS, "bf16": bf16}
+    monkeypatch.setattr(schemas, "RECORDS", records)
+    monkeypatch.setattr(schemas, "PRECISIONS", tuple(records))
+    fuse, hw = schemas.with_precisions(schemas.load("fuse")), schemas.with_precisions(schemas.load("hardware"))
+    text = json.dumps(fuse)
+    assert '"fp32", "fp16", "int8", "bf16"]' in text and "deficits with the unit at BF16" in text
+    assert "blocks at bf16" in text and '"required": ["fp16", "int8", "bf16"]' in text
+    assert hw["properties"]["peak_tflops_bf16_per_core"]["description"] == "peak BF16 compute per core"
+    assert hw["required"][2:6] == [p.peak for p in records.values()]
+    assert '"fp32", "fp16", "int8", "bf16", null]' in json.dumps(schemas.with_precisions(schemas.load("run")))
 
 
 def test_hardware_schema_s_model_is_derived_from_the_parameter_record():
