@@ -265,17 +265,18 @@ def test_a_new_precision_record_reaches_every_schema(monkeypatch):
 
     from onnxmlu.precisions import FP16, RECORDS
 
-    bf16 = replace(FP16, name="bf16", peak="peak_tflops_bf16_per_core")
-    records = {**RECORDS, "bf16": bf16}
+    new = replace(FP16, name="xp9", peak="peak_tflops_xp9_per_core")  # a name no record has
+    records = {**RECORDS, new.name: new}
+    names = list(records)
     monkeypatch.setattr(schemas, "RECORDS", records)
     monkeypatch.setattr(schemas, "PRECISIONS", tuple(records))
     fuse, hw = schemas.with_precisions(schemas.load("fuse")), schemas.with_precisions(schemas.load("hardware"))
     text = json.dumps(fuse)
-    assert '"fp32", "fp16", "int8", "bf16"]' in text and "deficits with the unit at BF16" in text
-    assert "blocks at bf16" in text and '"required": ["fp16", "int8", "bf16"]' in text
-    assert hw["properties"]["peak_tflops_bf16_per_core"]["description"] == "peak BF16 compute per core"
-    assert hw["required"][2:6] == [p.peak for p in records.values()]
-    assert '"fp32", "fp16", "int8", "bf16", null]' in json.dumps(schemas.with_precisions(schemas.load("run")))
+    assert f'"enum": {json.dumps(names)}' in text and "deficits with the unit at XP9" in text
+    assert "blocks at xp9" in text and f'"required": {json.dumps(names[1:])}' in text
+    assert hw["properties"]["peak_tflops_xp9_per_core"]["description"] == "peak XP9 compute per core"
+    assert hw["required"][2:2 + len(names)] == [p.peak for p in records.values()]
+    assert json.dumps([*names, None]) in json.dumps(schemas.with_precisions(schemas.load("run")))
 
 
 def test_hardware_schema_s_model_is_derived_from_the_parameter_record():
