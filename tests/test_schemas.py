@@ -244,13 +244,16 @@ def test_schemas_ship_in_the_package_and_docs_point_to_them():
 
 
 def _as_other_precisions(path: str) -> set[str]:
-    """``path`` and, when one of its keys is a precision name, the same path at each other
-    precision: docs/json.md describes a key per precision once, at the precisions it names."""
-    from onnxmlu.precisions import PRECISIONS
+    """``path`` and, when one of its keys is a precision name (or a profile's peak field), the
+    same path at each other precision: docs/json.md describes a key per precision once, at the
+    precisions it names."""
+    from onnxmlu.precisions import PRECISIONS, RECORDS
 
+    peaks = [p.peak for p in RECORDS.values()]
     parts = path.split(".")
     return {path} | {".".join(q if k == i else part for k, part in enumerate(parts))
-                     for i, part in enumerate(parts) if part in PRECISIONS for q in PRECISIONS}
+                     for i, part in enumerate(parts) for family in (PRECISIONS, peaks) if part in family
+                     for q in family}
 
 
 def test_every_schema_lists_the_precisions_of_the_records():
