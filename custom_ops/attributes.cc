@@ -171,8 +171,9 @@ std::optional<uint32_t> ReadDigest(const OrtKernelInfo* info, const std::string&
 
 }  // namespace
 
-// The optional `precision` label (docs/precision.md): absent means fp32; present it must be one of
-// fp32, fp16, int8, so that a misspelt or invented label cannot pass for what the body computes.
+// The optional `precision` label (docs/precision.md): absent means fp32; present it must name a row
+// of kPrecisionLabels (label_rule.h), so that a misspelt or invented label cannot pass for what the
+// body computes.
 // Returns the label ("fp32" when absent); CheckLabel later holds the body to it.
 std::string ReadPrecision(const OrtKernelInfo* info, const std::string& prefix) {
   size_t size = 0;
@@ -181,13 +182,13 @@ std::string ReadPrecision(const OrtKernelInfo* info, const std::string& prefix) 
     const AttributeType type = TypeOf(info, "precision");
     if (!type.present) return "fp32";
     throw BlockError(ORT_INVALID_ARGUMENT,
-                     prefix + "attribute 'precision' must be a string (fp32, fp16 or int8), got " + type.name);
+                     prefix + "attribute 'precision' must be a string (" + PrecisionLabelNames() + "), got " + type.name);
   }
   std::string value(size, '\0');
   Check(Api().KernelInfoGetAttribute_string(info, "precision", value.data(), &size), prefix);
   value.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
-  if (value != "fp32" && value != "fp16" && value != "int8") {
-    throw BlockError(ORT_INVALID_ARGUMENT, prefix + "attribute 'precision' must be fp32, fp16 or int8, got '" +
+  if (FindPrecisionLabel(value) == nullptr) {
+    throw BlockError(ORT_INVALID_ARGUMENT, prefix + "attribute 'precision' must be " + PrecisionLabelNames() + ", got '" +
                                               ValidUtf8(value) + "'");
   }
   return value;

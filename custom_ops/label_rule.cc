@@ -33,7 +33,8 @@ class LabelEvidence {
       return IsFloatType(cast.second) && std::find(eight_bit_.begin(), eight_bit_.end(), cast.first) != eight_bit_.end();
     });
   }
-  bool float16() const { return float16_; }
+  // Whether an initializer, a Cast target or a graph value has TensorProto type `type`.
+  bool holds_type(uint64_t type) const { return type < 64 && (types_ >> type & 1) != 0; }
 
  private:
   void Graph(std::string_view graph) {
@@ -58,7 +59,7 @@ class LabelEvidence {
     if (IsQuantizedOperator(op)) quantized_operator_ = true;
     if (op == "Cast" && has_input) {
       casts_.emplace_back(first_input, to);
-      if (to == kFloat16) float16_ = true;
+      Saw(to);
     }
   }
 
@@ -81,7 +82,7 @@ class LabelEvidence {
       if (field == 8 && wire == 2) name = payload;
     });
     if (type == kInt8 || type == kUint8) eight_bit_.push_back(name);
-    if (type == kFloat16) float16_ = true;
+    Saw(type);
   }
 
   void ValueInfo(std::string_view info) {  // ValueInfoProto.type 2 -> TypeProto.tensor_type 1 -> elem_type 1
@@ -90,14 +91,18 @@ class LabelEvidence {
       ForEachField(type, [&](uint64_t f, uint64_t w, uint64_t, std::string_view tensor) {
         if (f != 1 || w != 2) return;
         ForEachField(tensor, [&](uint64_t g, uint64_t x, uint64_t elem, std::string_view) {
-          if (g == 1 && x == 0 && elem == kFloat16) float16_ = true;
+          if (g == 1 && x == 0) Saw(elem);
         });
       });
     });
   }
 
+  void Saw(uint64_t type) {
+    if (type < 64) types_ |= uint64_t{1} << type;
+  }
+
   bool quantized_operator_ = false;
-  bool float16_ = false;
+  uint64_t types_ = 0;  // bit t: a value of TensorProto type t
   std::vector<std::string_view> eight_bit_;                    // 8-bit integer initializers
   std::vector<std::pair<std::string_view, uint64_t>> casts_;  // (input, to) of each Cast
 };
@@ -110,14 +115,29 @@ bool IsQuantizedOperator(std::string_view op) noexcept {
          (op.size() > 1 && op[0] == 'Q' && op[1] >= 'A' && op[1] <= 'Z');
 }
 
-std::string LabelMismatch(std::string_view body, std::string_view precision) {
-  if (precision != "int8" && precision != "fp16") return "";
-  const LabelEvidence evidence(body);
-  if (precision == "int8" && !evidence.quantized()) {
-    return "labelled int8 but its body holds no quantized operator and no 8-bit integer weight cast to float";
+const PrecisionLabel* FindPrecisionLabel(std::string_view name) noexcept {
+  for (const PrecisionLabel& label : kPrecisionLabels) {
+    if (label.name == name) return &label;
   }
-  if (precision == "fp16" && !evidence.float16()) return "labelled fp16 but its body holds no float16 tensor";
-  return "";
+  return nullptr;
+}
+
+std::string PrecisionLabelNames() {
+  std::string names;
+  for (size_t k = 0; k < kPrecisionLabels.size(); ++k) {
+    if (k > 0) names += k + 1 == kPrecisionLabels.size() ? " or " : ", ";
+    names += kPrecisionLabels[k].name;
+  }
+  return names;
+}
+
+std::string LabelMismatch(std::string_view body, std::string_view precision) {
+  const PrecisionLabel* label = FindPrecisionLabel(precision);
+  if (label == nullptr || label->holds == BodyHolds::kNothing) return "";
+  const LabelEvidence evidence(body);
+  const bool holds = label->holds == BodyHolds::kQuantized ? evidence.quantized() : evidence.holds_type(label->element_type);
+  if (holds) return "";
+  return "labelled " + std::string(label->name) + " but its body holds no " + std::string(label->holds_words);
 }
 
 }  // namespace onnxmlu

@@ -27,7 +27,8 @@ class Precision:
     an operator the quantizer quantizes (else FP32); ``body_holds`` -- what its body must hold,
     as the error that says it does not ends ("its body holds no ..."). ``calibrated``: its bodies are made from
     calibration samples of the block's inputs. Adding a precision is adding a record here,
-    its body method and its tests."""
+    its body method, its body check, its profile values, its C++ label row and its tests;
+    everything else derives from :data:`RECORDS` (docs/architecture.md, "Changing it")."""
 
     name: str
     element_bytes: int

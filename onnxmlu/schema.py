@@ -382,12 +382,15 @@ def _holds_int8(graph: onnx.GraphProto) -> bool:
                                                      and _cast_to(n) in _FLOAT_TYPES) for n in graph.node)
 
 
-def _holds_fp16(graph: onnx.GraphProto) -> bool:
-    half = onnx.TensorProto.FLOAT16
-    values = (*graph.input, *graph.output, *graph.value_info)
-    return (any(t.data_type == half for t in graph.initializer)
-            or any(n.op_type == "Cast" and _cast_to(n) == half for n in graph.node)
-            or any(v.type.tensor_type.elem_type == half for v in values))
+def _holds_element(element_type: int):
+    """The check that a body holds a value of ``element_type``: an initializer, a Cast to it,
+    or a graph input, output or value_info of that type (label_rule.cc: kElementType)."""
+    def holds(graph: onnx.GraphProto) -> bool:
+        values = (*graph.input, *graph.output, *graph.value_info)
+        return (any(t.data_type == element_type for t in graph.initializer)
+                or any(n.op_type == "Cast" and _cast_to(n) == element_type for n in graph.node)
+                or any(v.type.tensor_type.elem_type == element_type for v in values))
+    return holds
 
 
 #: The standard quantized operators; contrib ones are named with ``Quantize`` or ``Q`` + capital.
@@ -486,4 +489,4 @@ def fill_body_header(attr: onnx.AttributeProto, size: int) -> None:
 
 
 #: What a body labelled with each precision must hold (the records' ``body_holds``, checked).
-_BODY_HOLDS = {INT8.name: _holds_int8, FP16.name: _holds_fp16}
+_BODY_HOLDS = {INT8.name: _holds_int8, FP16.name: _holds_element(onnx.TensorProto.FLOAT16)}

@@ -15,6 +15,7 @@ from onnxmlu.pipeline import FUSE, FUSE_TO_FILE, PLAN, Context, Instrument, Opti
 from onnxmlu.reports import calibration_report
 from onnxmlu.plan.perf.hardware import load_hardware
 from onnxmlu.tools.testing import conv_chain_model, make_model
+from onnxmlu.precisions import PRECISIONS
 
 
 def _bn_then_mod() -> onnx.ModelProto:
@@ -168,7 +169,7 @@ def test_an_unknown_precision_is_refused_and_a_planner_can_be_slotted_in(monkeyp
     from onnxmlu.precision import planners
     from onnxmlu.registry import Registry
 
-    with pytest.raises(OnnxMluError, match="--precision must be one of fp32, fp16, int8, auto, not 'mixed'"):
+    with pytest.raises(OnnxMluError, match=f"--precision must be one of {', '.join(PRECISIONS)}, auto, not 'mixed'"):
         Options.of(precision="mixed")
     calls = []
 

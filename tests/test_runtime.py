@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import runtime
 from onnxmlu.errors import RuntimeLibraryError
+from onnxmlu.precisions import PRECISIONS
 
 from runtime_helpers import (
     DOMAIN,
@@ -25,6 +26,9 @@ from runtime_helpers import (
     fused_model,
     vi,
 )
+
+#: The labels the runtime library accepts, as its messages list them (custom_ops/label_rule.h).
+_LABELS = f"{', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}"
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -338,7 +342,7 @@ BAD_NODES = {
     # An optional attribute of the wrong type is told from an absent one through the C API's
     # typed reads, and the message names the type found.
     "precision an int": (lambda: conv_relu_fused(precision=3)[0],
-                         ["block_0 (mp=2)", "attribute 'precision' must be a string (fp32, fp16 or int8), got an int"]),
+                         ["block_0 (mp=2)", f"attribute 'precision' must be a string ({_LABELS}), got an int"]),
     "precision a graph": (lambda: conv_relu_fused(precision=conv_relu_body().graph)[0],
                           ["attribute 'precision' must be a string", "got a graph, a list of strings or tensors, a sparse tensor or an empty list"]),
     "digest a list": (lambda: conv_relu_fused(body_crc32=[1, 2])[0],

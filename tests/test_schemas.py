@@ -238,9 +238,49 @@ def test_schemas_ship_in_the_package_and_docs_point_to_them():
     for name in schemas.NAMES:
         assert f"onnxmlu/schemas/{name}.json" in text, name
         for path in property_paths(schemas.load(name)):  # the page for people names every key
-            assert f"`{path}`" in text, f"docs/json.md does not mention {name} key `{path}`"
+            assert any(f"`{p}`" in text for p in _as_other_precisions(path)), \
+                f"docs/json.md does not mention {name} key `{path}`"
     with pytest.raises(ValueError, match="known version"):
         schemas.for_report({"schema": "onnxmlu.fuse/2"})
+
+
+def _as_other_precisions(path: str) -> set[str]:
+    """``path`` and, when one of its keys is a precision name (or a profile's peak field), the
+    same path at each other precision: docs/json.md describes a key per precision once, at the
+    precisions it names."""
+    from onnxmlu.precisions import PRECISIONS, RECORDS
+
+    peaks = [p.peak for p in RECORDS.values()]
+    parts = path.split(".")
+    return {path} | {".".join(q if k == i else part for k, part in enumerate(parts))
+                     for i, part in enumerate(parts) for family in (PRECISIONS, peaks) if part in family
+                     for q in family}
+
+
+def test_every_schema_lists_the_precisions_of_the_records():
+    """The enums of precision names, the objects keyed by them and the hardware profile's peak
+    fields are what onnxmlu.schemas.with_precisions derives from onnxmlu.precisions.RECORDS."""
+    for name in schemas.NAMES:
+        assert schemas.with_precisions(schemas.load(name)) == schemas.load(name), name
+
+
+def test_a_new_precision_record_reaches_every_schema(monkeypatch):
+    from dataclasses import replace
+
+    from onnxmlu.precisions import FP16, RECORDS
+
+    new = replace(FP16, name="xp9", peak="peak_tflops_xp9_per_core")  # a name no record has
+    records = {**RECORDS, new.name: new}
+    names = list(records)
+    monkeypatch.setattr(schemas, "RECORDS", records)
+    monkeypatch.setattr(schemas, "PRECISIONS", tuple(records))
+    fuse, hw = schemas.with_precisions(schemas.load("fuse")), schemas.with_precisions(schemas.load("hardware"))
+    text = json.dumps(fuse)
+    assert f'"enum": {json.dumps(names)}' in text and "deficits with the unit at XP9" in text
+    assert "blocks at xp9" in text and f'"required": {json.dumps(names[1:])}' in text
+    assert hw["properties"]["peak_tflops_xp9_per_core"]["description"] == "peak XP9 compute per core"
+    assert hw["required"][2:2 + len(names)] == [p.peak for p in records.values()]
+    assert json.dumps([*names, None]) in json.dumps(schemas.with_precisions(schemas.load("run")))
 
 
 def test_hardware_schema_s_model_is_derived_from_the_parameter_record():

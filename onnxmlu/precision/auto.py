@@ -65,7 +65,7 @@ from onnxmlu.plan.perf.model import make_cost, plan_block_latencies_us
 from onnxmlu.plan.plan import Block, Plan, segments
 from onnxmlu.plan.strategies.search import max_block_length, whole_segments
 from onnxmlu.precision import DEFAULT_PRECISION, PRECISIONS, record
-from onnxmlu.precisions import FP16, FP32, INT8
+from onnxmlu.precisions import FP32, INT8, RECORDS
 from onnxmlu.precision.accuracy import Accuracy, Budget, load_metric, measure, rows_to_certify
 from onnxmlu.precision.bodies import runnable_model
 from onnxmlu.precision.calibration import DEFAULT_RANDOM_SAMPLES, split_samples
@@ -353,7 +353,10 @@ class JointSearch:
         self._count = {k: _prefix(np.array(v, dtype=bool)) for k, v in flags.items()}
         own, quantized = np.array(flags["own"], dtype=bool), np.array(flags["quantized"], dtype=bool)
         # per layer: what no block at p may hold (the rest of the labelling rule is in _labelled)
-        self._allowed = {FP32.name: ~own, FP16.name: ~quantized, INT8.name: np.ones(len(layers), dtype=bool)}
+        # (a quantizing precision holds anything; one that rounds floats no layer arriving
+        # quantized; FP32 no quantized arithmetic)
+        self._allowed = {p.name: np.ones(len(layers), dtype=bool) if p.quantizes else ~quantized if p.rounds_floats
+                         else ~own for p in RECORDS.values()}
         self._cum = {p: np.zeros((len(layers) + 1, 2)) for p in PRECISIONS}
         self._bad = {p: _prefix(~self._allowed[p]) for p in PRECISIONS}
 

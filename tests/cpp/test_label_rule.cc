@@ -1,7 +1,7 @@
 // label_rule.h on the shared cases of tests/data/label_rule_cases.json (the Python rule,
 // onnxmlu.schema.label_mismatch, answers the same file in tests/precision/test_label_rule_cases.py):
-// each case's body is written in protobuf's wire format and LabelMismatch must say, for int8 and
-// fp16, exactly what the file says. Also: the quantized-operator names, and hostile bodies.
+// each case's body is written in protobuf's wire format and LabelMismatch must say, for each label
+// the file has a message for, exactly what the file says; the library's labels are the file's. Also: the quantized-operator names, and hostile bodies.
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -70,12 +70,27 @@ TEST(label_rule_answers_every_shared_case) {
   for (const Json& test_case : cases["cases"].items) {
     const std::string body = Model(GraphOf(test_case["body"]));
     CHECK_TEXT(onnxmlu::LabelMismatch(body, "fp32"), "");
-    for (const std::string label : {"int8", "fp16"}) {
-      const std::string expected = BearsOut(test_case, label) ? "" : cases["messages"][label].text;
+    for (const auto& [label, message] : cases["messages"].members) {
+      const std::string expected = BearsOut(test_case, label) ? "" : message.text;
       CHECK_TEXT(test_case["name"].text + " as " + label + ": " + onnxmlu::LabelMismatch(body, label),
                  test_case["name"].text + " as " + label + ": " + expected);
     }
   }
+}
+
+TEST(the_library_accepts_the_labels_of_the_shared_file) {
+  // kPrecisionLabels (what ReadPrecision accepts, what LabelMismatch applies) lists the file's
+  // labels in its order, and a label needs something of its body exactly when the file has its message.
+  const Json cases = LoadCases();
+  CHECK(cases["labels"].items.size() == onnxmlu::kPrecisionLabels.size());
+  for (size_t k = 0; k < onnxmlu::kPrecisionLabels.size(); ++k) {
+    const onnxmlu::PrecisionLabel& label = onnxmlu::kPrecisionLabels[k];
+    CHECK_TEXT(std::string(label.name), cases["labels"].items[k].text);
+    CHECK(onnxmlu::FindPrecisionLabel(label.name) == &label);
+    CHECK((label.holds != onnxmlu::BodyHolds::kNothing) == cases["messages"].has(std::string(label.name)));
+  }
+  CHECK(onnxmlu::FindPrecisionLabel("fp8x") == nullptr && onnxmlu::FindPrecisionLabel("") == nullptr);
+  CHECK_TEXT(onnxmlu::LabelMismatch(Model(""), "fp8x"), "");  // ReadPrecision refuses it first
 }
 
 TEST(quantized_operator_names) {

@@ -95,3 +95,21 @@ def test_cli_says_one_line_and_exits_2(tmp_path, base, chain_model, command):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: hardware profile") and "'cores'" in lines[0]
     assert "Traceback" not in result.output and not (tmp_path / "o.onnx").exists()
+
+
+def test_a_profile_s_peaks_are_one_field_per_precision_record():
+    """The peak fields a profile has, the loader checks and ``hw show`` writes are the records'
+    ``peak`` names, in their order; Hardware.peaks is keyed by precision and needs every one."""
+    from onnxmlu.plan.perf.hardware import Hardware
+    from onnxmlu.precisions import RECORDS
+
+    peaks = [p.peak for p in RECORDS.values()]
+    for name in profile_names():
+        hw = load_hardware(name)
+        data = hw.to_dict()
+        assert list(data)[2:2 + len(peaks)] == peaks and Hardware.from_dict(data) == hw
+        assert [hw.peak_per_core(p) for p in RECORDS] == [data[k] for k in peaks]
+        assert hardware.profile_problem({k: v for k, v in data.items() if k != peaks[-1]}) == \
+            f"missing field {peaks[-1]!r}"
+    with pytest.raises(ValueError, match="Hardware.peaks must give each of"):
+        Hardware(name="x", cores=1, peaks={"fp32": 1.0}, dram_gbps=1.0, frequency_ghz=1.0)

@@ -47,16 +47,16 @@ def test_each_precision_is_one_record_every_stage_reads():
     """Adding a precision is adding its record: each names a peak the profiles have, a body
     method BlockBodies has, and the schemas and the label rule know it by that name."""
     import json
-    from dataclasses import fields
 
     from onnxmlu import schema
-    from onnxmlu.plan.perf.hardware import Hardware
+    from onnxmlu.plan.perf.hardware import profile_names
     from onnxmlu.precision.bodies import BlockBodies
     from onnxmlu.precisions import DEFAULT_PRECISION, ELEMENT_BYTES, PRECISIONS, RECORDS
 
     assert PRECISIONS[0] == DEFAULT_PRECISION and set(ELEMENT_BYTES) == set(RECORDS)
+    profiles = [load_hardware(name) for name in profile_names()]
     for record in RECORDS.values():
-        assert record.peak in {f.name for f in fields(Hardware)}
+        assert all(hw.peak_per_core(record.name) > 0 and record.peak in hw.to_dict() for hw in profiles)
         assert record.body is None or callable(getattr(BlockBodies, record.body))
         assert (record.body_holds != "") == (record.name in schema._BODY_HOLDS)
     fuse_schema = json.dumps(json.loads((Path(schema.__file__).parent / "schemas" / "fuse.json").read_text()))
@@ -85,7 +85,7 @@ def test_only_fp32_layers_convert():
     with pytest.raises(ValueError, match="convert the FP32 layer"):
         conv(8, 8, 8).at_precision("fp16").at_precision("int8")
     with pytest.raises(Exception, match="precision"):
-        conv(8, 8, 8).at_precision("bf16")
+        conv(8, 8, 8).at_precision("fp8x")  # a name no record has
 
 
 @pytest.mark.parametrize("mp", [1, 2])

@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from onnxmlu.precisions import PRECISIONS, RECORDS
 from onnxmlu.schema import label_mismatch
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "data" / "label_rule_cases.json"
@@ -35,9 +36,17 @@ def _graph(spec: dict, name: str) -> onnx.GraphProto:
                              value_info=values["value_info"])
 
 
-def test_the_case_file_covers_both_labels_both_ways():
+def test_the_case_file_lists_the_precision_records():
+    """The file's labels are the records' (the C++ library's table is held to the same list), and
+    it has a message for each label whose body must hold something: the record's words."""
+    assert CASES["labels"] == list(PRECISIONS)
+    assert CASES["messages"] == {p.name: f"labelled {p.name} but its body holds no {p.body_holds}"
+                                 for p in RECORDS.values() if p.body_holds}
+
+
+def test_the_case_file_covers_each_label_both_ways():
     bears_out = [set(case["bears_out"]) for case in CASES["cases"]]
-    for label in ("int8", "fp16"):
+    for label in CASES["messages"]:
         assert any(label in labels for labels in bears_out) and any(label not in labels for labels in bears_out)
 
 
@@ -45,6 +54,6 @@ def test_the_case_file_covers_both_labels_both_ways():
 def test_label_mismatch_answers_each_shared_case(case):
     body = helper.make_model(_graph(case["body"], "body"))
     assert label_mismatch("fp32", body) is None
-    for label in ("int8", "fp16"):
+    for label in CASES["messages"]:
         expected = None if label in case["bears_out"] else CASES["messages"][label]
         assert label_mismatch(label, body) == expected, (case["name"], label)

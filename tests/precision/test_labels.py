@@ -17,7 +17,11 @@ from onnxmlu.plan.plan import with_precision
 from onnxmlu.precision import INT8_OPS
 from onnxmlu.schema import block_precision, body_model, is_fusion_block
 from onnxmlu.tools.testing import make_model
+from onnxmlu.precisions import PRECISIONS
 from precision_models import plain_session, residual_model
+
+#: The labels the runtime library accepts, as its messages list them (custom_ops/label_rule.h).
+_LABELS = f"{', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}"
 
 QDQ = {"QuantizeLinear", "DequantizeLinear"}
 
@@ -96,7 +100,7 @@ def test_the_library_refuses_an_unknown_precision_when_the_session_is_created(li
     fused = api.fuse(residual_model(seed=3)).model
     node = _blocks(fused)[0]
     node.attribute.append(helper.make_attribute("precision", label))
-    with pytest.raises(Exception, match="attribute 'precision' must be fp32, fp16 or int8, got '" + label):
+    with pytest.raises(Exception, match=f"attribute 'precision' must be {_LABELS}, got '" + label):
         plain_session(fused, library)
     node.attribute[-1].s = b"fp32"
     session = plain_session(fused, library)

@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 from onnxmlu.schema import block_precision, is_fusion_block
+from onnxmlu.precisions import PRECISIONS
 from precision_models import RESIDUAL_FILE_SEED, SIZE, invoke, residual_model, run_plain_and_reference
 
 
@@ -117,7 +118,7 @@ def test_compare_precision_adds_a_column_per_precision(residual_file):
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--precision", "fp8"], "--precision must be one of fp32, fp16, int8, auto, not 'fp8'"),
+    (["--precision", "fp8"], f"--precision must be one of {', '.join(PRECISIONS)}, auto, not 'fp8'"),
     (["--precision", "int8", "--calibrator", "kl"], "calibration method must be one of minmax, entropy, percentile"),
     (["--precision", "int8", "--calibration", "{tmp}/nowhere"], "does not exist or is not a folder"),
     (["--precision", "int8", "--calibration", "{tmp}/empty"], "holds no sample"),
@@ -137,8 +138,8 @@ def test_bad_precision_options_get_one_line_and_exit_2(residual_file, tmp_path, 
 
 @pytest.mark.parametrize("command", ["plan", "compare"])
 def test_plan_and_compare_refuse_an_unknown_precision(residual_file, command):
-    result = invoke(command, residual_file, "--precision", "bf16")
-    assert result.exit_code == 2 and "--precision must be one of fp32, fp16, int8, auto, not 'bf16'" in result.output
+    result = invoke(command, residual_file, "--precision", "fp8x")
+    assert result.exit_code == 2 and f"--precision must be one of {', '.join(PRECISIONS)}, auto, not 'fp8x'" in result.output
 
 
 def test_run_profile_shows_each_blocks_precision(residual_file, tmp_path, library):

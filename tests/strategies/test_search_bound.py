@@ -97,7 +97,8 @@ def test_bound_comes_from_keyword_then_profile_then_default():
 
 
 def test_profile_with_the_bound_is_a_valid_profile():
-    hw = Hardware("b", 4, 1.0, 2.0, 4.0, 25.6, 1.0, model={"search_max_block_layers": 16})
+    hw = Hardware(name="b", cores=4, peaks=HW.peaks, dram_gbps=25.6, frequency_ghz=1.0,
+                  model={"search_max_block_layers": 16})
     assert make_cost(hw)(conv_chain(64, 28, count=2), 2) > 0
 
 

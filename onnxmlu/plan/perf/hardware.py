@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from onnxmlu.errors import OnnxMluError
-from onnxmlu.precisions import record
+from onnxmlu.precisions import RECORDS, record
 
 DEFAULT_PROFILE = "mlu100"
 #: The most cores a profile may have: the runtime library refuses a block with a larger ``mp``.
@@ -121,22 +121,30 @@ def model_schema() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Hardware:
+    """A hardware profile. ``peaks``: one core's datasheet peak at each precision (TFLOPS, TOPS
+    for integer precisions), keyed by precision name; the JSON profile writes each as its
+    record's ``peak`` field (``peak_tflops_fp16_per_core``...), so the fields a profile needs
+    are derived from :data:`onnxmlu.precisions.RECORDS` (as ``hardware.json``'s are:
+    :func:`onnxmlu.schemas.with_precisions`)."""
+
     name: str
     cores: int
-    peak_tflops_fp32_per_core: float
-    peak_tflops_fp16_per_core: float
-    peak_tops_int8_per_core: float
+    peaks: Mapping[str, float] | tuple[tuple[str, float], ...]  # stored as (name, peak) pairs, hashable
     dram_gbps: float
     frequency_ghz: float
     description: str = ""
     model: PerfParams = field(default_factory=PerfParams, hash=False, compare=False)
 
     def __post_init__(self) -> None:
+        given = dict(self.peaks)
+        if set(given) != set(RECORDS):
+            raise ValueError(f"Hardware.peaks must give each of {', '.join(RECORDS)}, not {', '.join(given)}")
+        object.__setattr__(self, "peaks", tuple((p, float(given[p])) for p in RECORDS))
         object.__setattr__(self, "model", PerfParams.of(self.model))
 
     def peak_per_core(self, precision: str = "fp32") -> float:
-        """Datasheet peak of one core at ``precision``: TFLOPS for fp32/fp16, TOPS for int8."""
-        return float(getattr(self, record(precision).peak))
+        """Datasheet peak of one core at ``precision``: TFLOPS for floats, TOPS for integers."""
+        return dict(self.peaks)[record(precision).name]
 
     def mp_choices(self) -> list[int]:
         """Every legal core count, 1..cores."""
@@ -147,8 +155,19 @@ class Hardware:
         return replace(self, model=PerfParams.of({**asdict(self.model), **changes}))
 
     def to_dict(self) -> dict[str, Any]:
-        """The profile in the JSON format :func:`load_hardware` reads back."""
-        return asdict(self)
+        """The profile in the JSON format :func:`load_hardware` reads back (each peak as its
+        record's field, in the records' order)."""
+        data = asdict(self)
+        peaks = data.pop("peaks")
+        head = {k: data.pop(k) for k in ("name", "cores")}
+        return {**head, **{RECORDS[p].peak: v for p, v in peaks}, **data}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Hardware":
+        """The profile of a parsed JSON object that :func:`profile_problem` accepts."""
+        rest = {k: v for k, v in data.items() if k not in _PEAK_FIELDS}
+        return cls(**{**rest, "cores": int(data["cores"]), "model": PerfParams.of(data.get("model")),
+                      "peaks": tuple((p.name, data[p.peak]) for p in RECORDS.values())})
 
 
 def profile_names() -> list[str]:
@@ -168,26 +187,28 @@ def load_hardware(name_or_path: str | Path = DEFAULT_PROFILE) -> Hardware:
     problem = profile_problem(data)
     if problem:
         raise OnnxMluError(f"hardware profile {name_or_path!s}: {problem}")
-    return Hardware(**{**data, "cores": int(data["cores"]), "model": PerfParams.of(data.get("model"))})
+    return Hardware.from_dict(data)
 
 
 def _cores(v) -> bool:
     return _whole(v) and 1 <= v <= MAX_CORES
 
 
+#: The profile field of each precision's peak, from the records (``peak_tflops_fp16_per_core``...).
+_PEAK_FIELDS = {p.peak: p for p in RECORDS.values()}
+
 #: Top-level fields: (check, what it wants). The same rules as JSON Schema: onnxmlu/schemas/hardware.json.
 _FIELDS = {
     "name": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string"),
     "cores": (_cores, f"an integer from 1 to {MAX_CORES}"),
-    "peak_tflops_fp32_per_core": (_positive, "a number > 0"),
-    "peak_tflops_fp16_per_core": (_positive, "a number > 0"),
-    "peak_tops_int8_per_core": (_positive, "a number > 0"),
+    **{key: (_positive, "a number > 0") for key in _PEAK_FIELDS},
     "dram_gbps": (_positive, "a number > 0"),
     "frequency_ghz": (_positive, "a number > 0"),
     "description": (lambda v: isinstance(v, str), "a string"),
     "model": (lambda v: isinstance(v, dict), "an object of performance-model parameters"),
 }
-_REQUIRED = tuple(f.name for f in fields(Hardware) if f.name not in ("description", "model"))
+_REQUIRED = tuple(key for key in _FIELDS if key not in ("description", "model"))
+
 
 def profile_problem(data) -> str | None:
     """Why ``data`` (a parsed profile) is not a valid hardware profile, in one line naming the

@@ -157,7 +157,7 @@ class ModelParams:
         p = hw.model
         return cls(
             cores=hw.cores,
-            peak_ops_per_us=hw.peak_tflops_fp32_per_core * 1e6,
+            peak_ops_per_us=hw.peak_per_core(DEFAULT_PRECISION) * 1e6,
             dram_bytes_per_us=hw.dram_gbps * 1e3,
             core_dram_bytes_per_us=float(p.core_dram_gbps) * 1e3,
             critical_ops=float(p.critical_mops_per_core) * 1e6,
@@ -647,7 +647,8 @@ def spatial_redundancy(layers: Sequence[Layer], tiles: tuple[int, int]) -> list[
     return [float(r) for r in _redundancy(a, np.arange(len(layers))[None, :], ta, tb)[0, :, 0]]
 
 
-_NO_HW = Hardware("any", 1, 1.0, 1.0, 1.0, 1.0, 1.0, model={"grouped_conv_as_dense": 0})
+_NO_HW = Hardware(name="any", cores=1, peaks={p: 1.0 for p in PRECISIONS}, dram_gbps=1.0, frequency_ghz=1.0,
+                  model={"grouped_conv_as_dense": 0})
 
 
 def plan_latency_us(plan, layers: Sequence[Layer], hw: Hardware, cost: CostFn | None = None) -> float:
