@@ -80,6 +80,13 @@ METADATA_KEYS = ("onnxmlu.runtime", "onnxmlu.version", "onnxmlu.hardware", "onnx
                  "onnxmlu.blocks")
 #: The input shapes the plan was priced at, as JSON (module docstring).
 PRICING_SHAPE_KEY = "onnxmlu.pricing_shape"
+#: Body metadata the library reads (custom_ops/mlu_fusion_block.h): ``"input-shapes"`` when every
+#: output's shape follows from the input shapes (onnxmlu/collapse/outputs.py) ...
+OUTPUT_SHAPES_KEY = "onnxmlu.output_shapes"
+#: ... and each output's dims over the input dims, ``;`` between outputs, ``,`` between dims,
+#: ``?`` unknown (onnxmlu/collapse/dims.py; custom_ops/dim_expr.h reads the grammar).
+OUTPUT_DIMS_KEY = "onnxmlu.output_dims"
+UNKNOWN_DIM = "?"
 RUNTIME_NOTE = (
     "The com.onnxmlu::MLUFusionBlock nodes run in onnxruntime with onnxmlu's custom-op library: "
     "pip install onnxmlu; then onnxmlu.InferenceSession(path), or "

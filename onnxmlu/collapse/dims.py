@@ -35,10 +35,12 @@ from typing import Sequence
 import onnx
 
 from onnxmlu.errors import first_line
+from onnxmlu.frontend.symbolic import symbolic_infer
+from onnxmlu.ir.weights import SKELETON_MIN_TENSOR_BYTES, is_marker, skeleton, tensor_bytes
+from onnxmlu.schema import OUTPUT_DIMS_KEY, UNKNOWN_DIM
 
-#: Body metadata key: the output dims, ``;`` between outputs, ``,`` between dims, ``?`` unknown.
-DIMS_KEY = "onnxmlu.output_dims"
-UNKNOWN = "?"
+#: Body metadata key and the unknown dim (onnxmlu/schema.py: the file format).
+DIMS_KEY, UNKNOWN = OUTPUT_DIMS_KEY, UNKNOWN_DIM
 
 _LOG = logging.getLogger(__name__)
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
@@ -137,8 +139,6 @@ def _inferred_output_dims(body: onnx.ModelProto, absent: Sequence[onnx.TensorPro
     """The body's output dims as onnxruntime's symbolic inference derives them from its inputs
     (the declared output shapes and inner value infos cleared, so nothing but the inputs
     decides); [] when the engine cannot finish (those outputs stay unknown: the copy path)."""
-    from onnxmlu.frontend.symbolic import symbolic_infer
-    from onnxmlu.ir.weights import SKELETON_MIN_TENSOR_BYTES, is_marker, skeleton, tensor_bytes
 
     light = skeleton(body)
     del light.graph.value_info[:]

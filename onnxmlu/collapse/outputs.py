@@ -27,9 +27,9 @@ import onnx
 
 from onnxmlu.collapse.dims import DIMS_KEY, output_dims_text
 from onnxmlu.ir import is_default_domain, node_subgraphs
+from onnxmlu.schema import OUTPUT_SHAPES_KEY
 
-#: Body metadata key: ``"input-shapes"`` when every output's shape follows from the input shapes.
-SHAPES_KEY = "onnxmlu.output_shapes"
+SHAPES_KEY = OUTPUT_SHAPES_KEY  # onnxmlu/schema.py: the file format
 FOLLOW_INPUT_SHAPES = "input-shapes"
 
 #: Per op, the input positions whose values set an output size.

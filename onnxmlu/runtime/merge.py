@@ -53,16 +53,14 @@ from typing import Callable
 import onnx
 from google.protobuf.message import DecodeError
 
-from onnxmlu.collapse.dims import DIMS_KEY, UNKNOWN
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir import is_fusion_block, wire
 from onnxmlu.ir.graphs import fed_inputs, node_inputs, node_subgraphs
-from onnxmlu.schema import (SHARED_ATTRIBUTE, add_body, block_precision, body_bytes, close_body, open_body,
-                            refuse_file_references, refuse_mislabel, shared_names, verify_body)
+from onnxmlu.schema import (OUTPUT_DIMS_KEY, OUTPUT_SHAPES_KEY, SHARED_ATTRIBUTE, UNKNOWN_DIM, add_body,
+                            block_precision, body_bytes, close_body, open_body, refuse_file_references,
+                            refuse_mislabel, shared_names, verify_body)
 
 _PREFIX = "onnxmlu.merged."
-#: Body metadata the library reads (custom_ops/mlu_fusion_block.h kOutputShapesKey).
-_OUTPUT_SHAPES_KEY = "onnxmlu.output_shapes"
 #: A reference to an input dim in the output dims metadata (custom_ops/dim_expr.h), and an atom.
 _REF = re.compile(r"i(\d+)\.(\d+)")
 _ATOM = re.compile(r"i\d+\.\d+|\d+")
@@ -272,12 +270,12 @@ def _merged_body(run: list, inputs: list[str], outputs: list[str], member_weight
     for _, body in run:
         opsets.update(_opsets(body))
     merged.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
-    shapes = {_metadata(body).get(_OUTPUT_SHAPES_KEY) for _, body in run}
+    shapes = {_metadata(body).get(OUTPUT_SHAPES_KEY) for _, body in run}
     if len(shapes) == 1 and None not in shapes:
-        merged.metadata_props.add(key=_OUTPUT_SHAPES_KEY, value=shapes.pop())
+        merged.metadata_props.add(key=OUTPUT_SHAPES_KEY, value=shapes.pop())
     dims = _merged_dims(run, inputs, outputs)
     if dims is not None:
-        merged.metadata_props.add(key=DIMS_KEY, value=dims)
+        merged.metadata_props.add(key=OUTPUT_DIMS_KEY, value=dims)
     graph, infos, aliases = merged.graph, {}, {}
     graph.name = "merged"
     for k, (node, body) in enumerate(run):
@@ -299,18 +297,18 @@ def _merged_dims(run: list, inputs: list[str], outputs: list[str]) -> str | None
     positions = {name: k for k, name in enumerate(inputs)}
     known: dict[str, list[str] | None] = {}
     for node, body in run:
-        text = _metadata(body).get(DIMS_KEY)
+        text = _metadata(body).get(OUTPUT_DIMS_KEY)
         pieces = text.split(";") if text is not None else []
         for j, outer in enumerate(node.output):
-            piece = pieces[j] if len(pieces) == len(node.output) else UNKNOWN
+            piece = pieces[j] if len(pieces) == len(node.output) else UNKNOWN_DIM
             known[outer] = _rebased(piece, node, positions, known)
-    texts = [",".join(known[o]) if known.get(o) is not None else UNKNOWN for o in outputs]
-    return ";".join(texts) if any(t != UNKNOWN for t in texts) else None
+    texts = [",".join(known[o]) if known.get(o) is not None else UNKNOWN_DIM for o in outputs]
+    return ";".join(texts) if any(t != UNKNOWN_DIM for t in texts) else None
 
 
 def _rebased(piece: str, node: onnx.NodeProto, positions: dict[str, int], known: dict) -> list[str] | None:
     """One member output's dims over the merged inputs (see :func:`_merged_dims`), or None."""
-    if piece == UNKNOWN:
+    if piece == UNKNOWN_DIM:
         return None
     unknown = False
 
@@ -323,7 +321,7 @@ def _rebased(piece: str, node: onnx.NodeProto, positions: dict[str, int], known:
         dims = known.get(name)
         if dims is None or axis >= len(dims):
             unknown = True
-            return UNKNOWN
+            return UNKNOWN_DIM
         return dims[axis] if _ATOM.fullmatch(dims[axis]) else f"({dims[axis]})"
 
     dims = [_REF.sub(substitute, dim) for dim in (piece.split(",") if piece else [])]
