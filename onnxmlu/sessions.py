@@ -36,9 +36,12 @@ Four gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in t
   on x86 without VNNI (35 output steps under Skylake-Client). The fuse gives such a node u8
   weights itself (:mod:`onnxmlu.rewrite.qlinearmatmul`), on every host, so the file no longer
   depends on the entry for it;
-* it fails on a quantized weight that several readers share, after which the library's retry
-  without it ran the saturating kernels and ``--precision auto``'s trials could not load at all:
-  INT8 bodies give each reader its own copy (:func:`unshare_dequantized_weights`).
+* it fails on a quantized weight that several readers share (DequantizeLinear readers, also one
+  whose output leaves the block; QOperator readers: QLinearConv, QLinearMatMul, MatMulInteger
+  after DynamicQuantizeLinear), after which the library's retry without it ran the saturating
+  kernels silently and ``--precision auto``'s trials could not load at all: INT8 bodies give
+  each reader its own copy (:func:`unshare_dequantized_weights`), so the library's retry serves
+  only files written elsewhere, and warns there (custom_ops/inner_session.cc).
 """
 
 from __future__ import annotations
@@ -203,36 +206,62 @@ def _flip_into(model: onnx.ModelProto, node: onnx.NodeProto, index: int, inits: 
 
 
 def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
-    """Give every DequantizeLinear of a constant s8 weight one reader, and its weight and zero
-    point to it alone (in place; returns the copies made). Why: under :data:`EXACT_INT8_KEY`
-    onnxruntime (1.32) first gives each reader of a DequantizeLinear its own copy of that node,
-    then rewrites each copy's s8 weight to u8 under one derived name; the second copy of a
-    shared weight fails ("Attempt to replace the existing tensor"), and a session retried without
-    the entry runs the saturating kernels (3.5 off on outputs up to 3.6 under Skylake-Client,
-    tests/precision/auto_plan_check.py). A weight read by several nodes costs a copy per reader."""
-    inits = {t.name: t for t in graph.initializer}
+    """Give every reader of a constant s8 weight that onnxruntime's exact INT8 pass rewrites its
+    own copy of that weight and its zero point, in every graph of a body (in place; returns the
+    copies made). Why: under :data:`EXACT_INT8_KEY` onnxruntime (1.32) rewrites each such s8
+    weight to u8 under one name derived from the weight's; the second reader of a shared weight
+    adds that name again and session creation fails ("Attempt to replace the existing tensor"),
+    after which a session retried without the entry runs the saturating kernels (3.5 off on
+    outputs up to 3.6 under Skylake-Client, tests/precision/auto_plan_check.py). The readers are
+
+    * a DequantizeLinear of the weight: onnxruntime first gives each reader of its output (a
+      graph output counts) its own copy of the node, so the fuse does that itself;
+    * a u8-activation integer node's weight slot (:data:`U8_ACTIVATION_NODES`: QLinearConv,
+      QLinearMatMul, MatMulInteger after a DynamicQuantizeLinear, ...), the QOperator form.
+
+    A weight read by several nodes costs a copy per reader."""
+    copies = 0
+    for sub in iter_graphs(graph):
+        inits = {t.name: t for t in sub.initializer}
+        claimed: set[str] = set()
+        _split_dequantize_readers(sub, inits)
+        for node in sub.node:
+            copies += _own_inputs(sub, node, _weight_slots(node, inits), inits, claimed)
+    return copies
+
+
+def _weight_slots(node: onnx.NodeProto, inits: dict) -> tuple[int, ...]:
+    """The inputs of ``node`` onnxruntime's exact INT8 pass may rewrite (weights, zero points);
+    an activation's DequantizeLinear has none."""
+    if node.op_type == "DequantizeLinear":
+        return (0, 2) if _s8_initializer(node.input[0], inits) else ()
+    spec = U8_ACTIVATION_NODES.get(node.op_type)
+    return () if spec is None else tuple(i for pair in spec[1] for i in pair)
+
+
+def _split_dequantize_readers(graph: onnx.GraphProto, inits: dict) -> None:
+    """One reader per DequantizeLinear of an s8 initializer: a clone per further reader (every
+    node reader when the output is also a graph output, which keeps the original)."""
     readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for node in graph.node:
         for index, name in enumerate(node.input):
             readers.setdefault(name, []).append((node, index))
-    claimed: set[str] = set()
-    nodes, copies = [], 0
+    outputs = {o.name for o in graph.output}
+    nodes = []
     for node in graph.node:
         nodes.append(node)
         if node.op_type != "DequantizeLinear" or not _s8_initializer(node.input[0], inits):
             continue
         uses = readers.get(node.output[0], [])
-        for k, (reader, index) in enumerate(uses[1:], start=1):
+        first = 0 if node.output[0] in outputs else 1
+        for k, (reader, index) in enumerate(uses[first:], start=1):
             clone = onnx.NodeProto()
             clone.CopyFrom(node)
             clone.name, clone.output[0] = f"{node.name}_use{k}", f"{node.output[0]}_use{k}"
             reader.input[index] = clone.output[0]
             nodes.append(clone)
-        for dequantize in nodes[len(nodes) - max(1, len(uses)):]:
-            copies += _own_inputs(graph, dequantize, inits, claimed)
     del graph.node[:]
     graph.node.extend(nodes)
-    return copies
 
 
 def _s8_initializer(name: str, inits: dict) -> bool:
@@ -242,18 +271,19 @@ def _s8_initializer(name: str, inits: dict) -> bool:
         inits[name].data_location != onnx.TensorProto.EXTERNAL
 
 
-def _own_inputs(graph: onnx.GraphProto, node: onnx.NodeProto, inits: dict, claimed: set[str]) -> int:
-    """Point ``node``'s weight and zero point at copies where another DequantizeLinear of a
-    weight claimed them already."""
+def _own_inputs(graph: onnx.GraphProto, node: onnx.NodeProto, slots: tuple[int, ...], inits: dict,
+                claimed: set[str]) -> int:
+    """Point ``node``'s ``slots`` (weights, zero points) at copies where an earlier reader
+    claimed them already."""
     copies = 0
-    for index in (0, 2):
+    for index in slots:
         name = node.input[index] if len(node.input) > index else ""
         if not _s8_initializer(name, inits):
             continue
         if name in claimed:
             copy = onnx.TensorProto()
             copy.CopyFrom(inits[name])
-            copy.name = f"{name}_{node.name or node.output[0]}"
+            copy.name = f"{name}_{node.name or node.output[0]}_{index}"
             graph.initializer.append(copy)
             node.input[index] = name = copy.name
             copies += 1
