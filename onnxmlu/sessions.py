@@ -25,7 +25,7 @@ Four gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in t
   :func:`exact_integer_weights` applies the same identity (``w ^ 0x80``, ``z_w ^ 0x80``) to the
   model itself for u8-activation integer nodes (the list of onnxruntime's pass, which the reference
   must cover whole: MatMulIntegerToFloat and QGemm saturated there too, by 254059 and 246218 on an int32-sized
-  product under Skylake-Client);
+  product under Skylake-Client, QAttention by 0.083 on attention outputs up to 0.34);
 * onnxruntime applies it to QLinearConv / QLinearMatMul (opset < 21) also when the
   *activation* is s8, and then finds no (s8, u8) kernel: the session cannot be created.
   s8 x s8 kernels widen before multiplying (exact on every x86: the ``qlinear_conv_s8`` case of
@@ -55,7 +55,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxmlu import ortlog
-from onnxmlu.ir import iter_graphs
+from onnxmlu.ir import is_default_domain, iter_graphs, node_subgraphs
 from onnxmlu.optional import optional_import
 
 #: onnxruntime's session config key for exact u8 x u8 kernels on x86 without VNNI.
@@ -63,8 +63,9 @@ EXACT_INT8_KEY = "session.x64quantprecision"
 
 #: Integer product nodes whose activation is quantized to u8: op type -> (activation zero
 #: point index or None when always u8, [(weight index, weight zero point index), ...]).
-#: The weight pairs are onnxruntime's own list (its Avx2WeightS8ToU8Transformer), but for
-#: QAttention, which no test here runs (its reference stays onnxruntime's kernel).
+#: The weight pairs are onnxruntime's own list (its Avx2WeightS8ToU8Transformer). Of
+#: com.microsoft's other quantized ops, QLinearAdd/QLinearMul/QLinearConcat/... multiply no u8 x s8
+#: pairs (elementwise, requantized in float) and QOrderedMatMul is CUDA-only s8 x s8: none saturates.
 U8_ACTIVATION_NODES: dict[str, tuple[int | None, list[tuple[int, int]]]] = {
     "QLinearConv": (2, [(3, 5)]),
     "QLinearMatMul": (2, [(3, 5)]),
@@ -73,6 +74,7 @@ U8_ACTIVATION_NODES: dict[str, tuple[int | None, list[tuple[int, int]]]] = {
     "MatMulIntegerToFloat": (4, [(1, 5)]),
     "QGemm": (2, [(3, 5)]),
     "DynamicQuantizeLSTM": (None, [(1, 9), (2, 11)]),
+    "QAttention": (6, [(1, 7)]),  # input, weight, bias, input/weight scale, mask, zero points
 }
 
 #: Nodes onnxruntime cannot run with :data:`EXACT_INT8_KEY` when their activation is s8.
@@ -122,13 +124,21 @@ def default_kernels_exact() -> bool:
 
 
 def needs_default_kernels(model: onnx.ModelProto) -> bool:
-    """Whether the main graph holds a QLinearConv/QLinearMatMul with an s8 activation zero
-    point: onnxruntime (1.32) rewrites its weight to u8 under :data:`EXACT_INT8_KEY` and then
-    has no kernel for it. Its s8 x s8 kernel is exact without the entry."""
-    inits = {t.name: t for t in model.graph.initializer}
-    return any(n.op_type in _S8_ACTIVATION_REFUSED and n.domain in ("", "ai.onnx") and len(n.input) > 2
-               and n.input[2] in inits and inits[n.input[2]].data_type == onnx.TensorProto.INT8
-               for n in model.graph.node)
+    """Whether any graph of ``model`` (If branches, Loop and Scan bodies: onnxruntime's pass
+    rewrites them too) holds a QLinearConv/QLinearMatMul with an s8 activation zero point:
+    onnxruntime (1.32) rewrites its weight to u8 under :data:`EXACT_INT8_KEY` and then has no
+    kernel for it. Its s8 x s8 kernel is exact without the entry."""
+    return _refuses_entry(model.graph, {})
+
+
+def _refuses_entry(graph: onnx.GraphProto, outer: dict) -> bool:
+    """:func:`needs_default_kernels` for ``graph``, whose nodes see ``outer``'s initializers
+    unless one of its own has the name."""
+    inits = {**outer, **{t.name: t for t in graph.initializer}}
+    if any(n.op_type in _S8_ACTIVATION_REFUSED and is_default_domain(n.domain) and len(n.input) > 2
+           and n.input[2] in inits and inits[n.input[2]].data_type == onnx.TensorProto.INT8 for n in graph.node):
+        return True
+    return any(_refuses_entry(sub, inits) for n in graph.node for sub in node_subgraphs(n))
 
 
 def exact_integer_weights(model: onnx.ModelProto) -> int:
@@ -228,6 +238,37 @@ def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
         for node in sub.node:
             copies += _own_inputs(sub, node, _weight_slots(node, inits), inits, claimed)
     return copies
+
+
+def exact_loadable(model: onnx.ModelProto) -> bytes:
+    """``model``'s bytes for a session of the package's options where they set
+    :data:`EXACT_INT8_KEY` (a model arriving quantized, loaded whole by the evaluator or by
+    calibration): where the model holds a u8-activation integer node or a quantized weight with
+    several readers, a copy's bytes with the node's weights made u8 (:func:`exact_integer_weights`:
+    also where onnxruntime's pass does not reach, an opset-21 QLinearMatMul or a weight from an
+    If's outer scope) and every dequantized weight's reader given its own
+    (:func:`unshare_dequantized_weights`), so that the session loads and computes exactly; else
+    ``model``'s own bytes."""
+    graphs = list(iter_graphs(model.graph))
+    if default_kernels_exact() or not any(n.op_type in U8_ACTIVATION_NODES for g in graphs for n in g.node) and \
+            not any(_shares_weights(g) for g in graphs):
+        return model.SerializeToString()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    exact_integer_weights(copy)
+    unshare_dequantized_weights(copy.graph)
+    return copy.SerializeToString()
+
+
+def _shares_weights(graph: onnx.GraphProto) -> bool:
+    """Whether a weight of ``graph`` has several readers :func:`unshare_dequantized_weights` splits."""
+    inits = {t.name: t for t in graph.initializer}
+    slots = [n.input[i] for n in graph.node for i in _weight_slots(n, inits) if i < len(n.input)]
+    weights = [s for s in slots if _s8_initializer(s, inits)]
+    dequantized = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear" and _weight_slots(n, inits)}
+    reads = [name for n in graph.node for name in n.input if name in dequantized]
+    reads += [o.name for o in graph.output if o.name in dequantized]
+    return len(set(weights)) < len(weights) or len(set(reads)) < len(reads)
 
 
 def _weight_slots(node: onnx.NodeProto, inits: dict) -> tuple[int, ...]:

@@ -24,10 +24,14 @@ weights near +-127: ``2 * 255 * 127 > 32767``), each built from its own seed:
   INT8 cells; reference tests/rewrite/dqlstm_reference.py, its float epilogue (gates) within
   1e-4.
 
+* ``qlinear_conv_s8_in_if``: ``qlinear_conv_s8`` in an If's branches;
+* ``qattention``: com.microsoft QAttention u8 x s8, its float attention within 1e-4.
+
 Prints one JSON object: per layer the largest difference, in output quantization steps (the
-LSTM: in units of 1e-4), of the fused model, onnxmlu's reference session and (``default``)
-plain onnxruntime at its default options, which shows whether the CPU the process runs on
-saturates at all.
+LSTM and QAttention: in units of 1e-4), of the fused model, onnxmlu's reference session,
+(``default``) plain onnxruntime at its default options, which shows whether the CPU the process
+runs on saturates at all, and (``options``) plain onnxruntime with the options the package's
+evaluator and calibration sessions give the model (onnxmlu.sessions.new_options).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession, reference_session
+from onnxmlu.sessions import exact_loadable, new_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rewrite"))
 from dqlstm_reference import dq_lstm_model, dq_lstm_reference  # noqa: E402 - a sibling folder's helper
@@ -231,6 +236,44 @@ def dq_lstm(rng: np.random.Generator):
     return model, {"x": x}, dq_lstm_reference(model, x, rows_apart=False), 1e-4
 
 
+def qlinear_conv_s8_in_if(rng: np.random.Generator):
+    """``qlinear_conv_s8`` inside both branches of an If, each branch holding its own weights:
+    onnxruntime's exact pass reaches into the branches, so a session given the exact entry
+    cannot load it (onnxmlu.sessions.needs_default_kernels must look there)."""
+    model, feeds, exact, step = qlinear_conv_s8(rng)
+    inits = list(model.graph.initializer)
+    del model.graph.initializer[:]
+    branches = [helper.make_graph([model.graph.node[0]], name, [], [model.graph.output[0]], inits)
+                for name in ("then", "else")]
+    del model.graph.node[:]
+    model.graph.node.append(helper.make_node("If", ["cond"], ["y"], then_branch=branches[0], else_branch=branches[1]))
+    model.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    return model, {**feeds, "cond": np.array(True)}, exact, step
+
+
+def qattention(rng: np.random.Generator):
+    """com.microsoft QAttention (its contrib schema: input u8 [B, S, H], weight s8 [H, 3H], bias,
+    input and weight scales, no mask, zero points; 2 heads), activations 240..255 by weights
+    near +-127; reference: the exact int64 product scaled, then attention in float64. Its
+    u8 x s8 product saturates like MatMulInteger's on CPUs without VNNI; in units of 1e-4."""
+    batch, seq, hidden, heads = 1, 4, 16, 2
+    w = (rng.integers(100, 128, (hidden, 3 * hidden)) * _signs(rng, (hidden, 3 * hidden))).astype(np.int8)
+    a = rng.integers(240, 256, (batch, seq, hidden)).astype(np.uint8)
+    scale = np.float32(1e-3)
+    inits = [numpy_helper.from_array(v, n) for n, v in (("w", w), ("b", np.zeros(3 * hidden, np.float32)),
+                                                        ("s", scale), ("za", np.uint8(0)), ("zw", np.int8(0)))]
+    nodes = [helper.make_node("QAttention", ["a", "w", "b", "s", "s", "", "za", "zw"], ["y"], domain="com.microsoft",
+                              num_heads=heads)]
+    model = _model(nodes, [helper.make_tensor_value_info("a", TensorProto.UINT8, [batch, seq, hidden])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, seq, hidden])], inits, contrib=True)
+    qkv = (a.astype(np.int64) @ w.astype(np.int64)) * (float(scale) * float(scale))
+    q, k, v = (x.reshape(batch, seq, heads, -1).transpose(0, 2, 1, 3) for x in np.split(qkv, 3, axis=-1))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hidden // heads)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    exact = ((p / p.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
+    return model, {"a": a}, exact, 1e-4
+
+
 def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
     return float(np.max(np.abs(got.astype(np.float64) - exact)) / step)
 
@@ -241,7 +284,15 @@ LAYERS = {"qdq_conv": qdq_conv, "matmul_integer": matmul_integer, "qlinear_conv_
           "matmul_integer_to_float": matmul_integer_to_float, "qgemm": qgemm, "dq_lstm": dq_lstm,
           "matmul_integer_in_if": matmul_integer_in_if, "qlinear_matmul_shared": qlinear_matmul_shared,
           "matmul_integer_shared": matmul_integer_shared,
-          "qdq_matmul_weight_read_outside": qdq_matmul_weight_read_outside}
+          "qdq_matmul_weight_read_outside": qdq_matmul_weight_read_outside,
+          "qlinear_conv_s8_in_if": qlinear_conv_s8_in_if, "qattention": qattention}
+
+
+def _with_package_options(model: onnx.ModelProto) -> ort.InferenceSession:
+    """Plain onnxruntime as the package's evaluator and calibration load a model (its options and
+    bytes: onnxmlu.sessions)."""
+    return ort.InferenceSession(exact_loadable(model), new_options("all", model=model),
+                                providers=["CPUExecutionProvider"])
 
 
 def check() -> dict[str, dict[str, float]]:
@@ -254,6 +305,7 @@ def check() -> dict[str, dict[str, float]]:
             "fused": _steps(InferenceSession(fused).run(None, feeds)[0], exact, step),
             "reference": _steps(reference_session(model).run(None, feeds)[0], exact, step),
             "default": _steps(default.run(None, feeds)[0], exact, step),
+            "options": _steps(_with_package_options(model).run(None, feeds)[0], exact, step),
         }
     return result
 

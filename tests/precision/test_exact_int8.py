@@ -39,6 +39,7 @@ def _assert_exact(result: dict) -> None:
     for layer, runs in result.items():
         assert runs["fused"] < 1, f"{layer}: the fused model is {runs['fused']} steps from exact"
         assert runs["reference"] < 1, f"{layer}: the reference is {runs['reference']} steps from exact"
+        assert runs["options"] < 1, f"{layer}: the package's session options are {runs['options']} steps from exact"
 
 
 def test_int8_layers_are_exact_here(library):
