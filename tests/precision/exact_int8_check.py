@@ -13,6 +13,7 @@ weights near +-127: ``2 * 255 * 127 > 32767``), each built from its own seed:
 * ``qlinear_conv_s8``: QLinearConv s8 x s8, which onnxruntime cannot load with the exact entry;
 * ``qlinear_matmul_u8``: QLinearMatMul u8 x s8 at opset 21, which onnxruntime's s8 -> u8 pass
   does not match (onnxmlu/rewrite/qlinearmatmul.py gives it u8 weights);
+* ``qlinear_matmul_7bit``: the same with weights within +-64, which cannot saturate: kept s8;
 * ``qdq_matmul``: a QDQ MatMul at opset 21, u8 activations by s8 weights;
 * ``matmul_integer_to_float``, ``qgemm``: com.microsoft's u8 x s8 products with a float output
   (they stay on the host; the reference session must give them u8 weights itself);
@@ -145,6 +146,19 @@ def qlinear_matmul_u8(rng: np.random.Generator):
     model = _model(nodes, [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 64])],
                    [helper.make_tensor_value_info("y", TensorProto.UINT8, [4, 8])], inits, opset=21)
     return model, {"a": a}, np.clip(np.round(a.astype(np.int64) @ w.astype(np.int64) / 4096.0), 0, 255), 1.0
+
+
+def qlinear_matmul_7bit(rng: np.random.Generator):
+    """``qlinear_matmul_u8`` with weights +-(40..64): every u8 x s8 pair sum fits 16 bits
+    (``2 * 255 * 64 = 32640``), so the fuse keeps the s8 weights and even plain onnxruntime's
+    AVX2 kernels are exact (``default`` 0 under Skylake-Client is the proof of the bound)."""
+    model, _, _, step = qlinear_matmul_u8(rng)
+    w = (rng.integers(40, 65, (64, 8)) * _signs(rng, (64, 8))).astype(np.int8)
+    a = rng.integers(240, 256, (4, 64)).astype(np.uint8)
+    model.graph.initializer[2].CopyFrom(numpy_helper.from_array(w, "w"))
+    model.graph.initializer[4].CopyFrom(numpy_helper.from_array(np.float32(2048.0), "sy"))
+    exact = np.clip(np.round(a.astype(np.int64) @ w.astype(np.int64) / 2048.0), 0, 255)
+    return model, {"a": a}, exact, step
 
 
 def qdq_matmul(rng: np.random.Generator):
@@ -280,7 +294,7 @@ def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
 
 #: The layers checked, each built from its own seeded generator.
 LAYERS = {"qdq_conv": qdq_conv, "matmul_integer": matmul_integer, "qlinear_conv_s8": qlinear_conv_s8,
-          "qlinear_matmul_u8": qlinear_matmul_u8, "qdq_matmul": qdq_matmul,
+          "qlinear_matmul_u8": qlinear_matmul_u8, "qlinear_matmul_7bit": qlinear_matmul_7bit, "qdq_matmul": qdq_matmul,
           "matmul_integer_to_float": matmul_integer_to_float, "qgemm": qgemm, "dq_lstm": dq_lstm,
           "matmul_integer_in_if": matmul_integer_in_if, "qlinear_matmul_shared": qlinear_matmul_shared,
           "matmul_integer_shared": matmul_integer_shared,

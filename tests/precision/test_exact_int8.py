@@ -151,3 +151,27 @@ def test_a_model_arriving_quantized_loads_with_the_exact_entry_too(library, tmp_
         options = new_options("all", exact=False)
         options.add_session_config_entry(EXACT_INT8_KEY, "1")
         ort.InferenceSession(body.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def test_qlinearmatmul_weights_that_cannot_saturate_keep_s8(library):
+    """The opset-21 QLinearMatMul rewrite (u8 weights: exact everywhere, slower u8 x u8 kernels on
+    VNNI hosts) is skipped where every ``|w| <= 64``: no 16-bit pair sum can saturate then (that
+    case's exactness under Skylake-Client, ``default`` included, is test above's)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from exact_int8_check import qlinear_matmul_7bit, qlinear_matmul_u8
+    from onnxmlu import api
+    from onnxmlu.schema import body_model
+
+    def weight_type(build) -> np.dtype:
+        model = build(np.random.default_rng(0))[0]
+        bodies = [body_model(n) for n in api.fuse(model, precision="int8").model.graph.node
+                  if n.op_type == "MLUFusionBlock"]
+        [body] = bodies
+        inits = {t.name: t for t in body.graph.initializer}
+        [node] = [n for n in body.graph.node if n.op_type == "QLinearMatMul"]
+        return numpy_helper.to_array(inits[node.input[3]]).dtype
+
+    assert weight_type(qlinear_matmul_7bit) == np.int8
+    assert weight_type(qlinear_matmul_u8) == np.uint8
