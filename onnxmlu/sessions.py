@@ -147,7 +147,12 @@ def exact_integer_weights(model: onnx.ModelProto) -> int:
     which they see) to u8 by ``^ 0x80`` (``w + 128``, ``z + 128``: every ``w - z`` unchanged),
     so that even an unoptimized session runs exact u8 x u8 kernels. A missing weight zero point
     (0) becomes an explicit 128. Returns the nodes rewritten."""
-    graphs = list(iter_graphs(model.graph))
+    return _exact_integer_weights_in(model.graph)
+
+
+def _exact_integer_weights_in(main: onnx.GraphProto) -> int:
+    """:func:`exact_integer_weights` of ``main`` and its subgraphs (the copies: ``main``'s)."""
+    graphs = list(iter_graphs(main))
     inits = {t.name: t for g in graphs for t in g.initializer}
     types = {v.name: v.type.tensor_type.elem_type for g in graphs for v in [*g.input, *g.value_info]}
     count = 0
@@ -160,10 +165,10 @@ def exact_integer_weights(model: onnx.ModelProto) -> int:
                                                                                   for _, z in pairs)):
             continue  # W and R share one type; onnxruntime reads one zero point per u8 weight here
         for weight, zero in pairs:
-            _flip_into(model, node, weight, inits, default_shape=None)
-            _flip_into(model, node, zero, inits, default_shape=())
+            _flip_into(main, node, weight, inits, default_shape=None)
+            _flip_into(main, node, zero, inits, default_shape=())
         count += bool(pairs)
-    _drop_unread(model.graph)
+    _drop_unread(main)
     return count
 
 
@@ -188,8 +193,7 @@ def _u8_activation(node: onnx.NodeProto, index: int | None, inits: dict, types: 
 
 
 def _flippable(node: onnx.NodeProto, weight: int, zero: int, inits: dict) -> bool:
-    has_weight = len(node.input) > weight and node.input[weight] in inits and \
-        inits[node.input[weight]].data_type == onnx.TensorProto.INT8
+    has_weight = len(node.input) > weight and _s8_initializer(node.input[weight], inits)
     zero_name = node.input[zero] if len(node.input) > zero else ""
     s8_zero = zero_name in inits and inits[zero_name].data_type == onnx.TensorProto.INT8
     return has_weight and (zero_name == "" or s8_zero)
@@ -200,7 +204,7 @@ def _uniform(node: onnx.NodeProto, zero: int, inits: dict) -> bool:
     return values is None or bool(np.all(values == values.flat[0]))
 
 
-def _flip_into(model: onnx.ModelProto, node: onnx.NodeProto, index: int, inits: dict, default_shape) -> None:
+def _flip_into(graph: onnx.GraphProto, node: onnx.NodeProto, index: int, inits: dict, default_shape) -> None:
     """Point ``node.input[index]`` at a u8 copy (``^ 0x80``) of its s8 initializer (an absent
     zero point: 0)."""
     name = node.input[index] if len(node.input) > index else ""
@@ -208,7 +212,7 @@ def _flip_into(model: onnx.ModelProto, node: onnx.NodeProto, index: int, inits: 
     flipped = numpy_helper.from_array((values.view(np.uint8) ^ 0x80).astype(np.uint8),
                                       f"{name or node.name + '_zero_point'}_exact_u8_{index}")
     if flipped.name not in inits:
-        model.graph.initializer.append(flipped)
+        graph.initializer.append(flipped)
         inits[flipped.name] = flipped
     while len(node.input) <= index:
         node.input.append("")
@@ -229,7 +233,15 @@ def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
     * a u8-activation integer node's weight slot (:data:`U8_ACTIVATION_NODES`: QLinearConv,
       QLinearMatMul, MatMulInteger after a DynamicQuantizeLinear, ...), the QOperator form.
 
-    A weight read by several nodes costs a copy per reader."""
+    A weight read by several nodes costs a copy per reader.
+
+    A body holding an s8-activation QLinearConv/QLinearMatMul (:func:`needs_default_kernels`)
+    loads only without the entry (the library retries it so, silently: its s8 x s8 kernels are
+    exact), and then its u8-activation integer nodes would saturate (198470 on a MatMulInteger
+    beside such a QLinearConv under Skylake-Client): their weights are made u8 here
+    (:func:`exact_integer_weights`), exact with or without the entry."""
+    if _refuses_entry(graph, {}):
+        _exact_integer_weights_in(graph)
     copies = 0
     for sub in iter_graphs(graph):
         inits = {t.name: t for t in sub.initializer}

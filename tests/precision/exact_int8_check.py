@@ -26,6 +26,8 @@ weights near +-127: ``2 * 255 * 127 > 32767``), each built from its own seed:
   1e-4.
 
 * ``qlinear_conv_s8_in_if``: ``qlinear_conv_s8`` in an If's branches;
+* ``s8_and_u8_products``: ``matmul_integer`` and ``qlinear_conv_s8`` in one block, which loads
+  only without the exact entry;
 * ``qattention``: com.microsoft QAttention u8 x s8, its float attention within 1e-4.
 
 Prints one JSON object: per layer the largest difference, in output quantization steps (the
@@ -265,6 +267,22 @@ def qlinear_conv_s8_in_if(rng: np.random.Generator):
     return model, {**feeds, "cond": np.array(True)}, exact, step
 
 
+def s8_and_u8_products(rng: np.random.Generator):
+    """``matmul_integer`` (u8 x s8) beside ``qlinear_conv_s8`` (s8 x s8) in one block: the block
+    loads only without the exact entry, so its u8 x s8 product must be exact without it. The
+    MatMulInteger's output is checked."""
+    model, feeds, _, _ = qlinear_conv_s8(rng)
+    product, product_feeds, exact, step = matmul_integer(rng)
+    node = product.graph.node[0]
+    node.input[:], node.output[0] = ["a2", "w2"], "y2"
+    product.graph.initializer[0].name, product.graph.input[0].name, product.graph.output[0].name = "w2", "a2", "y2"
+    model.graph.node.extend(product.graph.node)
+    model.graph.initializer.extend(product.graph.initializer)
+    model.graph.input.extend(product.graph.input)
+    model.graph.output.insert(0, product.graph.output[0])
+    return model, {**feeds, "a2": product_feeds["a"]}, exact, step
+
+
 def qattention(rng: np.random.Generator):
     """com.microsoft QAttention (its contrib schema: input u8 [B, S, H], weight s8 [H, 3H], bias,
     input and weight scales, no mask, zero points; 2 heads), activations 240..255 by weights
@@ -294,12 +312,13 @@ def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
 
 #: The layers checked, each built from its own seeded generator.
 LAYERS = {"qdq_conv": qdq_conv, "matmul_integer": matmul_integer, "qlinear_conv_s8": qlinear_conv_s8,
-          "qlinear_matmul_u8": qlinear_matmul_u8, "qlinear_matmul_7bit": qlinear_matmul_7bit, "qdq_matmul": qdq_matmul,
+          "qlinear_matmul_u8": qlinear_matmul_u8, "qdq_matmul": qdq_matmul,
           "matmul_integer_to_float": matmul_integer_to_float, "qgemm": qgemm, "dq_lstm": dq_lstm,
           "matmul_integer_in_if": matmul_integer_in_if, "qlinear_matmul_shared": qlinear_matmul_shared,
           "matmul_integer_shared": matmul_integer_shared,
           "qdq_matmul_weight_read_outside": qdq_matmul_weight_read_outside,
-          "qlinear_conv_s8_in_if": qlinear_conv_s8_in_if, "qattention": qattention}
+          "qlinear_conv_s8_in_if": qlinear_conv_s8_in_if, "qattention": qattention,
+          "s8_and_u8_products": s8_and_u8_products, "qlinear_matmul_7bit": qlinear_matmul_7bit}
 
 
 def _with_package_options(model: onnx.ModelProto) -> ort.InferenceSession:
