@@ -18,7 +18,7 @@ kernels measured 1.2-2.1x slower there (scripts/int8_exact_cost.py). So the entr
 where the default kernels are not exact (:func:`default_kernels_exact`: x86 without AVX-512
 VNNI, as onnxruntime's MLAS dispatches; AVX-VNNI-only CPUs get the entry, exact either way).
 
-Four gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fuse:
+Gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fuse:
 
 * it is an optimizer pass: a session with every optimization off (the numerical reference)
   runs the model's own QOperator nodes with their s8 weights, saturating.
@@ -29,8 +29,10 @@ Four gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in t
 * onnxruntime applies it to QLinearConv / QLinearMatMul (opset < 21) also when the
   *activation* is s8, and then finds no (s8, u8) kernel: the session cannot be created.
   s8 x s8 kernels widen before multiplying (exact on every x86: the ``qlinear_conv_s8`` case of
-  tests/precision/exact_int8_check.py), so a model holding such a node is given the options
-  without the entry (:func:`needs_default_kernels`), and the library retries such a body without it;
+  tests/precision/exact_int8_check.py), so a model holding such a node in any of its graphs is
+  given the options without the entry (:func:`needs_default_kernels`), and the library retries
+  such a body without it; the body's u8-activation integer nodes then get u8 weights at fuse time
+  (:func:`unshare_dequantized_weights`), exact without the entry;
 * its pass matches QLinearMatMul only at since-version 10 (onnxruntime 1.32), so a QLinearMatMul
   of opset 21 or later with u8 activations and s8 weights kept them and saturated inside a block
   on x86 without VNNI (35 output steps under Skylake-Client). The fuse gives such a node u8
@@ -41,7 +43,10 @@ Four gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in t
   after DynamicQuantizeLinear), after which the library's retry without it ran the saturating
   kernels silently and ``--precision auto``'s trials could not load at all: INT8 bodies give
   each reader its own copy (:func:`unshare_dequantized_weights`), so the library's retry serves
-  only files written elsewhere, and warns there (custom_ops/inner_session.cc).
+  only files written elsewhere, and warns there (custom_ops/inner_session.cc);
+* it runs only where onnxruntime's pass reaches: not an opset-21 QLinearMatMul, nor a weight an
+  If's branch reads from the outer scope. The evaluator and calibration, which load a model
+  arriving quantized whole, load it through :func:`exact_loadable` (u8 weights, unshared readers).
 """
 
 from __future__ import annotations
