@@ -21,8 +21,8 @@ measures for the entry). A weight several nodes share stays one tensor.
 Weights that cannot saturate keep s8, so VNNI hosts keep their faster u8 x s8 kernel: the
 u8 x u8 one took 2.41x as long on a [64, 768] x [768, 768] product and 2.17x on [128, 256] x
 [256, 256] (1 thread; ``python scripts/int8_exact_cost.py --qlinearmatmul 64 768 768``; commit
-6a8c3ca + this change, 2-core AMD EPYC with AVX-512 VNNI, load: other jobs running), kept s8
-weights 0.99-1.01x. Weights quantized to 7 bits (onnxruntime's ``reduce_range``) are such weights. The bound: the
+fa7cc6f, 2-core AMD EPYC with AVX-512 VNNI, load: other jobs running), kept s8 weights
+0.99-1.01x. Weights quantized to 7 bits (onnxruntime's ``reduce_range``) are such weights. The bound: the
 16-bit pair sum is ``a1 * w1 + a2 * w2`` of the stored values, ``a`` in [0, 255] (the zero points
 are applied after, on 32-bit sums), so with every ``|w| <= 64`` it is at most ``2 * 255 * 64 =
 32640 <= 32767`` in magnitude, and no x86 kernel saturates (:data:`SATURATION_FREE`; checked
