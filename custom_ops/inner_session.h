@@ -34,6 +34,9 @@ enum ReportIndex { kOwnPools, kOwnWorkers, kGlobalSessions, kOwnPoolRuns, kGloba
 
 // Whether onnxruntime refused the body because of the exact-INT8 session entry (retry without).
 bool IsExactInt8Failure(const std::string& message);
+// Says, once per block and session (the kernel is made once: not per run), through onnxruntime's logger at warning level, that the block was retried
+// without exact INT8 kernels (IsExactInt8Failure's `message`) and may saturate on this CPU.
+void WarnExactInt8Retry(const OrtKernelInfo* info, const std::string& node_name, const std::string& message) noexcept;
 
 // The shared weights as onnxruntime takes them (AddExternalInitializers: tensors over a buffer
 // they do not own), made once per kernel and kept until its inner session is made.

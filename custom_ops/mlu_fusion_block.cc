@@ -74,6 +74,7 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   OrtStatus* status = CreateInnerSession(env_.get(), body, threads, config, node_name_, prefix, views, &session,
                                          &on_global_pool, /*exact_int8=*/true);
   if (status != nullptr && IsExactInt8Failure(Api().GetErrorMessage(status))) {
+    WarnExactInt8Retry(info, node_name_, Api().GetErrorMessage(status));
     Api().ReleaseStatus(status);  // see kExactInt8Failures: retry with onnxruntime's default kernels
     status = CreateInnerSession(env_.get(), body, threads, config, node_name_, prefix, views, &session,
                                 &on_global_pool, /*exact_int8=*/false);

@@ -18,27 +18,35 @@ kernels measured 1.2-2.1x slower there (scripts/int8_exact_cost.py). So the entr
 where the default kernels are not exact (:func:`default_kernels_exact`: x86 without AVX-512
 VNNI, as onnxruntime's MLAS dispatches; AVX-VNNI-only CPUs get the entry, exact either way).
 
-Four gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fuse:
+Gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fuse:
 
 * it is an optimizer pass: a session with every optimization off (the numerical reference)
   runs the model's own QOperator nodes with their s8 weights, saturating.
   :func:`exact_integer_weights` applies the same identity (``w ^ 0x80``, ``z_w ^ 0x80``) to the
   model itself for u8-activation integer nodes (the list of onnxruntime's pass, which the reference
   must cover whole: MatMulIntegerToFloat and QGemm saturated there too, by 254059 and 246218 on an int32-sized
-  product under Skylake-Client);
+  product under Skylake-Client, QAttention by 0.083 on attention outputs up to 0.34);
 * onnxruntime applies it to QLinearConv / QLinearMatMul (opset < 21) also when the
   *activation* is s8, and then finds no (s8, u8) kernel: the session cannot be created.
   s8 x s8 kernels widen before multiplying (exact on every x86: the ``qlinear_conv_s8`` case of
-  tests/precision/exact_int8_check.py), so a model holding such a node is given the options
-  without the entry (:func:`needs_default_kernels`), and the library retries such a body without it;
+  tests/precision/exact_int8_check.py), so a model holding such a node in any of its graphs is
+  given the options without the entry (:func:`needs_default_kernels`), and the library retries
+  such a body without it; the body's u8-activation integer nodes then get u8 weights at fuse time
+  (:func:`unshare_dequantized_weights`), exact without the entry;
 * its pass matches QLinearMatMul only at since-version 10 (onnxruntime 1.32), so a QLinearMatMul
   of opset 21 or later with u8 activations and s8 weights kept them and saturated inside a block
   on x86 without VNNI (35 output steps under Skylake-Client). The fuse gives such a node u8
   weights itself (:mod:`onnxmlu.rewrite.qlinearmatmul`), on every host, so the file no longer
   depends on the entry for it;
-* it fails on a quantized weight that several readers share, after which the library's retry
-  without it ran the saturating kernels and ``--precision auto``'s trials could not load at all:
-  INT8 bodies give each reader its own copy (:func:`unshare_dequantized_weights`).
+* it fails on a quantized weight that several readers share (DequantizeLinear readers, also one
+  whose output leaves the block; QOperator readers: QLinearConv, QLinearMatMul, MatMulInteger
+  after DynamicQuantizeLinear), after which the library's retry without it ran the saturating
+  kernels silently and ``--precision auto``'s trials could not load at all: INT8 bodies give
+  each reader its own copy (:func:`unshare_dequantized_weights`), so the library's retry serves
+  only files written elsewhere, and warns there (custom_ops/inner_session.cc);
+* it runs only where onnxruntime's pass reaches: not an opset-21 QLinearMatMul, nor a weight an
+  If's branch reads from the outer scope. The evaluator and calibration, which load a model
+  arriving quantized whole, load it through :func:`exact_loadable` (u8 weights, unshared readers).
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxmlu import ortlog
-from onnxmlu.ir import iter_graphs
+from onnxmlu.ir import is_default_domain, iter_graphs, node_subgraphs
 from onnxmlu.optional import optional_import
 
 #: onnxruntime's session config key for exact u8 x u8 kernels on x86 without VNNI.
@@ -60,8 +68,9 @@ EXACT_INT8_KEY = "session.x64quantprecision"
 
 #: Integer product nodes whose activation is quantized to u8: op type -> (activation zero
 #: point index or None when always u8, [(weight index, weight zero point index), ...]).
-#: The weight pairs are onnxruntime's own list (its Avx2WeightS8ToU8Transformer), but for
-#: QAttention, which no test here runs (its reference stays onnxruntime's kernel).
+#: The weight pairs are onnxruntime's own list (its Avx2WeightS8ToU8Transformer). Of
+#: com.microsoft's other quantized ops, QLinearAdd/QLinearMul/QLinearConcat/... multiply no u8 x s8
+#: pairs (elementwise, requantized in float) and QOrderedMatMul is CUDA-only s8 x s8: none saturates.
 U8_ACTIVATION_NODES: dict[str, tuple[int | None, list[tuple[int, int]]]] = {
     "QLinearConv": (2, [(3, 5)]),
     "QLinearMatMul": (2, [(3, 5)]),
@@ -70,6 +79,7 @@ U8_ACTIVATION_NODES: dict[str, tuple[int | None, list[tuple[int, int]]]] = {
     "MatMulIntegerToFloat": (4, [(1, 5)]),
     "QGemm": (2, [(3, 5)]),
     "DynamicQuantizeLSTM": (None, [(1, 9), (2, 11)]),
+    "QAttention": (6, [(1, 7)]),  # input, weight, bias, input/weight scale, mask, zero points
 }
 
 #: Nodes onnxruntime cannot run with :data:`EXACT_INT8_KEY` when their activation is s8.
@@ -119,13 +129,21 @@ def default_kernels_exact() -> bool:
 
 
 def needs_default_kernels(model: onnx.ModelProto) -> bool:
-    """Whether the main graph holds a QLinearConv/QLinearMatMul with an s8 activation zero
-    point: onnxruntime (1.32) rewrites its weight to u8 under :data:`EXACT_INT8_KEY` and then
-    has no kernel for it. Its s8 x s8 kernel is exact without the entry."""
-    inits = {t.name: t for t in model.graph.initializer}
-    return any(n.op_type in _S8_ACTIVATION_REFUSED and n.domain in ("", "ai.onnx") and len(n.input) > 2
-               and n.input[2] in inits and inits[n.input[2]].data_type == onnx.TensorProto.INT8
-               for n in model.graph.node)
+    """Whether any graph of ``model`` (If branches, Loop and Scan bodies: onnxruntime's pass
+    rewrites them too) holds a QLinearConv/QLinearMatMul with an s8 activation zero point:
+    onnxruntime (1.32) rewrites its weight to u8 under :data:`EXACT_INT8_KEY` and then has no
+    kernel for it. Its s8 x s8 kernel is exact without the entry."""
+    return _refuses_entry(model.graph, {})
+
+
+def _refuses_entry(graph: onnx.GraphProto, outer: dict) -> bool:
+    """:func:`needs_default_kernels` for ``graph``, whose nodes see ``outer``'s initializers
+    unless one of its own has the name."""
+    inits = {**outer, **{t.name: t for t in graph.initializer}}
+    if any(n.op_type in _S8_ACTIVATION_REFUSED and is_default_domain(n.domain) and len(n.input) > 2
+           and n.input[2] in inits and inits[n.input[2]].data_type == onnx.TensorProto.INT8 for n in graph.node):
+        return True
+    return any(_refuses_entry(sub, inits) for n in graph.node for sub in node_subgraphs(n))
 
 
 def exact_integer_weights(model: onnx.ModelProto) -> int:
@@ -134,7 +152,12 @@ def exact_integer_weights(model: onnx.ModelProto) -> int:
     which they see) to u8 by ``^ 0x80`` (``w + 128``, ``z + 128``: every ``w - z`` unchanged),
     so that even an unoptimized session runs exact u8 x u8 kernels. A missing weight zero point
     (0) becomes an explicit 128. Returns the nodes rewritten."""
-    graphs = list(iter_graphs(model.graph))
+    return _exact_integer_weights_in(model.graph)
+
+
+def _exact_integer_weights_in(main: onnx.GraphProto) -> int:
+    """:func:`exact_integer_weights` of ``main`` and its subgraphs (the copies: ``main``'s)."""
+    graphs = list(iter_graphs(main))
     inits = {t.name: t for g in graphs for t in g.initializer}
     types = {v.name: v.type.tensor_type.elem_type for g in graphs for v in [*g.input, *g.value_info]}
     count = 0
@@ -147,10 +170,10 @@ def exact_integer_weights(model: onnx.ModelProto) -> int:
                                                                                   for _, z in pairs)):
             continue  # W and R share one type; onnxruntime reads one zero point per u8 weight here
         for weight, zero in pairs:
-            _flip_into(model, node, weight, inits, default_shape=None)
-            _flip_into(model, node, zero, inits, default_shape=())
+            _flip_into(main, node, weight, inits, default_shape=None)
+            _flip_into(main, node, zero, inits, default_shape=())
         count += bool(pairs)
-    _drop_unread(model.graph)
+    _drop_unread(main)
     return count
 
 
@@ -175,8 +198,7 @@ def _u8_activation(node: onnx.NodeProto, index: int | None, inits: dict, types: 
 
 
 def _flippable(node: onnx.NodeProto, weight: int, zero: int, inits: dict) -> bool:
-    has_weight = len(node.input) > weight and node.input[weight] in inits and \
-        inits[node.input[weight]].data_type == onnx.TensorProto.INT8
+    has_weight = len(node.input) > weight and _s8_initializer(node.input[weight], inits)
     zero_name = node.input[zero] if len(node.input) > zero else ""
     s8_zero = zero_name in inits and inits[zero_name].data_type == onnx.TensorProto.INT8
     return has_weight and (zero_name == "" or s8_zero)
@@ -187,7 +209,7 @@ def _uniform(node: onnx.NodeProto, zero: int, inits: dict) -> bool:
     return values is None or bool(np.all(values == values.flat[0]))
 
 
-def _flip_into(model: onnx.ModelProto, node: onnx.NodeProto, index: int, inits: dict, default_shape) -> None:
+def _flip_into(graph: onnx.GraphProto, node: onnx.NodeProto, index: int, inits: dict, default_shape) -> None:
     """Point ``node.input[index]`` at a u8 copy (``^ 0x80``) of its s8 initializer (an absent
     zero point: 0)."""
     name = node.input[index] if len(node.input) > index else ""
@@ -195,7 +217,7 @@ def _flip_into(model: onnx.ModelProto, node: onnx.NodeProto, index: int, inits: 
     flipped = numpy_helper.from_array((values.view(np.uint8) ^ 0x80).astype(np.uint8),
                                       f"{name or node.name + '_zero_point'}_exact_u8_{index}")
     if flipped.name not in inits:
-        model.graph.initializer.append(flipped)
+        graph.initializer.append(flipped)
         inits[flipped.name] = flipped
     while len(node.input) <= index:
         node.input.append("")
@@ -203,36 +225,101 @@ def _flip_into(model: onnx.ModelProto, node: onnx.NodeProto, index: int, inits: 
 
 
 def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
-    """Give every DequantizeLinear of a constant s8 weight one reader, and its weight and zero
-    point to it alone (in place; returns the copies made). Why: under :data:`EXACT_INT8_KEY`
-    onnxruntime (1.32) first gives each reader of a DequantizeLinear its own copy of that node,
-    then rewrites each copy's s8 weight to u8 under one derived name; the second copy of a
-    shared weight fails ("Attempt to replace the existing tensor"), and a session retried without
-    the entry runs the saturating kernels (3.5 off on outputs up to 3.6 under Skylake-Client,
-    tests/precision/auto_plan_check.py). A weight read by several nodes costs a copy per reader."""
+    """Give every reader of a constant s8 weight that onnxruntime's exact INT8 pass rewrites its
+    own copy of that weight and its zero point, in every graph of a body (in place; returns the
+    copies made). Why: under :data:`EXACT_INT8_KEY` onnxruntime (1.32) rewrites each such s8
+    weight to u8 under one name derived from the weight's; the second reader of a shared weight
+    adds that name again and session creation fails ("Attempt to replace the existing tensor"),
+    after which a session retried without the entry runs the saturating kernels (3.5 off on
+    outputs up to 3.6 under Skylake-Client, tests/precision/auto_plan_check.py). The readers are
+
+    * a DequantizeLinear of the weight: onnxruntime first gives each reader of its output (a
+      graph output counts) its own copy of the node, so the fuse does that itself;
+    * a u8-activation integer node's weight slot (:data:`U8_ACTIVATION_NODES`: QLinearConv,
+      QLinearMatMul, MatMulInteger after a DynamicQuantizeLinear, ...), the QOperator form.
+
+    A weight read by several nodes costs a copy per reader.
+
+    A body holding an s8-activation QLinearConv/QLinearMatMul (:func:`needs_default_kernels`)
+    loads only without the entry (the library retries it so, silently: its s8 x s8 kernels are
+    exact), and then its u8-activation integer nodes would saturate (198470 on a MatMulInteger
+    beside such a QLinearConv under Skylake-Client): their weights are made u8 here
+    (:func:`exact_integer_weights`), exact with or without the entry."""
+    if _refuses_entry(graph, {}):
+        _exact_integer_weights_in(graph)
+    copies = 0
+    for sub in iter_graphs(graph):
+        inits = {t.name: t for t in sub.initializer}
+        claimed: set[str] = set()
+        _split_dequantize_readers(sub, inits)
+        for node in sub.node:
+            copies += _own_inputs(sub, node, _weight_slots(node, inits), inits, claimed)
+    return copies
+
+
+def exact_loadable(model: onnx.ModelProto) -> bytes:
+    """``model``'s bytes for a session of the package's options where they set
+    :data:`EXACT_INT8_KEY` (a model arriving quantized, loaded whole by the evaluator or by
+    calibration): where the model holds a u8-activation integer node or a quantized weight with
+    several readers, a copy's bytes with the node's weights made u8 (:func:`exact_integer_weights`:
+    also where onnxruntime's pass does not reach, an opset-21 QLinearMatMul or a weight from an
+    If's outer scope) and every dequantized weight's reader given its own
+    (:func:`unshare_dequantized_weights`), so that the session loads and computes exactly; else
+    ``model``'s own bytes."""
+    graphs = list(iter_graphs(model.graph))
+    if default_kernels_exact() or not any(n.op_type in U8_ACTIVATION_NODES for g in graphs for n in g.node) and \
+            not any(_shares_weights(g) for g in graphs):
+        return model.SerializeToString()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    exact_integer_weights(copy)
+    unshare_dequantized_weights(copy.graph)
+    return copy.SerializeToString()
+
+
+def _shares_weights(graph: onnx.GraphProto) -> bool:
+    """Whether a weight of ``graph`` has several readers :func:`unshare_dequantized_weights` splits."""
     inits = {t.name: t for t in graph.initializer}
+    slots = [n.input[i] for n in graph.node for i in _weight_slots(n, inits) if i < len(n.input)]
+    weights = [s for s in slots if _s8_initializer(s, inits)]
+    dequantized = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear" and _weight_slots(n, inits)}
+    reads = [name for n in graph.node for name in n.input if name in dequantized]
+    reads += [o.name for o in graph.output if o.name in dequantized]
+    return len(set(weights)) < len(weights) or len(set(reads)) < len(reads)
+
+
+def _weight_slots(node: onnx.NodeProto, inits: dict) -> tuple[int, ...]:
+    """The inputs of ``node`` onnxruntime's exact INT8 pass may rewrite (weights, zero points);
+    an activation's DequantizeLinear has none."""
+    if node.op_type == "DequantizeLinear":
+        return (0, 2) if _s8_initializer(node.input[0], inits) else ()
+    spec = U8_ACTIVATION_NODES.get(node.op_type)
+    return () if spec is None else tuple(i for pair in spec[1] for i in pair)
+
+
+def _split_dequantize_readers(graph: onnx.GraphProto, inits: dict) -> None:
+    """One reader per DequantizeLinear of an s8 initializer: a clone per further reader (every
+    node reader when the output is also a graph output, which keeps the original)."""
     readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for node in graph.node:
         for index, name in enumerate(node.input):
             readers.setdefault(name, []).append((node, index))
-    claimed: set[str] = set()
-    nodes, copies = [], 0
+    outputs = {o.name for o in graph.output}
+    nodes = []
     for node in graph.node:
         nodes.append(node)
         if node.op_type != "DequantizeLinear" or not _s8_initializer(node.input[0], inits):
             continue
         uses = readers.get(node.output[0], [])
-        for k, (reader, index) in enumerate(uses[1:], start=1):
+        first = 0 if node.output[0] in outputs else 1
+        for k, (reader, index) in enumerate(uses[first:], start=1):
             clone = onnx.NodeProto()
             clone.CopyFrom(node)
             clone.name, clone.output[0] = f"{node.name}_use{k}", f"{node.output[0]}_use{k}"
             reader.input[index] = clone.output[0]
             nodes.append(clone)
-        for dequantize in nodes[len(nodes) - max(1, len(uses)):]:
-            copies += _own_inputs(graph, dequantize, inits, claimed)
     del graph.node[:]
     graph.node.extend(nodes)
-    return copies
 
 
 def _s8_initializer(name: str, inits: dict) -> bool:
@@ -242,18 +329,19 @@ def _s8_initializer(name: str, inits: dict) -> bool:
         inits[name].data_location != onnx.TensorProto.EXTERNAL
 
 
-def _own_inputs(graph: onnx.GraphProto, node: onnx.NodeProto, inits: dict, claimed: set[str]) -> int:
-    """Point ``node``'s weight and zero point at copies where another DequantizeLinear of a
-    weight claimed them already."""
+def _own_inputs(graph: onnx.GraphProto, node: onnx.NodeProto, slots: tuple[int, ...], inits: dict,
+                claimed: set[str]) -> int:
+    """Point ``node``'s ``slots`` (weights, zero points) at copies where an earlier reader
+    claimed them already."""
     copies = 0
-    for index in (0, 2):
+    for index in slots:
         name = node.input[index] if len(node.input) > index else ""
         if not _s8_initializer(name, inits):
             continue
         if name in claimed:
             copy = onnx.TensorProto()
             copy.CopyFrom(inits[name])
-            copy.name = f"{name}_{node.name or node.output[0]}"
+            copy.name = f"{name}_{node.name or node.output[0]}_{index}"
             graph.initializer.append(copy)
             node.input[index] = name = copy.name
             copies += 1

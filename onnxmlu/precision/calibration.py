@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import onnx
 
-from onnxmlu.sessions import new_options
+from onnxmlu.sessions import exact_loadable, new_options
 from onnxmlu.errors import OnnxMluError, first_line, runtime_message
 from onnxmlu.frontend.feeds import random_inputs
 from onnxmlu.ir import fed_inputs
@@ -291,7 +291,7 @@ def _session_exposing(model: onnx.ModelProto, names: Sequence[str]):
         output = graph.output.add()
         output.CopyFrom(infos.get(name, onnx.ValueInfoProto(name=name)))
     try:
-        data = model.SerializeToString()
+        data = exact_loadable(model)
     finally:
         del graph.output[len(graph.output) - len(added):]
     # its notes on unused initializers are not the user's concern

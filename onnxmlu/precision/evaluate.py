@@ -33,7 +33,7 @@ from onnx import helper
 from onnx.compose import add_prefix_graph
 
 from onnxmlu.collapse.blocks import block_interface, block_owner, collapse, fp32_body
-from onnxmlu.sessions import new_options
+from onnxmlu.sessions import exact_loadable, new_options
 from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.optional import optional_import
 from onnxmlu.ir import copy_model_fields, fed_inputs, is_default_domain, nested_graphs, node_inputs, opset_version
@@ -306,6 +306,6 @@ def _session(model: onnx.ModelProto):
     ort = optional_import("onnxruntime")
     options = new_options("all", log_severity=3, model=model)
     try:
-        return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(exact_loadable(model), sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors, as one line
         raise OnnxMluError(f"onnxruntime cannot load the model at its planned precisions: {first_line(exc)}") from None

@@ -13,17 +13,28 @@ weights near +-127: ``2 * 255 * 127 > 32767``), each built from its own seed:
 * ``qlinear_conv_s8``: QLinearConv s8 x s8, which onnxruntime cannot load with the exact entry;
 * ``qlinear_matmul_u8``: QLinearMatMul u8 x s8 at opset 21, which onnxruntime's s8 -> u8 pass
   does not match (onnxmlu/rewrite/qlinearmatmul.py gives it u8 weights);
+* ``qlinear_matmul_7bit``: the same with weights within +-64, which cannot saturate: kept s8;
 * ``qdq_matmul``: a QDQ MatMul at opset 21, u8 activations by s8 weights;
 * ``matmul_integer_to_float``, ``qgemm``: com.microsoft's u8 x s8 products with a float output
   (they stay on the host; the reference session must give them u8 weights itself);
+* ``qlinear_matmul_shared``, ``matmul_integer_shared``: QOperator products sharing one s8
+  weight, and ``qdq_matmul_weight_read_outside``: a dequantized weight a host node also reads
+  (onnxruntime's s8 -> u8 pass fails on each unless the fuse gives every reader its own copy:
+  onnxmlu.sessions.unshare_dequantized_weights);
 * ``dq_lstm``: a DynamicQuantizeLSTM (s8 weights over the whole range, batch 1), rewritten into
   INT8 cells; reference tests/rewrite/dqlstm_reference.py, its float epilogue (gates) within
   1e-4.
 
+* ``qlinear_conv_s8_in_if``: ``qlinear_conv_s8`` in an If's branches;
+* ``s8_and_u8_products``: ``matmul_integer`` and ``qlinear_conv_s8`` in one block, which loads
+  only without the exact entry;
+* ``qattention``: com.microsoft QAttention u8 x s8, its float attention within 1e-4.
+
 Prints one JSON object: per layer the largest difference, in output quantization steps (the
-LSTM: in units of 1e-4), of the fused model, onnxmlu's reference session and (``default``)
-plain onnxruntime at its default options, which shows whether the CPU the process runs on
-saturates at all.
+LSTM and QAttention: in units of 1e-4), of the fused model, onnxmlu's reference session,
+(``default``) plain onnxruntime at its default options, which shows whether the CPU the process
+runs on saturates at all, and (``options``) plain onnxruntime with the options the package's
+evaluator and calibration sessions give the model (onnxmlu.sessions.new_options).
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession, reference_session
+from onnxmlu.sessions import exact_loadable, new_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rewrite"))
 from dqlstm_reference import dq_lstm_model, dq_lstm_reference  # noqa: E402 - a sibling folder's helper
@@ -138,6 +150,19 @@ def qlinear_matmul_u8(rng: np.random.Generator):
     return model, {"a": a}, np.clip(np.round(a.astype(np.int64) @ w.astype(np.int64) / 4096.0), 0, 255), 1.0
 
 
+def qlinear_matmul_7bit(rng: np.random.Generator):
+    """``qlinear_matmul_u8`` with weights +-(40..64): every u8 x s8 pair sum fits 16 bits
+    (``2 * 255 * 64 = 32640``), so the fuse keeps the s8 weights and even plain onnxruntime's
+    AVX2 kernels are exact (``default`` 0 under Skylake-Client is the proof of the bound)."""
+    model, _, _, step = qlinear_matmul_u8(rng)
+    w = (rng.integers(40, 65, (64, 8)) * _signs(rng, (64, 8))).astype(np.int8)
+    a = rng.integers(240, 256, (4, 64)).astype(np.uint8)
+    model.graph.initializer[2].CopyFrom(numpy_helper.from_array(w, "w"))
+    model.graph.initializer[4].CopyFrom(numpy_helper.from_array(np.float32(2048.0), "sy"))
+    exact = np.clip(np.round(a.astype(np.int64) @ w.astype(np.int64) / 2048.0), 0, 255)
+    return model, {"a": a}, exact, step
+
+
 def qdq_matmul(rng: np.random.Generator):
     """A QDQ MatMul at opset 21, u8 activations (zero point 128) by s8 weights, u8 output."""
     w, _ = _u8_by_s8(rng)
@@ -156,6 +181,44 @@ def qdq_matmul(rng: np.random.Generator):
     acc = q.astype(np.int64) @ w.astype(np.int64)
     exact = (np.clip(np.round(acc * (SX * SW / SY)) + 128, 0, 255) - 128) * SY
     return model, {"x": (q * SX).astype(np.float32)}, exact, SY
+
+
+def qlinear_matmul_shared(rng: np.random.Generator):
+    """Two QLinearMatMul u8 x s8 (opset 13, which onnxruntime's s8 -> u8 pass matches) reading
+    one weight and zero point, their outputs concatenated: a QOperator weight shared inside a
+    block that arrives quantized."""
+    model, feeds, exact, step = qlinear_matmul_u8(rng)
+    model.opset_import[0].version, model.ir_version = 13, 8
+    second = onnx.NodeProto()
+    second.CopyFrom(model.graph.node[0])
+    second.input[0], second.output[0] = "a2", "y2"
+    model.graph.node[0].output[0] = "y1"
+    model.graph.node.extend([second, helper.make_node("Concat", ["y1", "y2"], ["y"], axis=0)])
+    model.graph.input.append(helper.make_tensor_value_info("a2", TensorProto.UINT8, [4, 64]))
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 8
+    return model, {**feeds, "a2": feeds["a"][::-1].copy()}, np.concatenate([exact, exact[::-1]]), step
+
+
+def matmul_integer_shared(rng: np.random.Generator):
+    """Two MatMulInteger u8 x s8 reading one weight (as a DynamicQuantizeLinear chain's do), the
+    int32 products concatenated."""
+    model, feeds, exact, step = matmul_integer(rng)
+    model.graph.node[0].output[0] = "y1"
+    model.graph.node.extend([helper.make_node("MatMulInteger", ["a2", "w"], ["y2"]),
+                             helper.make_node("Concat", ["y1", "y2"], ["y"], axis=0)])
+    model.graph.input.append(helper.make_tensor_value_info("a2", TensorProto.UINT8, [4, 64]))
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 8
+    return model, {**feeds, "a2": feeds["a"][::-1].copy()}, np.concatenate([exact, exact[::-1]]), step
+
+
+def qdq_matmul_weight_read_outside(rng: np.random.Generator):
+    """``qdq_matmul`` whose dequantized weight a host node (TopK) also reads: the block's body
+    returns it, so its DequantizeLinear has a reader outside the block."""
+    model, feeds, exact, step = qdq_matmul(rng)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([2], np.int64), "k"))
+    model.graph.node.append(helper.make_node("TopK", ["wd", "k"], ["top", "top_index"]))
+    model.graph.output.append(helper.make_tensor_value_info("top", TensorProto.FLOAT, [64, 2]))
+    return model, feeds, exact, step
 
 
 def matmul_integer_to_float(rng: np.random.Generator):
@@ -189,6 +252,60 @@ def dq_lstm(rng: np.random.Generator):
     return model, {"x": x}, dq_lstm_reference(model, x, rows_apart=False), 1e-4
 
 
+def qlinear_conv_s8_in_if(rng: np.random.Generator):
+    """``qlinear_conv_s8`` inside both branches of an If, each branch holding its own weights:
+    onnxruntime's exact pass reaches into the branches, so a session given the exact entry
+    cannot load it (onnxmlu.sessions.needs_default_kernels must look there)."""
+    model, feeds, exact, step = qlinear_conv_s8(rng)
+    inits = list(model.graph.initializer)
+    del model.graph.initializer[:]
+    branches = [helper.make_graph([model.graph.node[0]], name, [], [model.graph.output[0]], inits)
+                for name in ("then", "else")]
+    del model.graph.node[:]
+    model.graph.node.append(helper.make_node("If", ["cond"], ["y"], then_branch=branches[0], else_branch=branches[1]))
+    model.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    return model, {**feeds, "cond": np.array(True)}, exact, step
+
+
+def s8_and_u8_products(rng: np.random.Generator):
+    """``matmul_integer`` (u8 x s8) beside ``qlinear_conv_s8`` (s8 x s8) in one block: the block
+    loads only without the exact entry, so its u8 x s8 product must be exact without it. The
+    MatMulInteger's output is checked."""
+    model, feeds, _, _ = qlinear_conv_s8(rng)
+    product, product_feeds, exact, step = matmul_integer(rng)
+    node = product.graph.node[0]
+    node.input[:], node.output[0] = ["a2", "w2"], "y2"
+    product.graph.initializer[0].name, product.graph.input[0].name, product.graph.output[0].name = "w2", "a2", "y2"
+    model.graph.node.extend(product.graph.node)
+    model.graph.initializer.extend(product.graph.initializer)
+    model.graph.input.extend(product.graph.input)
+    model.graph.output.insert(0, product.graph.output[0])
+    return model, {**feeds, "a2": product_feeds["a"]}, exact, step
+
+
+def qattention(rng: np.random.Generator):
+    """com.microsoft QAttention (its contrib schema: input u8 [B, S, H], weight s8 [H, 3H], bias,
+    input and weight scales, no mask, zero points; 2 heads), activations 240..255 by weights
+    near +-127; reference: the exact int64 product scaled, then attention in float64. Its
+    u8 x s8 product saturates like MatMulInteger's on CPUs without VNNI; in units of 1e-4."""
+    batch, seq, hidden, heads = 1, 4, 16, 2
+    w = (rng.integers(100, 128, (hidden, 3 * hidden)) * _signs(rng, (hidden, 3 * hidden))).astype(np.int8)
+    a = rng.integers(240, 256, (batch, seq, hidden)).astype(np.uint8)
+    scale = np.float32(1e-3)
+    inits = [numpy_helper.from_array(v, n) for n, v in (("w", w), ("b", np.zeros(3 * hidden, np.float32)),
+                                                        ("s", scale), ("za", np.uint8(0)), ("zw", np.int8(0)))]
+    nodes = [helper.make_node("QAttention", ["a", "w", "b", "s", "s", "", "za", "zw"], ["y"], domain="com.microsoft",
+                              num_heads=heads)]
+    model = _model(nodes, [helper.make_tensor_value_info("a", TensorProto.UINT8, [batch, seq, hidden])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, seq, hidden])], inits, contrib=True)
+    qkv = (a.astype(np.int64) @ w.astype(np.int64)) * (float(scale) * float(scale))
+    q, k, v = (x.reshape(batch, seq, heads, -1).transpose(0, 2, 1, 3) for x in np.split(qkv, 3, axis=-1))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hidden // heads)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    exact = ((p / p.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
+    return model, {"a": a}, exact, 1e-4
+
+
 def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
     return float(np.max(np.abs(got.astype(np.float64) - exact)) / step)
 
@@ -197,7 +314,18 @@ def _steps(got: np.ndarray, exact: np.ndarray, step: float) -> float:
 LAYERS = {"qdq_conv": qdq_conv, "matmul_integer": matmul_integer, "qlinear_conv_s8": qlinear_conv_s8,
           "qlinear_matmul_u8": qlinear_matmul_u8, "qdq_matmul": qdq_matmul,
           "matmul_integer_to_float": matmul_integer_to_float, "qgemm": qgemm, "dq_lstm": dq_lstm,
-          "matmul_integer_in_if": matmul_integer_in_if}
+          "matmul_integer_in_if": matmul_integer_in_if, "qlinear_matmul_shared": qlinear_matmul_shared,
+          "matmul_integer_shared": matmul_integer_shared,
+          "qdq_matmul_weight_read_outside": qdq_matmul_weight_read_outside,
+          "qlinear_conv_s8_in_if": qlinear_conv_s8_in_if, "qattention": qattention,
+          "s8_and_u8_products": s8_and_u8_products, "qlinear_matmul_7bit": qlinear_matmul_7bit}
+
+
+def _with_package_options(model: onnx.ModelProto) -> ort.InferenceSession:
+    """Plain onnxruntime as the package's evaluator and calibration load a model (its options and
+    bytes: onnxmlu.sessions)."""
+    return ort.InferenceSession(exact_loadable(model), new_options("all", model=model),
+                                providers=["CPUExecutionProvider"])
 
 
 def check() -> dict[str, dict[str, float]]:
@@ -210,9 +338,24 @@ def check() -> dict[str, dict[str, float]]:
             "fused": _steps(InferenceSession(fused).run(None, feeds)[0], exact, step),
             "reference": _steps(reference_session(model).run(None, feeds)[0], exact, step),
             "default": _steps(default.run(None, feeds)[0], exact, step),
+            "options": _steps(_with_package_options(model).run(None, feeds)[0], exact, step),
         }
     return result
 
 
+def third_party_file() -> float:
+    """``qlinear_matmul_shared`` fused as if by a tool that leaves the weight shared (the fuse's
+    unsharing switched off), run twice by one session: the library retries its block without the
+    exact entry and (on a CPU without VNNI) warns once, not per run. Returns the fused model's steps from exact."""
+    from unittest import mock
+
+    model, feeds, exact, step = qlinear_matmul_shared(np.random.default_rng(0))
+    with mock.patch("onnxmlu.collapse.own.unshare_dequantized_weights", lambda graph: 0):
+        fused = api.fuse(model, precision="int8").model
+    session = InferenceSession(fused)
+    runs = [session.run(None, feeds)[0] for _ in range(2)]
+    return max(_steps(got, exact, step) for got in runs)
+
+
 if __name__ == "__main__":
-    print(json.dumps(check()))
+    print(json.dumps(third_party_file() if sys.argv[1:] == ["third-party"] else check()))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,12 +31,15 @@ EMULATED = {"Skylake-Client": "AVX2, no VNNI", "Nehalem": "SSE4.2, no AVX"}
 #: Where a plain onnxruntime session on that CPU is not exact for these layers (measured):
 #: the proof that the emulation reaches the saturating kernels, so the test can fail.
 SATURATES = {"Skylake-Client"}
+#: The library's switch that makes its retry without the exact entry an error (inner_session.cc).
+RETRY_IS_AN_ERROR = "ONNXMLU_EXACT_INT8_STRICT"
 
 
 def _assert_exact(result: dict) -> None:
     for layer, runs in result.items():
         assert runs["fused"] < 1, f"{layer}: the fused model is {runs['fused']} steps from exact"
         assert runs["reference"] < 1, f"{layer}: the reference is {runs['reference']} steps from exact"
+        assert runs["options"] < 1, f"{layer}: the package's session options are {runs['options']} steps from exact"
 
 
 def test_int8_layers_are_exact_here(library):
@@ -44,16 +48,35 @@ def test_int8_layers_are_exact_here(library):
 
 @pytest.mark.parametrize("cpu", sorted(EMULATED))
 def test_int8_layers_are_exact_on_an_emulated_cpu_without_vnni(cpu, library):
-    qemu = shutil.which("qemu-x86_64")
-    if qemu is None:
-        unavailable("qemu-x86_64 is not installed (Debian: apt-get install qemu-user)")
-    done = subprocess.run([qemu, "-cpu", cpu, sys.executable, str(HERE / "exact_int8_check.py")], cwd=HERE,
-                          capture_output=True, text=True, timeout=600, check=False)
+    # strict: a block that needs the library's retry without the exact entry is an error
+    done = _emulated(cpu, [], strict=True)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if cpu in SATURATES:
         assert max(runs["default"] for runs in result.values()) > 0, f"{cpu} ({EMULATED[cpu]}) did not saturate"
     _assert_exact(result)
+
+
+def _emulated(cpu: str, args: list[str], strict: bool) -> subprocess.CompletedProcess:
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None:
+        unavailable("qemu-x86_64 is not installed (Debian: apt-get install qemu-user)")
+    env = {**os.environ, RETRY_IS_AN_ERROR: "1" if strict else "0"}
+    return subprocess.run([qemu, "-cpu", cpu, sys.executable, str(HERE / "exact_int8_check.py"), *args], cwd=HERE,
+                          capture_output=True, text=True, timeout=600, check=False, env=env)
+
+
+def test_a_block_retried_without_exact_kernels_says_so_once(library):
+    """A third-party file whose block shares a quantized weight: on an AVX2 CPU the library loads
+    it without the exact entry, and says once, through onnxruntime's logger, that its INT8
+    arithmetic may saturate (here it does); the package's own fuse of the same model is exact
+    without the retry (``qlinear_matmul_shared`` above, run strict)."""
+    done = _emulated("Skylake-Client", ["third-party"], strict=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    warnings = [line for line in done.stderr.splitlines() if "may saturate on this CPU" in line]
+    assert len(warnings) == 1, done.stderr[-2000:]
+    assert "MLUFusionBlock 'block_0" in warnings[0]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) > 0, "the retried block did not saturate"
 
 
 def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
@@ -128,3 +151,27 @@ def test_a_model_arriving_quantized_loads_with_the_exact_entry_too(library, tmp_
         options = new_options("all", exact=False)
         options.add_session_config_entry(EXACT_INT8_KEY, "1")
         ort.InferenceSession(body.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def test_qlinearmatmul_weights_that_cannot_saturate_keep_s8(library):
+    """The opset-21 QLinearMatMul rewrite (u8 weights: exact everywhere, slower u8 x u8 kernels on
+    VNNI hosts) is skipped where every ``|w| <= 64``: no 16-bit pair sum can saturate then (that
+    case's exactness under Skylake-Client, ``default`` included, is test above's)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from exact_int8_check import qlinear_matmul_7bit, qlinear_matmul_u8
+    from onnxmlu import api
+    from onnxmlu.schema import body_model
+
+    def weight_type(build) -> np.dtype:
+        model = build(np.random.default_rng(0))[0]
+        bodies = [body_model(n) for n in api.fuse(model, precision="int8").model.graph.node
+                  if n.op_type == "MLUFusionBlock"]
+        [body] = bodies
+        inits = {t.name: t for t in body.graph.initializer}
+        [node] = [n for n in body.graph.node if n.op_type == "QLinearMatMul"]
+        return numpy_helper.to_array(inits[node.input[3]]).dtype
+
+    assert weight_type(qlinear_matmul_7bit) == np.int8
+    assert weight_type(qlinear_matmul_u8) == np.uint8
