@@ -114,13 +114,21 @@ def matmul_integer_in_if(rng: np.random.Generator):
     """``matmul_integer``'s product inside both branches of an If (the condition an input): a
     QOperator layer in a subgraph, which the reference must give u8 weights too."""
     model, feeds, exact, step = matmul_integer(rng)
-    product = model.graph.node[0]
-    branches = [helper.make_graph([product], name, [], [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 8])])
-                for name in ("then", "else")]
+    return _in_if(model, helper.make_tensor_value_info("y", TensorProto.INT32, [4, 8])), _with_cond(feeds), exact, step
+
+
+def _in_if(model: onnx.ModelProto, output: onnx.ValueInfoProto, inits=()) -> onnx.ModelProto:
+    """``model``'s one node moved into both branches of an If whose condition is a new input
+    ``cond``; each branch writes ``output`` and holds ``inits`` as its own initializers."""
+    branches = [helper.make_graph([model.graph.node[0]], name, [], [output], list(inits)) for name in ("then", "else")]
     del model.graph.node[:]
     model.graph.node.append(helper.make_node("If", ["cond"], ["y"], then_branch=branches[0], else_branch=branches[1]))
     model.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
-    return model, {**feeds, "cond": np.array(True)}, exact, step
+    return model
+
+
+def _with_cond(feeds: dict) -> dict:
+    return {**feeds, "cond": np.array(True)}
 
 
 def qlinear_conv_s8(rng: np.random.Generator):
@@ -259,12 +267,7 @@ def qlinear_conv_s8_in_if(rng: np.random.Generator):
     model, feeds, exact, step = qlinear_conv_s8(rng)
     inits = list(model.graph.initializer)
     del model.graph.initializer[:]
-    branches = [helper.make_graph([model.graph.node[0]], name, [], [model.graph.output[0]], inits)
-                for name in ("then", "else")]
-    del model.graph.node[:]
-    model.graph.node.append(helper.make_node("If", ["cond"], ["y"], then_branch=branches[0], else_branch=branches[1]))
-    model.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
-    return model, {**feeds, "cond": np.array(True)}, exact, step
+    return _in_if(model, model.graph.output[0], inits), _with_cond(feeds), exact, step
 
 
 def s8_and_u8_products(rng: np.random.Generator):

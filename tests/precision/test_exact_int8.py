@@ -100,19 +100,14 @@ def test_every_onnxruntime_session_gets_its_options_from_one_helper():
     assert not bare, f"onnxruntime sessions without options (pass onnxmlu.sessions.new_options()): {bare}"
 
 
-def test_int8_bodies_load_with_the_exact_entry_on_any_host(library):
-    """onnxruntime applies :data:`~onnxmlu.sessions.EXACT_INT8_KEY` on every x86 host when it is
-    set, so this host shows what a host without VNNI meets: a quantized constant that two nodes
-    read (the ``1`` both Adds of auto_plan_check.py's model add) made session creation fail, and
-    the library's retry without the entry ran the saturating kernels."""
+def _bodies_load_with_the_exact_entry(fused) -> None:
+    """Each block body of ``fused`` creates an onnxruntime session with the exact-INT8 entry set
+    (onnxruntime applies it on every x86 host when it is set)."""
     import onnxruntime as ort
 
-    from auto_plan_check import sensitive_model
-    from onnxmlu import api
     from onnxmlu.schema import body_model
     from onnxmlu.sessions import EXACT_INT8_KEY, new_options
 
-    fused = api.fuse(sensitive_model(), precision="int8").model
     bodies = [body_model(n) for n in fused.graph.node if n.op_type == "MLUFusionBlock"]
     assert bodies
     for body in bodies:
@@ -121,18 +116,27 @@ def test_int8_bodies_load_with_the_exact_entry_on_any_host(library):
         ort.InferenceSession(body.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
 
 
+def test_int8_bodies_load_with_the_exact_entry_on_any_host(library):
+    """onnxruntime applies :data:`~onnxmlu.sessions.EXACT_INT8_KEY` on every x86 host when it is
+    set, so this host shows what a host without VNNI meets: a quantized constant that two nodes
+    read (the ``1`` both Adds of auto_plan_check.py's model add) made session creation fail, and
+    the library's retry without the entry ran the saturating kernels."""
+    from auto_plan_check import sensitive_model
+    from onnxmlu import api
+
+    fused = api.fuse(sensitive_model(), precision="int8").model
+    _bodies_load_with_the_exact_entry(fused)
+
+
 def test_a_model_arriving_quantized_loads_with_the_exact_entry_too(library, tmp_path):
     """The same for a block that keeps the model's own quantization: onnxruntime's quantizer
     writes auto_plan_check.py's model with one quantized ``1`` that both Adds read."""
     import numpy as np
     import onnx
-    import onnxruntime as ort
     from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_static
 
     from auto_plan_check import C, HW, sensitive_model
     from onnxmlu import api
-    from onnxmlu.schema import body_model
-    from onnxmlu.sessions import EXACT_INT8_KEY, new_options
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -145,12 +149,7 @@ def test_a_model_arriving_quantized_loads_with_the_exact_entry_too(library, tmp_
     quantize_static(sensitive_model(), tmp_path / "q.onnx", Reader(), activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8, per_channel=True)
     fused = api.fuse(onnx.load(tmp_path / "q.onnx")).model
-    bodies = [body_model(n) for n in fused.graph.node if n.op_type == "MLUFusionBlock"]
-    assert bodies
-    for body in bodies:
-        options = new_options("all", exact=False)
-        options.add_session_config_entry(EXACT_INT8_KEY, "1")
-        ort.InferenceSession(body.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+    _bodies_load_with_the_exact_entry(fused)
 
 
 def test_qlinearmatmul_weights_that_cannot_saturate_keep_s8(library):
