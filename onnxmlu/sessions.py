@@ -266,10 +266,18 @@ def exact_loadable(model: onnx.ModelProto) -> bytes:
     If's outer scope) and every dequantized weight's reader given its own
     (:func:`unshare_dequantized_weights`), so that the session loads and computes exactly; else
     ``model``'s own bytes."""
+    loadable = None if default_kernels_exact() else loadable_with_exact_entry(model)
+    return model.SerializeToString() if loadable is None else loadable
+
+
+def loadable_with_exact_entry(model: onnx.ModelProto) -> bytes | None:
+    """What :func:`exact_loadable` gives where :data:`EXACT_INT8_KEY` is set, whatever the host
+    (a caller's options may set it on any x86 CPU: onnxruntime then applies it); None where
+    ``model`` holds no node that needs a change (load it as it is)."""
     graphs = list(iter_graphs(model.graph))
-    if default_kernels_exact() or not any(n.op_type in U8_ACTIVATION_NODES for g in graphs for n in g.node) and \
+    if not any(n.op_type in U8_ACTIVATION_NODES for g in graphs for n in g.node) and \
             not any(_shares_weights(g) for g in graphs):
-        return model.SerializeToString()
+        return None
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     exact_integer_weights(copy)

@@ -69,7 +69,8 @@ from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.ir import copy_model, is_fusion_block, iter_graphs
 from onnxmlu.runtime.layouts import optimize_layouts_in_place
 from onnxmlu.runtime.merge import merge_consecutive_blocks
-from onnxmlu.sessions import U8_ACTIVATION_NODES, exact_int8, exact_integer_weights, new_options
+from onnxmlu.sessions import (EXACT_INT8_KEY, U8_ACTIVATION_NODES, exact_int8, exact_integer_weights,
+                              loadable_with_exact_entry, new_options)
 
 #: What ``onnx.load`` raises on a path that holds no model it can read: the file system's
 #: errors, protobuf's (binary, text and JSON formats), onnx's text parser's, ValueError.
@@ -209,11 +210,25 @@ def InferenceSession(  # noqa: N802 - mirrors onnxruntime's name
                                        inner_threads=int(_config_entry(options, INNER_THREADS_KEY) or 0))
     with _outer_threads(options, 1 if blocks_only else None):
         return ort.InferenceSession(
-            _model_source(model),
+            _loadable_source(model, options),
             sess_options=options,
             providers=list(providers) if providers is not None else list(_DEFAULT_PROVIDERS),
             **kwargs,
         )
+
+
+def _loadable_source(model: ModelArg, options: ort.SessionOptions) -> str | bytes:
+    """``model``'s source for the outer session. Where ``options`` set exact INT8 arithmetic
+    (:data:`~onnxmlu.sessions.EXACT_INT8_KEY`), the host graph's own quantized nodes need what
+    block bodies get at fuse time (u8 weights, a copy of a shared weight per reader), else
+    onnxruntime cannot load it ("Attempt to replace the existing tensor"): a model small enough
+    to rewrite in memory gets them (:func:`~onnxmlu.sessions.loadable_with_exact_entry`)."""
+    if _config_entry(options, EXACT_INT8_KEY) == "1":
+        proto = _rewritable_proto(model)
+        loadable = None if proto is None else loadable_with_exact_entry(proto)
+        if loadable is not None:
+            return loadable
+    return _model_source(model)
 
 
 @contextlib.contextmanager

@@ -174,3 +174,23 @@ def test_qlinearmatmul_weights_that_cannot_saturate_keep_s8(library):
 
     assert weight_type(qlinear_matmul_7bit) == np.int8
     assert weight_type(qlinear_matmul_u8) == np.uint8
+
+
+def test_a_host_graph_sharing_a_quantized_weight_loads_with_the_exact_entry(library):
+    """onnxmlu.InferenceSession's own graph (a fused model's host part, or a model run whole)
+    with one quantized weight read by two nodes: where the exact entry is set (every x86 host
+    without VNNI; forced here, where onnxruntime applies it too) the session failed to load
+    ("Attempt to replace the existing tensor"); it loads and computes the integers exactly."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from exact_int8_check import matmul_integer_shared, qlinear_matmul_shared
+    from onnxmlu import InferenceSession
+    from onnxmlu.sessions import EXACT_INT8_KEY
+
+    for build in (qlinear_matmul_shared, matmul_integer_shared):
+        model, feeds, exact, _ = build(np.random.default_rng(0))
+        options = ort.SessionOptions()
+        options.add_session_config_entry(EXACT_INT8_KEY, "1")
+        got = InferenceSession(model, options).run(None, feeds)[0]
+        assert np.array_equal(got.astype(np.int64), exact.astype(np.int64)), build.__name__
