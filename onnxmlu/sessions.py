@@ -105,14 +105,20 @@ def new_options(level: str = "all", *, log_severity: int | None = None, model: o
     return options
 
 
+def config_entry(options, key: str) -> str | None:
+    """The value of session config entry ``key`` in ``options``; None when it is not set."""
+    try:
+        return options.get_session_config_entry(key)
+    except RuntimeError:  # "SessionOptions does not have configuration with key: ..."
+        return None
+
+
 def exact_int8(options, model: onnx.ModelProto | None = None):
     """``options`` (a caller's) with :data:`EXACT_INT8_KEY` set unless the caller set it;
     returns them."""
-    try:
-        options.get_session_config_entry(EXACT_INT8_KEY)
-    except RuntimeError:  # "SessionOptions does not have configuration with key: ..."
-        if not default_kernels_exact() and (model is None or not needs_default_kernels(model)):
-            options.add_session_config_entry(EXACT_INT8_KEY, "1")
+    if config_entry(options, EXACT_INT8_KEY) is None and not default_kernels_exact() and \
+            (model is None or not needs_default_kernels(model)):
+        options.add_session_config_entry(EXACT_INT8_KEY, "1")
     return options
 
 
@@ -270,13 +276,17 @@ def exact_loadable(model: onnx.ModelProto) -> bytes:
     return model.SerializeToString() if loadable is None else loadable
 
 
+def holds_u8_activation_nodes(model: onnx.ModelProto) -> bool:
+    """Whether a graph of ``model`` holds a node of :data:`U8_ACTIVATION_NODES` (whose weights
+    :func:`exact_integer_weights` makes u8)."""
+    return any(n.op_type in U8_ACTIVATION_NODES for g in iter_graphs(model.graph) for n in g.node)
+
+
 def loadable_with_exact_entry(model: onnx.ModelProto) -> bytes | None:
     """What :func:`exact_loadable` gives where :data:`EXACT_INT8_KEY` is set, whatever the host
     (a caller's options may set it on any x86 CPU: onnxruntime then applies it); None where
     ``model`` holds no node that needs a change (load it as it is)."""
-    graphs = list(iter_graphs(model.graph))
-    if not any(n.op_type in U8_ACTIVATION_NODES for g in graphs for n in g.node) and \
-            not any(_shares_weights(g) for g in graphs):
+    if not holds_u8_activation_nodes(model) and not any(_shares_weights(g) for g in iter_graphs(model.graph)):
         return None
     copy = onnx.ModelProto()
     copy.CopyFrom(model)

@@ -66,11 +66,11 @@ from google.protobuf.message import EncodeError
 from google.protobuf.message import Error as ProtobufError
 
 from onnxmlu.errors import RuntimeLibraryError
-from onnxmlu.ir import copy_model, is_fusion_block, iter_graphs
+from onnxmlu.ir import copy_model, is_fusion_block
 from onnxmlu.runtime.layouts import optimize_layouts_in_place
 from onnxmlu.runtime.merge import merge_consecutive_blocks
-from onnxmlu.sessions import (EXACT_INT8_KEY, U8_ACTIVATION_NODES, exact_int8, exact_integer_weights,
-                              loadable_with_exact_entry, new_options)
+from onnxmlu.sessions import (EXACT_INT8_KEY, config_entry, exact_int8, exact_integer_weights,
+                              holds_u8_activation_nodes, loadable_with_exact_entry, new_options)
 
 #: What ``onnx.load`` raises on a path that holds no model it can read: the file system's
 #: errors, protobuf's (binary, text and JSON formats), onnx's text parser's, ValueError.
@@ -140,14 +140,7 @@ def register_library(options: ort.SessionOptions) -> ort.SessionOptions:
 
 
 def _is_registered(options: ort.SessionOptions) -> bool:
-    return _config_entry(options, _REGISTERED_KEY) == "1"
-
-
-def _config_entry(options: ort.SessionOptions, key: str) -> str | None:
-    try:
-        return options.get_session_config_entry(key)
-    except RuntimeError:  # "SessionOptions does not have configuration with key: ..."
-        return None
+    return config_entry(options, _REGISTERED_KEY) == "1"
 
 
 def session_options(*, intra_op_threads: int = 1, optimize: bool = True, inner_threads: int = 0,
@@ -170,11 +163,11 @@ def _adopt_user_options(options: ort.SessionOptions) -> ort.SessionOptions:
     (:data:`onnxmlu.sessions.EXACT_INT8_KEY`) is added unless the user set that entry."""
     if not _is_registered(options):
         exact_int8(options)
-        if _config_entry(options, INNER_THREADS_KEY) is None:
+        if config_entry(options, INNER_THREADS_KEY) is None:
             options.add_session_config_entry(INNER_THREADS_KEY, str(max(0, options.intra_op_num_threads)))
-        if _config_entry(options, INNER_SPINNING_KEY) is None and _config_entry(options, _ALLOW_SPINNING_KEY) == "0":
+        if config_entry(options, INNER_SPINNING_KEY) is None and config_entry(options, _ALLOW_SPINNING_KEY) == "0":
             options.add_session_config_entry(INNER_SPINNING_KEY, "0")
-        if _config_entry(options, INNER_GLOBAL_POOL_KEY) is None and not options.use_per_session_threads:
+        if config_entry(options, INNER_GLOBAL_POOL_KEY) is None and not options.use_per_session_threads:
             options.add_session_config_entry(INNER_GLOBAL_POOL_KEY, "1")
     return register_library(options)
 
@@ -207,7 +200,7 @@ def InferenceSession(  # noqa: N802 - mirrors onnxruntime's name
         # the entry is valid here: registering the library checked it
         model, blocks_only = _prepared(model, merge_blocks=merge_blocks, block_layouts=block_layouts,
                                        per_session_threads=options.use_per_session_threads,
-                                       inner_threads=int(_config_entry(options, INNER_THREADS_KEY) or 0))
+                                       inner_threads=int(config_entry(options, INNER_THREADS_KEY) or 0))
     with _outer_threads(options, 1 if blocks_only else None):
         return ort.InferenceSession(
             _loadable_source(model, options),
@@ -223,7 +216,7 @@ def _loadable_source(model: ModelArg, options: ort.SessionOptions) -> str | byte
     block bodies get at fuse time (u8 weights, a copy of a shared weight per reader), else
     onnxruntime cannot load it ("Attempt to replace the existing tensor"): a model small enough
     to rewrite in memory gets them (:func:`~onnxmlu.sessions.loadable_with_exact_entry`)."""
-    if _config_entry(options, EXACT_INT8_KEY) == "1":
+    if config_entry(options, EXACT_INT8_KEY) == "1":
         proto = _rewritable_proto(model)
         loadable = None if proto is None else loadable_with_exact_entry(proto)
         if loadable is not None:
@@ -265,7 +258,7 @@ def _exact_source(model: ModelArg) -> str | bytes:
     if proto is None:  # the nodes first, the weights only when a node needs them
         proto = (onnx.load_from_string(source) if isinstance(source, bytes)
                  else onnx.load(source, load_external_data=False))
-    if not any(n.op_type in U8_ACTIVATION_NODES for g in iter_graphs(proto.graph) for n in g.node):
+    if not holds_u8_activation_nodes(proto):
         return source
     if isinstance(source, str):
         proto = onnx.load(source)
