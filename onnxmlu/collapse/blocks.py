@@ -180,12 +180,12 @@ def _block_node_pieces(node: onnx.NodeProto, analysis: Analysis, b: int, iface: 
     def node_piece(crc: int) -> list[wire.Piece]:
         header = onnx.AttributeProto()
         fill_body_header(header, length)
-        tensor = wire.splice(header.t, _field(onnx.TensorProto, "raw_data"), [[body]])
+        tensor = wire.splice(header.t, wire.RAW_DATA, [[body]])
         header.ClearField("t")  # framed by hand in ``tensor``, around the body
-        attribute = wire.splice(header, _field(onnx.AttributeProto, "t"), [tensor])
+        attribute = wire.splice(header, wire.field_number(onnx.AttributeProto, "t"), [tensor])
         digest = helper.make_attribute(DIGEST, crc).SerializeToString()
-        node_pieces = wire.splice(target, _field(onnx.NodeProto, "attribute"), [attribute, [digest]])
-        return wire.framed(_field(onnx.ModelProto, "graph"), wire.framed(_field(onnx.GraphProto, "node"), node_pieces))
+        node_pieces = wire.splice(target, wire.field_number(onnx.NodeProto, "attribute"), [attribute, [digest]])
+        return wire.framed(wire.GRAPH, wire.framed(wire.field_number(onnx.GraphProto, "node"), node_pieces))
 
     return wire.with_digest(node_piece, body)
 
@@ -200,9 +200,7 @@ def _body_pieces(analysis: Analysis, b: int, iface: BlockInterface, uses: Counte
         return [_body_bytes(analysis, b, iface, uses, bodies)]
     body = fp32_body(analysis, b, replace(iface, constants=()), spliced=iface.constants)
     entries = [_constant_pieces(analysis, name, uses) for name in iface.constants]
-    graph = wire.splice(body.graph, _field(onnx.GraphProto, "initializer"), entries)
-    body.ClearField("graph")
-    return wire.splice(body, _field(onnx.ModelProto, "graph"), [graph])
+    return wire.with_initializers(body, entries)
 
 
 def _constant_pieces(analysis: Analysis, name: str, uses: Counter) -> list[wire.Piece]:
@@ -216,12 +214,7 @@ def _constant_pieces(analysis: Analysis, name: str, uses: Counter) -> list[wire.
     if uses[name] == 0:
         store.release(tensor)  # ``array`` lives on in the pieces until the block is written
     piece = wire.ArrayBytes(array, release=store.releaser(array))  # a view of the input file: pages dropped once read
-    return wire.splice(store.header(tensor), _field(onnx.TensorProto, "raw_data"), [[piece]])
-
-
-def _field(message_type, name: str) -> int:
-    """The field number of ``name`` in a protobuf message type."""
-    return message_type.DESCRIPTOR.fields_by_name[name].number
+    return wire.splice(store.header(tensor), wire.RAW_DATA, [[piece]])
 
 
 def _release_unused(analysis: Analysis, uses: Counter) -> None:

@@ -39,14 +39,11 @@ except ImportError:  # numpy 1.x
     from numpy import byte_bounds
 
 from onnxmlu.ir.weights import WeightStore, raw_dtype, tensor_bytes
-from onnxmlu.ir.wire import LEN, read_varint, skip
+from onnxmlu.ir.wire import GRAPH as _GRAPH, INITIALIZER as _INITIALIZER, LEN, RAW_DATA as _RAW_DATA, read_varint, skip
 
 #: Graph fields are merged into the tree in pieces of about this size (one larger field alone):
 #: what the parse adds to the peak besides the tree.
 PIECE_BYTES = 2**22
-_GRAPH = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
-_INITIALIZER = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
-_RAW_DATA = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"].number
 _PAGE = mmap.PAGESIZE
 
 

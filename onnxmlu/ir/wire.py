@@ -43,11 +43,23 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence, Union
 
 import numpy as np
+import onnx
 
 from onnxmlu.ir.weights import viewed_bytes
 
 #: Wire types (protobuf encoding): varint, 64-bit, length-delimited, start/end group, 32-bit.
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
+
+
+def field_number(message_type, name: str) -> int:
+    """The field number of ``name`` in a protobuf message type (``onnx.TensorProto`` ...)."""
+    return message_type.DESCRIPTOR.fields_by_name[name].number
+
+
+#: The fields the wire-level writers and readers cut weights out of and splice them into.
+GRAPH = field_number(onnx.ModelProto, "graph")
+INITIALIZER = field_number(onnx.GraphProto, "initializer")
+RAW_DATA = field_number(onnx.TensorProto, "raw_data")
 #: A weight that is not one contiguous buffer (a transposed view) is copied this many bytes at
 #: a time (for its block only: the copies leave memory as they are written). A copy about the
 #: size of the L2 cache is still there when the digest reads it. Copying a transposed
@@ -340,6 +352,14 @@ def splice(message, field: int, entries: Sequence[Sequence[Piece]]) -> list[Piec
         out.extend(framed(field, entry))
     out.append(data[at:])
     return out
+
+
+def with_initializers(model: onnx.ModelProto, entries: Sequence[Sequence[Piece]]) -> list[Piece]:
+    """``model`` serialized with each of ``entries`` (a tensor's serialized pieces) appended to its
+    main graph's initializers, as pieces; ``model``'s graph is cleared (it is in the pieces)."""
+    graph = splice(model.graph, INITIALIZER, entries)
+    model.ClearField("graph")
+    return splice(model, GRAPH, [graph])
 
 
 def insertion_offset(data: bytes, field: int) -> int:

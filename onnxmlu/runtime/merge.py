@@ -65,8 +65,6 @@ _PREFIX = "onnxmlu.merged."
 _REF = re.compile(r"i(\d+)\.(\d+)")
 _ATOM = re.compile(r"i\d+\.\d+|\d+")
 _SUMMED = ("gops", "sim_latency_us")
-#: Field numbers (onnx.proto): ModelProto.graph, GraphProto.initializer, TensorProto.raw_data.
-_GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
 _JOINED = ("layers", "op_types")
 
 
@@ -139,22 +137,22 @@ def _without_raw_data(data: bytes) -> tuple[bytes, list[list[memoryview]]]:
     make the tensor again), one list per initializer in order."""
     view, pieces, raws = memoryview(data), [], []
     top = list(wire.fields(view))
-    if [t for n, t, _, _ in top if n == _GRAPH] != [wire.LEN]:
+    if [t for n, t, _, _ in top if n == wire.GRAPH] != [wire.LEN]:
         raise ValueError("a body holds one graph")
     for number, _, start, end in top:
-        if number != _GRAPH:
+        if number != wire.GRAPH:
             pieces.append(view[start:end])
             continue
         graph, inner = wire.payload(view, start, end), []
         for field, kind, begin, stop in wire.fields(graph):
-            if field != _INITIALIZER or kind != wire.LEN:
+            if field != wire.INITIALIZER or kind != wire.LEN:
                 inner.append(graph[begin:stop])
                 continue
             tensor = wire.payload(graph, begin, stop)
-            parts = [(f == _RAW_DATA, tensor[b:e]) for f, _, b, e in wire.fields(tensor)]
-            inner += wire.framed(_INITIALIZER, [p for raw, p in parts if not raw])
+            parts = [(f == wire.RAW_DATA, tensor[b:e]) for f, _, b, e in wire.fields(tensor)]
+            inner += wire.framed(wire.INITIALIZER, [p for raw, p in parts if not raw])
             raws.append([p for raw, p in parts if raw])
-        pieces += wire.framed(_GRAPH, inner)
+        pieces += wire.framed(wire.GRAPH, inner)
     return b"".join(pieces), raws
 
 
@@ -231,9 +229,7 @@ def _serialized(body: onnx.ModelProto, weights: dict[str, list[memoryview]]) -> 
     one copy of the weights, into the result."""
     entries = [[tensor.SerializeToString(), *weights.get(tensor.name, ())] for tensor in body.graph.initializer]
     del body.graph.initializer[:]
-    graph = wire.splice(body.graph, _INITIALIZER, entries)
-    body.ClearField("graph")
-    return b"".join(wire.splice(body, _GRAPH, [graph]))
+    return b"".join(wire.with_initializers(body, entries))
 
 
 def _merged_attributes(run: list) -> list[onnx.AttributeProto]:
