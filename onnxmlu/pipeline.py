@@ -94,25 +94,12 @@ class Progress(Protocol):
     def advance(self, units: int = 1) -> None: ...
 
 
-@dataclass
-class Say:
-    """A :class:`Progress` from a plain ``callable(text)`` (or from nothing: silent)."""
-
-    fn: Callable[[str], None] | None = None
-
-    def say(self, text: str) -> None:
-        if self.fn is not None:
-            self.fn(text)
-
-    def total(self, units: int) -> None:
-        pass
-
-    def advance(self, units: int = 1) -> None:
-        pass
+#: A :class:`Progress` from a plain ``callable(text)`` or from nothing (silent): progress.py's.
+Say = progress.Say
 
 
-def as_progress(progress: Progress | Callable[[str], None] | None) -> Progress:
-    return progress if hasattr(progress, "say") else Say(progress)  # type: ignore[return-value]
+def as_progress(progress_like: Progress | Callable[[str], None] | None) -> Progress:
+    return progress.as_display(progress_like)
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,15 @@ _display: contextvars.ContextVar[Any] = contextvars.ContextVar("onnxmlu_progress
 Report = Callable[[int, int], None]
 
 
-class _Silent:
+class Say:
+    """A display from a plain ``callable(text)``: its lines, without counts; silent without one."""
+
+    def __init__(self, fn: Callable[[str], None] | None = None) -> None:
+        self.fn = fn
+
     def say(self, text: str) -> None:
-        pass
+        if self.fn is not None:
+            self.fn(text)
 
     def total(self, units: int) -> None:
         pass
@@ -42,7 +48,7 @@ class _Silent:
 def current():
     """The display of the run in progress (``say``, ``total``, ``advance``), or a silent one."""
     display = _display.get()
-    return _Silent() if display is None else display
+    return Say() if display is None else display
 
 
 def enter(display) -> contextvars.Token:
@@ -101,23 +107,10 @@ def reporter(display=None) -> Report:
     return report
 
 
-
-class _Saying(_Silent):
-    """A display from a plain ``callable(text)``: the lines, without counts."""
-
-    def __init__(self, fn: Callable[[str], None]) -> None:
-        self.fn = fn
-
-    def say(self, text: str) -> None:
-        self.fn(text)
-
-
 def as_display(progress):
     """``progress`` as a display: itself when it is one, a plain ``callable(text)`` told the
     lines, or (None) a silent one."""
-    if progress is None:
-        return _Silent()
-    return progress if hasattr(progress, "say") else _Saying(progress)
+    return progress if hasattr(progress, "say") else Say(progress)
 
 
 class Prefixed:
