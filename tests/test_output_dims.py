@@ -178,3 +178,24 @@ def test_a_streamed_fuse_writes_the_same_dims(fused, tmp_path):
     api.fuse_to_file(str(source), path, input_shapes={"x": [1, 1, WIDTH], "past": [1, HEADS, 4, HEAD]})
     written = {p.key: p.value for p in body_model(_block(onnx.load(str(path)))).metadata_props}
     assert written[DIMS_KEY] == {p.key: p.value for p in body_model(_block(fused)).metadata_props}[DIMS_KEY]
+
+
+def _resize_body(scales: list[float], opset: int = 13) -> onnx.ModelProto:
+    """x [n, 3, h, w] -> Resize by ``scales`` -> y of undeclared shape."""
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")], "resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(scales, np.float32), "scales")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("scales, want", [
+    ([1, 1, 2, 2], "i0.0,3,2*i0.2,2*i0.3"),  # floor(h * 2) = 2h: the upsample of every FPN/U-Net
+    ([1, 1, 3, 1], "i0.0,3,3*i0.2,i0.3"),
+    ([1, 1, 1.5, 1.5], None),  # floor(1.5 h) is no polynomial: the outputs stay on the copy path
+    ([1, 1, 0.5, 0.5], None)])
+def test_a_resize_by_whole_scales_has_output_dims_in_the_input_dims(scales, want):
+    """The spec's ``floor(d * s)`` is ``s * d`` for a whole ``s``; onnxruntime's own rule left
+    it as ``floor(2.0*h)``, an output size no run could know before the inner session ran."""
+    assert output_dims_text(_resize_body(scales)) == want

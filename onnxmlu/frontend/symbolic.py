@@ -75,7 +75,46 @@ def _deterministic_engine(base: type, positions: dict[str, tuple[int, int]]) -> 
     """A subclass of onnxruntime's engine whose only change is the order of its merge choices;
     ``positions``: where each dim name first appears in the model's inputs (rule 2)."""
     return type("DeterministicSymbolicShapeInference", (base,),
-                {"_add_suggested_merge": _add_suggested_merge, "_onnxmlu_input_positions": positions})
+                {"_add_suggested_merge": _add_suggested_merge, "_infer_Resize": _infer_resize,
+                 "_onnxmlu_input_positions": positions})
+
+
+def _infer_resize(self, node: onnx.NodeProto) -> None:
+    """onnxruntime's Resize rule, with whole-number scales taken exactly: an output dim is
+    ``floor(d * s)`` (the spec), which is ``s * d`` for an integer ``d`` and a whole ``s``.
+    onnxruntime writes ``simplify(floor(d * 2.0))``, which stays ``floor(2.0*d)`` (a dim no
+    polynomial can name, so a block after a 2x upsample had outputs of unknown size) and costs
+    tens of milliseconds a dim plus sympy's simplifier imported on first use. Other scales,
+    ``sizes``, ``axes`` and crop-and-resize regions go to onnxruntime's rule."""
+    module = optional_import("onnxruntime.tools.symbolic_shape_infer")
+    scales = _whole_scales(self, module, node)
+    if scales is None:
+        super(type(self), self)._infer_Resize(node)
+        return
+    shape = [d * s for d, s in zip(self._get_sympy_shape(node, 0), scales)]
+    self._update_computed_dims(shape)
+    element = self.known_vi_[node.input[0]].type.tensor_type.elem_type
+    self.known_vi_[node.output[0]].CopyFrom(onnx.helper.make_tensor_value_info(
+        node.output[0], element, module.get_shape_from_sympy_shape(shape)))
+
+
+def _whole_scales(engine, module, node: onnx.NodeProto) -> list[int] | None:
+    """The Resize's scales as integers when every one is a whole number >= 1 given for every
+    axis, with no ``sizes``, ``axes`` or crop region; else None."""
+    opset = module.get_opset(engine.out_mp_)
+    if any(a.name == "axes" or (a.name == "coordinate_transformation_mode" and a.s == b"tf_crop_and_resize")
+           for a in node.attribute):
+        return None
+    if opset > 10 and engine._try_get_value(node, 3) is not None:
+        return None
+    scales = engine._try_get_value(node, 1 if opset <= 10 else 2)
+    rank = engine._get_shape_rank(node, 0)
+    if scales is None or len(scales) != rank:
+        return None
+    values = [float(s) for s in scales]
+    if not all(v >= 1 and v == int(v) for v in values):
+        return None
+    return [int(v) for v in values]
 
 
 def _add_suggested_merge(self, symbols, apply: bool = False) -> None:
