@@ -199,3 +199,20 @@ def test_a_resize_by_whole_scales_has_output_dims_in_the_input_dims(scales, want
     """The spec's ``floor(d * s)`` is ``s * d`` for a whole ``s``; onnxruntime's own rule left
     it as ``floor(2.0*h)``, an output size no run could know before the inner session ran."""
     assert output_dims_text(_resize_body(scales)) == want
+
+
+def test_a_dim_onnx_inference_carries_needs_no_symbolic_engine(monkeypatch):
+    """An exporter's own name on an output (``unk__3``) that is really the input's ``n``:
+    onnx's inference (milliseconds) finds it; onnxruntime's engine, which imports sympy (about
+    0.3 s a process), is not started."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["unk__3", 8])])
+    body = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def engine(_model):
+        raise AssertionError("the symbolic engine ran")
+
+    monkeypatch.setattr("onnxmlu.collapse.dims.symbolic_infer", engine)
+    assert output_dims_text(body) == "i0.0,8"

@@ -12,8 +12,10 @@ run's input shapes (custom_ops/dim_expr.h has the grammar):
 * a dim named like an input's dim (the same ``dim_param``, the model's own symbol or the one
   shape inference merged it into) is ``i<k>.<a>``: axis ``a`` of body input ``k``, the first
   input, then the first axis, that has it;
-* any other symbolic dim is taken from onnxruntime's symbolic shape inference of the body
-  alone (:func:`onnxmlu.frontend.symbolic.symbolic_infer`: merged dims named by a fixed rule),
+* any other symbolic dim is taken from shape inference of the body alone: first onnx's own
+  (a dim carried unchanged keeps its input's name; milliseconds), then, for outputs still
+  without one, onnxruntime's symbolic engine
+  (:func:`onnxmlu.frontend.symbolic.symbolic_infer`: merged dims named by a fixed rule),
   which writes what it derives as a sympy expression over the input symbols
   (``past_sequence_length + sequence_length`` for a Concat, ``2*W + 1``, ``H*D`` for a Reshape
   that merges heads); an expression of integers, input symbols, ``+``, ``-`` and ``*`` only is
@@ -52,13 +54,16 @@ def output_dims_text(body: onnx.ModelProto, absent: Sequence[onnx.TensorProto] =
     streamed fuse splices them into the bytes later), seen by the inference as the body's own."""
     graph = body.graph
     refs = _input_refs(graph)
-    inferred: list | None = None
-    texts = []
-    for k, vi in enumerate(graph.output):
-        dims = _dims(vi)
-        if inferred is None and (dims is None or any(not isinstance(d, int) and d not in refs for d in dims)):
-            inferred = _inferred_output_dims(body, absent)
-        texts.append(_output_text(dims, refs, inferred[k] if inferred and k < len(inferred) else None))
+    texts = [_output_text(_dims(vi), refs, None) for vi in graph.output]
+    light = None
+    for infer in _INFERENCES:
+        pending = [k for k, text in enumerate(texts) if text == UNKNOWN]
+        if not pending:
+            break
+        light = light or _light_body(body, absent)
+        inferred = infer(light)
+        for k in pending:
+            texts[k] = _output_text(_dims(graph.output[k]), refs, inferred[k] if k < len(inferred) else None)
     expressed = [t for t, vi in zip(texts, graph.output) if t != UNKNOWN and _is_symbolic(vi)]
     return ";".join(texts) if expressed else None
 
@@ -135,11 +140,9 @@ def _is_symbolic(vi: onnx.ValueInfoProto) -> bool:
     return dims is None or not all(isinstance(d, int) for d in dims)
 
 
-def _inferred_output_dims(body: onnx.ModelProto, absent: Sequence[onnx.TensorProto]) -> list:
-    """The body's output dims as onnxruntime's symbolic inference derives them from its inputs
-    (the declared output shapes and inner value infos cleared, so nothing but the inputs
-    decides); [] when the engine cannot finish (those outputs stay unknown: the copy path)."""
-
+def _light_body(body: onnx.ModelProto, absent: Sequence[onnx.TensorProto]) -> onnx.ModelProto:
+    """``body`` for inference from its inputs alone: large constants as typed inputs, the
+    declared output shapes and inner value infos cleared, so nothing but the inputs decides."""
     light = skeleton(body)
     del light.graph.value_info[:]
     for tensor in absent:  # as skeleton() holds a constant: small ones with their values, the rest typed inputs
@@ -150,9 +153,32 @@ def _inferred_output_dims(body: onnx.ModelProto, absent: Sequence[onnx.TensorPro
             light.graph.input.append(typed)
     for vi in light.graph.output:
         vi.type.tensor_type.ClearField("shape")
+    return light
+
+
+def _onnx_inferred_dims(light: onnx.ModelProto) -> list:
+    """The output dims onnx's own shape inference gives ``light`` (C++, milliseconds): a dim it
+    carries unchanged keeps its input's name; [] when it stops."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
+    except Exception as exc:  # noqa: BLE001 - an aid: the symbolic engine is tried next
+        _LOG.debug("onnx shape inference of a block body stopped: %s", first_line(exc))
+        return []
+    return [_dims(vi) for vi in inferred.graph.output]
+
+
+def _symbolic_inferred_dims(light: onnx.ModelProto) -> list:
+    """The output dims onnxruntime's symbolic inference derives (sums and products of input
+    dims: a KV cache's past + new); [] when the engine cannot finish (those outputs stay
+    unknown: the copy path)."""
     try:
         inferred = symbolic_infer(light)
     except Exception as exc:  # noqa: BLE001 - an aid: without it the outputs are copied, as before
         _LOG.debug("symbolic inference of a block body stopped: %s", first_line(exc))
         return []
     return [_dims(vi) for vi in inferred.graph.output]
+
+
+#: Cheapest first: onnxruntime's engine imports sympy (about 0.3 s a process) and simplifies
+#: each dim it derives, so it runs only for outputs onnx's inference left without a usable dim.
+_INFERENCES = (_onnx_inferred_dims, _symbolic_inferred_dims)
