@@ -49,7 +49,7 @@ from onnxmlu.options import (  # noqa: F401 - the option objects are part of the
     refuse_validation,
 )
 from onnxmlu.pipeline import (FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, PassManager, Progress,
-                              as_progress, pricing_of)
+                              as_progress, pricing_of, range_end)
 from onnxmlu.plan.perf.hardware import Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
 from onnxmlu.plan.strategies import strategy_names
@@ -352,7 +352,10 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
     """The layer table (load → normalize → rewrite if asked, BN by ``bn_mode`` → analyze); its
     ``to_dict()`` is the ``inspect`` report. ``max_memory``: the shape probes' budget (as for :func:`fuse`)."""
     asked = Options.of(input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, max_memory=max_memory)
-    analysis = _run(PLAN[:4], model, asked, progress=progress).analysis
+    ctx = _run(PLAN[:4], model, asked, progress=progress)
+    analysis = ctx.analysis
+    if has_ranges(input_shapes):  # the ends fuse prices at, for its "input profile" line
+        analysis.profile_inputs = {"opt": analysis.input_shapes, **{p: range_end(ctx, p) for p in ("min", "max")}}
     if not rewrite:
         _name_rewrites(analysis, asked.rewrite.bn_mode)
     return analysis
@@ -362,7 +365,7 @@ def inspected_pricing(analysis: Analysis, input_shapes: dict | None = None) -> P
     """The shapes :func:`inspect`'s layer table is sized at, as ``fuse`` would price them (its
     ``priced at ...`` line, the defaults of symbolic dims named): ``input_shapes`` the pins
     :func:`inspect` was given."""
-    return pricing_shape(analysis.model, input_shapes, analysis.input_shapes)
+    return pricing_shape(analysis.model, input_shapes, analysis.input_shapes, analysis.profile_inputs)
 
 
 def inspect_report(analysis: Analysis, input_shapes: dict | None = None) -> InspectReport:

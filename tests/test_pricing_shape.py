@@ -76,6 +76,39 @@ def test_a_range_is_recorded_with_its_min_opt_max(tmp_path):
     assert record["defaulted"] == [] and record["profile"]["max"] == {"images": [1, 3, 128, 64]}
 
 
+def _pricing_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(("priced at", "input profile:", "pricing shape:"))]
+
+
+def test_plain_inspect_shows_the_range_profile_fuse_printed(tmp_path):
+    """``inspect`` of the model with the same ranges, and of the fused model, print fuse's
+    ``priced at`` and ``input profile`` lines word for word (the model's lacked the profile);
+    ``--json`` carries the profile fuse recorded."""
+    src, out, ranges = tmp_path / "m.onnx", tmp_path / "f.onnx", ("--input-shape", "images:1,3,32/64/128,64")
+    onnx.save(symbolic_conv(), src)
+    printed = _pricing_lines(invoke("fuse", src, out, *ranges).output)
+    assert [line.split(":")[0] for line in printed] == ["priced at images", "input profile"], printed
+    assert _pricing_lines(invoke("inspect", src, *ranges).output) == printed
+    assert _pricing_lines(invoke("inspect", src, *ranges, "--no-rewrite").output) == printed
+    assert _pricing_lines(invoke("inspect", out).output) == printed
+    record = json.loads(model_metadata(onnx.load(out))[PRICING_SHAPE_KEY])
+    assert json.loads(invoke("inspect", src, *ranges, "--json", "-", "-q").output)["pricing_shape"] == record
+
+
+def test_inspect_of_a_fused_file_without_the_record_says_it_has_none(tmp_path):
+    src, out = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_conv(), src)
+    assert invoke("fuse", src, out, "--input-shape", "images:1,3,32/64/128,64", "-q").exit_code == 0
+    older = onnx.load(out)  # as written before the record existed
+    kept = [p for p in older.metadata_props if p.key != PRICING_SHAPE_KEY]
+    del older.metadata_props[:]
+    older.metadata_props.extend(kept)
+    onnx.save(older, out)
+    shown = invoke("inspect", out)
+    assert shown.exit_code == 0 and _pricing_lines(shown.output) == ["pricing shape: not recorded in this file"]
+    assert json.loads(invoke("inspect", out, "--json", "-", "-q").output)["pricing_shape"] is None
+
+
 def test_run_profile_reprices_at_another_shape(tmp_path):
     """At another shape the simulated time is re-priced there: what fuse prices at that shape."""
     fused = tmp_path / "f.onnx"
