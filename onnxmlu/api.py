@@ -260,14 +260,14 @@ def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, cali
         return found.samples, f"{plural(len(found), 'sample')} from {found.source} (--inputs)"
     if validation is not None:
         found = load_samples(validation, original, "validation")
-        return found.samples, f"{len(found)} validation samples from {found.source}"
+        return found.samples, f"{plural(len(found), 'validation sample')} from {found.source}"
     if auto is not None:
         judged = auto.evaluator.validation
         return judged.samples, f"the {plural(len(judged), 'sample')} that judged auto: {auto.rule or judged.describe()}"
     if calibration is not None:
         found = load_samples(calibration, original)
-        return found.samples, (f"{len(found)} calibration samples from {found.source} (in-sample: they set the "
-                               "INT8 scales; give --validation DIR for held-out data)")
+        return found.samples, (f"{plural(len(found), 'calibration sample')} from {found.source} (in-sample: "
+                               "they set the INT8 scales; give --validation DIR for held-out data)")
     return None
 
 

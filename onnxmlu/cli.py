@@ -621,7 +621,7 @@ def _show_diagnostics(diagnostics, analysis=None) -> None:
         elif d.stage != "analyze" and (d.rule != "int8-float-op" or float_ops <= HOST_LINES):
             _plain(f"{d.stage}: {d.node + ': ' if d.node else ''}{d.message}")
     if float_ops > HOST_LINES:
-        _plain(f"... and {float_ops - HOST_LINES} more operators in FP32 inside INT8 blocks (all in --json)")
+        _plain(f"... and {plural(float_ops - HOST_LINES, 'more operator')} in FP32 inside INT8 blocks (all in --json)")
     host = analysis.host_nodes() if analysis is not None else []
     if not host:
         return
@@ -632,7 +632,7 @@ def _show_diagnostics(diagnostics, analysis=None) -> None:
     for row in host[:HOST_LINES]:
         _plain(f"host: {row['node']} ({row['op_type']}): {row['reason']}")
     if len(host) > HOST_LINES:
-        _plain(f"... and {len(host) - HOST_LINES} more host nodes (all of them in --json's host_nodes)")
+        _plain(f"... and {plural(len(host) - HOST_LINES, 'more host node')} (all of them in --json's host_nodes)")
 
 
 HOST_LINES = 12

@@ -147,7 +147,7 @@ def _mp_colours(blocks: list[dict]) -> dict:
 
 def _legend(colours: dict) -> str:
     items = "".join(f"<span><span class=\"swatch\" style=\"background:{c}\"></span>mp {mp} "
-                    f"({'1 core' if mp == 1 else f'{mp} cores'})</span>" for mp, c in colours.items())
+                    f"({plural(mp, 'core')})</span>" for mp, c in colours.items())
     return f"<div class=\"legend\" id=\"legend\">Colour: the block's MP · {items}</div>" if colours else ""
 
 
