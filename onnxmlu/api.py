@@ -419,7 +419,8 @@ def plan(model: ModelLike, options: Options | None = None, files: PlanFiles | No
         options = _measuring_frontier(options)
     refuse_validation(options, check=False)
     ctx = _run(PLAN, model, options, progress=progress)
-    report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto, ctx.profile)
+    report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto, ctx.profile,
+                        pricing_of(ctx))
     if files.pareto is not None:
         title = f"{Path(str(model)).stem}: --precision auto --accuracy {ctx.auto.budget}"
         optional_import("onnxmlu.precision.auto").write_pareto(ctx.auto, files.pareto, title=title)

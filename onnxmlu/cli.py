@@ -914,11 +914,12 @@ def _exit_if_unmet(auto, best_effort: bool) -> None:
 
 
 def _show_plan(report) -> None:
-    for r in report.rows():
-        console.print(f"block {r['block']:3d}  mp={r['mp']:2d}  {r['precision']}  layers {r['start']}..{r['stop'] - 1} "
-                      f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
+    for r in report.rows():  # one line each, wrapped by the terminal: a figure never parts from its unit
+        _plain(f"block {r['block']:3d}  mp={r['mp']:2d}  {r['precision']}  layers {r['start']}..{r['stop'] - 1} "
+               f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
     total = report.sim_latency_us
     console.print(f"{plural(len(report.plan.blocks), 'block')} · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
+    _show_pricing(report.pricing)
     _show_auto(report.auto)
     _show_profile(report.profile, report.plan.strategy)
 

@@ -126,3 +126,27 @@ def test_inspect_of_a_fused_file_writes_the_unit_fuse_writes(tmp_path):
     held = invoke("inspect", tmp_path / "f.onnx").stdout
     assert "sim µs" in fused and "sim µs" in held, held  # was "sim us" and "simulated 252.6 us"
     assert "sim us" not in held and not re.search(r"\d us\b", held), held
+
+
+def _pricing_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(("priced at", "input profile:"))]
+
+
+def test_plan_says_the_shape_it_priced_at_as_fuse_does(tmp_path):
+    """``plan`` priced at the default sizes of free dims without saying so, where ``fuse`` prints
+    ``priced at ...`` and ``input profile: ...``; at 80 columns its block lines were wrapped by
+    the console between a figure and its unit (``232.2`` / ``µs``)."""
+    src, ranges = tmp_path / "sym.onnx", ("--input-shape", "x:1,3,16/32/48,24")
+    model = symbolic_cnn()
+    for node in model.graph.node:  # torch's long scoped names: a block line wider than 80 columns
+        node.name = f"/backbone/stage1/block0/{node.name}/Conv_output_0"
+    onnx.save(model, src)
+    fused = invoke("fuse", src, tmp_path / "f.onnx", *ranges)
+    planned = runner.invoke(app, ["plan", str(src), *ranges], env={"COLUMNS": "80"}, catch_exceptions=False)
+    assert planned.exit_code == 0, planned.output
+    assert _pricing_lines(planned.output) == _pricing_lines(fused.output) != [], planned.output
+    rows = [line for line in planned.output.splitlines() if line.startswith("block ")]
+    assert rows and all(line.endswith(" µs") for line in rows), planned.output  # one line each, never cut
+    report = json.loads(invoke("plan", src, *ranges, "--json", "-", "-q").stdout)
+    recorded = json.loads(invoke("inspect", tmp_path / "f.onnx", "--json", "-", "-q").stdout)["pricing_shape"]
+    assert report["pricing_shape"] == recorded and recorded["profile"] is not None
