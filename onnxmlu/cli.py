@@ -1012,7 +1012,8 @@ def run(
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Run any model (fused or not) in onnxruntime with the custom-op library.
+    """Run any model (fused or not) in onnxruntime with the custom-op library, at the --input-shape
+    pins (default: the shapes a fused model records it was planned at).
 
     Example: onnxmlu run resnet18.fused.onnx --repeat 20 --profile
     """

@@ -129,6 +129,18 @@ def test_run_profile_reprices_at_another_shape(tmp_path):
     assert "sim µs at this run's shape" in " ".join(same.output.split()), same.output
 
 
+def test_run_without_pins_runs_where_fuse_priced(tmp_path):
+    """``run`` of a fused model ran its free dims at their defaults (224) while the file says its
+    plan was priced at 32x32 and ``check`` runs there: it runs at the recorded shape, a range at opt."""
+    src, fused = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_conv(), src)
+    assert invoke("fuse", src, fused, "--input-shape", "images:1,3,16/32/48,32", "-q").exit_code == 0
+    ran = invoke("run", fused, "--profile", "--repeat", "1", "--json", tmp_path / "r.json")
+    assert ran.exit_code == 0, ran.output
+    assert json.loads((tmp_path / "r.json").read_text())["input_shapes"] == {"images": [1, 3, 32, 32]}
+    assert "sim µs at this run's shape, the pricing shape images:1x3x32x32" in " ".join(ran.output.split())
+
+
 def test_blocks_that_cannot_be_repriced_say_so(tmp_path):
     fused = tmp_path / "f.onnx"
     onnx.save(api.fuse(symbolic_conv(), input_shapes={"images": [1, 3, 32, 32]}, precision="int8",
