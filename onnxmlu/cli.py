@@ -36,6 +36,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from onnxmlu import ortlog
 from onnxmlu.errors import OnnxMluError, runtime_message
+from onnxmlu.frontend.pins import shapes_text
 from onnxmlu.optional import optional_import
 from onnxmlu.precisions import PRECISIONS
 from onnxmlu.progress import Tally
@@ -698,8 +699,8 @@ def _show_check(report) -> None:
         table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", *steps,
                       escape(d.rule(report)), verdict)
     console.print(_fit(table))
-    for run in report.shapes:
-        shapes = ", ".join(f"{k} {v}" for k, v in run.shapes.items())
+    for run in report.shapes:  # the shapes as the pricing line and the report write them
+        shapes = shapes_text(run.shapes) or "scalars only"
         _plain(f"shape {run.label}: {shapes}: {run.status}" + (f" ({run.note})" if run.note else ""))
     if report.accuracy is not None and not any(d.nonfinite for d in report.diffs):  # NaN: no cosine to speak of
         judged = f" · judged by {report.budget}" if report.budget is not None else ""

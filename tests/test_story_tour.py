@@ -150,3 +150,18 @@ def test_plan_says_the_shape_it_priced_at_as_fuse_does(tmp_path):
     report = json.loads(invoke("plan", src, *ranges, "--json", "-", "-q").stdout)
     recorded = json.loads(invoke("inspect", tmp_path / "f.onnx", "--json", "-", "-q").stdout)["pricing_shape"]
     assert report["pricing_shape"] == recorded and recorded["profile"] is not None
+
+
+def test_check_writes_its_shapes_as_the_pricing_line_and_the_report_do(tmp_path):
+    """``fuse --check`` printed ``shape pinned: x [1, 3, 32, 24]`` where the pricing line and the
+    report's check table write ``x:1x3x32x24``, and ``seeds 0`` for its one seed."""
+    src, ranges = tmp_path / "sym.onnx", ("--input-shape", "x:1,3,16/32/48,24")
+    onnx.save(symbolic_cnn(), src)
+    fused = invoke("fuse", src, tmp_path / "f.onnx", "--check", *ranges)
+    assert fused.exit_code == 0, fused.stdout
+    printed = [line for line in fused.stdout.splitlines() if line.startswith("shape ")]
+    assert "priced at x:1x3x32x24" in fused.stdout and "shape pinned: x:1x3x32x24: ok" in printed, printed
+    assert "seeded random inputs (seed 0)" in fused.stdout, fused.stdout
+    assert invoke("report", src, "-o", tmp_path / "r.html", "--check", *ranges).exit_code == 0
+    rows = Page((tmp_path / "r.html").read_text()).tables["check-shapes"][1:]
+    assert printed == [f"shape {label}: {shapes}: {status}" for label, shapes, status, *_ in rows], (printed, rows)

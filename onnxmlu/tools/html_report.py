@@ -32,7 +32,7 @@ from onnxmlu.collapse.atomic import write_bytes_atomic
 from onnxmlu.frontend.pins import POINTS, PricingShape, shapes_text
 from onnxmlu.schema import PRICING_SHAPE_KEY
 from onnxmlu.tools.verify import nan_fails
-from onnxmlu.wording import plural
+from onnxmlu.wording import noun, plural
 
 _WIDTH = 960
 _STYLE = """
@@ -364,7 +364,7 @@ def _check(check: dict) -> str:
     tolerances = f"atol {check['atol']:g}, rtol {check['rtol']:g}{steps}"
     judged = f"judged by {check['budget']}" if check.get("budget") else tolerances
     seeds = check.get("seeds") or []
-    ran = f"seeds {', '.join(map(str, seeds))}" if seeds else "no random seed"
+    ran = f"{noun(len(seeds), 'seed')} {', '.join(map(str, seeds))}" if seeds else "no random seed"
     data = f" · inputs: {check['data']}" if check.get("data") else ""
     shapes = [[run["label"], shapes_text(run["inputs"]) or "scalars only", run["status"], run.get("note", "")]
               for run in check.get("shapes", [])]
