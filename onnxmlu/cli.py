@@ -337,11 +337,12 @@ def _steps(quiet: bool, bar: bool = False) -> Iterator[Steps]:
 _MIN_NAME = 12
 
 
-def _fit(table: Table) -> Table:
+def _fit(table: Table, refit: dict[str, Callable[[int, int], str]] | None = None) -> Table:
     """``table`` fitted to the terminal: numbers (right-aligned columns) are never cut; when the
     cells are wider than the terminal the borders go (one space between columns), headers wrap at
     their words, and the widest text columns are abbreviated in the middle (``/layer2/…/Conv``:
-    a torch name's ends tell layers apart, its start alone does not)."""
+    a torch name's ends tell layers apart, its start alone does not). ``refit``: a text column
+    whose cells hold counts (header -> ``(row, width) -> cell``) is written again at its width."""
     cells = [[Text.from_markup(c) if isinstance(c, str) else c for c in col.cells] for col in table.columns]
     widths = [max([len(c.plain) for c in col] or [0]) for col in cells]
     heads = [max([len(w) for w in str(c.header).split()] or [1]) for c in table.columns]
@@ -356,8 +357,10 @@ def _fit(table: Table) -> Table:
             widths[i], over = widths[i] - cut, over - cut
     for column, width in zip(table.columns, widths):
         fitted.add_column(column.header, justify=column.justify, width=width, overflow="fold")
-    for row in zip(*cells):
-        fitted.add_row(*(_middle(c, w) for c, w in zip(row, widths)))
+    refit = refit or {}
+    for k, row in enumerate(zip(*cells)):
+        fitted.add_row(*(Text(refit[str(col.header)](k, w)) if str(col.header) in refit else _middle(c, w)
+                         for c, w, col in zip(row, widths, table.columns)))
     return fitted
 
 
@@ -590,10 +593,17 @@ def _show_auto(auto) -> None:
         _plain("auto: measured on seeded random samples, not the model's data: give --calibration DIR")
 
 
-def _op_summary(counts: dict, keep: int = 3) -> str:
-    """'Conv×8 Relu×8 Add×3 +2' — the most frequent op types of a block."""
+def _op_summary(counts: dict, keep: int = 3, width: int | None = None) -> str:
+    """'Conv×8 Relu×8 Add×3 +2' — the most frequent op types of a block. Within ``width``: fewer
+    types and a larger ``+N``, then the one type's name cut in the middle; never a count."""
     items = [f"{op}×{n}" if n > 1 else op for op, n in list(counts.items())[:keep]]
-    return " ".join(items) + (f" +{len(counts) - keep}" if len(counts) > keep else "")
+    for shown in range(len(items), 0, -1):
+        text = " ".join(items[:shown]) + (f" +{len(counts) - shown}" if len(counts) > shown else "")
+        if width is None or len(text) <= width:
+            return text
+    (op, n), more = next(iter(counts.items())), f" +{len(counts) - 1}" if len(counts) > 1 else ""
+    tail = (f"×{n}" if n > 1 else "") + more
+    return _cut(op, max(1, width - len(tail))) + tail
 
 
 def _show_blocks(result) -> None:
@@ -601,11 +611,12 @@ def _show_blocks(result) -> None:
                         f"{result.hardware.name}")
     for col in ("block", "mp", "precision", "layers", "first → last", "op types", "GOPs", "sim µs"):
         table.add_column(col, justify="right" if col in ("block", "mp", "layers", "GOPs", "sim µs") else "left")
-    for row in result.block_rows():
+    rows = result.block_rows()
+    for row in rows:
         table.add_row(str(row["block"]), str(row["mp"]), row["precision"], str(row["layers"]),
                       f"{row['first']} → {row['last']}",
                       _op_summary(row["op_types"]), f"{row['gops']:.3f}", f"{row['sim_latency_us']:.1f}")
-    console.print(_fit(table))
+    console.print(_fit(table, {"op types": lambda k, width: _op_summary(rows[k]["op_types"], width=width)}))
     console.print(f"simulated latency {result.sim_latency_us:.1f} µs · {result.sim_fps:.1f} FPS")
 
 

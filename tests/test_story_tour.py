@@ -165,3 +165,28 @@ def test_check_writes_its_shapes_as_the_pricing_line_and_the_report_do(tmp_path)
     assert invoke("report", src, "-o", tmp_path / "r.html", "--check", *ranges).exit_code == 0
     rows = Page((tmp_path / "r.html").read_text()).tables["check-shapes"][1:]
     assert printed == [f"shape {label}: {shapes}: {status}" for label, shapes, status, *_ in rows], (printed, rows)
+
+
+def _summaries(counts: dict[str, int]) -> re.Pattern:
+    """Every whole-item summary of a block's op types: the first k types with their counts and
+    ``+N`` for the rest, or the first type's name cut in the middle, its count kept."""
+    items = [f"{op}×{n}" if n > 1 else op for op, n in counts.items()]
+    shown = [" ".join(items[:k]) + (f" +{len(items) - k}" if len(items) > k else "") for k in range(1, 4)]
+    first = items[0].partition("×")
+    cut = rf"\S*…\S*{re.escape(first[1] + first[2])}" + (rf" \+{len(items) - 1}" if len(items) > 1 else "")
+    return re.compile(rf"(?:{'|'.join(map(re.escape, shown))}|{cut}) \d+\.\d{{3}} ")
+
+
+def test_the_op_types_column_at_80_columns_keeps_every_count(tmp_path):
+    """At 80 columns the QDQ block's op types read ``Quant…v×2 +5``: the middle of the text cut
+    away ``×8`` and left a ``+5`` that counted types no longer shown. Now fewer types are shown,
+    each with its count, and ``+N`` counts the rest."""
+    src = tmp_path / "qdq.onnx"
+    onnx.save(quantized(float_cnn(), "qdq"), src)
+    report = json.loads(invoke("fuse", src, tmp_path / "f.onnx", "--json", "-", "-q").stdout)
+    printed = runner.invoke(app, ["fuse", str(src), str(tmp_path / "g.onnx")], env={"COLUMNS": "80"},
+                            catch_exceptions=False).stdout
+    rows = [line for line in printed.splitlines() if re.match(r"\s+\d+\s+\d+ (fp32|fp16|int8) ", line)]
+    assert len(rows) == len(report["blocks"]) and max(map(len, printed.splitlines())) <= 80, printed
+    for line, block in zip(rows, report["blocks"]):
+        assert _summaries(block["op_types"]).search(line), (line, block["op_types"])
