@@ -1062,6 +1062,10 @@ def _show_run(report) -> None:
                   f"{plural(t.runs, 'run')})")
     if report.profile is not None:
         console.print(_fit(_profile_table(report)))
+        made = [p.name for p in report.profile if p.from_optimizer]
+        if made:
+            _plain(f"not in the file: {', '.join(made)}: onnxruntime's graph optimizer made "
+                   f"{noun(len(made), 'this node', 'these nodes')} in the session; the nodes replaced have no row")
     if report.thread_note:
         console.print(f"threads: {report.thread_note}")
 
@@ -1074,7 +1078,7 @@ def _profile_table(report) -> Table:
     for col in ("node", "op", "mp", "precision", "CPU µs", "sim µs", *(("sim µs here",) if here else ())):
         table.add_column(col, justify="left" if col in ("node", "op", "precision") else "right")
     for p in report.profile:
-        cells = [_us(p.sim_latency_us), *((_us(p.sim_here_us, p.mp is not None),) if here else ())]
+        cells = [_us(p.sim_latency_us, p.mp is not None), *((_us(p.sim_here_us, p.mp is not None),) if here else ())]
         table.add_row(p.name, p.op_type, str(p.mp or ""), p.precision or "", f"{p.measured_us:.1f}", *cells)
     totals = [sum(p.sim_latency_us or 0 for p in report.profile)]
     if here:

@@ -190,3 +190,51 @@ def test_the_op_types_column_at_80_columns_keeps_every_count(tmp_path):
     assert len(rows) == len(report["blocks"]) and max(map(len, printed.splitlines())) <= 80, printed
     for line, block in zip(rows, report["blocks"]):
         assert _summaries(block["op_types"]).search(line), (line, block["op_types"])
+
+
+def host_conv_model() -> onnx.ModelProto:
+    """conv -> relu -> com.microsoft FusedConv (a heavy node left on the host) -> conv: on an
+    x86 host with AVX2, onnxruntime's optimizer turns the host conv into an NCHWc Conv between
+    a ReorderInput and a ReorderOutput, nodes the file does not hold."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("FusedConv", ["r1", "w2"], ["c2"], name="host_conv", pads=[1, 1, 1, 1],
+                              activation="Relu", domain="com.microsoft"),
+             helper.make_node("Conv", ["c2", "w3"], ["y"], name="conv3", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "host", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [_weight(rng, "w1", 16, 3, 3, 3), _weight(rng, "w2", 16, 16, 3, 3),
+                               _weight(rng, "w3", 8, 16, 3, 3)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=8)
+
+
+def _kernel_times(path: Path) -> dict[str, float]:
+    """Every kernel onnxruntime's profiler timed in one run of the fused model: name -> µs."""
+    import onnxmlu.runtime as runtime  # noqa: PLC0415 - the custom-op library, only here
+    options = runtime.session_options()
+    options.enable_profiling, options.profile_file_prefix = True, str(path.parent / "ort")
+    session = runtime.InferenceSession(onnx.load(path), options, merge_blocks=False)
+    session.run(None, {"x": np.zeros((1, 3, 32, 32), np.float32)})
+    events = json.loads(Path(session.end_profiling()).read_text())
+    return {e["name"][: -len("_kernel_time")]: e["dur"] for e in events
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")}
+
+
+def test_run_profile_leaves_out_no_kernel_onnxruntime_timed(tmp_path):
+    """``run --profile`` listed only the file's nodes: the NCHWc Conv and reorders onnxruntime
+    made of a host conv were dropped, their time missing from the table and its total."""
+    src, fused = tmp_path / "host.onnx", tmp_path / "f.onnx"
+    onnx.save(host_conv_model(), src)
+    assert invoke("fuse", src, fused, "-q").exit_code == 0
+    ran = invoke("run", fused, "--profile", "--repeat", "2", "--json", tmp_path / "r.json")
+    assert ran.exit_code == 0, ran.output
+    rows = json.loads((tmp_path / "r.json").read_text())["profile"]
+    timed = _kernel_times(fused)
+    assert {r["name"] for r in rows} == set(timed), (rows, timed)
+    made = [r["name"] for r in rows if r["from_optimizer"]]
+    assert made == [r["name"] for r in rows if r["name"] not in {n.name for n in onnx.load(fused).graph.node}]
+    assert not made or f"not in the file: {', '.join(made)}" in ran.output, ran.output
+    host = [line for line in ran.output.splitlines() if any(f"│ {name} " in line for name in made)]
+    assert all("–" not in line for line in host), host  # '–' is a block not priced; a host node's cell is empty
