@@ -347,7 +347,8 @@ def _fit(table: Table, refit: dict[str, Callable[[int, int], str]] | None = None
     widths = [max([len(c.plain) for c in col] or [0]) for col in cells]
     heads = [max([len(w) for w in str(c.header).split()] or [1]) for c in table.columns]
     widths = [max(w, h) for w, h in zip(widths, heads)]
-    if sum(widths) + 3 * len(widths) + 1 <= console.width:
+    whole = [max(w, len(str(c.header))) for w, c in zip(widths, table.columns)]  # headers unwrapped, as rich lays them
+    if sum(whole) + 3 * len(whole) + 1 <= console.width:
         return table
     fitted = Table(title=table.title, caption=table.caption, box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
     over = sum(widths) + len(widths) - 1 - console.width

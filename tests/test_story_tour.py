@@ -238,3 +238,17 @@ def test_run_profile_leaves_out_no_kernel_onnxruntime_timed(tmp_path):
     assert not made or f"not in the file: {', '.join(made)}" in ran.output, ran.output
     host = [line for line in ran.output.splitlines() if any(f"│ {name} " in line for name in made)]
     assert all("–" not in line for line in host), host  # '–' is a block not priced; a host node's cell is empty
+
+
+def test_a_table_whose_headers_do_not_fit_cuts_no_number(tmp_path):
+    """At 80 columns a table whose cells fit but whose headers (``weights KB``) do not was left to
+    the console, which squeezed the number columns: ``0.02…``, ``224×…`` (issue 33's symptom,
+    on a model whose names are short)."""
+    src = tmp_path / "sym.onnx"
+    onnx.save(symbolic_cnn(), src)
+    printed = runner.invoke(app, ["inspect", str(src)], env={"COLUMNS": "80"}, catch_exceptions=False).stdout
+    layers = json.loads(invoke("inspect", src, "--json", "-", "-q").stdout)["layers"]
+    table = printed.split("priced at")[0]  # the pricing line is one line, the terminal wraps it
+    assert "…" not in table and max(map(len, table.splitlines())) <= 80, printed
+    for layer in layers:
+        assert f"{layer['gops']:.4f}" in printed and "×".join(map(str, layer["out_hw"])) in printed, printed
