@@ -252,3 +252,17 @@ def test_a_table_whose_headers_do_not_fit_cuts_no_number(tmp_path):
     assert "…" not in table and max(map(len, table.splitlines())) <= 80, printed
     for layer in layers:
         assert f"{layer['gops']:.4f}" in printed and "×".join(map(str, layer["out_hw"])) in printed, printed
+
+
+def test_the_report_of_a_fused_file_gives_each_block_what_its_node_carries(tmp_path):
+    """The fused file's report left GOPs and first/last layer empty although every block node
+    carries them (``gops``, ``layers``): they now read as the model's report of the same plan."""
+    src, fused = tmp_path / "sym.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_cnn(), src)
+    assert invoke("fuse", src, fused, "-q").exit_code == 0
+    assert invoke("report", src, "-o", tmp_path / "m.html", "-q").exit_code == 0
+    assert invoke("report", fused, "-o", tmp_path / "f.html", "-q").exit_code == 0
+    gops, last = 5, 8  # the blocks table: block, mp, precision, layers, sim µs, GOPs, first layer, last layer
+    of_model = [row[gops:last] for row in Page((tmp_path / "m.html").read_text()).tables["blocks"][1:]]
+    of_file = [row[gops:last] for row in Page((tmp_path / "f.html").read_text()).tables["blocks"][1:]]
+    assert of_file == of_model and all(row[0] and row[1] for row in of_file), (of_file, of_model)
