@@ -77,6 +77,21 @@ def test_no_count_meets_a_plural_noun_by_hand():
     assert not found, "\n".join(found)
 
 
+CUSTOM_OPS = PACKAGE.parent / "custom_ops"
+#: ``std::to_string(n) + " inputs"`` in the library's C++ messages: its Plural() says the noun.
+CPP_BY_HAND = re.compile(r"std::to_string\((?:[^()]|\([^()]*\))*\)\s*\+\s*\"" + NOUN_AFTER.pattern)
+
+
+def test_no_cpp_message_puts_a_count_before_a_plural_by_hand():
+    """The custom-op library's errors (``body has 1 inputs but the node has 2``) say counts as
+    :func:`plural` does, through ``Plural()`` in ort_support.h."""
+    found = [f"{path.name}: {m.group(0)}" for path in sorted(CUSTOM_OPS.glob("*.[ch]*"))
+             for m in CPP_BY_HAND.finditer(path.read_text()) if m.group(1) not in NOT_NOUNS]
+    assert not found, "\n".join(found)
+    planted = 'throw BlockError(code, "body has " + std::to_string(n.size()) +\n  " outputs but");'
+    assert [m.group(1) for m in CPP_BY_HAND.finditer(planted)] == ["outputs"]
+
+
 def test_the_scan_finds_a_count_before_a_plural_in_any_form():
     planted = '''
 def f(n, x, blocks, row):
