@@ -266,3 +266,16 @@ def test_the_report_of_a_fused_file_gives_each_block_what_its_node_carries(tmp_p
     of_model = [row[gops:last] for row in Page((tmp_path / "m.html").read_text()).tables["blocks"][1:]]
     of_file = [row[gops:last] for row in Page((tmp_path / "f.html").read_text()).tables["blocks"][1:]]
     assert of_file == of_model and all(row[0] and row[1] for row in of_file), (of_file, of_model)
+
+
+def test_the_report_names_the_blocks_whose_best_mp_moves_as_fuse_does(tmp_path):
+    """``fuse`` and ``plan`` print ``block 0 runs at mp=…; … its fastest MP would be …`` for a
+    block whose best MP moves over the ranges; the report showed the ranges' totals only."""
+    src, ranges = tmp_path / "sym.onnx", ("--input-shape", "x:1,3,16/64/256,64")
+    onnx.save(symbolic_cnn(), src)
+    printed = invoke("fuse", src, tmp_path / "f.onnx", *ranges).stdout
+    moves = [line.strip() for line in printed.splitlines() if line.strip().startswith("block ")]
+    assert moves, printed  # the model's best MP moves between 16 and 256 rows
+    assert invoke("report", src, "-o", tmp_path / "r.html", *ranges).exit_code == 0
+    words = Page((tmp_path / "r.html").read_text()).words()
+    assert all(line in words for line in moves), (moves, words)
