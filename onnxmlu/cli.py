@@ -598,6 +598,8 @@ def _op_summary(counts: dict, keep: int = 3, width: int | None = None) -> str:
     """'Conv×8 Relu×8 Add×3 +2' — the most frequent op types of a block. Within ``width``: fewer
     types and a larger ``+N``, then the one type's name cut in the middle; never a count."""
     items = [f"{op}×{n}" if n > 1 else op for op, n in list(counts.items())[:keep]]
+    if not items:
+        return ""
     for shown in range(len(items), 0, -1):
         text = " ".join(items[:shown]) + (f" +{len(counts) - shown}" if len(counts) > shown else "")
         if width is None or len(text) <= width:
