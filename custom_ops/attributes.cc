@@ -201,8 +201,8 @@ void VerifyDigest(std::string_view body, const OrtKernelInfo* info, const std::s
   if (!expected) return;
   const uint32_t actual = Crc32(body.data(), body.size());
   if (actual != *expected) {
-    throw BlockError(ORT_INVALID_GRAPH, prefix + "body is corrupt: its " + std::to_string(body.size()) +
-                                            " bytes have CRC-32 " + Hex32(actual) + " but attribute '" +
+    throw BlockError(ORT_INVALID_GRAPH, prefix + "body is corrupt: its " + Plural(body.size(), "byte") +
+                                            " have CRC-32 " + Hex32(actual) + " but attribute '" +
                                             kDigestAttribute + "' says " + Hex32(*expected) +
                                             " (the model file was damaged or the body edited); refusing to run it");
   }
@@ -211,8 +211,8 @@ void VerifyDigest(std::string_view body, const OrtKernelInfo* info, const std::s
 void RefuseFileReferences(std::string_view body, const std::string& prefix, const std::vector<std::string>& shared) {
   const FileReferenceScan scan = ScanFileReferences(body, shared);
   if (scan.too_deep) {
-    throw BlockError(ORT_INVALID_GRAPH, prefix + "body nests subgraphs more than " + std::to_string(kMaxScanDepth) +
-                                            " messages deep; refusing to run it");
+    throw BlockError(ORT_INVALID_GRAPH, prefix + "body nests subgraphs more than " + Plural(kMaxScanDepth, "message") +
+                                            " deep; refusing to run it");
   }
   if (!scan.found.empty()) {
     throw BlockError(ORT_INVALID_GRAPH, prefix + "body refers to a file (" + scan.found +
@@ -242,7 +242,7 @@ SharedWeights ReadSharedWeights(const OrtKernelInfo* info, const std::string& pr
   Check(Api().KernelInfo_GetInputCount(info, &inputs), prefix);
   if (count < 0 || static_cast<size_t>(count) > inputs) {
     throw BlockError(ORT_INVALID_GRAPH, prefix + "attribute " + kSharedAttribute + " = " + std::to_string(count) +
-                                            " is not a count of the node's " + std::to_string(inputs) + " inputs");
+                                            " is not a count of the node's " + Plural(inputs, "input"));
   }
   for (size_t i = inputs - static_cast<size_t>(count); i < inputs; ++i) {
     size_t size = 0;

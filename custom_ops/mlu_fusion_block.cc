@@ -99,11 +99,11 @@ FusionBlockKernel::FusionBlockKernel(const OrtKernelInfo* info, const InnerConfi
   Check(Api().SessionGetOutputCount(session_.get(), &body_outputs), prefix);
   node_inputs -= shared.names.size();  // the shared weights are the body's initializers, not its inputs
   if (body_inputs != node_inputs) {
-    throw BlockError(ORT_INVALID_GRAPH, prefix + "body has " + std::to_string(body_inputs) + " inputs but the node has " +
+    throw BlockError(ORT_INVALID_GRAPH, prefix + "body has " + Plural(body_inputs, "input") + " but the node has " +
                                             std::to_string(node_inputs) + " (besides its shared weights)");
   }
   if (body_outputs != node_outputs) {
-    throw BlockError(ORT_INVALID_GRAPH, prefix + "body has " + std::to_string(body_outputs) + " outputs but the node has " +
+    throw BlockError(ORT_INVALID_GRAPH, prefix + "body has " + Plural(body_outputs, "output") + " but the node has " +
                                             std::to_string(node_outputs));
   }
 

@@ -31,6 +31,11 @@ inline constexpr size_t kMaxFallbackMessage = 1024;
 // Turns a failed OrtStatus into a BlockError carrying `prefix` + onnxruntime's message.
 void Check(OrtStatus* status, const std::string& prefix);
 
+// A count and its noun, as onnxmlu/wording.py's plural(): "1 input", "2 inputs", "0 inputs".
+inline std::string Plural(size_t count, const std::string& singular) {
+  return std::to_string(count) + " " + singular + (count == 1 ? "" : "s");
+}
+
 // Names and bit widths of ONNXTensorElementDataType values (API 21's list); 0 bits: not copyable.
 std::string TypeName(ONNXTensorElementDataType type);
 size_t ElementBits(ONNXTensorElementDataType type);

@@ -49,7 +49,7 @@ from onnxmlu.options import (  # noqa: F401 - the option objects are part of the
     refuse_validation,
 )
 from onnxmlu.pipeline import (FUSE, FUSE_TO_FILE, PLAN, PORTABLE, Context, ModelLike, PassManager, Progress,
-                              as_progress, pricing_of)
+                              as_progress, pricing_of, range_end)
 from onnxmlu.plan.perf.hardware import Hardware, load_hardware, profile_names
 from onnxmlu.plan.planner import DEFAULT_STRATEGY, StrategyLike, block_latencies, make_plan, plan_layers  # noqa: F401
 from onnxmlu.plan.strategies import strategy_names
@@ -260,14 +260,14 @@ def _check_data(original: onnx.ModelProto, check: CheckOptions, validation, cali
         return found.samples, f"{plural(len(found), 'sample')} from {found.source} (--inputs)"
     if validation is not None:
         found = load_samples(validation, original, "validation")
-        return found.samples, f"{len(found)} validation samples from {found.source}"
+        return found.samples, f"{plural(len(found), 'validation sample')} from {found.source}"
     if auto is not None:
         judged = auto.evaluator.validation
         return judged.samples, f"the {plural(len(judged), 'sample')} that judged auto: {auto.rule or judged.describe()}"
     if calibration is not None:
         found = load_samples(calibration, original)
-        return found.samples, (f"{len(found)} calibration samples from {found.source} (in-sample: they set the "
-                               "INT8 scales; give --validation DIR for held-out data)")
+        return found.samples, (f"{plural(len(found), 'calibration sample')} from {found.source} (in-sample: "
+                               "they set the INT8 scales; give --validation DIR for held-out data)")
     return None
 
 
@@ -352,7 +352,10 @@ def inspect(model: ModelLike, *, input_shapes: dict | None = None, rewrite: bool
     """The layer table (load → normalize → rewrite if asked, BN by ``bn_mode`` → analyze); its
     ``to_dict()`` is the ``inspect`` report. ``max_memory``: the shape probes' budget (as for :func:`fuse`)."""
     asked = Options.of(input_shapes=input_shapes, rewrite=rewrite, bn_mode=bn_mode, max_memory=max_memory)
-    analysis = _run(PLAN[:4], model, asked, progress=progress).analysis
+    ctx = _run(PLAN[:4], model, asked, progress=progress)
+    analysis = ctx.analysis
+    if has_ranges(input_shapes):  # the ends fuse prices at, for its "input profile" line
+        analysis.profile_inputs = {"opt": analysis.input_shapes, **{p: range_end(ctx, p) for p in ("min", "max")}}
     if not rewrite:
         _name_rewrites(analysis, asked.rewrite.bn_mode)
     return analysis
@@ -362,7 +365,7 @@ def inspected_pricing(analysis: Analysis, input_shapes: dict | None = None) -> P
     """The shapes :func:`inspect`'s layer table is sized at, as ``fuse`` would price them (its
     ``priced at ...`` line, the defaults of symbolic dims named): ``input_shapes`` the pins
     :func:`inspect` was given."""
-    return pricing_shape(analysis.model, input_shapes, analysis.input_shapes)
+    return pricing_shape(analysis.model, input_shapes, analysis.input_shapes, analysis.profile_inputs)
 
 
 def inspect_report(analysis: Analysis, input_shapes: dict | None = None) -> InspectReport:
@@ -416,7 +419,8 @@ def plan(model: ModelLike, options: Options | None = None, files: PlanFiles | No
         options = _measuring_frontier(options)
     refuse_validation(options, check=False)
     ctx = _run(PLAN, model, options, progress=progress)
-    report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto, ctx.profile)
+    report = PlanReport(ctx.plan, ctx.analysis.layers, ctx.hardware, ctx.block_latency_us, ctx.auto, ctx.profile,
+                        pricing_of(ctx))
     if files.pareto is not None:
         title = f"{Path(str(model)).stem}: --precision auto --accuracy {ctx.auto.budget}"
         optional_import("onnxmlu.precision.auto").write_pareto(ctx.auto, files.pareto, title=title)

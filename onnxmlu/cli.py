@@ -36,6 +36,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from onnxmlu import ortlog
 from onnxmlu.errors import OnnxMluError, runtime_message
+from onnxmlu.frontend.pins import shapes_text
 from onnxmlu.optional import optional_import
 from onnxmlu.precisions import PRECISIONS
 from onnxmlu.progress import Tally
@@ -336,16 +337,18 @@ def _steps(quiet: bool, bar: bool = False) -> Iterator[Steps]:
 _MIN_NAME = 12
 
 
-def _fit(table: Table) -> Table:
+def _fit(table: Table, refit: dict[str, Callable[[int, int], str]] | None = None) -> Table:
     """``table`` fitted to the terminal: numbers (right-aligned columns) are never cut; when the
     cells are wider than the terminal the borders go (one space between columns), headers wrap at
     their words, and the widest text columns are abbreviated in the middle (``/layer2/…/Conv``:
-    a torch name's ends tell layers apart, its start alone does not)."""
+    a torch name's ends tell layers apart, its start alone does not). ``refit``: a text column
+    whose cells hold counts (header -> ``(row, width) -> cell``) is written again at its width."""
     cells = [[Text.from_markup(c) if isinstance(c, str) else c for c in col.cells] for col in table.columns]
     widths = [max([len(c.plain) for c in col] or [0]) for col in cells]
     heads = [max([len(w) for w in str(c.header).split()] or [1]) for c in table.columns]
     widths = [max(w, h) for w, h in zip(widths, heads)]
-    if sum(widths) + 3 * len(widths) + 1 <= console.width:
+    whole = [max(w, len(str(c.header))) for w, c in zip(widths, table.columns)]  # headers unwrapped, as rich lays them
+    if sum(whole) + 3 * len(whole) + 1 <= console.width:
         return table
     fitted = Table(title=table.title, caption=table.caption, box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
     over = sum(widths) + len(widths) - 1 - console.width
@@ -355,8 +358,10 @@ def _fit(table: Table) -> Table:
             widths[i], over = widths[i] - cut, over - cut
     for column, width in zip(table.columns, widths):
         fitted.add_column(column.header, justify=column.justify, width=width, overflow="fold")
-    for row in zip(*cells):
-        fitted.add_row(*(_middle(c, w) for c, w in zip(row, widths)))
+    refit = refit or {}
+    for k, row in enumerate(zip(*cells)):
+        fitted.add_row(*(Text(refit[str(col.header)](k, w)) if str(col.header) in refit else _middle(c, w)
+                         for c, w, col in zip(row, widths, table.columns)))
     return fitted
 
 
@@ -589,10 +594,19 @@ def _show_auto(auto) -> None:
         _plain("auto: measured on seeded random samples, not the model's data: give --calibration DIR")
 
 
-def _op_summary(counts: dict, keep: int = 3) -> str:
-    """'Conv×8 Relu×8 Add×3 +2' — the most frequent op types of a block."""
+def _op_summary(counts: dict, keep: int = 3, width: int | None = None) -> str:
+    """'Conv×8 Relu×8 Add×3 +2' — the most frequent op types of a block. Within ``width``: fewer
+    types and a larger ``+N``, then the one type's name cut in the middle; never a count."""
     items = [f"{op}×{n}" if n > 1 else op for op, n in list(counts.items())[:keep]]
-    return " ".join(items) + (f" +{len(counts) - keep}" if len(counts) > keep else "")
+    if not items:
+        return ""
+    for shown in range(len(items), 0, -1):
+        text = " ".join(items[:shown]) + (f" +{len(counts) - shown}" if len(counts) > shown else "")
+        if width is None or len(text) <= width:
+            return text
+    (op, n), more = next(iter(counts.items())), f" +{len(counts) - 1}" if len(counts) > 1 else ""
+    tail = (f"×{n}" if n > 1 else "") + more
+    return _cut(op, max(1, width - len(tail))) + tail
 
 
 def _show_blocks(result) -> None:
@@ -600,11 +614,12 @@ def _show_blocks(result) -> None:
                         f"{result.hardware.name}")
     for col in ("block", "mp", "precision", "layers", "first → last", "op types", "GOPs", "sim µs"):
         table.add_column(col, justify="right" if col in ("block", "mp", "layers", "GOPs", "sim µs") else "left")
-    for row in result.block_rows():
+    rows = result.block_rows()
+    for row in rows:
         table.add_row(str(row["block"]), str(row["mp"]), row["precision"], str(row["layers"]),
                       f"{row['first']} → {row['last']}",
                       _op_summary(row["op_types"]), f"{row['gops']:.3f}", f"{row['sim_latency_us']:.1f}")
-    console.print(_fit(table))
+    console.print(_fit(table, {"op types": lambda k, width: _op_summary(rows[k]["op_types"], width=width)}))
     console.print(f"simulated latency {result.sim_latency_us:.1f} µs · {result.sim_fps:.1f} FPS")
 
 
@@ -621,7 +636,7 @@ def _show_diagnostics(diagnostics, analysis=None) -> None:
         elif d.stage != "analyze" and (d.rule != "int8-float-op" or float_ops <= HOST_LINES):
             _plain(f"{d.stage}: {d.node + ': ' if d.node else ''}{d.message}")
     if float_ops > HOST_LINES:
-        _plain(f"... and {float_ops - HOST_LINES} more operators in FP32 inside INT8 blocks (all in --json)")
+        _plain(f"... and {plural(float_ops - HOST_LINES, 'more operator')} in FP32 inside INT8 blocks (all in --json)")
     host = analysis.host_nodes() if analysis is not None else []
     if not host:
         return
@@ -632,7 +647,7 @@ def _show_diagnostics(diagnostics, analysis=None) -> None:
     for row in host[:HOST_LINES]:
         _plain(f"host: {row['node']} ({row['op_type']}): {row['reason']}")
     if len(host) > HOST_LINES:
-        _plain(f"... and {len(host) - HOST_LINES} more host nodes (all of them in --json's host_nodes)")
+        _plain(f"... and {plural(len(host) - HOST_LINES, 'more host node')} (all of them in --json's host_nodes)")
 
 
 HOST_LINES = 12
@@ -698,8 +713,8 @@ def _show_check(report) -> None:
         table.add_row(d.name, str(list(d.shape)), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", *steps,
                       escape(d.rule(report)), verdict)
     console.print(_fit(table))
-    for run in report.shapes:
-        shapes = ", ".join(f"{k} {v}" for k, v in run.shapes.items())
+    for run in report.shapes:  # the shapes as the pricing line and the report write them
+        shapes = shapes_text(run.shapes) or "scalars only"
         _plain(f"shape {run.label}: {shapes}: {run.status}" + (f" ({run.note})" if run.note else ""))
     if report.accuracy is not None and not any(d.nonfinite for d in report.diffs):  # NaN: no cosine to speak of
         judged = f" · judged by {report.budget}" if report.budget is not None else ""
@@ -914,11 +929,12 @@ def _exit_if_unmet(auto, best_effort: bool) -> None:
 
 
 def _show_plan(report) -> None:
-    for r in report.rows():
-        console.print(f"block {r['block']:3d}  mp={r['mp']:2d}  {r['precision']}  layers {r['start']}..{r['stop'] - 1} "
-                      f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
+    for r in report.rows():  # one line each, wrapped by the terminal: a figure never parts from its unit
+        _plain(f"block {r['block']:3d}  mp={r['mp']:2d}  {r['precision']}  layers {r['start']}..{r['stop'] - 1} "
+               f"({r['first']} → {r['last']})  {r['sim_latency_us']:9.1f} µs")
     total = report.sim_latency_us
     console.print(f"{plural(len(report.plan.blocks), 'block')} · simulated {total:.1f} µs · {1e6 / total:.1f} FPS")
+    _show_pricing(report.pricing)
     _show_auto(report.auto)
     _show_profile(report.profile, report.plan.strategy)
 
@@ -1011,7 +1027,8 @@ def run(
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Run any model (fused or not) in onnxruntime with the custom-op library.
+    """Run any model (fused or not) in onnxruntime with the custom-op library, at the --input-shape
+    pins (default: the shapes a fused model records it was planned at).
 
     Example: onnxmlu run resnet18.fused.onnx --repeat 20 --profile
     """
@@ -1048,6 +1065,10 @@ def _show_run(report) -> None:
                   f"{plural(t.runs, 'run')})")
     if report.profile is not None:
         console.print(_fit(_profile_table(report)))
+        made = [p.name for p in report.profile if p.from_optimizer]
+        if made:
+            _plain(f"not in the file: {', '.join(made)}: onnxruntime's graph optimizer made "
+                   f"{noun(len(made), 'this node', 'these nodes')} in the session; the nodes replaced have no row")
     if report.thread_note:
         console.print(f"threads: {report.thread_note}")
 
@@ -1060,7 +1081,7 @@ def _profile_table(report) -> Table:
     for col in ("node", "op", "mp", "precision", "CPU µs", "sim µs", *(("sim µs here",) if here else ())):
         table.add_column(col, justify="left" if col in ("node", "op", "precision") else "right")
     for p in report.profile:
-        cells = [_us(p.sim_latency_us), *((_us(p.sim_here_us, p.mp is not None),) if here else ())]
+        cells = [_us(p.sim_latency_us, p.mp is not None), *((_us(p.sim_here_us, p.mp is not None),) if here else ())]
         table.add_row(p.name, p.op_type, str(p.mp or ""), p.precision or "", f"{p.measured_us:.1f}", *cells)
     totals = [sum(p.sim_latency_us or 0 for p in report.profile)]
     if here:

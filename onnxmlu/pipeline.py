@@ -353,14 +353,14 @@ class Profile:
         return "pricing the plan over the input ranges"
 
     def run(self, ctx: Context) -> None:
-        pins, values, budget = ctx.options.shapes.input_shapes, ctx.options.shapes.inputs, ctx.options.shapes.max_memory
-        if not has_ranges(pins):
+        values, budget = ctx.options.shapes.inputs, ctx.options.shapes.max_memory
+        if not has_ranges(ctx.options.shapes.input_shapes):
             return
         layers_at = {"opt": ctx.analysis.layers}
         inputs = {"opt": ctx.analysis.input_shapes}
         for point in ("min", "max"):
             inferred = {}  # the model does not change between the two
-            inputs[point] = pricing_shapes(ctx.model, pins, ctx.note, ctx.weights, point, values, budget, inferred)
+            inputs[point] = range_end(ctx, point, inferred)
             sizes = sizes_at(ctx.model, inputs[point], ctx.note, ctx.weights, values, budget, inferred)
             at = analyze(ctx.model, ctx.weights, sizes).layers
             if [layer.name for layer in at] == [layer.name for layer in ctx.analysis.layers]:
@@ -369,6 +369,14 @@ class Profile:
                 ctx.note(Diagnostic("plan", "profile-unpriced", "", f"the plan is not priced at the ranges' {point} "
                                     f"({inputs[point]}): the layers cannot all be sized there"))
         ctx.profile = profile_plan(ctx.plan, layers_at, ctx.hardware, inputs)
+
+
+def range_end(ctx: Context, point: str, inferred: dict | None = None) -> dict[str, list[int]]:
+    """The fed inputs' shapes at ``point`` (``min``, ``max``) of the ``--input-shape`` ranges, as
+    the plan is priced there (``fuse``'s profile, ``inspect``'s ``input profile`` line)."""
+    shapes = ctx.options.shapes
+    return pricing_shapes(ctx.model, shapes.input_shapes, ctx.note, ctx.weights, point, shapes.inputs,
+                          shapes.max_memory, inferred)
 
 
 class Collapse:

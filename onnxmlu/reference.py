@@ -16,6 +16,7 @@ from onnx.reference.op_run import OpRun
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.schema import DOMAIN, body_model, is_fusion_block
+from onnxmlu.wording import plural
 
 
 class MLUFusionBlock(OpRun):
@@ -31,8 +32,8 @@ class MLUFusionBlock(OpRun):
                                "blocks cannot be nested")
         self._inputs = [i.name for i in body.graph.input if i.name not in {t.name for t in body.graph.initializer}]
         if len(self._inputs) != len(onnx_node.input) or len(body.graph.output) != len(onnx_node.output):
-            raise OnnxMluError(f"MLUFusionBlock {onnx_node.name!r}: body has {len(self._inputs)} inputs and "
-                               f"{len(body.graph.output)} outputs, the node {len(onnx_node.input)} and "
+            raise OnnxMluError(f"MLUFusionBlock {onnx_node.name!r}: body has {plural(len(self._inputs), 'input')} and "
+                               f"{plural(len(body.graph.output), 'output')}, the node {len(onnx_node.input)} and "
                                f"{len(onnx_node.output)}")
         self._body = ReferenceEvaluator(body)
 

@@ -174,6 +174,8 @@ class PlanReport:
     block_latency_us: list[float]
     auto: "AutoResult | None" = None  # what --precision auto chose and measured
     profile: ShapeProfile | None = None  # the plan priced over the --input-shape ranges
+    #: The input shapes the plan was priced at (what ``fuse`` prints and records).
+    pricing: "PricingShape | None" = None
 
     @property
     def sim_latency_us(self) -> float:
@@ -193,7 +195,8 @@ class PlanReport:
         total = self.sim_latency_us
         return {"strategy": self.plan.strategy, "hardware": self.hardware.name, "layers": len(self.layers),
                 "sim_latency_us": total, "sim_fps": 1e6 / total if total > 0 else None, "blocks": self.rows(),
-                "auto": _auto(self.auto), "profile": _profile(self.profile)}
+                "auto": _auto(self.auto), "profile": _profile(self.profile),
+                "pricing_shape": None if self.pricing is None else self.pricing.to_dict()}
 
 
 @dataclass(frozen=True)

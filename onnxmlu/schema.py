@@ -57,6 +57,7 @@ from onnxmlu.ir.graphs import FUSION_OP_TYPE as OP_TYPE
 from onnxmlu.ir.graphs import copy_model, iter_graphs, node_subgraphs
 from onnxmlu.ir.graphs import is_fusion_block  # noqa: F401 - the format's predicate, read here too
 from onnxmlu.version import __version__
+from onnxmlu.wording import plural
 
 VERSION = 1
 #: The digest attribute: CRC-32 of the body's serialized bytes (custom_ops: kDigestAttribute).
@@ -183,7 +184,7 @@ def type_block_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
             raise onnx.shape_inference.InferenceError(str(exc)) from exc
         if len(outputs) != len(node.output):
             raise onnx.shape_inference.InferenceError(
-                f"MLUFusionBlock {node.name!r}: body has {len(outputs)} outputs, node has {len(node.output)}")
+                f"MLUFusionBlock {node.name!r}: body has {plural(len(outputs), 'output')}, node has {len(node.output)}")
         for name, value in zip(node.output, outputs):
             if name and name not in typed:
                 info = model.graph.value_info.add()
@@ -460,7 +461,7 @@ def _digest_problem(data: bytes, expected) -> str | None:
         return f"attribute {DIGEST!r} must be an int from 0 to 4294967295 (a CRC-32), got {expected!r}"
     actual = body_digest(data)
     if actual != expected:
-        return (f"body is corrupt: its {len(data)} bytes have CRC-32 0x{actual:08x} but attribute {DIGEST!r} "
+        return (f"body is corrupt: its {plural(len(data), 'byte')} have CRC-32 0x{actual:08x} but attribute {DIGEST!r} "
                 f"says 0x{expected:08x} (the model file was damaged or the body edited)")
     return None
 

@@ -182,7 +182,7 @@ def test_the_auto_chart_has_labelled_axes_and_a_legend(library, chain_file, tmp_
 
 def test_the_check_says_what_it_ran_never_seeds_of_nothing(library, chain_file, tmp_path):
     plain = Page(api.report(chain_file, tmp_path / "r.html", check=True).read_text())
-    assert "seeds 0 ·" in plain.words() and plain.tables["check-shapes"][1][:3] == ["default", "x:1x8x16x16", "ok"]
+    assert "seed 0 ·" in plain.words() and plain.tables["check-shapes"][1][:3] == ["default", "x:1x8x16x16", "ok"]
     auto = Page(api.report(chain_file, tmp_path / "a.html", check=True, precision="auto").read_text())
     assert "seeds []" not in auto.words() and "no random seed · inputs:" in auto.words()
 

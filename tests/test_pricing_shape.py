@@ -76,6 +76,39 @@ def test_a_range_is_recorded_with_its_min_opt_max(tmp_path):
     assert record["defaulted"] == [] and record["profile"]["max"] == {"images": [1, 3, 128, 64]}
 
 
+def _pricing_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(("priced at", "input profile:", "pricing shape:"))]
+
+
+def test_plain_inspect_shows_the_range_profile_fuse_printed(tmp_path):
+    """``inspect`` of the model with the same ranges, and of the fused model, print fuse's
+    ``priced at`` and ``input profile`` lines word for word (the model's lacked the profile);
+    ``--json`` carries the profile fuse recorded."""
+    src, out, ranges = tmp_path / "m.onnx", tmp_path / "f.onnx", ("--input-shape", "images:1,3,32/64/128,64")
+    onnx.save(symbolic_conv(), src)
+    printed = _pricing_lines(invoke("fuse", src, out, *ranges).output)
+    assert [line.split(":")[0] for line in printed] == ["priced at images", "input profile"], printed
+    assert _pricing_lines(invoke("inspect", src, *ranges).output) == printed
+    assert _pricing_lines(invoke("inspect", src, *ranges, "--no-rewrite").output) == printed
+    assert _pricing_lines(invoke("inspect", out).output) == printed
+    record = json.loads(model_metadata(onnx.load(out))[PRICING_SHAPE_KEY])
+    assert json.loads(invoke("inspect", src, *ranges, "--json", "-", "-q").output)["pricing_shape"] == record
+
+
+def test_inspect_of_a_fused_file_without_the_record_says_it_has_none(tmp_path):
+    src, out = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_conv(), src)
+    assert invoke("fuse", src, out, "--input-shape", "images:1,3,32/64/128,64", "-q").exit_code == 0
+    older = onnx.load(out)  # as written before the record existed
+    kept = [p for p in older.metadata_props if p.key != PRICING_SHAPE_KEY]
+    del older.metadata_props[:]
+    older.metadata_props.extend(kept)
+    onnx.save(older, out)
+    shown = invoke("inspect", out)
+    assert shown.exit_code == 0 and _pricing_lines(shown.output) == ["pricing shape: not recorded in this file"]
+    assert json.loads(invoke("inspect", out, "--json", "-", "-q").output)["pricing_shape"] is None
+
+
 def test_run_profile_reprices_at_another_shape(tmp_path):
     """At another shape the simulated time is re-priced there: what fuse prices at that shape."""
     fused = tmp_path / "f.onnx"
@@ -94,6 +127,18 @@ def test_run_profile_reprices_at_another_shape(tmp_path):
     assert block["sim_here_us"] == pytest.approx(there.sim_latency_us, rel=1e-6) != block["sim_latency_us"]
     same = invoke("run", fused, "--profile", "--repeat", "1", "--input-shape", "images:[1,3,32,32]")
     assert "sim µs at this run's shape" in " ".join(same.output.split()), same.output
+
+
+def test_run_without_pins_runs_where_fuse_priced(tmp_path):
+    """``run`` of a fused model ran its free dims at their defaults (224) while the file says its
+    plan was priced at 32x32 and ``check`` runs there: it runs at the recorded shape, a range at opt."""
+    src, fused = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_conv(), src)
+    assert invoke("fuse", src, fused, "--input-shape", "images:1,3,16/32/48,32", "-q").exit_code == 0
+    ran = invoke("run", fused, "--profile", "--repeat", "1", "--json", tmp_path / "r.json")
+    assert ran.exit_code == 0, ran.output
+    assert json.loads((tmp_path / "r.json").read_text())["input_shapes"] == {"images": [1, 3, 32, 32]}
+    assert "sim µs at this run's shape, the pricing shape images:1x3x32x32" in " ".join(ran.output.split())
 
 
 def test_blocks_that_cannot_be_repriced_say_so(tmp_path):

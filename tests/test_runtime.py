@@ -332,7 +332,7 @@ BAD_NODES = {
         ["block_9 (mp=1)", "body is not a valid ONNX model:"],
     ),
     "float body tensor": (float_tensor_body, ["block_f (mp=2)", "must be a 1-D uint8 tensor", "float"]),
-    "input count": (two_input_node_one_input_body, ["MLUFusionBlock 'block_3 (mp=8)': body has 1 inputs but the node has 2"]),
+    "input count": (two_input_node_one_input_body, ["MLUFusionBlock 'block_3 (mp=8)': body has 1 input but the node has 2"]),
     "output dtype": (
         wrong_output_dtype,
         ["MLUFusionBlock 'block_5 (mp=2)': body output 0 ('y') is float but the node's output 0 is int64"],

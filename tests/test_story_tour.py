@@ -126,3 +126,156 @@ def test_inspect_of_a_fused_file_writes_the_unit_fuse_writes(tmp_path):
     held = invoke("inspect", tmp_path / "f.onnx").stdout
     assert "sim µs" in fused and "sim µs" in held, held  # was "sim us" and "simulated 252.6 us"
     assert "sim us" not in held and not re.search(r"\d us\b", held), held
+
+
+def _pricing_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(("priced at", "input profile:"))]
+
+
+def test_plan_says_the_shape_it_priced_at_as_fuse_does(tmp_path):
+    """``plan`` priced at the default sizes of free dims without saying so, where ``fuse`` prints
+    ``priced at ...`` and ``input profile: ...``; at 80 columns its block lines were wrapped by
+    the console between a figure and its unit (``232.2`` / ``µs``)."""
+    src, ranges = tmp_path / "sym.onnx", ("--input-shape", "x:1,3,16/32/48,24")
+    model = symbolic_cnn()
+    for node in model.graph.node:  # torch's long scoped names: a block line wider than 80 columns
+        node.name = f"/backbone/stage1/block0/{node.name}/Conv_output_0"
+    onnx.save(model, src)
+    fused = invoke("fuse", src, tmp_path / "f.onnx", *ranges)
+    planned = runner.invoke(app, ["plan", str(src), *ranges], env={"COLUMNS": "80"}, catch_exceptions=False)
+    assert planned.exit_code == 0, planned.output
+    assert _pricing_lines(planned.output) == _pricing_lines(fused.output) != [], planned.output
+    rows = [line for line in planned.output.splitlines() if line.startswith("block ")]
+    assert rows and all(line.endswith(" µs") for line in rows), planned.output  # one line each, never cut
+    report = json.loads(invoke("plan", src, *ranges, "--json", "-", "-q").stdout)
+    recorded = json.loads(invoke("inspect", tmp_path / "f.onnx", "--json", "-", "-q").stdout)["pricing_shape"]
+    assert report["pricing_shape"] == recorded and recorded["profile"] is not None
+
+
+def test_check_writes_its_shapes_as_the_pricing_line_and_the_report_do(tmp_path):
+    """``fuse --check`` printed ``shape pinned: x [1, 3, 32, 24]`` where the pricing line and the
+    report's check table write ``x:1x3x32x24``, and ``seeds 0`` for its one seed."""
+    src, ranges = tmp_path / "sym.onnx", ("--input-shape", "x:1,3,16/32/48,24")
+    onnx.save(symbolic_cnn(), src)
+    fused = invoke("fuse", src, tmp_path / "f.onnx", "--check", *ranges)
+    assert fused.exit_code == 0, fused.stdout
+    printed = [line for line in fused.stdout.splitlines() if line.startswith("shape ")]
+    assert "priced at x:1x3x32x24" in fused.stdout and "shape pinned: x:1x3x32x24: ok" in printed, printed
+    assert "seeded random inputs (seed 0)" in fused.stdout, fused.stdout
+    assert invoke("report", src, "-o", tmp_path / "r.html", "--check", *ranges).exit_code == 0
+    rows = Page((tmp_path / "r.html").read_text()).tables["check-shapes"][1:]
+    assert printed == [f"shape {label}: {shapes}: {status}" for label, shapes, status, *_ in rows], (printed, rows)
+
+
+def _summaries(counts: dict[str, int]) -> re.Pattern:
+    """Every whole-item summary of a block's op types: the first k types with their counts and
+    ``+N`` for the rest, or the first type's name cut in the middle, its count kept."""
+    items = [f"{op}×{n}" if n > 1 else op for op, n in counts.items()]
+    shown = [" ".join(items[:k]) + (f" +{len(items) - k}" if len(items) > k else "") for k in range(1, 4)]
+    first = items[0].partition("×")
+    cut = rf"\S*…\S*{re.escape(first[1] + first[2])}" + (rf" \+{len(items) - 1}" if len(items) > 1 else "")
+    return re.compile(rf"(?:{'|'.join(map(re.escape, shown))}|{cut}) \d+\.\d{{3}} ")
+
+
+def test_the_op_types_column_at_80_columns_keeps_every_count(tmp_path):
+    """At 80 columns the QDQ block's op types read ``Quant…v×2 +5``: the middle of the text cut
+    away ``×8`` and left a ``+5`` that counted types no longer shown. Now fewer types are shown,
+    each with its count, and ``+N`` counts the rest."""
+    src = tmp_path / "qdq.onnx"
+    onnx.save(quantized(float_cnn(), "qdq"), src)
+    report = json.loads(invoke("fuse", src, tmp_path / "f.onnx", "--json", "-", "-q").stdout)
+    printed = runner.invoke(app, ["fuse", str(src), str(tmp_path / "g.onnx")], env={"COLUMNS": "80"},
+                            catch_exceptions=False).stdout
+    rows = [line for line in printed.splitlines() if re.match(r"\s+\d+\s+\d+ (fp32|fp16|int8) ", line)]
+    assert len(rows) == len(report["blocks"]) and max(map(len, printed.splitlines())) <= 80, printed
+    for line, block in zip(rows, report["blocks"]):
+        assert _summaries(block["op_types"]).search(line), (line, block["op_types"])
+
+
+def host_conv_model() -> onnx.ModelProto:
+    """conv -> relu -> com.microsoft FusedConv (a heavy node left on the host) -> conv: on an
+    x86 host with AVX2, onnxruntime's optimizer turns the host conv into an NCHWc Conv between
+    a ReorderInput and a ReorderOutput, nodes the file does not hold."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("FusedConv", ["r1", "w2"], ["c2"], name="host_conv", pads=[1, 1, 1, 1],
+                              activation="Relu", domain="com.microsoft"),
+             helper.make_node("Conv", ["c2", "w3"], ["y"], name="conv3", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "host", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [_weight(rng, "w1", 16, 3, 3, 3), _weight(rng, "w2", 16, 16, 3, 3),
+                               _weight(rng, "w3", 8, 16, 3, 3)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=8)
+
+
+def _kernel_times(path: Path) -> dict[str, float]:
+    """Every kernel onnxruntime's profiler timed in one run of the fused model: name -> µs."""
+    import onnxmlu.runtime as runtime  # noqa: PLC0415 - the custom-op library, only here
+    options = runtime.session_options()
+    options.enable_profiling, options.profile_file_prefix = True, str(path.parent / "ort")
+    session = runtime.InferenceSession(onnx.load(path), options, merge_blocks=False)
+    session.run(None, {"x": np.zeros((1, 3, 32, 32), np.float32)})
+    events = json.loads(Path(session.end_profiling()).read_text())
+    return {e["name"][: -len("_kernel_time")]: e["dur"] for e in events
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")}
+
+
+def test_run_profile_leaves_out_no_kernel_onnxruntime_timed(tmp_path):
+    """``run --profile`` listed only the file's nodes: the NCHWc Conv and reorders onnxruntime
+    made of a host conv were dropped, their time missing from the table and its total."""
+    src, fused = tmp_path / "host.onnx", tmp_path / "f.onnx"
+    onnx.save(host_conv_model(), src)
+    assert invoke("fuse", src, fused, "-q").exit_code == 0
+    ran = invoke("run", fused, "--profile", "--repeat", "2", "--json", tmp_path / "r.json")
+    assert ran.exit_code == 0, ran.output
+    rows = json.loads((tmp_path / "r.json").read_text())["profile"]
+    timed = _kernel_times(fused)
+    assert {r["name"] for r in rows} == set(timed), (rows, timed)
+    made = [r["name"] for r in rows if r["from_optimizer"]]
+    assert made == [r["name"] for r in rows if r["name"] not in {n.name for n in onnx.load(fused).graph.node}]
+    assert not made or f"not in the file: {', '.join(made)}" in ran.output, ran.output
+    host = [line for line in ran.output.splitlines() if any(f"│ {name} " in line for name in made)]
+    assert all("–" not in line for line in host), host  # '–' is a block not priced; a host node's cell is empty
+
+
+def test_a_table_whose_headers_do_not_fit_cuts_no_number(tmp_path):
+    """At 80 columns a table whose cells fit but whose headers (``weights KB``) do not was left to
+    the console, which squeezed the number columns: ``0.02…``, ``224×…`` (issue 33's symptom,
+    on a model whose names are short)."""
+    src = tmp_path / "sym.onnx"
+    onnx.save(symbolic_cnn(), src)
+    printed = runner.invoke(app, ["inspect", str(src)], env={"COLUMNS": "80"}, catch_exceptions=False).stdout
+    layers = json.loads(invoke("inspect", src, "--json", "-", "-q").stdout)["layers"]
+    table = printed.split("priced at")[0]  # the pricing line is one line, the terminal wraps it
+    assert "…" not in table and max(map(len, table.splitlines())) <= 80, printed
+    for layer in layers:
+        assert f"{layer['gops']:.4f}" in printed and "×".join(map(str, layer["out_hw"])) in printed, printed
+
+
+def test_the_report_of_a_fused_file_gives_each_block_what_its_node_carries(tmp_path):
+    """The fused file's report left GOPs and first/last layer empty although every block node
+    carries them (``gops``, ``layers``): they now read as the model's report of the same plan."""
+    src, fused = tmp_path / "sym.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_cnn(), src)
+    assert invoke("fuse", src, fused, "-q").exit_code == 0
+    assert invoke("report", src, "-o", tmp_path / "m.html", "-q").exit_code == 0
+    assert invoke("report", fused, "-o", tmp_path / "f.html", "-q").exit_code == 0
+    gops, last = 5, 8  # the blocks table: block, mp, precision, layers, sim µs, GOPs, first layer, last layer
+    of_model = [row[gops:last] for row in Page((tmp_path / "m.html").read_text()).tables["blocks"][1:]]
+    of_file = [row[gops:last] for row in Page((tmp_path / "f.html").read_text()).tables["blocks"][1:]]
+    assert of_file == of_model and all(row[0] and row[1] for row in of_file), (of_file, of_model)
+
+
+def test_the_report_names_the_blocks_whose_best_mp_moves_as_fuse_does(tmp_path):
+    """``fuse`` and ``plan`` print ``block 0 runs at mp=…; … its fastest MP would be …`` for a
+    block whose best MP moves over the ranges; the report showed the ranges' totals only."""
+    src, ranges = tmp_path / "sym.onnx", ("--input-shape", "x:1,3,16/64/256,64")
+    onnx.save(symbolic_cnn(), src)
+    printed = invoke("fuse", src, tmp_path / "f.onnx", *ranges).stdout
+    moves = [line.strip() for line in printed.splitlines() if line.strip().startswith("block ")]
+    assert moves, printed  # the model's best MP moves between 16 and 256 rows
+    assert invoke("report", src, "-o", tmp_path / "r.html", *ranges).exit_code == 0
+    words = Page((tmp_path / "r.html").read_text()).words()
+    assert all(line in words for line in moves), (moves, words)

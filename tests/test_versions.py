@@ -54,7 +54,7 @@ def test_block_outputs_are_typed_from_the_body_and_inference_flows_past_them():
 def test_a_body_whose_outputs_do_not_match_the_node_is_an_inference_error():
     model = _block_then_host()
     model.graph.node[0].output.append("extra")
-    with pytest.raises(onnx.shape_inference.InferenceError, match="body has 1 outputs, node has 2"):
+    with pytest.raises(onnx.shape_inference.InferenceError, match="body has 1 output, node has 2"):
         type_block_outputs(model)
 
 

@@ -66,6 +66,9 @@ class Analysis:
     carried: dict[int, int] = field(default_factory=dict)
     #: The fed inputs' shapes the layers are priced at (the pins' ``opt``; empty: as declared).
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    #: With ``--input-shape`` ranges, :func:`onnxmlu.api.inspect`'s fed input shapes at their
+    #: min, opt and max (point -> input -> shape: ``fuse``'s profile); None without ranges.
+    profile_inputs: dict[str, dict[str, list[int]]] | None = None
 
     def node(self, layer: Layer) -> onnx.NodeProto:
         return self.model.graph.node[self.layer_nodes[layer.index]]

@@ -49,6 +49,7 @@ from onnxmlu.precisions import DEFAULT_PRECISION
 from onnxmlu.collapse.own import OWN_INT8_NOTE, mark_own_int8
 from onnxmlu.collapse.shared import shared_constants
 from onnxmlu.ir import wire
+from onnxmlu.wording import plural
 from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, SHARED_ATTRIBUTE, VERSION, add_body, describe_fused_model,
                             fill_body_header, label_mismatch, placeholder)
 
@@ -371,14 +372,14 @@ def _before_body(node: onnx.NodeProto, b: int, iface: BlockInterface, length: in
     if note:
         node.doc_string += f" ({note})"
     if length > MAX_BODY_BYTES:
-        raise OnnxMluError(f"block {b} serializes to {length} bytes, over the 2 GB "
+        raise OnnxMluError(f"block {b} serializes to {plural(length, 'byte')}, over the 2 GB "
                            "protobuf limit of one body; split it with a plan of smaller blocks")
 
 
 def _summary(layers, mp: int, fig: BlockFigures | None, precision: str = DEFAULT_PRECISION) -> str:
     counts = Counter(l.op_type for l in layers)
     ops = ", ".join(f"{op}×{n}" if n > 1 else op for op, n in counts.most_common())
-    text = f"{len(layers)} layers ({ops}); {sum(l.gops for l in layers):.3f} GOPs; mp={mp}"
+    text = f"{plural(len(layers), 'layer')} ({ops}); {sum(l.gops for l in layers):.3f} GOPs; mp={mp}"
     if precision != DEFAULT_PRECISION:
         text += f"; {precision}"
     if fig is not None and fig.sim_latency_us is not None:

@@ -31,6 +31,7 @@ import onnx
 
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir import fed_inputs
+from onnxmlu.wording import plural
 
 #: Default size of an unpinned symbolic spatial dim (rank-4+ inputs) and of any other one.
 DEFAULT_SPATIAL = 224
@@ -146,7 +147,7 @@ def check_pins(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None) -> 
         if declared is None:
             continue
         if len(dims) != len(declared):
-            raise OnnxMluError(f"--input-shape gives input {name!r} {len(dims)} dims; the model declares "
+            raise OnnxMluError(f"--input-shape gives input {name!r} {plural(len(dims), 'dim')}; the model declares "
                                f"rank {len(declared)} ({_dims_text(declared)})")
         for axis, (pin, fixed) in enumerate(zip(dims, declared)):
             if isinstance(fixed, int) and fixed > 0 and _varies_from(pin, fixed):

@@ -40,6 +40,7 @@ from onnxmlu.ir.graphs import merge_value_infos
 from onnxmlu.ir.weights import WeightStore, infer_on_skeleton, is_marker, skeleton, tensor_payload_bytes
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.optional import optional_import
+from onnxmlu.wording import plural
 
 PROBE_MAX_BYTES = 1 << 29
 Note = Callable[[Diagnostic], None]
@@ -119,7 +120,7 @@ def probe_shapes(model: onnx.ModelProto, note: Note, values: dict[str, np.ndarra
     if feeds is None:
         return 0
     if tensor_payload_bytes(model) > PROBE_MAX_BYTES:
-        note(Diagnostic("normalize", "probe-skipped", "", f"{len(wanted)} tensors have unknown shapes; "
+        note(Diagnostic("normalize", "probe-skipped", "", f"the shapes of {plural(len(wanted), 'tensor')} are unknown; "
                         "the model is too large to probe them"))
         return 0
     shapes = {n: list(v.shape) for n, v in feeds.items()}
@@ -151,8 +152,8 @@ def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note
     :func:`probe_need`) exceeds ``budget`` (``note`` is told why). An unbounded run is capped."""
     budget = default_budget() if budget is None else budget
     if need is not None and need > budget:
-        note(Diagnostic("normalize", "probe-skipped", "", f"learning {len(names)} shapes would run the model at "
-                        f"{shapes_text({n: list(v.shape) for n, v in feeds.items()})}, which needs up to "
+        note(Diagnostic("normalize", "probe-skipped", "", f"learning {plural(len(names), 'shape')} would run the "
+                        f"model at {shapes_text({n: list(v.shape) for n, v in feeds.items()})}, which needs up to "
                         f"{size_text(need)}: more than the memory budget ({size_text(budget)}, --max-memory)"))
         return {}
     try:
@@ -161,7 +162,7 @@ def _run_probe(model: onnx.ModelProto, names: list[str], feeds: dict, note: Note
     except Exception as exc:  # noqa: BLE001 - the probe is an aid; analysis reports what stays unknown
         at = shapes_text({n: list(np.shape(v)) for n, v in feeds.items()})
         note(Diagnostic("normalize", "probe-failed", "", f"running the model on zeros at {at} to learn "
-                        f"{len(names)} shapes failed: {first_line(exc)}"))
+                        f"{plural(len(names), 'shape')} failed: {first_line(exc)}"))
         return {}
     return {n: v for n, v in zip(names, values) if isinstance(v, np.ndarray)}
 
@@ -472,14 +473,14 @@ def _probe_sizes(model: onnx.ModelProto, names: list[str], shapes: dict[str, lis
                  weights: WeightStore | None, values: dict[str, np.ndarray], budget: int | None,
                  need: int | None) -> dict[str, Sized]:
     if tensor_payload_bytes(model) + (weights.nbytes if weights is not None else 0) > PROBE_MAX_BYTES:
-        note(Diagnostic("normalize", "probe-skipped", "", f"{len(names)} tensors have unknown shapes at the "
-                        "pricing shape; the model is too large to probe them"))
+        note(Diagnostic("normalize", "probe-skipped", "", f"the shapes of {plural(len(names), 'tensor')} are "
+                        "unknown at the pricing shape; the model is too large to probe them"))
         return {}
     types = _feed_types(model)
     if types is None:
-        note(Diagnostic("normalize", "probe-failed", "", f"{len(names)} tensors have unknown shapes and the model "
-                        f"cannot be run to learn them at {shapes_text(shapes)}: an input has no tensor type, "
-                        "so no --input-shape can size them"))
+        note(Diagnostic("normalize", "probe-failed", "", f"the shapes of {plural(len(names), 'tensor')} are "
+                        f"unknown and the model cannot be run to learn them at {shapes_text(shapes)}: an input has "
+                        "no tensor type, so no --input-shape can size them"))
         return {}
     probed = _run_probe(model, names, _feeds(types, shapes, values), note, weights, budget, need)
     return {n: (onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in probed.items()}

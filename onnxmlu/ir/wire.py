@@ -46,6 +46,7 @@ import numpy as np
 import onnx
 
 from onnxmlu.ir.weights import viewed_bytes
+from onnxmlu.wording import plural
 
 #: Wire types (protobuf encoding): varint, 64-bit, length-delimited, start/end group, 32-bit.
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
@@ -298,7 +299,7 @@ class Writer:
         for offset, reserved in self._reserved:
             data = reserved.fill()
             if len(data) != reserved.nbytes:
-                raise AssertionError(f"reserved {reserved.nbytes} bytes, filled {len(data)}")
+                raise AssertionError(f"reserved {plural(reserved.nbytes, 'byte')}, filled {len(data)}")
             self._patch(offset, data)
         self._reserved.clear()
 

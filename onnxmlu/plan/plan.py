@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from onnxmlu.errors import OnnxMluError, PlanError
 from onnxmlu.plan.perf.layers import Layer
 from onnxmlu.precisions import DEFAULT_PRECISION, check_precision
+from onnxmlu.wording import plural
 
 PLAN_FORMAT = "onnxmlu-plan"
 PLAN_VERSION = 1
@@ -63,7 +64,7 @@ class Plan:
             expected = block.stop
         if expected != len(layers):
             raise PlanError(
-                f"plan covers layers 0..{expected - 1} but the model has {len(layers)} layers "
+                f"plan covers layers 0..{expected - 1} but the model has {plural(len(layers), 'layer')} "
                 f"(gap at the end: layers {expected}..{len(layers) - 1} are in no block)"
             )
 
@@ -129,7 +130,7 @@ def with_precision(plan: Plan, precision: str | Sequence[str]) -> Plan:
     """``plan`` with every block at ``precision``, or block ``i`` at ``precision[i]``."""
     chosen = [precision] * len(plan.blocks) if isinstance(precision, str) else list(precision)
     if len(chosen) != len(plan.blocks):
-        raise PlanError(f"{len(chosen)} precisions for a plan of {len(plan.blocks)} blocks")
+        raise PlanError(f"{plural(len(chosen), 'precision')} for a plan of {plural(len(plan.blocks), 'block')}")
     blocks = tuple(Block(b.start, b.stop, b.mp, _check_block_precision(i, p))
                    for i, (b, p) in enumerate(zip(plan.blocks, chosen)))
     return Plan(blocks, plan.strategy, plan.hardware, dict(plan.notes))
@@ -205,7 +206,7 @@ def _check_block(i: int, block: Block, expected: int, layers: Sequence[Layer], c
     if block.stop <= block.start:
         raise PlanError(f"block {i} is empty or reversed ({block.start}..{block.stop})")
     if block.stop > len(layers):
-        raise PlanError(f"block {i} ends at layer {block.stop} but the model has {len(layers)} layers")
+        raise PlanError(f"block {i} ends at layer {block.stop} but the model has {plural(len(layers), 'layer')}")
     if not 1 <= block.mp <= cores:
         raise PlanError(f"block {i} has mp={block.mp}; it must be within 1..{cores}")
     _check_block_precision(i, block.precision)

@@ -73,6 +73,7 @@ from onnxmlu.precision.evaluate import PlanEvaluator
 from onnxmlu.plan.planner import kept_layers
 from onnxmlu.plan.strategies import run_strategy
 from onnxmlu.plots import pareto_chart
+from onnxmlu.wording import plural
 
 #: The precisions auto may lower a block to.
 LOWER = PRECISIONS[1:]
@@ -223,10 +224,10 @@ def _uncertified(evaluator: PlanEvaluator, search: "JointSearch", budget: Budget
     fp32.measured = evaluator.accuracy(fp32.plan)
     need = rows_to_certify(budget.threshold)
     per_sample = max(1, rows // max(1, len(evaluator.validation)))
-    advice = (f"at least {need} rows ({math.ceil(need / per_sample)} samples) would" if need
+    advice = (f"at least {plural(need, 'row')} ({plural(math.ceil(need / per_sample), 'sample')}) would" if need
               else "no finite number of samples can")
     diagnostics = [Diagnostic("precision", "budget-uncertified", "", (
-        f"{budget} cannot be certified on {rows} held-out rows (even full agreement bounds top-1 at "
+        f"{budget} cannot be certified on {plural(rows, 'held-out row')} (even full agreement bounds top-1 at "
         f"{fp32.measured.top1_bound() if fp32.measured.rows else float('nan'):.4f}, 95 % Clopper-Pearson): "
         f"kept the FP32 optimum; {advice}"))]
     diagnostics.extend(_sample_diagnostics(evaluator))
@@ -271,7 +272,7 @@ def sensitivity_units(layers: Sequence[Layer], search: "JointSearch", max_units:
     diagnostics = []
     if pinned.any():
         diagnostics.append(Diagnostic("precision", "kept-fp32", "", (
-            f"{int(pinned.sum())} layers in segments holding under {MINOR_SHARE:.1%} of the latency lower "
+            f"{plural(int(pinned.sum()), 'layer')} in segments holding under {MINOR_SHARE:.1%} of the latency lower "
             "precision could save stay FP32 (not worth measuring)")))
     return units, pinned, diagnostics
 
@@ -290,11 +291,11 @@ def measure_units(evaluator: PlanEvaluator, layers: Sequence[Layer], units: Sequ
     trials = {(u, p): lowered_plan(layers, u, p) for u in units for p in LOWER}
     calibrated = min(samples, len(evaluator.calibration))
     shown = progress.current()
-    shown.say(f"auto: calibrating {len(units)} units for their trials")
+    shown.say(f"auto: calibrating {plural(len(units), 'unit')} for their trials")
     evaluator.prepare(list(trials.values()), calibrated, shown)  # one capture run for every INT8 unit
-    shown.say(f"auto: the model run to the start of each unit ({samples} samples)")
+    shown.say(f"auto: the model run to the start of each unit ({plural(samples, 'sample')})")
     evaluator.prepare_prefixes(list(trials.values()), samples, shown)  # each trial runs from its unit on
-    shown.say(f"auto: sensitivity trials (a unit at fp16 or int8) on {samples} samples")
+    shown.say(f"auto: sensitivity trials (a unit at fp16 or int8) on {plural(samples, 'sample')}")
     shown.total(len(trials))
     measured = []
     for u in units:
@@ -483,7 +484,7 @@ def verify(frontier: list[Candidate], evaluator: PlanEvaluator, budget: Budget, 
     shown = progress.current()
     shown.say(f"auto: calibrating the frontier's plans ({len(frontier)})")
     evaluator.prepare([c.plan for c in frontier], progress=shown)  # one capture run for the INT8 blocks of them all
-    shown.say(f"auto: plans run on the {len(evaluator.validation)} validation samples")
+    shown.say(f"auto: plans run on the {plural(len(evaluator.validation), 'validation sample')}")
     shown.total(0)  # how many is known only when the budget is met
     run = _runner(evaluator, shown)
     if budget.metric == "metric":  # no estimate of a user metric: run the frontier, fastest first

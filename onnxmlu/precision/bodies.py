@@ -68,7 +68,7 @@ class BlockBodies:
         model = runnable_model(self.analysis)
         calibration = self._calibration_for(model)
         shown = progress.current()
-        shown.say(f"INT8 calibration: the model run on {len(calibration)} samples (block inputs captured)")
+        shown.say(f"INT8 calibration: the model run on {plural(len(calibration), 'sample')} (block inputs captured)")
         captured = capture_tensors(model, [n for names in wanted.values() for n in names], calibration.samples,
                                    shown)
         for b, names in wanted.items():

@@ -97,6 +97,7 @@ from onnxmlu.rewrite.base import (
     tensor_shape,
 )
 from onnxmlu.rewrite.builder import Builder
+from onnxmlu.wording import plural
 
 
 class Refusal(Exception):  # noqa: N818 - a reason to leave the node, not an error
@@ -166,7 +167,8 @@ def parse_activations(node: gs.Node, defaults: tuple[str, ...], ndir: int) -> li
     per_dir = len(defaults)
     names = list(node.attrs.get("activations") or defaults * ndir)
     if len(names) < per_dir * ndir:  # the spec asks for one list per direction
-        raise Refusal(f"activations has {len(names)} entries, need {per_dir * ndir} ({per_dir} per direction)")
+        raise Refusal(f"activations has {plural(len(names), 'entry', 'entries')}, need {per_dir * ndir} "
+                      f"({per_dir} per direction)")
     alphas = iter(node.attrs.get("activation_alpha") or [])
     betas = iter(node.attrs.get("activation_beta") or [])
     acts = []
@@ -243,7 +245,7 @@ def make_plan(node: gs.Node, ctx: RewriteContext) -> Plan:
     lens = _constant_lens(node, seq_len)
     w_shape = tensor_shape(node.inputs[1])
     if w_shape is not None and static_dim(w_shape[0]) not in (None, len(directions)):
-        raise Refusal(f"W has {w_shape[0]} directions, direction={direction} needs {len(directions)}")
+        raise Refusal(f"W has {plural(w_shape[0], 'direction')}, direction={direction} needs {len(directions)}")
     clip = node.attrs.get("clip")
     return Plan(
         op=node.op,

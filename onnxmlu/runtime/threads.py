@@ -74,7 +74,7 @@ def pool_note(added: ThreadReport) -> str | None:
     when more than one pool of its own does the work one shared pool could; else None."""
     if added.own_pools <= 1:
         return None
-    return (f"{added.own_pools} blocks run in inner sessions with a thread pool each "
+    return (f"{plural(added.own_pools, 'block')} run in inner sessions with a thread pool each "
             f"({plural(added.own_workers, 'worker thread')}, a pool woken per block per run): host ops between blocks "
             "keep them apart. "
             "onnxruntime's global thread pool shares one pool among them (README, 'Threads')")

@@ -30,6 +30,7 @@ class BlockRow:
     graph: str = ""  # the subgraph holding the block ("" for the main graph)
     #: (name, op type) of each layer, from the node's ``layers`` / ``op_types`` (else its body's nodes).
     members: tuple[tuple[str, str], ...] = ()
+    gops: float | None = None  # the node's gops attribute
 
 
 @dataclass
@@ -60,7 +61,9 @@ class FusedSummary:
             "producer": self.producer,
             "metadata": dict(self.metadata),
             "blocks": [{"block": b.name, "mp": b.mp, "precision": b.precision, "layers": b.layers,
-                        "sim_latency_us": b.sim_latency_us, "body_bytes": b.body_bytes, "graph": b.graph}
+                        "sim_latency_us": b.sim_latency_us, "body_bytes": b.body_bytes, "graph": b.graph,
+                        "gops": b.gops, "first": b.members[0][0] if b.members else "",
+                        "last": b.members[-1][0] if b.members else ""}
                        for b in self.blocks],
             "host_nodes": list(self.host_nodes),
             "sim_latency_us": sum(simulated) if len(simulated) == len(main) else None,
@@ -84,7 +87,7 @@ def _block_row(node: onnx.NodeProto, graph: str) -> BlockRow:
     body = body_model(node)  # digest and file references checked
     attrs = {a.name: a for a in node.attribute}
     layers = attrs.get("layers")
-    latency = attrs.get("sim_latency_us")
+    latency, gops = attrs.get("sim_latency_us"), attrs.get("gops")
     mp = attrs.get("mp")
     names = ([x.decode() for x in layers.strings] if layers is not None
              else [n.name or n.op_type for n in body.graph.node])
@@ -100,4 +103,5 @@ def _block_row(node: onnx.NodeProto, graph: str) -> BlockRow:
         body_bytes=body.ByteSize(),
         graph=graph,
         members=tuple(zip(names, ops)),
+        gops=gops.f if gops is not None and gops.type == onnx.AttributeProto.FLOAT else None,
     )

@@ -30,9 +30,10 @@ from pathlib import Path
 from onnxmlu.analyze.coverage import Coverage
 from onnxmlu.collapse.atomic import write_bytes_atomic
 from onnxmlu.frontend.pins import POINTS, PricingShape, shapes_text
+from onnxmlu.plan.profile import BlockAcross
 from onnxmlu.schema import PRICING_SHAPE_KEY
 from onnxmlu.tools.verify import nan_fails
-from onnxmlu.wording import plural
+from onnxmlu.wording import noun, plural
 
 _WIDTH = 960
 _STYLE = """
@@ -136,7 +137,16 @@ def _pricing(report: dict) -> str:
     latency = (report.get("profile") or {}).get("sim_latency_us", {})
     rows = [[point, shapes_text(pricing.profile[point]),
              f"{latency[point]:.1f}" if point in latency else "–"] for point in POINTS if point in pricing.profile]
-    return text + _table(["point", "input shapes", "simulated µs"], rows, {2}, "profile")
+    return text + _table(["point", "input shapes", "simulated µs"], rows, {2}, "profile") + _mp_moves(report)
+
+
+def _mp_moves(report: dict) -> str:
+    """The blocks whose best MP moves over the ranges, in the words ``fuse`` and ``plan`` print
+    (:meth:`~onnxmlu.plan.profile.BlockAcross.sentence`)."""
+    blocks = [BlockAcross(b["block"], b["mp"], b["sim_latency_us"], b["best_mp"])
+              for b in (report.get("profile") or {}).get("blocks", [])]
+    strategy = report.get("strategy") or "the strategy"
+    return "".join(f"<p class=\"mp-moves\">{_e(b.sentence(strategy))}</p>" for b in blocks if b.mp_moves)
 
 
 def _mp_colours(blocks: list[dict]) -> dict:
@@ -147,7 +157,7 @@ def _mp_colours(blocks: list[dict]) -> dict:
 
 def _legend(colours: dict) -> str:
     items = "".join(f"<span><span class=\"swatch\" style=\"background:{c}\"></span>mp {mp} "
-                    f"({'1 core' if mp == 1 else f'{mp} cores'})</span>" for mp, c in colours.items())
+                    f"({plural(mp, 'core')})</span>" for mp, c in colours.items())
     return f"<div class=\"legend\" id=\"legend\">Colour: the block's MP · {items}</div>" if colours else ""
 
 
@@ -364,7 +374,7 @@ def _check(check: dict) -> str:
     tolerances = f"atol {check['atol']:g}, rtol {check['rtol']:g}{steps}"
     judged = f"judged by {check['budget']}" if check.get("budget") else tolerances
     seeds = check.get("seeds") or []
-    ran = f"seeds {', '.join(map(str, seeds))}" if seeds else "no random seed"
+    ran = f"{noun(len(seeds), 'seed')} {', '.join(map(str, seeds))}" if seeds else "no random seed"
     data = f" · inputs: {check['data']}" if check.get("data") else ""
     shapes = [[run["label"], shapes_text(run["inputs"]) or "scalars only", run["status"], run.get("note", "")]
               for run in check.get("shapes", [])]

@@ -1,6 +1,7 @@
 """``onnxmlu run``: any model (fused or not) in onnxruntime with the custom-op library, on
-given or seeded inputs; its outputs, its latency and, on request, each node's measured CPU
-time next to its simulated time."""
+given or seeded inputs -- at the ``--input-shape`` pins, else at the shapes a fused model records
+its plan was priced at (``onnxmlu.pricing_shape``, where ``check`` runs too); its outputs, its
+latency and, on request, each node's measured CPU time next to its simulated time."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
     runtime = optional_import("onnxmlu.runtime")
     progress.say(f"loading {Path(model).name}")
     proto = load_model(model)
-    shapes = concrete_shapes(proto, input_shapes)  # a range runs at its opt
+    pricing = _pricing(proto)
+    # no pins: the shapes fuse priced at (as check runs there), not the free dims' defaults; a range runs at its opt
+    shapes = concrete_shapes(proto, input_shapes or (pricing.as_pins() if pricing is not None else None))
     feeds = random_inputs(proto, seed, shapes=shapes, given=inputs)
     progress.say("creating the session")
     before = runtime.thread_report()
@@ -40,7 +43,7 @@ def run_model(model: str | os.PathLike, *, inputs: dict | None, seed: int, input
     progress.say(f"timing {plural(repeat, 'run')}")
     timing = time_interleaved({"model": session}, feeds, runs=repeat, warmup=1)["model"]
     report = RunReport([output_summary(n, o) for n, o in zip(names, outputs)], timing,
-                       input_shapes={n: list(np.shape(v)) for n, v in feeds.items()}, pricing=_pricing(proto))
+                       input_shapes={n: list(np.shape(v)) for n, v in feeds.items()}, pricing=pricing)
     if profile:
         progress.say(f"profiling {plural(repeat, 'run')}")
         report.profile = profile_nodes(proto, feeds, repeat=repeat)

@@ -67,7 +67,7 @@ from onnxmlu.frontend.shapes import probe_need
 from onnxmlu.precision.accuracy import Accuracy, Budget, measure
 from onnxmlu.optional import optional_import
 from onnxmlu.progress import as_display
-from onnxmlu.wording import plural
+from onnxmlu.wording import noun, plural
 
 
 #: Steps of the output scale a quantized output may move by (module docstring).
@@ -344,7 +344,7 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     shown = as_display(progress)
     check = _Checker.of(original, fused, inputs, (atol, rtol, qtol), budget is None, shown)
     seeds = () if samples is not None else tuple(seeds)
-    data = data or f"seeded random inputs (seeds {', '.join(map(str, seeds))})"
+    data = data or f"seeded random inputs ({noun(len(seeds), 'seed')} {', '.join(map(str, seeds))})"
     report = CheckReport(atol, rtol, seeds, qtol, allow_nan, budget=budget, data=data)
     planned = _feeds_by_shape(original, seeds, input_shapes, inputs, samples)
     runs = _run_all(check, original, planned, default_budget() if max_memory is None else max_memory)

@@ -66,6 +66,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from onnxmlu.errors import OnnxMluError
+from onnxmlu.wording import plural
 
 __all__ = ["ZOO_NAMES", "CNN_NAMES", "build_model"]
 
@@ -402,7 +403,7 @@ def zoo_targets(names: list[str], output: Path) -> list[tuple[str, Path]]:
     if len(names) == 1:
         return [(names[0], output)]
     if output.suffix == ".onnx" or (output.exists() and not output.is_dir()):
-        raise OnnxMluError(f"{len(names)} models need a folder as OUTPUT, not {output}")
+        raise OnnxMluError(f"{plural(len(names), 'model')} need a folder as OUTPUT, not {output}")
     if not output.parent.is_dir():
         raise OnnxMluError(f"folder {output.parent} does not exist")
     output.mkdir(exist_ok=True)
