@@ -779,7 +779,8 @@ def _show_fused(summary) -> None:
         table.add_row(b["block"], str(b["mp"]), b["precision"], str(b["layers"]), sim, f"{b['body_bytes'] / 1024:.0f}")
     console.print(_fit(table))
     for h in report["host_nodes"]:
-        console.print(f"host: {h['node']} ({h['op_type']})", highlight=False)
+        reason = f": {h['reason']}" if "reason" in h else ""
+        console.print(f"host: {h['node']} ({h['op_type']}){reason}", highlight=False)
     _show_pricing(summary.pricing)
     for key, value in report["metadata"].items():
         if key.startswith("onnxmlu.") and key != "onnxmlu.pricing_shape":  # shown above, in words

@@ -111,6 +111,24 @@ def describe_fused_model(model: onnx.ModelProto, *, hardware: str, strategy: str
         model.metadata_props.add(key=key, value=value)
 
 
+#: The line a host node's ``doc_string`` gets in a fused file: why the plan left it on the host
+#: (Netron shows it as the node's description; ``inspect`` and ``report`` of the file read it).
+HOST_NOTE = "onnxmlu: on the host: "
+
+
+def note_host_reason(node: onnx.NodeProto, reason: str) -> None:
+    """Add ``reason`` to ``node``'s doc_string (in place) as the :data:`HOST_NOTE` line, after
+    the node's own documentation."""
+    own = [line for line in node.doc_string.splitlines() if not line.startswith(HOST_NOTE)]
+    node.doc_string = "\n".join([*own, HOST_NOTE + reason])
+
+
+def host_reason(node: onnx.NodeProto) -> str | None:
+    """The reason :func:`note_host_reason` wrote into ``node``, None when the file has none."""
+    notes = [line[len(HOST_NOTE):] for line in node.doc_string.splitlines() if line.startswith(HOST_NOTE)]
+    return notes[-1] if notes else None
+
+
 def record_pricing_shape(model: onnx.ModelProto, record: dict) -> None:
     """Stamp ``model`` (in place) with the shapes its plan was priced at (:data:`PRICING_SHAPE_KEY`)."""
     kept = [p for p in model.metadata_props if p.key != PRICING_SHAPE_KEY]

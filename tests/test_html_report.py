@@ -90,11 +90,14 @@ def test_a_plan_report_shows_timeline_blocks_host_nodes_coverage_and_check(libra
 
 def test_a_fused_file_report_lists_what_it_holds(library, chain_file, tmp_path):
     fused = tmp_path / "f.onnx"
-    onnx.save(api.fuse(chain_file).model, fused)
+    result = api.fuse(chain_file)
+    onnx.save(result.model, fused)
     path = api.report(fused, tmp_path / "f.html")
     page = Page(path.read_text())
     assert_self_contained(page)
-    assert len(page.tables["blocks"]) == 3 and page.tables["host"][1][2] == "(not recorded in a fused file)"
+    # the host node's reason travels in the file (its doc_string), the same words fuse said
+    said = [[h["node"], h["op_type"], h["reason"]] for h in result.to_dict()["host_nodes"]]
+    assert len(page.tables["blocks"]) == 3 and [row[:3] for row in page.tables["host"][1:]] == said
     assert "strategy: dlfusion" in page.words()
 
 

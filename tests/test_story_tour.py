@@ -279,3 +279,20 @@ def test_the_report_names_the_blocks_whose_best_mp_moves_as_fuse_does(tmp_path):
     assert invoke("report", src, "-o", tmp_path / "r.html", *ranges).exit_code == 0
     words = Page((tmp_path / "r.html").read_text()).words()
     assert all(line in words for line in moves), (moves, words)
+
+
+def test_inspect_of_a_fused_file_gives_each_host_node_the_reason_inspect_of_the_model_gives(tmp_path):
+    """The fuse writes each host node's reason into the file (its doc_string, which Netron
+    shows): before, ``inspect`` of the fused file listed host nodes without a word why."""
+    src, fused = tmp_path / "host.onnx", tmp_path / "f.onnx"
+    onnx.save(host_conv_model(), src)
+    assert invoke("fuse", str(src), str(fused)).exit_code == 0
+
+    def host_lines(path: Path) -> list[str]:
+        return [line for line in invoke("inspect", str(path)).output.splitlines() if line.startswith("host: ")]
+
+    said = host_lines(src)
+    assert said and all(": " in line.split(")", 1)[1] for line in said), said
+    assert host_lines(fused) == said
+    node = next(n for n in onnx.load(str(fused)).graph.node if n.name == "host_conv")
+    assert node.doc_string.startswith("onnxmlu: on the host: ")

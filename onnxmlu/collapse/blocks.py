@@ -51,7 +51,7 @@ from onnxmlu.collapse.shared import shared_constants
 from onnxmlu.ir import wire
 from onnxmlu.wording import plural
 from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, SHARED_ATTRIBUTE, VERSION, add_body, describe_fused_model,
-                            fill_body_header, label_mismatch, placeholder)
+                            fill_body_header, label_mismatch, note_host_reason, placeholder)
 
 
 
@@ -246,6 +246,8 @@ def fused_without_bodies(analysis: Analysis, plan: Plan, figures: Sequence[Block
         b = owner.get(i)
         if b is None:
             fused.graph.node.append(graph.node[i])
+            if i in analysis.host_reasons:
+                note_host_reason(fused.graph.node[-1], analysis.host_reasons[i])
         elif b not in emitted:
             emitted.add(b)
             block = plan.blocks[b]

@@ -16,7 +16,8 @@ import onnx
 
 from onnxmlu.ir import iter_graphs
 from onnxmlu.frontend.pins import PricingShape
-from onnxmlu.schema import block_precision, body_model, is_fusion_block, model_metadata, recorded_pricing_shape
+from onnxmlu.schema import (block_precision, body_model, host_reason, is_fusion_block, model_metadata,
+                            recorded_pricing_shape)
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,19 @@ def summarize_fused(model: onnx.ModelProto) -> FusedSummary | None:
               for g in iter_graphs(model.graph) for n in g.node if is_fusion_block(n)]
     if not blocks:
         return None
-    host = [{"node": n.name or n.op_type, "op_type": n.op_type, "domain": n.domain or "ai.onnx"}
-            for n in model.graph.node if not is_fusion_block(n)]
+    host = [_host_row(n) for n in model.graph.node if not is_fusion_block(n)]
     producer = " ".join(p for p in (model.producer_name, model.producer_version) if p)
     return FusedSummary(producer, model_metadata(model), blocks, host)
+
+
+def _host_row(node: onnx.NodeProto) -> dict[str, str]:
+    """A host node as inspect reports it, with the reason the fuse recorded (files written
+    before the record have none)."""
+    row = {"node": node.name or node.op_type, "op_type": node.op_type, "domain": node.domain or "ai.onnx"}
+    reason = host_reason(node)
+    if reason is not None:
+        row["reason"] = reason
+    return row
 
 
 def _block_row(node: onnx.NodeProto, graph: str) -> BlockRow:

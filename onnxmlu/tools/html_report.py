@@ -274,7 +274,8 @@ def _inside_control_flow(report: dict) -> str:
 def _host_table(host_nodes: list[dict]) -> str:
     if not host_nodes:
         return "<p>None: every node runs in a block.</p>"
-    rows = [[h["node"], h["op_type"], h.get("reason", "(not recorded in a fused file)")] for h in host_nodes]
+    unknown = "(not recorded: a file written before onnxmlu recorded reasons)"
+    rows = [[h["node"], h["op_type"], h.get("reason", unknown)] for h in host_nodes]
     return _table(["node", "op", "reason"], rows, set(), "host")
 
 
