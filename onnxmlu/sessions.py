@@ -32,7 +32,9 @@ Gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fu
   tests/precision/exact_int8_check.py), so a model holding such a node in any of its graphs is
   given the options without the entry (:func:`needs_default_kernels`), and the library retries
   such a body without it; the body's u8-activation integer nodes then get u8 weights at fuse time
-  (:func:`unshare_dequantized_weights`), exact without the entry;
+  (:func:`unshare_dequantized_weights`), exact without the entry, and so do the weights its
+  QDQ products with u8 activations dequantize (onnxruntime's QDQ fusion made them u8 x s8
+  kernels: 5 output steps off under Skylake-Client, ``s8_conv_and_u8_qdq_conv``);
 * its pass matches QLinearMatMul only at since-version 10 (onnxruntime 1.32), so a QLinearMatMul
   of opset 21 or later with u8 activations and s8 weights kept them and saturated inside a block
   on x86 without VNNI (35 output steps under Skylake-Client). The fuse gives such a node u8
@@ -221,7 +223,7 @@ def _flip_into(graph: onnx.GraphProto, node: onnx.NodeProto, index: int, inits: 
     name = node.input[index] if len(node.input) > index else ""
     values = numpy_helper.to_array(inits[name]) if name else np.zeros(default_shape, np.int8)
     flipped = numpy_helper.from_array((values.view(np.uint8) ^ 0x80).astype(np.uint8),
-                                      f"{name or node.name + '_zero_point'}_exact_u8_{index}")
+                                      f"{name or (node.name or node.output[0]) + '_zero_point'}_exact_u8_{index}")
     if flipped.name not in inits:
         graph.initializer.append(flipped)
         inits[flipped.name] = flipped
@@ -250,8 +252,10 @@ def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
     loads only without the entry (the library retries it so, silently: its s8 x s8 kernels are
     exact), and then its u8-activation integer nodes would saturate (198470 on a MatMulInteger
     beside such a QLinearConv under Skylake-Client): their weights are made u8 here
-    (:func:`exact_integer_weights`), exact with or without the entry."""
-    if _refuses_entry(graph, {}):
+    (:func:`exact_integer_weights`), and so are its QDQ products' (:func:`_exact_dequantized_weights_in`),
+    exact with or without the entry."""
+    refuses = _refuses_entry(graph, {})
+    if refuses:
         _exact_integer_weights_in(graph)
     copies = 0
     for sub in iter_graphs(graph):
@@ -260,7 +264,72 @@ def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
         _split_dequantize_readers(sub, inits)
         for node in sub.node:
             copies += _own_inputs(sub, node, _weight_slots(node, inits), inits, claimed)
+    if refuses:  # after the split: one product per weight DequantizeLinear
+        _exact_dequantized_weights_in(graph)
     return copies
+
+
+#: Float products onnxruntime's QDQ fusion turns, with DequantizeLinear on both inputs, into
+#: integer kernels (QLinearConv, QLinearMatMul, QGemm, ...): u8 x s8 ones when the activation
+#: is u8 and the weight s8.
+_QDQ_PRODUCTS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+
+
+def _exact_dequantized_weights_in(main: onnx.GraphProto) -> int:
+    """Give each constant s8 weight's DequantizeLinear (one reader each, in any graph) whose
+    readers are QDQ products with an activation that is not s8 u8 weights, in place: ``w ^ 0x80``
+    and ``z ^ 0x80`` (an absent zero point: 128, the scale's shape), so that
+    ``(w + 128) - (z + 128) = w - z``: the same floats, and onnxruntime's QDQ fusion makes the
+    product a u8 x u8 kernel, exact without :data:`EXACT_INT8_KEY`, where it would make a
+    saturating u8 x s8 one. Needed only in a graph that must load without the entry
+    (:func:`needs_default_kernels`): with it onnxruntime does the same itself. An s8 activation
+    keeps s8 weights (s8 x s8 kernels are exact; a u8 weight there would stop the fusion).
+    Returns the DequantizeLinear nodes rewritten."""
+    graphs = list(iter_graphs(main))
+    inits = {t.name: t for g in graphs for t in g.initializer}
+    types = {v.name: v.type.tensor_type.elem_type for g in graphs for v in [*g.input, *g.value_info]}
+    producers = {o: n for g in graphs for n in g.node for o in n.output}
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in (n for g in graphs for n in g.node):
+        for index, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, index))
+    count = 0
+    for node in (n for g in graphs for n in g.node):
+        uses = readers.get(node.output[0], []) if node.op_type == "DequantizeLinear" else []
+        if not uses or not _s8_initializer(node.input[0], inits) or not _has_zero_point_shape(node, inits) or \
+                not all(_not_s8_product(reader, index, producers, inits, types) for reader, index in uses):
+            continue
+        shape = numpy_helper.to_array(inits[node.input[1]]).shape
+        _flip_into(main, node, 0, inits, default_shape=None)
+        _flip_into(main, node, 2, inits, default_shape=shape)
+        count += 1
+    _drop_unread(main)
+    return count
+
+
+def _has_zero_point_shape(node: onnx.NodeProto, inits: dict) -> bool:
+    """Whether a weight DequantizeLinear's zero point can be flipped: an s8 initializer, or absent
+    with the scale an initializer (whose shape the explicit one takes)."""
+    zero = node.input[2] if len(node.input) > 2 else ""
+    if zero:
+        return zero in inits and inits[zero].data_type == onnx.TensorProto.INT8
+    return node.input[1] in inits
+
+
+def _not_s8_product(reader: onnx.NodeProto, index: int, producers: dict, inits: dict, types: dict) -> bool:
+    """Whether ``reader`` is a QDQ product (:data:`_QDQ_PRODUCTS`) reading a weight at input
+    ``index`` (0 or 1) beside an activation that a DequantizeLinear of a tensor not known to be
+    s8 gives (by its zero point's type, else by its input's declared type)."""
+    if reader.op_type not in _QDQ_PRODUCTS or not is_default_domain(reader.domain) or index > 1 \
+            or len(reader.input) < 2:
+        return False
+    activation = producers.get(reader.input[1 - index])
+    if activation is None or activation.op_type != "DequantizeLinear":
+        return False
+    zero = activation.input[2] if len(activation.input) > 2 else ""
+    if zero:
+        return zero not in inits or inits[zero].data_type != onnx.TensorProto.INT8
+    return types.get(activation.input[0]) != onnx.TensorProto.INT8
 
 
 def exact_loadable(model: onnx.ModelProto) -> bytes:

@@ -194,3 +194,31 @@ def test_a_host_graph_sharing_a_quantized_weight_loads_with_the_exact_entry(libr
         options.add_session_config_entry(EXACT_INT8_KEY, "1")
         got = InferenceSession(model, options).run(None, feeds)[0]
         assert np.array_equal(got.astype(np.int64), exact.astype(np.int64)), build.__name__
+
+
+def test_qdq_products_beside_an_s8_qlinearconv_get_u8_weights(library):
+    """A block holding an s8-activation QLinearConv loads only without the exact entry (on a CPU
+    without VNNI the library retries it so): its u8-activation QDQ Conv, which onnxruntime's QDQ
+    fusion makes a u8 x s8 kernel, saturated there (5 output steps under Skylake-Client,
+    ``s8_conv_and_u8_qdq_conv`` above). Seen on any host: the body's weight DequantizeLinear
+    reads u8 weights (``w ^ 0x80``, the same floats), and onnxruntime fuses it into a u8 x u8
+    QLinearConv, exact without the entry; the s8 x s8 layer keeps its s8 weights."""
+    import numpy as np
+    import onnx
+
+    from exact_int8_check import s8_conv_and_u8_qdq_conv
+    from onnxmlu import api
+    from onnxmlu.runtime import reference_session
+    from onnxmlu.schema import body_model
+    from onnxmlu.sessions import needs_default_kernels
+
+    model, feeds, exact, step = s8_conv_and_u8_qdq_conv(np.random.default_rng(0))
+    [body] = [body_model(n) for n in api.fuse(model, precision="int8").model.graph.node if n.op_type == "MLUFusionBlock"]
+    assert needs_default_kernels(body)
+    inits = {t.name: t.data_type for t in body.graph.initializer}
+    [conv] = [n for n in body.graph.node if n.op_type == "QLinearConv"]
+    weights = [inits[n.input[0]] for n in body.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits]
+    assert inits[conv.input[3]] == onnx.TensorProto.INT8
+    assert weights == [onnx.TensorProto.UINT8]
+    got = reference_session(body).run(["y2"], feeds)[0]
+    assert np.max(np.abs(got - exact)) / step < 1
