@@ -55,7 +55,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Iterator, Sequence, Union
 from importlib import resources
 
 import onnx
@@ -69,8 +69,10 @@ from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.ir import copy_model, is_fusion_block
 from onnxmlu.runtime.layouts import optimize_layouts_in_place
 from onnxmlu.runtime.merge import merge_consecutive_blocks
+from onnxmlu import ortlog
 from onnxmlu.sessions import (EXACT_INT8_KEY, config_entry, exact_int8, exact_integer_weights,
-                              holds_u8_activation_nodes, loadable_with_exact_entry, new_options)
+                              holds_u8_activation_nodes, loadable_with_exact_entry, needs_default_kernels,
+                              new_options)
 
 #: What ``onnx.load`` raises on a path that holds no model it can read: the file system's
 #: errors, protobuf's (binary, text and JSON formats), onnx's text parser's, ValueError.
@@ -201,27 +203,48 @@ def InferenceSession(  # noqa: N802 - mirrors onnxruntime's name
         model, blocks_only = _prepared(model, merge_blocks=merge_blocks, block_layouts=block_layouts,
                                        per_session_threads=options.use_per_session_threads,
                                        inner_threads=int(config_entry(options, INNER_THREADS_KEY) or 0))
-    with _outer_threads(options, 1 if blocks_only else None):
+    with _outer_threads(options, 1 if blocks_only else None), loadable_source(model, options) as source:
         return ort.InferenceSession(
-            _loadable_source(model, options),
+            source,
             sess_options=options,
             providers=list(providers) if providers is not None else list(_DEFAULT_PROVIDERS),
             **kwargs,
         )
 
 
-def _loadable_source(model: ModelArg, options: ort.SessionOptions) -> str | bytes:
-    """``model``'s source for the outer session. Where ``options`` set exact INT8 arithmetic
-    (:data:`~onnxmlu.sessions.EXACT_INT8_KEY`), the host graph's own quantized nodes need what
-    block bodies get at fuse time (u8 weights, a copy of a shared weight per reader), else
-    onnxruntime cannot load it ("Attempt to replace the existing tensor"): a model small enough
-    to rewrite in memory gets them (:func:`~onnxmlu.sessions.loadable_with_exact_entry`)."""
-    if config_entry(options, EXACT_INT8_KEY) == "1":
-        proto = _rewritable_proto(model)
-        loadable = None if proto is None else loadable_with_exact_entry(proto)
-        if loadable is not None:
-            return loadable
-    return _model_source(model)
+@contextlib.contextmanager
+def loadable_source(model: ModelArg, options: ort.SessionOptions) -> Iterator[str | bytes]:
+    """``model``'s source for a session of ``options`` (the package's or a user's: the outer
+    session here, plain onnxruntime in :func:`onnxmlu.tools.timing.plain_session`) that computes
+    its quantized arithmetic exactly, with ``options`` fit for it while inside (onnxruntime
+    copies them into the session; they are restored after). Where ``options`` set exact INT8
+    arithmetic (:data:`~onnxmlu.sessions.EXACT_INT8_KEY`: the package's do on every host whose
+    default kernels saturate), the graph's own quantized nodes need what block bodies get at
+    fuse time (u8 weights, a copy of a shared weight per reader), else onnxruntime cannot load
+    it ("Attempt to replace the existing tensor") or runs saturating u8 x s8 kernels where its
+    pass does not reach: a model small enough to rewrite in memory gets them
+    (:func:`~onnxmlu.sessions.loadable_with_exact_entry`). Where it also holds a node
+    onnxruntime cannot load under the entry (an s8-activation QLinearConv:
+    :func:`~onnxmlu.sessions.needs_default_kernels`) the entry is "0" while inside: its other
+    products have u8 weights then, exact without it."""
+    entry = config_entry(options, EXACT_INT8_KEY)
+    proto = _rewritable_proto(model) if entry == "1" else None
+    loadable = None if proto is None else loadable_with_exact_entry(proto)
+    source = _model_source(model) if loadable is None else loadable
+    if entry != "1" or proto is None or not needs_default_kernels(proto):
+        yield source
+        return
+    _set_entry(options, "0")
+    try:
+        yield source
+    finally:
+        _set_entry(options, entry)
+
+
+def _set_entry(options: ort.SessionOptions, value: str) -> None:
+    """Overwrite :data:`~onnxmlu.sessions.EXACT_INT8_KEY` (onnxruntime warns that it does)."""
+    with ortlog.at_least(3):
+        options.add_session_config_entry(EXACT_INT8_KEY, value)
 
 
 @contextlib.contextmanager

@@ -35,8 +35,11 @@ weights near +-127: ``2 * 255 * 127 > 32767``), each built from its own seed:
 Prints one JSON object: per layer the largest difference, in output quantization steps (the
 LSTM and QAttention: in units of 1e-4), of the fused model, onnxmlu's reference session,
 (``default``) plain onnxruntime at its default options, which shows whether the CPU the process
-runs on saturates at all, and (``options``) plain onnxruntime with the options the package's
-evaluator and calibration sessions give the model (onnxmlu.sessions.new_options).
+runs on saturates at all, (``options``) plain onnxruntime with the options the package's
+evaluator and calibration sessions give the model (onnxmlu.sessions.new_options), (``timing``)
+the plain session the demo, benchmarks and profiles time the original with
+(onnxmlu.tools.timing.plain_session) and (``whole``) onnxmlu.InferenceSession given the original
+model itself.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession, reference_session
 from onnxmlu.sessions import exact_loadable, new_options
+from onnxmlu.tools.timing import plain_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rewrite"))
 from dqlstm_reference import dq_lstm_model, dq_lstm_reference  # noqa: E402 - a sibling folder's helper
@@ -362,6 +366,8 @@ def check() -> dict[str, dict[str, float]]:
             "reference": _steps(reference_session(model).run(None, feeds)[0], exact, step),
             "default": _steps(default.run(None, feeds)[0], exact, step),
             "options": _steps(_with_package_options(model).run(None, feeds)[0], exact, step),
+            "timing": _steps(plain_session(model, 1).run(None, feeds)[0], exact, step),
+            "whole": _steps(InferenceSession(model).run(None, feeds)[0], exact, step),
         }
     return result
 

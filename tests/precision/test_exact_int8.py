@@ -40,6 +40,8 @@ def _assert_exact(result: dict) -> None:
         assert runs["fused"] < 1, f"{layer}: the fused model is {runs['fused']} steps from exact"
         assert runs["reference"] < 1, f"{layer}: the reference is {runs['reference']} steps from exact"
         assert runs["options"] < 1, f"{layer}: the package's session options are {runs['options']} steps from exact"
+        assert runs["timing"] < 1, f"{layer}: the timed plain session is {runs['timing']} steps from exact"
+        assert runs["whole"] < 1, f"{layer}: onnxmlu.InferenceSession of the original is {runs['whole']} steps from exact"
 
 
 def test_int8_layers_are_exact_here(library):
@@ -222,3 +224,52 @@ def test_qdq_products_beside_an_s8_qlinearconv_get_u8_weights(library):
     assert weights == [onnx.TensorProto.UINT8]
     got = reference_session(body).run(["y2"], feeds)[0]
     assert np.max(np.abs(got - exact)) / step < 1
+
+
+def test_the_timed_plain_session_loads_what_every_session_loads(library, monkeypatch, tmp_path):
+    """The plain session the demo, benchmarks and profiles time the original with
+    (onnxmlu.tools.timing.plain_session) gets the package's exact entry where the host needs it
+    (forced here: onnxruntime applies it on every x86 host) and the model bytes every other
+    session gets: a weight two quantized nodes share made it fail to load ("Attempt to replace
+    the existing tensor"); an opset-21 QLinearMatMul timed a saturating kernel (35 steps under
+    Skylake-Client, the ``timing`` runs above). From a ModelProto and from a path."""
+    import numpy as np
+    import onnx
+
+    from exact_int8_check import qlinear_matmul_shared, qlinear_matmul_u8, s8_conv_and_u8_qdq_conv
+    from onnxmlu import sessions
+    from onnxmlu.tools.timing import plain_session
+
+    monkeypatch.setattr(sessions, "default_kernels_exact", lambda: False)
+    for build in (qlinear_matmul_shared, qlinear_matmul_u8, s8_conv_and_u8_qdq_conv):
+        model, feeds, exact, _ = build(np.random.default_rng(0))
+        path = tmp_path / f"{build.__name__}.onnx"
+        onnx.save(model, path)
+        for source in (model, str(path)):
+            session = plain_session(source, 1)
+            entry = "0" if build is s8_conv_and_u8_qdq_conv else "1"  # onnxruntime has no kernel under it there
+            assert session.get_session_options().get_session_config_entry(sessions.EXACT_INT8_KEY) == entry
+            got = session.run(None, feeds)[0]
+            assert np.array_equal(got.astype(np.int64), exact.astype(np.int64)), build.__name__
+
+
+def test_a_model_with_an_s8_qlinearconv_loads_under_the_exact_entry(library):
+    """onnxmlu.InferenceSession of a model whose own graph holds an s8-activation QLinearConv
+    (with a u8 x s8 QDQ Conv beside it), given options that set the exact entry (the package's
+    own do on every x86 host without VNNI; onnxruntime applies it here too): onnxruntime has no
+    kernel for it under the entry, and the session failed to load. It loads without the entry,
+    its u8 x s8 layer made u8 x u8, exact, and the caller's options keep the entry."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from exact_int8_check import s8_conv_and_u8_qdq_conv
+    from onnxmlu import InferenceSession
+    from onnxmlu.sessions import EXACT_INT8_KEY
+
+    model, feeds, exact, step = s8_conv_and_u8_qdq_conv(np.random.default_rng(0))
+    options = ort.SessionOptions()
+    options.add_session_config_entry(EXACT_INT8_KEY, "1")
+    session = InferenceSession(model, options)
+    assert session.get_session_options().get_session_config_entry(EXACT_INT8_KEY) == "0"
+    assert np.max(np.abs(session.run(None, feeds)[0] - exact)) / step < 1
+    assert options.get_session_config_entry(EXACT_INT8_KEY) == "1"
