@@ -48,7 +48,11 @@ Gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fu
   only files written elsewhere, and warns there (custom_ops/inner_session.cc);
 * it runs only where onnxruntime's pass reaches: not an opset-21 QLinearMatMul, nor a weight an
   If's branch reads from the outer scope. The evaluator and calibration, which load a model
-  arriving quantized whole, load it through :func:`exact_loadable` (u8 weights, unshared readers).
+  arriving quantized whole, load it through :func:`exact_loadable` (u8 weights, unshared readers);
+  ``onnxmlu.InferenceSession`` and the plain session benchmarks time through
+  :func:`onnxmlu.runtime.loadable_source`, which does the same to a model file whose weights are
+  in external files without reading them (a copy per reader refers to the same bytes; a u8
+  weight is ``Cast(Cast(w, int32) + 128, uint8)``, nodes onnxruntime folds at load).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from onnx import numpy_helper
 from onnxmlu import ortlog
 from onnxmlu.ir import is_default_domain, iter_graphs, node_subgraphs
 from onnxmlu.optional import optional_import
+from onnxmlu.schema import is_placeholder
 
 #: onnxruntime's session config key for exact u8 x u8 kernels on x86 without VNNI.
 EXACT_INT8_KEY = "session.x64quantprecision"
@@ -169,7 +174,7 @@ def _exact_integer_weights_in(main: onnx.GraphProto) -> int:
     inits = {t.name: t for g in graphs for t in g.initializer}
     types = {v.name: v.type.tensor_type.elem_type for g in graphs for v in [*g.input, *g.value_info]}
     count = 0
-    for node in (n for g in graphs for n in g.node):
+    for node in [n for g in graphs for n in g.node]:  # a list: flips may add nodes
         spec = U8_ACTIVATION_NODES.get(node.op_type)
         if spec is None or not _u8_activation(node, spec[0], inits, types):
             continue
@@ -213,23 +218,54 @@ def _flippable(node: onnx.NodeProto, weight: int, zero: int, inits: dict) -> boo
 
 
 def _uniform(node: onnx.NodeProto, zero: int, inits: dict) -> bool:
-    values = numpy_helper.to_array(inits[node.input[zero]]) if len(node.input) > zero and node.input[zero] else None
+    """Whether a zero point is one value (absent: 0); one in an external file is not read: no."""
+    name = node.input[zero] if len(node.input) > zero else ""
+    if name and _is_external(inits[name]):
+        return False
+    values = numpy_helper.to_array(inits[name]) if name else None
     return values is None or bool(np.all(values == values.flat[0]))
 
 
 def _flip_into(graph: onnx.GraphProto, node: onnx.NodeProto, index: int, inits: dict, default_shape) -> None:
     """Point ``node.input[index]`` at a u8 copy (``^ 0x80``) of its s8 initializer (an absent
-    zero point: 0)."""
+    zero point: 0); of one whose bytes are in an external file, the copy computed by nodes
+    (:func:`_flipped_by_nodes`)."""
     name = node.input[index] if len(node.input) > index else ""
-    values = numpy_helper.to_array(inits[name]) if name else np.zeros(default_shape, np.int8)
-    flipped = numpy_helper.from_array((values.view(np.uint8) ^ 0x80).astype(np.uint8),
-                                      f"{name or (node.name or node.output[0]) + '_zero_point'}_exact_u8_{index}")
-    if flipped.name not in inits:
+    flipped_name = f"{name or (node.name or node.output[0]) + '_zero_point'}_exact_u8_{index}"
+    if flipped_name not in inits and name and _is_external(inits[name]):
+        inits[flipped_name] = _flipped_by_nodes(graph, inits[name], flipped_name)
+    elif flipped_name not in inits:
+        values = numpy_helper.to_array(inits[name]) if name else np.zeros(default_shape, np.int8)
+        flipped = numpy_helper.from_array((values.view(np.uint8) ^ 0x80).astype(np.uint8), flipped_name)
         graph.initializer.append(flipped)
         inits[flipped.name] = flipped
     while len(node.input) <= index:
         node.input.append("")
-    node.input[index] = flipped.name
+    node.input[index] = flipped_name
+
+
+#: The int32 constant :func:`_flipped_by_nodes` adds (one per graph).
+_OFFSET = "onnxmlu_exact_u8_offset"
+
+
+def _flipped_by_nodes(graph: onnx.GraphProto, tensor: onnx.TensorProto, name: str) -> onnx.TensorProto:
+    """``name`` := ``Cast(Cast(tensor, int32) + 128, uint8)``, nodes put first in ``graph``: the
+    same u8 copy, its bytes never read here (a weight in an external file: a model of any size).
+    onnxruntime's constant folding makes it an initializer when the session loads, before its
+    integer passes look at the weights. Returns a data-less TensorProto of the copy's type."""
+    if not any(t.name == _OFFSET for t in graph.initializer):
+        graph.initializer.append(numpy_helper.from_array(np.int32(128), _OFFSET))
+    # int32: Add has no 8- or 16-bit integer kernels before opset 14
+    nodes = [onnx.helper.make_node("Cast", [tensor.name], [f"{name}_wide"], to=onnx.TensorProto.INT32),
+             onnx.helper.make_node("Add", [f"{name}_wide", _OFFSET], [f"{name}_shifted"]),
+             onnx.helper.make_node("Cast", [f"{name}_shifted"], [name], to=onnx.TensorProto.UINT8)]
+    for node in reversed(nodes):
+        graph.node.insert(0, node)
+    return onnx.TensorProto(name=name, data_type=onnx.TensorProto.UINT8, dims=tensor.dims)
+
+
+def _is_external(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL
 
 
 def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
@@ -294,12 +330,12 @@ def _exact_dequantized_weights_in(main: onnx.GraphProto) -> int:
         for index, name in enumerate(node.input):
             readers.setdefault(name, []).append((node, index))
     count = 0
-    for node in (n for g in graphs for n in g.node):
+    for node in [n for g in graphs for n in g.node]:  # a list: flips may add nodes
         uses = readers.get(node.output[0], []) if node.op_type == "DequantizeLinear" else []
         if not uses or not _s8_initializer(node.input[0], inits) or not _has_zero_point_shape(node, inits) or \
                 not all(_not_s8_product(reader, index, producers, inits, types) for reader, index in uses):
             continue
-        shape = numpy_helper.to_array(inits[node.input[1]]).shape
+        shape = tuple(inits[node.input[1]].dims)
         _flip_into(main, node, 0, inits, default_shape=None)
         _flip_into(main, node, 2, inits, default_shape=shape)
         count += 1
@@ -410,10 +446,10 @@ def _split_dequantize_readers(graph: onnx.GraphProto, inits: dict) -> None:
 
 
 def _s8_initializer(name: str, inits: dict) -> bool:
-    """An s8 initializer held in the graph (not a shared weight's placeholder, not external data:
-    those are one tensor outside the body, never copied)."""
-    return name in inits and inits[name].data_type == onnx.TensorProto.INT8 and \
-        inits[name].data_location != onnx.TensorProto.EXTERNAL
+    """An s8 initializer of the graph, its bytes in it or in an external file (a copy refers to
+    the same bytes), not a shared weight's placeholder (one tensor outside the body, never
+    copied: :func:`onnxmlu.schema.placeholder`)."""
+    return name in inits and inits[name].data_type == onnx.TensorProto.INT8 and not is_placeholder(inits[name])
 
 
 def _own_inputs(graph: onnx.GraphProto, node: onnx.NodeProto, slots: tuple[int, ...], inits: dict,

@@ -38,14 +38,15 @@ LSTM and QAttention: in units of 1e-4), of the fused model, onnxmlu's reference 
 runs on saturates at all, (``options``) plain onnxruntime with the options the package's
 evaluator and calibration sessions give the model (onnxmlu.sessions.new_options), (``timing``)
 the plain session the demo, benchmarks and profiles time the original with
-(onnxmlu.tools.timing.plain_session) and (``whole``) onnxmlu.InferenceSession given the original
-model itself.
+(onnxmlu.tools.timing.plain_session), (``whole``) onnxmlu.InferenceSession given the original
+model itself and (``external``) given the original's file, its weights in an external file.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -355,7 +356,20 @@ def _with_package_options(model: onnx.ModelProto) -> ort.InferenceSession:
                                 providers=["CPUExecutionProvider"])
 
 
+def _external(model: onnx.ModelProto, folder: str, name: str) -> str:
+    """``model`` saved in ``folder`` with its weights (every tensor of 64 bytes or more) in an
+    external file; the model file's path."""
+    path = str(Path(folder) / f"{name}.onnx")
+    onnx.save(model, path, save_as_external_data=True, location=f"{name}.data", size_threshold=64)
+    return path
+
+
 def check() -> dict[str, dict[str, float]]:
+    with tempfile.TemporaryDirectory() as folder:
+        return _check_in(folder)
+
+
+def _check_in(folder: str) -> dict[str, dict[str, float]]:
     result = {}
     for seed, (name, build) in enumerate(LAYERS.items()):
         model, feeds, exact, step = build(np.random.default_rng(seed))
@@ -368,6 +382,7 @@ def check() -> dict[str, dict[str, float]]:
             "options": _steps(_with_package_options(model).run(None, feeds)[0], exact, step),
             "timing": _steps(plain_session(model, 1).run(None, feeds)[0], exact, step),
             "whole": _steps(InferenceSession(model).run(None, feeds)[0], exact, step),
+            "external": _steps(InferenceSession(_external(model, folder, name)).run(None, feeds)[0], exact, step),
         }
     return result
 

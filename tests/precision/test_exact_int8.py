@@ -42,6 +42,7 @@ def _assert_exact(result: dict) -> None:
         assert runs["options"] < 1, f"{layer}: the package's session options are {runs['options']} steps from exact"
         assert runs["timing"] < 1, f"{layer}: the timed plain session is {runs['timing']} steps from exact"
         assert runs["whole"] < 1, f"{layer}: onnxmlu.InferenceSession of the original is {runs['whole']} steps from exact"
+        assert runs["external"] < 1, f"{layer}: the original with external data is {runs['external']} steps from exact"
 
 
 def test_int8_layers_are_exact_here(library):
@@ -273,3 +274,35 @@ def test_a_model_with_an_s8_qlinearconv_loads_under_the_exact_entry(library):
     assert session.get_session_options().get_session_config_entry(EXACT_INT8_KEY) == "0"
     assert np.max(np.abs(session.run(None, feeds)[0] - exact)) / step < 1
     assert options.get_session_config_entry(EXACT_INT8_KEY) == "1"
+
+
+@pytest.mark.parametrize("threshold", [0, 64])
+def test_a_model_with_external_data_is_rewritten_without_reading_its_weights(library, tmp_path, threshold):
+    """A model file whose tensors (every one, or those of 64 bytes or more) are in an external
+    file, given to onnxmlu.InferenceSession by path with the exact entry set (the package's
+    options set it on every x86 host without VNNI; onnxruntime applies it here too): it was
+    loaded as it is, so a weight two nodes share failed to load, an s8-activation QLinearConv
+    found no kernel, and an opset-21 QLinearMatMul saturated (35 steps under Skylake-Client,
+    ``external`` above). Its graph is rewritten without the weights' bytes (none is inline in
+    the bytes onnxruntime gets), and the outputs are exact."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from exact_int8_check import matmul_integer_shared, qlinear_matmul_shared, qlinear_matmul_u8, s8_conv_and_u8_qdq_conv
+    from onnxmlu import InferenceSession
+    from onnxmlu.runtime import loadable_source
+    from onnxmlu.sessions import EXACT_INT8_KEY
+
+    for build in (qlinear_matmul_shared, matmul_integer_shared, qlinear_matmul_u8, s8_conv_and_u8_qdq_conv):
+        model, feeds, exact, step = build(np.random.default_rng(0))
+        path = tmp_path / f"{build.__name__}.onnx"
+        onnx.save(model, path, save_as_external_data=True, location=f"{build.__name__}.data", size_threshold=threshold)
+        options = ort.SessionOptions()
+        options.add_session_config_entry(EXACT_INT8_KEY, "1")
+        got = InferenceSession(str(path), options).run(None, feeds)[0]
+        assert np.max(np.abs(got.astype(np.float64) - exact)) / step < 1, build.__name__
+        with loadable_source(str(path), options) as source:
+            inline = [t.name for t in onnx.load_from_string(source).graph.initializer
+                      if t.data_location != onnx.TensorProto.EXTERNAL and np.prod(t.dims) >= 64]
+            assert not inline, f"{build.__name__}: weights read into the rewritten graph: {inline}"
