@@ -68,6 +68,7 @@ from onnx import numpy_helper
 from onnxmlu import ortlog
 from onnxmlu.ir import is_default_domain, iter_graphs, node_subgraphs
 from onnxmlu.optional import optional_import
+from onnxmlu.ir.weights import is_marker
 from onnxmlu.schema import is_placeholder
 
 #: onnxruntime's session config key for exact u8 x u8 kernels on x86 without VNNI.
@@ -213,7 +214,7 @@ def _u8_activation(node: onnx.NodeProto, index: int | None, inits: dict, types: 
 def _flippable(node: onnx.NodeProto, weight: int, zero: int, inits: dict) -> bool:
     has_weight = len(node.input) > weight and _s8_initializer(node.input[weight], inits)
     zero_name = node.input[zero] if len(node.input) > zero else ""
-    s8_zero = zero_name in inits and inits[zero_name].data_type == onnx.TensorProto.INT8
+    s8_zero = _s8_initializer(zero_name, inits)
     return has_weight and (zero_name == "" or s8_zero)
 
 
@@ -447,9 +448,11 @@ def _split_dequantize_readers(graph: onnx.GraphProto, inits: dict) -> None:
 
 def _s8_initializer(name: str, inits: dict) -> bool:
     """An s8 initializer of the graph, its bytes in it or in an external file (a copy refers to
-    the same bytes), not a shared weight's placeholder (one tensor outside the body, never
-    copied: :func:`onnxmlu.schema.placeholder`)."""
-    return name in inits and inits[name].data_type == onnx.TensorProto.INT8 and not is_placeholder(inits[name])
+    the same bytes); not a shared weight's placeholder (one tensor outside the body, never
+    copied: :func:`onnxmlu.schema.placeholder`) nor a weight store's marker (a mapped model's
+    weight, one tensor of the store: :func:`onnxmlu.ir.weights.is_marker`)."""
+    return name in inits and inits[name].data_type == onnx.TensorProto.INT8 and \
+        not is_placeholder(inits[name]) and not is_marker(inits[name])
 
 
 def _own_inputs(graph: onnx.GraphProto, node: onnx.NodeProto, slots: tuple[int, ...], inits: dict,
