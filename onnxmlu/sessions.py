@@ -32,7 +32,9 @@ Gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fu
   tests/precision/exact_int8_check.py), so a model holding such a node in any of its graphs is
   given the options without the entry (:func:`needs_default_kernels`), and the library retries
   such a body without it; the body's u8-activation integer nodes then get u8 weights at fuse time
-  (:func:`unshare_dequantized_weights`), exact without the entry;
+  (:func:`unshare_dequantized_weights`), exact without the entry, and so do the weights its
+  QDQ products with u8 activations dequantize (onnxruntime's QDQ fusion made them u8 x s8
+  kernels: 5 output steps off under Skylake-Client, ``s8_conv_and_u8_qdq_conv``);
 * its pass matches QLinearMatMul only at since-version 10 (onnxruntime 1.32), so a QLinearMatMul
   of opset 21 or later with u8 activations and s8 weights kept them and saturated inside a block
   on x86 without VNNI (35 output steps under Skylake-Client). The fuse gives such a node u8
@@ -46,7 +48,11 @@ Gaps of that entry, closed here, in :mod:`onnxmlu.runtime.session` and in the fu
   only files written elsewhere, and warns there (custom_ops/inner_session.cc);
 * it runs only where onnxruntime's pass reaches: not an opset-21 QLinearMatMul, nor a weight an
   If's branch reads from the outer scope. The evaluator and calibration, which load a model
-  arriving quantized whole, load it through :func:`exact_loadable` (u8 weights, unshared readers).
+  arriving quantized whole, load it through :func:`exact_loadable` (u8 weights, unshared readers);
+  ``onnxmlu.InferenceSession`` and the plain session benchmarks time through
+  :func:`onnxmlu.runtime.loadable_source`, which does the same to a model file whose weights are
+  in external files without reading them (a copy per reader refers to the same bytes; a u8
+  weight is ``Cast(Cast(w, int32) + 128, uint8)``, nodes onnxruntime folds at load).
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ from onnx import numpy_helper
 from onnxmlu import ortlog
 from onnxmlu.ir import is_default_domain, iter_graphs, node_subgraphs
 from onnxmlu.optional import optional_import
+from onnxmlu.ir.weights import is_marker
+from onnxmlu.schema import is_placeholder
 
 #: onnxruntime's session config key for exact u8 x u8 kernels on x86 without VNNI.
 EXACT_INT8_KEY = "session.x64quantprecision"
@@ -167,7 +175,7 @@ def _exact_integer_weights_in(main: onnx.GraphProto) -> int:
     inits = {t.name: t for g in graphs for t in g.initializer}
     types = {v.name: v.type.tensor_type.elem_type for g in graphs for v in [*g.input, *g.value_info]}
     count = 0
-    for node in (n for g in graphs for n in g.node):
+    for node in [n for g in graphs for n in g.node]:  # a list: flips may add nodes
         spec = U8_ACTIVATION_NODES.get(node.op_type)
         if spec is None or not _u8_activation(node, spec[0], inits, types):
             continue
@@ -206,28 +214,59 @@ def _u8_activation(node: onnx.NodeProto, index: int | None, inits: dict, types: 
 def _flippable(node: onnx.NodeProto, weight: int, zero: int, inits: dict) -> bool:
     has_weight = len(node.input) > weight and _s8_initializer(node.input[weight], inits)
     zero_name = node.input[zero] if len(node.input) > zero else ""
-    s8_zero = zero_name in inits and inits[zero_name].data_type == onnx.TensorProto.INT8
+    s8_zero = _s8_initializer(zero_name, inits)
     return has_weight and (zero_name == "" or s8_zero)
 
 
 def _uniform(node: onnx.NodeProto, zero: int, inits: dict) -> bool:
-    values = numpy_helper.to_array(inits[node.input[zero]]) if len(node.input) > zero and node.input[zero] else None
+    """Whether a zero point is one value (absent: 0); one in an external file is not read: no."""
+    name = node.input[zero] if len(node.input) > zero else ""
+    if name and _is_external(inits[name]):
+        return False
+    values = numpy_helper.to_array(inits[name]) if name else None
     return values is None or bool(np.all(values == values.flat[0]))
 
 
 def _flip_into(graph: onnx.GraphProto, node: onnx.NodeProto, index: int, inits: dict, default_shape) -> None:
     """Point ``node.input[index]`` at a u8 copy (``^ 0x80``) of its s8 initializer (an absent
-    zero point: 0)."""
+    zero point: 0); of one whose bytes are in an external file, the copy computed by nodes
+    (:func:`_flipped_by_nodes`)."""
     name = node.input[index] if len(node.input) > index else ""
-    values = numpy_helper.to_array(inits[name]) if name else np.zeros(default_shape, np.int8)
-    flipped = numpy_helper.from_array((values.view(np.uint8) ^ 0x80).astype(np.uint8),
-                                      f"{name or node.name + '_zero_point'}_exact_u8_{index}")
-    if flipped.name not in inits:
+    flipped_name = f"{name or (node.name or node.output[0]) + '_zero_point'}_exact_u8_{index}"
+    if flipped_name not in inits and name and _is_external(inits[name]):
+        inits[flipped_name] = _flipped_by_nodes(graph, inits[name], flipped_name)
+    elif flipped_name not in inits:
+        values = numpy_helper.to_array(inits[name]) if name else np.zeros(default_shape, np.int8)
+        flipped = numpy_helper.from_array((values.view(np.uint8) ^ 0x80).astype(np.uint8), flipped_name)
         graph.initializer.append(flipped)
         inits[flipped.name] = flipped
     while len(node.input) <= index:
         node.input.append("")
-    node.input[index] = flipped.name
+    node.input[index] = flipped_name
+
+
+#: The int32 constant :func:`_flipped_by_nodes` adds (one per graph).
+_OFFSET = "onnxmlu_exact_u8_offset"
+
+
+def _flipped_by_nodes(graph: onnx.GraphProto, tensor: onnx.TensorProto, name: str) -> onnx.TensorProto:
+    """``name`` := ``Cast(Cast(tensor, int32) + 128, uint8)``, nodes put first in ``graph``: the
+    same u8 copy, its bytes never read here (a weight in an external file: a model of any size).
+    onnxruntime's constant folding makes it an initializer when the session loads, before its
+    integer passes look at the weights. Returns a data-less TensorProto of the copy's type."""
+    if not any(t.name == _OFFSET for t in graph.initializer):
+        graph.initializer.append(numpy_helper.from_array(np.int32(128), _OFFSET))
+    # int32: Add has no 8- or 16-bit integer kernels before opset 14
+    nodes = [onnx.helper.make_node("Cast", [tensor.name], [f"{name}_wide"], to=onnx.TensorProto.INT32),
+             onnx.helper.make_node("Add", [f"{name}_wide", _OFFSET], [f"{name}_shifted"]),
+             onnx.helper.make_node("Cast", [f"{name}_shifted"], [name], to=onnx.TensorProto.UINT8)]
+    for node in reversed(nodes):
+        graph.node.insert(0, node)
+    return onnx.TensorProto(name=name, data_type=onnx.TensorProto.UINT8, dims=tensor.dims)
+
+
+def _is_external(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL
 
 
 def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
@@ -250,8 +289,10 @@ def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
     loads only without the entry (the library retries it so, silently: its s8 x s8 kernels are
     exact), and then its u8-activation integer nodes would saturate (198470 on a MatMulInteger
     beside such a QLinearConv under Skylake-Client): their weights are made u8 here
-    (:func:`exact_integer_weights`), exact with or without the entry."""
-    if _refuses_entry(graph, {}):
+    (:func:`exact_integer_weights`), and so are its QDQ products' (:func:`_exact_dequantized_weights_in`),
+    exact with or without the entry."""
+    refuses = _refuses_entry(graph, {})
+    if refuses:
         _exact_integer_weights_in(graph)
     copies = 0
     for sub in iter_graphs(graph):
@@ -260,7 +301,72 @@ def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:
         _split_dequantize_readers(sub, inits)
         for node in sub.node:
             copies += _own_inputs(sub, node, _weight_slots(node, inits), inits, claimed)
+    if refuses:  # after the split: one product per weight DequantizeLinear
+        _exact_dequantized_weights_in(graph)
     return copies
+
+
+#: Float products onnxruntime's QDQ fusion turns, with DequantizeLinear on both inputs, into
+#: integer kernels (QLinearConv, QLinearMatMul, QGemm, ...): u8 x s8 ones when the activation
+#: is u8 and the weight s8.
+_QDQ_PRODUCTS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+
+
+def _exact_dequantized_weights_in(main: onnx.GraphProto) -> int:
+    """Give each constant s8 weight's DequantizeLinear (one reader each, in any graph) whose
+    readers are QDQ products with an activation that is not s8 u8 weights, in place: ``w ^ 0x80``
+    and ``z ^ 0x80`` (an absent zero point: 128, the scale's shape), so that
+    ``(w + 128) - (z + 128) = w - z``: the same floats, and onnxruntime's QDQ fusion makes the
+    product a u8 x u8 kernel, exact without :data:`EXACT_INT8_KEY`, where it would make a
+    saturating u8 x s8 one. Needed only in a graph that must load without the entry
+    (:func:`needs_default_kernels`): with it onnxruntime does the same itself. An s8 activation
+    keeps s8 weights (s8 x s8 kernels are exact; a u8 weight there would stop the fusion).
+    Returns the DequantizeLinear nodes rewritten."""
+    graphs = list(iter_graphs(main))
+    inits = {t.name: t for g in graphs for t in g.initializer}
+    types = {v.name: v.type.tensor_type.elem_type for g in graphs for v in [*g.input, *g.value_info]}
+    producers = {o: n for g in graphs for n in g.node for o in n.output}
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in (n for g in graphs for n in g.node):
+        for index, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, index))
+    count = 0
+    for node in [n for g in graphs for n in g.node]:  # a list: flips may add nodes
+        uses = readers.get(node.output[0], []) if node.op_type == "DequantizeLinear" else []
+        if not uses or not _s8_initializer(node.input[0], inits) or not _has_zero_point_shape(node, inits) or \
+                not all(_not_s8_product(reader, index, producers, inits, types) for reader, index in uses):
+            continue
+        shape = tuple(inits[node.input[1]].dims)
+        _flip_into(main, node, 0, inits, default_shape=None)
+        _flip_into(main, node, 2, inits, default_shape=shape)
+        count += 1
+    _drop_unread(main)
+    return count
+
+
+def _has_zero_point_shape(node: onnx.NodeProto, inits: dict) -> bool:
+    """Whether a weight DequantizeLinear's zero point can be flipped: an s8 initializer, or absent
+    with the scale an initializer (whose shape the explicit one takes)."""
+    zero = node.input[2] if len(node.input) > 2 else ""
+    if zero:
+        return zero in inits and inits[zero].data_type == onnx.TensorProto.INT8
+    return node.input[1] in inits
+
+
+def _not_s8_product(reader: onnx.NodeProto, index: int, producers: dict, inits: dict, types: dict) -> bool:
+    """Whether ``reader`` is a QDQ product (:data:`_QDQ_PRODUCTS`) reading a weight at input
+    ``index`` (0 or 1) beside an activation that a DequantizeLinear of a tensor not known to be
+    s8 gives (by its zero point's type, else by its input's declared type)."""
+    if reader.op_type not in _QDQ_PRODUCTS or not is_default_domain(reader.domain) or index > 1 \
+            or len(reader.input) < 2:
+        return False
+    activation = producers.get(reader.input[1 - index])
+    if activation is None or activation.op_type != "DequantizeLinear":
+        return False
+    zero = activation.input[2] if len(activation.input) > 2 else ""
+    if zero:
+        return zero not in inits or inits[zero].data_type != onnx.TensorProto.INT8
+    return types.get(activation.input[0]) != onnx.TensorProto.INT8
 
 
 def exact_loadable(model: onnx.ModelProto) -> bytes:
@@ -341,10 +447,12 @@ def _split_dequantize_readers(graph: onnx.GraphProto, inits: dict) -> None:
 
 
 def _s8_initializer(name: str, inits: dict) -> bool:
-    """An s8 initializer held in the graph (not a shared weight's placeholder, not external data:
-    those are one tensor outside the body, never copied)."""
+    """An s8 initializer of the graph, its bytes in it or in an external file (a copy refers to
+    the same bytes); not a shared weight's placeholder (one tensor outside the body, never
+    copied: :func:`onnxmlu.schema.placeholder`) nor a weight store's marker (a mapped model's
+    weight, one tensor of the store: :func:`onnxmlu.ir.weights.is_marker`)."""
     return name in inits and inits[name].data_type == onnx.TensorProto.INT8 and \
-        inits[name].data_location != onnx.TensorProto.EXTERNAL
+        not is_placeholder(inits[name]) and not is_marker(inits[name])
 
 
 def _own_inputs(graph: onnx.GraphProto, node: onnx.NodeProto, slots: tuple[int, ...], inits: dict,

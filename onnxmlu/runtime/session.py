@@ -55,7 +55,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Iterator, Sequence, Union
 from importlib import resources
 
 import onnx
@@ -66,11 +66,13 @@ from google.protobuf.message import EncodeError
 from google.protobuf.message import Error as ProtobufError
 
 from onnxmlu.errors import RuntimeLibraryError
-from onnxmlu.ir import copy_model, is_fusion_block
+from onnxmlu.ir import copy_model, is_fusion_block, iter_graphs, nested_graphs
 from onnxmlu.runtime.layouts import optimize_layouts_in_place
 from onnxmlu.runtime.merge import merge_consecutive_blocks
+from onnxmlu import ortlog
 from onnxmlu.sessions import (EXACT_INT8_KEY, config_entry, exact_int8, exact_integer_weights,
-                              holds_u8_activation_nodes, loadable_with_exact_entry, new_options)
+                              holds_u8_activation_nodes, loadable_with_exact_entry, needs_default_kernels,
+                              new_options)
 
 #: What ``onnx.load`` raises on a path that holds no model it can read: the file system's
 #: errors, protobuf's (binary, text and JSON formats), onnx's text parser's, ValueError.
@@ -201,27 +203,88 @@ def InferenceSession(  # noqa: N802 - mirrors onnxruntime's name
         model, blocks_only = _prepared(model, merge_blocks=merge_blocks, block_layouts=block_layouts,
                                        per_session_threads=options.use_per_session_threads,
                                        inner_threads=int(config_entry(options, INNER_THREADS_KEY) or 0))
-    with _outer_threads(options, 1 if blocks_only else None):
+    with _outer_threads(options, 1 if blocks_only else None), loadable_source(model, options) as source:
         return ort.InferenceSession(
-            _loadable_source(model, options),
+            source,
             sess_options=options,
             providers=list(providers) if providers is not None else list(_DEFAULT_PROVIDERS),
             **kwargs,
         )
 
 
-def _loadable_source(model: ModelArg, options: ort.SessionOptions) -> str | bytes:
-    """``model``'s source for the outer session. Where ``options`` set exact INT8 arithmetic
-    (:data:`~onnxmlu.sessions.EXACT_INT8_KEY`), the host graph's own quantized nodes need what
-    block bodies get at fuse time (u8 weights, a copy of a shared weight per reader), else
-    onnxruntime cannot load it ("Attempt to replace the existing tensor"): a model small enough
-    to rewrite in memory gets them (:func:`~onnxmlu.sessions.loadable_with_exact_entry`)."""
-    if config_entry(options, EXACT_INT8_KEY) == "1":
-        proto = _rewritable_proto(model)
-        loadable = None if proto is None else loadable_with_exact_entry(proto)
-        if loadable is not None:
-            return loadable
-    return _model_source(model)
+@contextlib.contextmanager
+def loadable_source(model: ModelArg, options: ort.SessionOptions) -> Iterator[str | bytes]:
+    """``model``'s source for a session of ``options`` (the package's or a user's: the outer
+    session here, plain onnxruntime in :func:`onnxmlu.tools.timing.plain_session`) that computes
+    its quantized arithmetic exactly, with ``options`` fit for it while inside (onnxruntime
+    copies them into the session; they are restored after). Where ``options`` set exact INT8
+    arithmetic (:data:`~onnxmlu.sessions.EXACT_INT8_KEY`: the package's do on every host whose
+    default kernels saturate), the graph's own quantized nodes need what block bodies get at
+    fuse time (u8 weights, a copy of a shared weight per reader), else onnxruntime cannot load
+    it ("Attempt to replace the existing tensor") or runs saturating u8 x s8 kernels where its
+    pass does not reach: a model small enough to rewrite in memory gets them
+    (:func:`~onnxmlu.sessions.loadable_with_exact_entry`), and so does a model file whose
+    weights are in external files, whatever their size: its graph is rewritten without reading
+    them (a copy refers to the same bytes; a u8 weight is computed from the s8 one by nodes
+    onnxruntime folds at load) and given as bytes, onnxruntime told the folder its external files
+    are in. Where it also holds a node onnxruntime cannot load under the entry (an s8-activation
+    QLinearConv: :func:`~onnxmlu.sessions.needs_default_kernels`) the entry is "0" while inside:
+    its other products have u8 weights then, exact without it."""
+    entry = config_entry(options, EXACT_INT8_KEY)
+    proto, folder = (_rewritable_proto(model), None) if entry == "1" else (None, None)
+    if entry == "1" and proto is None:
+        proto, folder = _graph_of_external_data(model)
+    rewritable = proto is not None and (folder is not None or not _has_external_data(proto))
+    loadable = loadable_with_exact_entry(proto) if rewritable else None
+    changes = {}
+    if loadable is not None and folder is not None:
+        changes[_EXTERNAL_FOLDER_KEY] = folder
+    if proto is not None and needs_default_kernels(proto):
+        changes[EXACT_INT8_KEY] = "0"
+    with _entries(options, changes):
+        yield _model_source(model) if loadable is None else loadable
+
+
+#: onnxruntime's session config entry: the folder of a model's external files when the model
+#: is given as bytes.
+_EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+
+
+def _graph_of_external_data(model: ModelArg) -> tuple[onnx.ModelProto | None, str | None]:
+    """A model file's graph and the folder of its external files, their bytes not read, where
+    its weights are in external files (its file within _MAX_REWRITE_BYTES); else (None, None).
+    The folder is None where the graph cannot be given as bytes."""
+    if not isinstance(model, (str, os.PathLike)):
+        return None, None
+    try:
+        if os.path.getsize(model) > _MAX_REWRITE_BYTES:
+            return None, None
+        proto = onnx.load(os.fspath(model), load_external_data=False)
+    except _UNREADABLE:  # not a model this reads: onnxruntime gives the user the real error
+        return None, None
+    if not _has_external_data(proto):
+        return None, None
+    # onnxruntime resolves an If/Loop/Scan body's external files only for a model loaded from
+    # its path (the folder entry reaches the main graph alone): such a graph cannot be rewritten
+    nested = any(_holds_external_data(g) for g in nested_graphs(proto.graph))
+    return proto, None if nested else str(Path(model).resolve().parent)
+
+
+@contextlib.contextmanager
+def _entries(options: ort.SessionOptions, changes: dict[str, str]) -> Iterator[None]:
+    """``options`` with the config entries ``changes`` while inside, each put back after (an
+    entry that was not set: ""; onnxruntime reads "" as unset). onnxruntime warns on each
+    overwrite, which says nothing here."""
+    before = {key: config_entry(options, key) or "" for key in changes}
+    with ortlog.at_least(3):
+        for key, value in changes.items():
+            options.add_session_config_entry(key, value)
+    try:
+        yield
+    finally:
+        with ortlog.at_least(3):
+            for key, value in before.items():
+                options.add_session_config_entry(key, value)
 
 
 @contextlib.contextmanager
@@ -311,8 +374,13 @@ def _rewritable_proto(model: ModelArg) -> onnx.ModelProto | None:
 
 
 def _has_external_data(model: onnx.ModelProto) -> bool:
-    tensors = list(model.graph.initializer)
-    tensors += [a.t for n in model.graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+    """Whether a graph of ``model`` (its subgraphs too) holds a tensor in an external file."""
+    return any(_holds_external_data(g) for g in iter_graphs(model.graph))
+
+
+def _holds_external_data(graph: onnx.GraphProto) -> bool:
+    tensors = list(graph.initializer)
+    tensors += [a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors)
 
 

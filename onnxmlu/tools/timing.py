@@ -82,10 +82,15 @@ def _wait_until_idle(max_s: float, window_s: float = 0.01) -> None:
 
 def plain_session(model: onnx.ModelProto | str, threads: int):
     """Plain onnxruntime (no custom-op library), all graph optimizations, ``threads`` intra-op
-    threads: the "original model" side of every side-by-side measurement."""
+    threads: the "original model" side of every side-by-side measurement. It loads what every
+    session of the package loads (:func:`onnxmlu.runtime.loadable_source`): on a host
+    whose default INT8 kernels saturate, the exact kernels a fused model's blocks run, not
+    others, and a model whose quantized weight several nodes read loads there too."""
     ort = optional_import("onnxruntime")
+    runtime = optional_import("onnxmlu.runtime")
 
-    options = new_options("all", model=model if isinstance(model, onnx.ModelProto) else None)
+    options = new_options("all")
     options.intra_op_num_threads = threads
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    source = model if isinstance(model, onnx.ModelProto) else str(model)
+    with runtime.loadable_source(source, options) as loadable:
+        return ort.InferenceSession(loadable, options, providers=["CPUExecutionProvider"])

@@ -28,19 +28,25 @@ weights near +-127: ``2 * 255 * 127 > 32767``), each built from its own seed:
 * ``qlinear_conv_s8_in_if``: ``qlinear_conv_s8`` in an If's branches;
 * ``s8_and_u8_products``: ``matmul_integer`` and ``qlinear_conv_s8`` in one block, which loads
   only without the exact entry;
+* ``s8_conv_and_u8_qdq_conv``: ``qdq_conv`` with u8 activations and ``qlinear_conv_s8`` in one
+  block: its QDQ layer must be exact without the entry too;
 * ``qattention``: com.microsoft QAttention u8 x s8, its float attention within 1e-4.
 
 Prints one JSON object: per layer the largest difference, in output quantization steps (the
 LSTM and QAttention: in units of 1e-4), of the fused model, onnxmlu's reference session,
 (``default``) plain onnxruntime at its default options, which shows whether the CPU the process
-runs on saturates at all, and (``options``) plain onnxruntime with the options the package's
-evaluator and calibration sessions give the model (onnxmlu.sessions.new_options).
+runs on saturates at all, (``options``) plain onnxruntime with the options the package's
+evaluator and calibration sessions give the model (onnxmlu.sessions.new_options), (``timing``)
+the plain session the demo, benchmarks and profiles time the original with
+(onnxmlu.tools.timing.plain_session), (``whole``) onnxmlu.InferenceSession given the original
+model itself and (``external``) given the original's file, its weights in an external file.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +57,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxmlu import api
 from onnxmlu.runtime import InferenceSession, reference_session
 from onnxmlu.sessions import exact_loadable, new_options
+from onnxmlu.tools.timing import plain_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rewrite"))
 from dqlstm_reference import dq_lstm_model, dq_lstm_reference  # noqa: E402 - a sibling folder's helper
@@ -77,18 +84,20 @@ def _u8_by_s8(rng: np.random.Generator):
     return w, rng.integers(240, 256, (4, 64)).astype(np.uint8)
 
 
-def qdq_conv(rng: np.random.Generator):
-    """The QDQ Conv, an input ``x`` that quantizes to +-(120..127), and the exact output."""
+def qdq_conv(rng: np.random.Generator, activation_zero: np.integer | None = None):
+    """The QDQ Conv, an input ``x`` that quantizes to +-(120..127) from ``activation_zero`` (the
+    input's and output's zero point, s8 0 (None) or u8 128: the same exact output), and the exact output."""
+    activation_zero = np.int8(0) if activation_zero is None else activation_zero
     w = (rng.integers(100, 128, (K, C, 3, 3)) * _signs(rng, (K, C, 3, 3))).astype(np.int8)
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(SW), "sw"),
              numpy_helper.from_array(np.float32(SX), "sx"), numpy_helper.from_array(np.float32(SY), "sy"),
-             numpy_helper.from_array(np.int8(0), "z")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "z"], ["xq"]),
-             helper.make_node("DequantizeLinear", ["xq", "sx", "z"], ["xd"]),
+             numpy_helper.from_array(np.int8(0), "z"), numpy_helper.from_array(activation_zero, "za")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "za"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "za"], ["xd"]),
              helper.make_node("DequantizeLinear", ["w", "sw", "z"], ["wd"]),
              helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("QuantizeLinear", ["c", "sy", "z"], ["yq"]),
-             helper.make_node("DequantizeLinear", ["yq", "sy", "z"], ["y"])]
+             helper.make_node("QuantizeLinear", ["c", "sy", "za"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "za"], ["y"])]
     model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, 8, 8])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, K, 8, 8])], inits)
     xq = rng.integers(120, 128, (1, C, 8, 8)) * _signs(rng, (1, C, 8, 8))
@@ -274,16 +283,31 @@ def s8_and_u8_products(rng: np.random.Generator):
     """``matmul_integer`` (u8 x s8) beside ``qlinear_conv_s8`` (s8 x s8) in one block: the block
     loads only without the exact entry, so its u8 x s8 product must be exact without it. The
     MatMulInteger's output is checked."""
+    return _beside_s8_conv(rng, matmul_integer)
+
+
+def s8_conv_and_u8_qdq_conv(rng: np.random.Generator):
+    """``qdq_conv`` with u8 activations (zero point 128: ``x`` quantizes to 1..255) beside
+    ``qlinear_conv_s8`` in one block: onnxruntime's QDQ fusion makes the QDQ layer a u8 x s8
+    kernel, and the block loads only without the exact entry. The QDQ Conv's output is checked."""
+    return _beside_s8_conv(rng, lambda r: qdq_conv(r, activation_zero=np.uint8(128)))
+
+
+def _beside_s8_conv(rng: np.random.Generator, build):
+    """``qlinear_conv_s8`` and ``build``'s layer (every name of it suffixed ``2``) in one model,
+    ``build``'s output first (the one checked)."""
     model, feeds, _, _ = qlinear_conv_s8(rng)
-    product, product_feeds, exact, step = matmul_integer(rng)
-    node = product.graph.node[0]
-    node.input[:], node.output[0] = ["a2", "w2"], "y2"
-    product.graph.initializer[0].name, product.graph.input[0].name, product.graph.output[0].name = "w2", "a2", "y2"
+    product, product_feeds, exact, step = build(rng)
+    for node in product.graph.node:
+        node.input[:] = [f"{name}2" if name else name for name in node.input]
+        node.output[:] = [f"{name}2" for name in node.output]
+    for value in [*product.graph.initializer, *product.graph.input, *product.graph.output]:
+        value.name = f"{value.name}2"
     model.graph.node.extend(product.graph.node)
     model.graph.initializer.extend(product.graph.initializer)
     model.graph.input.extend(product.graph.input)
     model.graph.output.insert(0, product.graph.output[0])
-    return model, {**feeds, "a2": product_feeds["a"]}, exact, step
+    return model, {**feeds, **{f"{name}2": value for name, value in product_feeds.items()}}, exact, step
 
 
 def qattention(rng: np.random.Generator):
@@ -321,7 +345,8 @@ LAYERS = {"qdq_conv": qdq_conv, "matmul_integer": matmul_integer, "qlinear_conv_
           "matmul_integer_shared": matmul_integer_shared,
           "qdq_matmul_weight_read_outside": qdq_matmul_weight_read_outside,
           "qlinear_conv_s8_in_if": qlinear_conv_s8_in_if, "qattention": qattention,
-          "s8_and_u8_products": s8_and_u8_products, "qlinear_matmul_7bit": qlinear_matmul_7bit}
+          "s8_and_u8_products": s8_and_u8_products, "qlinear_matmul_7bit": qlinear_matmul_7bit,
+          "s8_conv_and_u8_qdq_conv": s8_conv_and_u8_qdq_conv}
 
 
 def _with_package_options(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -331,7 +356,20 @@ def _with_package_options(model: onnx.ModelProto) -> ort.InferenceSession:
                                 providers=["CPUExecutionProvider"])
 
 
+def _external(model: onnx.ModelProto, folder: str, name: str) -> str:
+    """``model`` saved in ``folder`` with its weights (every tensor of 64 bytes or more) in an
+    external file; the model file's path."""
+    path = str(Path(folder) / f"{name}.onnx")
+    onnx.save(model, path, save_as_external_data=True, location=f"{name}.data", size_threshold=64)
+    return path
+
+
 def check() -> dict[str, dict[str, float]]:
+    with tempfile.TemporaryDirectory() as folder:
+        return _check_in(folder)
+
+
+def _check_in(folder: str) -> dict[str, dict[str, float]]:
     result = {}
     for seed, (name, build) in enumerate(LAYERS.items()):
         model, feeds, exact, step = build(np.random.default_rng(seed))
@@ -342,6 +380,9 @@ def check() -> dict[str, dict[str, float]]:
             "reference": _steps(reference_session(model).run(None, feeds)[0], exact, step),
             "default": _steps(default.run(None, feeds)[0], exact, step),
             "options": _steps(_with_package_options(model).run(None, feeds)[0], exact, step),
+            "timing": _steps(plain_session(model, 1).run(None, feeds)[0], exact, step),
+            "whole": _steps(InferenceSession(model).run(None, feeds)[0], exact, step),
+            "external": _steps(InferenceSession(_external(model, folder, name)).run(None, feeds)[0], exact, step),
         }
     return result
 

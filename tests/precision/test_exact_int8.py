@@ -40,6 +40,9 @@ def _assert_exact(result: dict) -> None:
         assert runs["fused"] < 1, f"{layer}: the fused model is {runs['fused']} steps from exact"
         assert runs["reference"] < 1, f"{layer}: the reference is {runs['reference']} steps from exact"
         assert runs["options"] < 1, f"{layer}: the package's session options are {runs['options']} steps from exact"
+        assert runs["timing"] < 1, f"{layer}: the timed plain session is {runs['timing']} steps from exact"
+        assert runs["whole"] < 1, f"{layer}: onnxmlu.InferenceSession of the original is {runs['whole']} steps from exact"
+        assert runs["external"] < 1, f"{layer}: the original with external data is {runs['external']} steps from exact"
 
 
 def test_int8_layers_are_exact_here(library):
@@ -194,3 +197,112 @@ def test_a_host_graph_sharing_a_quantized_weight_loads_with_the_exact_entry(libr
         options.add_session_config_entry(EXACT_INT8_KEY, "1")
         got = InferenceSession(model, options).run(None, feeds)[0]
         assert np.array_equal(got.astype(np.int64), exact.astype(np.int64)), build.__name__
+
+
+def test_qdq_products_beside_an_s8_qlinearconv_get_u8_weights(library):
+    """A block holding an s8-activation QLinearConv loads only without the exact entry (on a CPU
+    without VNNI the library retries it so): its u8-activation QDQ Conv, which onnxruntime's QDQ
+    fusion makes a u8 x s8 kernel, saturated there (5 output steps under Skylake-Client,
+    ``s8_conv_and_u8_qdq_conv`` above). Seen on any host: the body's weight DequantizeLinear
+    reads u8 weights (``w ^ 0x80``, the same floats), and onnxruntime fuses it into a u8 x u8
+    QLinearConv, exact without the entry; the s8 x s8 layer keeps its s8 weights."""
+    import numpy as np
+    import onnx
+
+    from exact_int8_check import s8_conv_and_u8_qdq_conv
+    from onnxmlu import api
+    from onnxmlu.runtime import reference_session
+    from onnxmlu.schema import body_model
+    from onnxmlu.sessions import needs_default_kernels
+
+    model, feeds, exact, step = s8_conv_and_u8_qdq_conv(np.random.default_rng(0))
+    [body] = [body_model(n) for n in api.fuse(model, precision="int8").model.graph.node if n.op_type == "MLUFusionBlock"]
+    assert needs_default_kernels(body)
+    inits = {t.name: t.data_type for t in body.graph.initializer}
+    [conv] = [n for n in body.graph.node if n.op_type == "QLinearConv"]
+    weights = [inits[n.input[0]] for n in body.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits]
+    assert inits[conv.input[3]] == onnx.TensorProto.INT8
+    assert weights == [onnx.TensorProto.UINT8]
+    got = reference_session(body).run(["y2"], feeds)[0]
+    assert np.max(np.abs(got - exact)) / step < 1
+
+
+def test_the_timed_plain_session_loads_what_every_session_loads(library, monkeypatch, tmp_path):
+    """The plain session the demo, benchmarks and profiles time the original with
+    (onnxmlu.tools.timing.plain_session) gets the package's exact entry where the host needs it
+    (forced here: onnxruntime applies it on every x86 host) and the model bytes every other
+    session gets: a weight two quantized nodes share made it fail to load ("Attempt to replace
+    the existing tensor"); an opset-21 QLinearMatMul timed a saturating kernel (35 steps under
+    Skylake-Client, the ``timing`` runs above). From a ModelProto and from a path."""
+    import numpy as np
+    import onnx
+
+    from exact_int8_check import qlinear_matmul_shared, qlinear_matmul_u8, s8_conv_and_u8_qdq_conv
+    from onnxmlu import sessions
+    from onnxmlu.tools.timing import plain_session
+
+    monkeypatch.setattr(sessions, "default_kernels_exact", lambda: False)
+    for build in (qlinear_matmul_shared, qlinear_matmul_u8, s8_conv_and_u8_qdq_conv):
+        model, feeds, exact, _ = build(np.random.default_rng(0))
+        path = tmp_path / f"{build.__name__}.onnx"
+        onnx.save(model, path)
+        for source in (model, str(path)):
+            session = plain_session(source, 1)
+            entry = "0" if build is s8_conv_and_u8_qdq_conv else "1"  # onnxruntime has no kernel under it there
+            assert session.get_session_options().get_session_config_entry(sessions.EXACT_INT8_KEY) == entry
+            got = session.run(None, feeds)[0]
+            assert np.array_equal(got.astype(np.int64), exact.astype(np.int64)), build.__name__
+
+
+def test_a_model_with_an_s8_qlinearconv_loads_under_the_exact_entry(library):
+    """onnxmlu.InferenceSession of a model whose own graph holds an s8-activation QLinearConv
+    (with a u8 x s8 QDQ Conv beside it), given options that set the exact entry (the package's
+    own do on every x86 host without VNNI; onnxruntime applies it here too): onnxruntime has no
+    kernel for it under the entry, and the session failed to load. It loads without the entry,
+    its u8 x s8 layer made u8 x u8, exact, and the caller's options keep the entry."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from exact_int8_check import s8_conv_and_u8_qdq_conv
+    from onnxmlu import InferenceSession
+    from onnxmlu.sessions import EXACT_INT8_KEY
+
+    model, feeds, exact, step = s8_conv_and_u8_qdq_conv(np.random.default_rng(0))
+    options = ort.SessionOptions()
+    options.add_session_config_entry(EXACT_INT8_KEY, "1")
+    session = InferenceSession(model, options)
+    assert session.get_session_options().get_session_config_entry(EXACT_INT8_KEY) == "0"
+    assert np.max(np.abs(session.run(None, feeds)[0] - exact)) / step < 1
+    assert options.get_session_config_entry(EXACT_INT8_KEY) == "1"
+
+
+@pytest.mark.parametrize("threshold", [0, 64])
+def test_a_model_with_external_data_is_rewritten_without_reading_its_weights(library, tmp_path, threshold):
+    """A model file whose tensors (every one, or those of 64 bytes or more) are in an external
+    file, given to onnxmlu.InferenceSession by path with the exact entry set (the package's
+    options set it on every x86 host without VNNI; onnxruntime applies it here too): it was
+    loaded as it is, so a weight two nodes share failed to load, an s8-activation QLinearConv
+    found no kernel, and an opset-21 QLinearMatMul saturated (35 steps under Skylake-Client,
+    ``external`` above). Its graph is rewritten without the weights' bytes (none is inline in
+    the bytes onnxruntime gets), and the outputs are exact."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from exact_int8_check import matmul_integer_shared, qlinear_matmul_shared, qlinear_matmul_u8, s8_conv_and_u8_qdq_conv
+    from onnxmlu import InferenceSession
+    from onnxmlu.runtime import loadable_source
+    from onnxmlu.sessions import EXACT_INT8_KEY
+
+    for build in (qlinear_matmul_shared, matmul_integer_shared, qlinear_matmul_u8, s8_conv_and_u8_qdq_conv):
+        model, feeds, exact, step = build(np.random.default_rng(0))
+        path = tmp_path / f"{build.__name__}.onnx"
+        onnx.save(model, path, save_as_external_data=True, location=f"{build.__name__}.data", size_threshold=threshold)
+        options = ort.SessionOptions()
+        options.add_session_config_entry(EXACT_INT8_KEY, "1")
+        got = InferenceSession(str(path), options).run(None, feeds)[0]
+        assert np.max(np.abs(got.astype(np.float64) - exact)) / step < 1, build.__name__
+        with loadable_source(str(path), options) as source:
+            inline = [t.name for t in onnx.load_from_string(source).graph.initializer
+                      if t.data_location != onnx.TensorProto.EXTERNAL and np.prod(t.dims) >= 64]
+            assert not inline, f"{build.__name__}: weights read into the rewritten graph: {inline}"
