@@ -274,7 +274,7 @@ def _inside_control_flow(report: dict) -> str:
 def _host_table(host_nodes: list[dict]) -> str:
     if not host_nodes:
         return "<p>None: every node runs in a block.</p>"
-    unknown = "(not recorded: a file written before onnxmlu recorded reasons)"
+    unknown = "(not recorded in the file: a constant computed once, or an older file)"
     rows = [[h["node"], h["op_type"], h.get("reason", unknown)] for h in host_nodes]
     return _table(["node", "op", "reason"], rows, set(), "host")
 
