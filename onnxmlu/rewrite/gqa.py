@@ -12,7 +12,8 @@ case against it, tests/rewrite/test_rw_gqa.py), for ``N`` query heads, ``Nkv`` k
                      = past[b, :, t]          for t < past_b
                      = 0                       elsewhere
     query i of sequence b sits at pos = past_b + i and sees the keys t with
-        t <= pos,  t < seqlens_k[b] + 1,  and t > pos - local_window_size (when > 0)
+        t <= pos (causal=1, the default),  t < seqlens_k[b] + 1,
+        and t > pos - local_window_size (when > 0)
     scores = scale Q K^T (K, V: each kv head repeated G times), softcap c > 0: c tanh(scores / c)
     Y = merge(softmax over the keys seen (scores) V)
 
@@ -32,9 +33,14 @@ rewrite's a finite average (never NaN, which the next layer's products would spr
 The query may hold Q, K and V packed (``[B, S, (N + 2 Nkv) H]``, key and value absent), split
 along the last axis first.
 
+``causal=0`` (bidirectional) drops the ``t <= pos`` condition; the kernel rejects a local
+window with it, and so does ``check``.
+
 Refused: ``position_ids``, ``attention_bias``, ``head_sink``, quantized
 or normalized caches and the other inputs after ``sin_cache``, ``smooth_softmax``,
-``qk_output``, types other than float32, opsets before 14 (Trilu-era ops, int64 Max/Min).
+``qk_output``, ``sliding_window_cache=1`` (window-sized buffers whose rows the kernel evicts
+in blocks of ``C - W + 1``: another present layout), types other than float32, opsets before 14
+(Trilu-era ops, int64 Max/Min).
 """
 
 from __future__ import annotations
@@ -66,6 +72,9 @@ def refusal(node: gs.Node, opset: int) -> str | None:
     for attr, default in (("smooth_softmax", -1), ("qk_output", 0)):
         if int(node.attrs.get(attr, default)) not in (default, 0):
             return f"{attr} is not rewritten"
+    reason = _cache_reason(node)
+    if reason is not None:
+        return reason
     if any(node_output(node, i) is not None for i in range(3, len(node.outputs))):
         return "the output_qk output is read"
     if (node_input(node, PAST_KEY) is None) != (node_input(node, PAST_VALUE) is None):
@@ -75,6 +84,21 @@ def refusal(node: gs.Node, opset: int) -> str | None:
     rotary = int(node.attrs.get("do_rotary", 0))
     if rotary and (node_input(node, COS) is None or static_dim(node.inputs[COS], 1) is None):
         return "do_rotary without a cos_cache of known width"
+    return None
+
+
+def _cache_reason(node: gs.Node) -> str | None:
+    """The attributes that change which keys a query sees or how the cache is laid out."""
+    causal = int(node.attrs.get("causal", 1))
+    if causal not in (0, 1):
+        return f"causal={causal} is not 0 or 1"
+    if not causal and int(node.attrs.get("local_window_size", -1)) > 0:
+        return "a local window without causal=1 (onnxruntime's kernel rejects it)"
+    if int(node.attrs.get("sliding_window_cache", 0)):
+        return "sliding_window_cache=1 (a window-sized cache that evicts rows in blocks) is not rewritten"
+    for attr in ("k_quant_type", "v_quant_type"):
+        if str(node.attrs.get(attr, "NONE")) != "NONE":
+            return f"{attr}={node.attrs[attr]} (a quantized cache) is not rewritten"
     return None
 
 
@@ -142,9 +166,10 @@ def _seen(bld: Builder, node: gs.Node, lens: dict, pos: gs.Tensor) -> gs.Tensor:
     """The keys each query sees, bool [B, 1, S, Tp]."""
     t = bld.unsqueeze(lens["t"], [0, 1], name="t_grid")
     pos3 = bld.unsqueeze(pos, [2], name="pos3")
-    seen = bld.op("And", [bld.op("LessOrEqual", [t, pos3], name="causal", dtype=np.bool_),
-                          bld.op("Less", [t, bld.unsqueeze(lens["seq_total"], [2], name="total3")], name="valid",
-                                 dtype=np.bool_)], name="seen", dtype=np.bool_)
+    seen = bld.op("Less", [t, bld.unsqueeze(lens["seq_total"], [2], name="total3")], name="valid", dtype=np.bool_)
+    if int(node.attrs.get("causal", 1)):  # causal=0: bidirectional, every key of the sequence
+        seen = bld.op("And", [bld.op("LessOrEqual", [t, pos3], name="causal", dtype=np.bool_), seen], name="seen",
+                      dtype=np.bool_)
     window = int(node.attrs.get("local_window_size", -1))
     if window > 0:
         start = bld.op("Sub", [pos3, bld.int64([window], "window")], name="window_start")

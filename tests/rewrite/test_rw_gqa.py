@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -103,3 +104,29 @@ def test_position_ids_are_refused():
     model.graph.input.append(helper.make_tensor_value_info("pos", TensorProto.INT64, [2, 1]))
     rewritten, report = rewrite_model(model, only=["gqa"])
     assert report.total == 0 and "position_ids" in report.skipped[0].message
+
+
+def _with_attrs(model, **attrs):
+    node = model.graph.node[0]
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+    return model
+
+
+@pytest.mark.parametrize("phase", ["prompt", "continue"])
+def test_bidirectional_gqa_sees_every_key_of_its_sequence(phase):
+    """causal=0 (an encoder's GQA): no query is limited to the keys before it."""
+    model, feeds = gqa_case(np.random.default_rng(1), phase, 2, 0, 0.0, False, False)
+    feeds["seqlens"][:] = feeds["total"][0] - 1  # no padding: every query is compared
+    rewritten, report = rewrite_model(_with_attrs(model, causal=0), only=["gqa"])
+    assert report.applied["gqa"] == 1, report.skipped
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds), what="causal=0")
+
+
+@pytest.mark.parametrize(("attrs", "reason"), [
+    ({"sliding_window_cache": 1, "local_window_size": 2}, "sliding_window_cache=1"),
+    ({"causal": 0, "local_window_size": 2}, "local window without causal=1"),
+    ({"k_quant_type": "PER_TENSOR"}, "k_quant_type=PER_TENSOR")])
+def test_other_cache_layouts_are_refused(attrs, reason):
+    model, _ = gqa_case(np.random.default_rng(0), "decode", 2, 0, 0.0, False, False)
+    rewritten, report = rewrite_model(_with_attrs(model, **attrs), only=["gqa"])
+    assert report.total == 0 and reason in report.skipped[0].message
