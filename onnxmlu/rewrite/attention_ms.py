@@ -11,7 +11,8 @@ three equal thirds of the weights' columns), ``N`` heads::
     Y = merge(softmax(scale heads(q) K^T + mask + attention_bias) V)
 
 with the masks of MultiHeadAttention: ``mask_index`` [B] (key lengths), [B, T] or [B, S, T]
-(0: masked with ``mask_filter_value``), ``unidirectional`` (key t > i + P masked for query i),
+(0: masked with ``mask_filter_value``), ``unidirectional`` (key t > i + P gets the lowest float
+for query i, whatever ``mask_filter_value`` is),
 ``attention_bias`` [B or 1, N or 1, S, T]; ``scale`` defaults to ``1 / sqrt(H)``.
 
 Rewrite: ``MatMul`` (+ ``Add``) of the projection, ``Split``, :func:`onnxmlu.rewrite.mha.attend`,
@@ -19,7 +20,8 @@ Rewrite: ``MatMul`` (+ ``Add``) of the projection, ``Split``, :func:`onnxmlu.rew
 
 Refused: float types other than float32, ``mask_index`` of the left-padding ([2 B]),
 ``3 B + 2`` or 4-D forms, ``past_present_share_buffer``/``past_sequence_length``, ``do_rotary``,
-a past with an attention bias (the kernel rejects the pair),
+a past with an attention bias (the kernel rejects the pair), a past with a V hidden size other
+than K's (one past holds both; the kernel rejects it),
 and sizes that are not known (the split and the default scale need them).
 """
 
@@ -69,6 +71,8 @@ def refusal(node: gs.Node) -> str | None:
         return "past is not [2, B, N, P, H]"
     if past is not None and node_input(node, ATTN_BIAS) is not None:
         return "past with attention_bias (onnxruntime's kernel rejects it)"
+    if past is not None and sizes[1] != sizes[2]:
+        return f"past with V hidden size {sizes[2]} != K's {sizes[1]} (one past holds both; the kernel rejects it)"
     return None
 
 

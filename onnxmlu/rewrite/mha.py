@@ -17,8 +17,9 @@ packed (``[B, S, N, 3, H]``, key and value absent) and the key K and V packed
 attention reusing a computed key) and get neither bias nor reshape. ``mask`` is
 ``mask_filter_value`` (default -10000) where ``key_padding_mask`` is 0 (shape ``[B, T]`` or
 ``[B, S, T]``) or where the key position is at or beyond the key length it gives (shape
-``[B]``), 0 elsewhere; with ``unidirectional`` the keys after ``i + T - S`` are masked for
-query ``i`` too. ``attention_bias`` is ``[B or 1, N or 1, S, T]``.
+``[B]``), 0 elsewhere; with ``unidirectional`` the keys after ``i + T - S`` get the lowest
+float for query ``i``, as in the CPU kernel -- not ``mask_filter_value``, which a model may set
+small (-3: future keys would keep weight). ``attention_bias`` is ``[B or 1, N or 1, S, T]``.
 
 Rewrite: those formulas node for node (``Add`` of the bias slices, ``Reshape``/``Transpose``,
 ``Concat`` with the past, ``MatMul``, ``Mul`` by ``scale``, ``Add`` of the masks, ``Softmax``
@@ -47,6 +48,8 @@ from onnxmlu.rewrite.floattype import float_dtype, is_float
 
 DOMAIN = "com.microsoft"
 MASK_FILTER = -10000.0
+#: what the kernels put on a future key: the lowest float, whatever mask_filter_value says
+CAUSAL_FILTER = float(np.finfo(np.float32).min)
 QUERY, KEY, VALUE, BIAS, PADDING, ATTN_BIAS, PAST_KEY, PAST_VALUE, PAST_LEN, CACHE_INDIRECTION = range(10)
 
 
@@ -172,7 +175,8 @@ def padding_mask(bld: Builder, mask: gs.Tensor, keys: gs.Tensor, filter_value: f
 
 
 def causal_mask(bld: Builder, q: gs.Tensor, k: gs.Tensor, sizes: tuple, filter_value: float) -> gs.Tensor:
-    """``filter_value`` where key t > query s + T - S, as [S, T] (constant when sizes are known)."""
+    """``filter_value`` (:data:`CAUSAL_FILTER`) where key t > query s + T - S, as [S, T]
+    (constant when sizes are known)."""
     s, t = sizes
     if isinstance(s, int) and isinstance(t, int):
         upper = np.triu(np.ones((s, t), np.float32), k=t - s + 1) * np.float32(filter_value)
@@ -223,7 +227,7 @@ def attend(bld: Builder, q, k, v, scale: float, filter_value: float, masks: Mask
     if masks.padding is not None:
         scores = bld.op("Add", [scores, padding_mask(bld, masks.padding, k, filter_value)], name="masked")
     if masks.causal is not None:
-        scores = bld.op("Add", [scores, causal_mask(bld, q, k, masks.causal, filter_value)], name="causal_masked")
+        scores = bld.op("Add", [scores, causal_mask(bld, q, k, masks.causal, CAUSAL_FILTER)], name="causal_masked")
     if masks.bias is not None:
         scores = bld.op("Add", [scores, masks.bias], name="attention_bias")
     probs = bld.op("Softmax", [scores], attrs={"axis": -1}, name="softmax")

@@ -109,3 +109,15 @@ def test_qk_output_is_refused():
     model.graph.node[0].output.extend(["", "", "qk"])
     rewritten, report = rewrite_model(model, only=["mha"])
     assert report.total == 0 and "qk output" in report.skipped[0].message
+
+
+def test_future_keys_get_the_lowest_float_whatever_mask_filter_value_says():
+    """A small mask_filter_value (-3) leaves padded keys some weight in the kernel; a future key
+    of a unidirectional MHA gets none (the rewrite added mask_filter_value there too)."""
+    rng = np.random.default_rng(8)
+    model, feeds, reference, reference_feeds = mha_case(rng, "separate", True, "bt", None, True, True, None, 17)
+    for m in (model, reference):
+        m.graph.node[0].attribute.append(helper.make_attribute("mask_filter_value", -3.0))
+    rewritten, report = rewrite_model(model, only=["mha"])
+    assert report.applied["mha"] == 1, report.skipped
+    assert_close(run_ort(rewritten, feeds), run_ort(reference, reference_feeds))

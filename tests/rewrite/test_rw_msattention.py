@@ -81,3 +81,20 @@ def test_left_padding_mask_is_refused():
     mask.type.tensor_type.shape.dim[0].dim_value = 4  # [2 * batch]: left padding
     rewritten, report = rewrite_model(model, only=["msattention"])
     assert report.total == 0 and "left padding" in report.skipped[0].message
+
+
+def test_unidirectional_with_a_small_mask_filter_value():
+    """Future keys get the lowest float in the kernel, padded keys mask_filter_value (-3 here)."""
+    model, feeds = attention_model(np.random.default_rng(9), "bt", True, True, False, None, False)
+    model.graph.node[0].attribute.append(helper.make_attribute("mask_filter_value", -3.0))
+    rewritten, report = rewrite_model(model, only=["msattention"])
+    assert report.applied["msattention"] == 1, report.skipped
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))
+
+
+def test_past_with_a_wider_value_is_refused():
+    """One past [2, B, N, P, H] holds K and V: a V hidden size other than K's is invalid (the
+    kernel rejects it); the rewrite built a graph that failed at load."""
+    model, _ = attention_model(np.random.default_rng(0), "none", True, False, False, None, True)
+    rewritten, report = rewrite_model(model, only=["msattention"])
+    assert report.total == 0 and "V hidden size" in report.skipped[0].message
