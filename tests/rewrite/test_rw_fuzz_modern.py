@@ -23,6 +23,9 @@ The space drawn, and what may be refused:
   double), scale of the normalized shape or its last dims, any of them 1. Nothing refused.
 * RotaryEmbedding (opset 23): 3-D with ``num_heads``, 4-D with or without it, interleaved,
   partial ``rotary_embedding_dim``, ``position_ids`` or per-token caches. Nothing refused.
+* com.microsoft RotaryEmbedding: 3-D / 4-D, ``position_ids`` [B, S] or [1] (the first
+  position), interleaved, partial, ``num_heads``/``rotary_embedding_dim`` given or left out.
+  Refused: a partial cache without ``rotary_embedding_dim`` (the kernel rejects it too).
 * GroupQueryAttention: first prompt (right-padded), decode on a shared buffer, a prompt
   continued on a past; query heads per kv head 1, 2, 4; ``causal`` 0 or 1, ``local_window_size``,
   ``scale``, ``softcap``, ``do_rotary``/``rotary_interleaved``, packed QKV. Refused:
@@ -64,6 +67,7 @@ from test_rw_matmulnbits import nbits_model
 from onnxmlu.rewrite import rewrite_model
 from test_rw_gqa import gqa_case
 from test_rw_mha import mha_case
+from test_rw_msrotary import rotary_model as ms_rotary_model
 from test_rw_rmsnorm import rms_model
 from test_rw_rotary import rotary_model
 
@@ -242,6 +246,18 @@ def test_rotary_fuzz(rank, batch, seq, heads, head, interleaved, partial, positi
     if rank == 4 and heads_attr_on_4d:  # allowed, and unused, on a 4-D input
         set_attrs(model, num_heads=heads)
     judge(model, feeds, "rotary")
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(rank=st.sampled_from([3, 4]), first_position=st.booleans(), interleaved=st.booleans(), partial=st.booleans(),
+       drop_attrs=st.booleans(), seed=st.integers(0, 2**16))
+def test_contrib_rotary_fuzz(rank, first_position, interleaved, partial, drop_attrs, seed):
+    """com.microsoft RotaryEmbedding; ``drop_attrs`` leaves out num_heads/rotary_embedding_dim
+    (3-D: the head size then comes from the cache's width), refused when the cache is partial."""
+    model, feeds = ms_rotary_model(rank, first_position, interleaved, partial, np.random.default_rng(seed))
+    if drop_attrs:
+        set_attrs(model, num_heads=None, rotary_embedding_dim=None)
+    judge(model, feeds, "msrotary", refusable=drop_attrs and partial)
 
 
 # ------------------------------------------------------------------------------ GroupQueryAttention

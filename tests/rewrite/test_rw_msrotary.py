@@ -59,3 +59,15 @@ def test_packed_batching_is_refused():
     model.graph.node[0].attribute.append(helper.make_attribute("is_packed_batching", 1))
     rewritten, report = rewrite_model(model, only=["msrotary"])
     assert report.total == 0 and "is_packed_batching" in report.skipped[0].message
+
+
+def test_a_cache_narrower_than_the_rotary_size_is_refused():
+    """Partial caches without rotary_embedding_dim: the kernel rejects the node (cos_cache must be
+    head_size / 2 wide); the rewrite rotated the whole head with them."""
+    model, _ = rotary_model(4, False, False, True, np.random.default_rng(2))
+    node = model.graph.node[0]
+    kept = [a for a in node.attribute if a.name not in ("rotary_embedding_dim", "num_heads")]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    rewritten, report = rewrite_model(model, only=["msrotary"])
+    assert report.total == 0 and "cos_cache holds" in report.skipped[0].message
