@@ -33,10 +33,10 @@ values at ``bits / 8`` bytes each, the per-block scales and zero points its expr
 (:func:`onnxmlu.analyze.quantized.stored_weight_bytes`) -- and its operations run at the INT8 rate.
 
 ``accuracy_level`` is the minimum accuracy the kernel may compute A at. At 0-3 onnxruntime's
-CPU kernel multiplies float A by W, and so does the rewrite. At 4 (int8) with integer zero points
-it quantizes A per block of ``block_size`` along K (MLAS ``QuantizeARow_CompInt8``; float zero
-points keep the float path) and the rewrite computes exactly that, on the accelerator's INT8
-arithmetic::
+CPU kernel multiplies float A by W, and so does the rewrite (at 4 too for 2-bit weights). At 4
+(int8) with 4- or 8-bit weights and integer zero points it quantizes A per block of
+``block_size`` along K (MLAS ``QuantizeARow_CompInt8``; float zero points keep the float path)
+and the rewrite computes exactly that, on the accelerator's INT8 arithmetic::
 
     s_A = max|A_blk| / 127,   a = round_half_even(A_blk * (s_A > 0 ? 1 / s_A : 0))     int8
     Y   = sum_blk (s_A s_B) (a . (q - zp)_blk)
@@ -68,6 +68,8 @@ DOMAIN = "com.microsoft"
 BITS = (2, 4, 8)
 #: accuracy_level at which onnxruntime's CPU kernel quantizes A to int8 per block.
 INT8_LEVEL = 4
+#: the weight widths it does so for (2-bit weights multiply float A at every level)
+INT8_BITS = (4, 8)
 #: Inputs of MatMulNBits.
 A, B, SCALES, ZERO_POINTS, G_IDX, BIAS = range(6)
 
@@ -205,10 +207,15 @@ def int8_product(bld: Builder, node: gs.Node, a: gs.Tensor, rank: int) -> gs.Ten
 
 
 def int8_activation(node: gs.Node, opset: int) -> bool:
-    """Whether A is quantized to int8: accuracy_level 4 and integer zero points (the kernel
-    computes float zero points in float), with a known rank of A for the rewrite; else A is float."""
-    return _level(node) == INT8_LEVEL and not _float_zero_points(node) \
-        and tensor_shape(node.inputs[A]) is not None and opset >= 11
+    """Whether A is quantized to int8 (:func:`_kernel_int8`), with a known rank of A for the
+    rewrite; else A is float."""
+    return _kernel_int8(node) and tensor_shape(node.inputs[A]) is not None and opset >= 11
+
+
+def _kernel_int8(node: gs.Node) -> bool:
+    """Whether the kernel quantizes A: accuracy_level 4, integer zero points (float ones keep the
+    float path) and 4 or 8 bits (2-bit weights keep it too: checked against the kernel)."""
+    return _level(node) == INT8_LEVEL and not _float_zero_points(node) and _attrs(node)[2] in INT8_BITS
 
 
 def _level(node: gs.Node) -> int:
@@ -232,8 +239,7 @@ class MatMulNBitsRewriter:
         if ctx.opset < 11:
             return f"opset {ctx.opset} < 11 (Slice, Pad and Round take their operands as inputs from 10-11)"
         reason = _refusal(node)
-        if reason is None and _level(node) == INT8_LEVEL and not _float_zero_points(node) \
-                and not int8_activation(node, ctx.opset):
+        if reason is None and _kernel_int8(node) and not int8_activation(node, ctx.opset):
             return "accuracy_level 4 (A quantized to int8) needs A's rank"
         return reason
 

@@ -7,7 +7,10 @@ RotaryEmbedding; blocked DequantizeLinear) and onnxruntime 1.32's contrib op sch
 run through its rewriter and compared with onnxruntime's kernel on the original (graph
 optimizations off) at float32 rtol = atol = 1e-4; opset 23's Attention also with
 ``onnx.reference``, which alone judges the valid forms onnxruntime's kernel rejects (a mask
-that broadcasts over heads or queries, a 1-D mask, present outputs left out).
+that broadcasts over heads or queries, a 1-D mask, present outputs left out) and the one form
+where the kernel departs from the operator: a causal single query on a past with several new
+keys, which onnxruntime 1.32 lets see all of them (the operator: the keys up to its position,
+the past length).
 
 A draw may be refused only when it holds a form marked as not rewritten below; the reason must
 be one readable line. Any other refusal fails the test: a common valid form left on the host
@@ -180,14 +183,17 @@ def _attention_case(rank, heads, causal, mask, past, softcap, mode, scale, preci
     return model, feeds, model, reference_feeds
 
 
-def _attention_expected(model, feeds, mode, softcap, masked):
+def _attention_expected(model, feeds, mode, softcap, masked, kernel_deviates):
     """onnx.reference's outputs (qk dropped where it follows another reading: mode 0 with
     softcap) and onnxruntime's (qk dropped for mode 2 with masked keys: the kernel writes the
-    lowest float where the operator says -inf)."""
+    lowest float where the operator says -inf), unless ``kernel_deviates``."""
     has_qk = model.graph.node[0].output[-1] == "qk"
     drop_ref = has_qk and mode == 0 and softcap > 0
     reference = ReferenceEvaluator(model).run(None, feeds)
     yield "reference", reference[:-1] if drop_ref else reference, drop_ref
+    if kernel_deviates:
+        event("attention: onnxruntime deviates (one causal query, several new keys, a past)")
+        return
     try:
         ort_out = run_ort(model, feeds)
     except (Fail, InvalidArgument):  # a spec-valid form the kernel does not take (module docstring)
@@ -210,8 +216,11 @@ def test_attention_fuzz(rank, heads, causal, mask, past, softcap, mode, scale, p
                                                                precision, outputs, sizes, seed)
     rewritten = rewritten_or_refused(model, "attention", refusable=False)
     got = run_ort(rewritten, feeds)
+    # onnxruntime lets a single causal query on a past see every new key (offset T - 1, not the
+    # operator's past length): the reference alone judges that form
+    kernel_deviates = bool(causal and past and sizes[1] == 1 and sizes[2] > 1)
     for what, expected, drop_qk in _attention_expected(reference, reference_feeds, mode, softcap,
-                                                       bool(causal or mask)):
+                                                       bool(causal or mask), kernel_deviates):
         assert_close(got[:-1] if drop_qk else got, expected, what=f"vs {what}")
 
 
@@ -418,6 +427,8 @@ def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, fl
     """Exact against the kernel at the declared precision: 1e-4, the module's float32 tolerance
     (tests/rewrite/test_rw_matmulnbits.py: only the sum over blocks rounds in another order)."""
     rng = np.random.default_rng(seed)
+    if bits == 8 and zp_kind == "float":  # the CPU kernel refuses this combination: nothing to judge by
+        zp_kind = "packed"
     a_shape = [2, 3, 2][:a_rank - 1] + [k]
     model, feeds = nbits_model(k, n, bits, block, zp_kind, bias, accuracy, rng, a_shape, flat)
     judge(model, feeds, "matmulnbits")

@@ -91,8 +91,8 @@ def test_matmulnbits_property(k, n, bits, block, zp_kind, bias, accuracy, flat, 
     full_check(onnx.shape_inference.infer_shapes(rewritten))
     got = run_ort(rewritten, feeds)
     assert_close(got, run_ort(model, feeds), what=f"vs the kernel at accuracy_level {accuracy}")
-    # the kernel quantizes A at level 4 unless the zero points are float
-    assert ("Round" in op_types(rewritten)) == (accuracy == 4 and zp_kind != "float")
+    # the kernel quantizes A at level 4 unless the zero points are float or the weights 2-bit
+    assert ("Round" in op_types(rewritten)) == (accuracy == 4 and zp_kind != "float" and bits != 2)
 
 
 def test_file_keeps_the_packed_weight_size():
@@ -148,3 +148,14 @@ def test_fused_block_is_int8_at_the_packed_weight_bytes(accuracy, library):
     opts.register_custom_ops_library(library)
     session = ort.InferenceSession(result.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     assert_close(session.run(None, feeds), run_ort(model, feeds))
+
+
+@pytest.mark.parametrize("zp_kind", ["none", "packed"])
+def test_two_bit_weights_keep_float_a_at_level_4(zp_kind):
+    """onnxruntime 1.32's CPU kernel quantizes A to int8 at accuracy_level 4 for 4- and 8-bit
+    weights only: 2-bit weights multiply float A (the rewrite quantized A, 8e-3 off at K = 200)."""
+    model, feeds = nbits_model(200, 3, 2, 16, zp_kind, False, 4, np.random.default_rng(0), [2, 200])
+    rewritten, report = rewrite_model(model, only=["matmulnbits"])
+    assert report.applied["matmulnbits"] == 1, report.skipped
+    assert "Round" not in op_types(rewritten)
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))
