@@ -51,8 +51,10 @@ kernel's (tests/rewrite/test_rw_matmulnbits.py: 1e-4 against the kernel at every
 Refused (host, with the reason): ``B``, ``scales`` or ``zero_points`` computed at run time, bits
 other than 2, 4 and 8, accuracy_level 4 on an A of unknown rank, opsets before 11, a ``g_idx``
 other than the plain ``k // block_size``, a prepacked ``B`` (``weight_prepacked``), and an ``A``
-that is not float32 (float16 and bfloat16 kernels accumulate in their own precision, which this
-rewrite does not match).
+that is neither float32 nor float16. A float16 ``A`` (with float16 scales, zero points and
+bias) is widened to float32 (``Cast``; the constants at compile time, exactly), computed as
+above and rounded to float16 once at the end: onnxruntime 1.32's CPU kernel computes so, bit for
+bit (tests/rewrite/test_rw_matmulnbits.py).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ BITS = (2, 4, 8)
 INT8_LEVEL = 4
 #: the weight widths it does so for (2-bit weights multiply float A at every level)
 INT8_BITS = (4, 8)
+#: A's types: float16 is computed in float32 between two Casts, as the CPU kernel does.
+A_TYPES = (np.dtype(np.float32), np.dtype(np.float16))
 #: Inputs of MatMulNBits.
 A, B, SCALES, ZERO_POINTS, G_IDX, BIAS = range(6)
 
@@ -111,8 +115,8 @@ def _refusal(node: gs.Node) -> str | None:
         return f"bits={bits}: only {', '.join(map(str, BITS))} are rewritten"
     if int(node.attrs.get("weight_prepacked", 0)):
         return "B is prepacked in an execution provider's layout"
-    if not is_float(float_dtype(node.inputs[A]), (np.dtype(np.float32),)):
-        return f"A has element type {float_dtype(node.inputs[A]) or 'unknown'}; only float32 is rewritten exactly"
+    if not is_float(float_dtype(node.inputs[A]), A_TYPES):
+        return f"A has element type {float_dtype(node.inputs[A]) or 'unknown'}; float32 and float16 are rewritten"
     blocks = -(-k // block)
     for index, what in ((B, "B"), (SCALES, "scales"), (ZERO_POINTS, "zero_points"), (G_IDX, "g_idx")):
         tensor = node_input(node, index)
@@ -245,12 +249,17 @@ class MatMulNBitsRewriter:
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         bias, a = node_input(node, BIAS), node.inputs[A]
+        rank = len(tensor_shape(a) or ())
         bld = ctx.builder(node, np.float32)
+        half = float_dtype(a) == np.float16  # widened, computed in float32, rounded once at the end
+        if half:
+            a = bld.cast(a, np.float32, name="A_float")
+            bias = None if bias is None else bld.cast(bias, np.float32, name="bias_float")
         if int8_activation(node, ctx.opset):
-            out = int8_product(bld, node, a, len(tensor_shape(a)))
+            out = int8_product(bld, node, a, rank)
         else:
             out = bld.op("MatMul", [a, dequantized_weight(bld, node)], name="matmul")
         y = detach(node, ctx.graph)[0]
         if bias is not None:
             out = bld.op("Add", [out, bias], name="bias")
-        bld.finish(out, y)
+        bld.finish(bld.cast(out, np.float16, name="Y_half") if half else out, y)

@@ -45,7 +45,8 @@ The space drawn, and what may be refused:
 * FusedMatMul: ranks 2-4, ``transA``/``transB``/``transBatchA``/``transBatchB``, ``alpha``.
   Refused: transBatch with operands of different ranks or rank 2 (the kernel rejects them).
 * MatMulNBits: ``bits`` 2/4/8, ``block_size`` 16-256, K not a multiple of the block, zero
-  points absent / packed / float, ``accuracy_level`` 0-4, bias, A of rank 1-3. Nothing refused.
+  points absent / packed / float, ``accuracy_level`` 0-4, bias, A of rank 1-3, float32 or
+  float16. Nothing refused.
 * DequantizeLinear (INT4/UINT4, blocked): ranks 1-3, every axis, a partial last block, zero
   point or not. Nothing refused.
 """
@@ -66,6 +67,7 @@ import test_rw_attention as std_attention
 import test_rw_msattention as ms_attention
 from test_rw_contrib import one_node_model
 from test_rw_dq4 import dq_model
+from test_rw_matmulnbits import half_model as half_nbits
 from test_rw_matmulnbits import nbits_model
 from onnxmlu.rewrite import rewrite_model
 from test_rw_gqa import gqa_case
@@ -422,16 +424,19 @@ def test_contrib_gelu_fuzz(op, rank, alpha, seed):
 @given(k=st.integers(1, 300), n=st.integers(1, 9), bits=st.sampled_from([2, 4, 8]),
        block=st.sampled_from([16, 32, 64, 128, 256]), zp_kind=st.sampled_from(["none", "packed", "float"]),
        bias=st.booleans(), accuracy=st.integers(0, 4), a_rank=st.integers(1, 3), flat=st.booleans(),
-       seed=st.integers(0, 2**16))
-def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, flat, seed):
-    """Exact against the kernel at the declared precision: 1e-4, the module's float32 tolerance
-    (tests/rewrite/test_rw_matmulnbits.py: only the sum over blocks rounds in another order)."""
+       half=st.booleans(), seed=st.integers(0, 2**16))
+def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, flat, half, seed):
+    """Exact against the kernel at the declared precision: float32 at 1e-4, the module's
+    tolerance (tests/rewrite/test_rw_matmulnbits.py: only the sum over blocks rounds in another
+    order); float16 bit for bit (both compute in float32 and round once)."""
     rng = np.random.default_rng(seed)
     if bits == 8 and zp_kind == "float":  # the CPU kernel refuses this combination: nothing to judge by
         zp_kind = "packed"
     a_shape = [2, 3, 2][:a_rank - 1] + [k]
     model, feeds = nbits_model(k, n, bits, block, zp_kind, bias, accuracy, rng, a_shape, flat)
-    judge(model, feeds, "matmulnbits")
+    if half:
+        model, feeds = half_nbits(model, feeds)
+    judge(model, feeds, "matmulnbits", tol=0.0 if half else 1e-4)
 
 
 @settings(max_examples=30, **SETTINGS)
