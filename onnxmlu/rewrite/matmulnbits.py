@@ -33,8 +33,8 @@ values at ``bits / 8`` bytes each, the per-block scales and zero points its expr
 (:func:`onnxmlu.analyze.quantized.stored_weight_bytes`) -- and its operations run at the INT8 rate.
 
 ``accuracy_level`` is the minimum accuracy the kernel may compute A at. At 0-3 onnxruntime's
-CPU kernel multiplies float A by W, and so does the rewrite (at 4 too for 2-bit weights). At 4
-(int8) with 4- or 8-bit weights and integer zero points it quantizes A per block of
+CPU kernel multiplies float A by W, and so does the rewrite. At 4 (int8) with 4- or 8-bit
+weights and integer zero points it quantizes A per block of
 ``block_size`` along K (MLAS ``QuantizeARow_CompInt8``; float zero points keep the float path)
 and the rewrite computes exactly that, on the accelerator's INT8 arithmetic::
 
@@ -49,7 +49,8 @@ integer products below 2^24: exact in float32, as in int32), ``Mul`` by the two 
 kernel's (tests/rewrite/test_rw_matmulnbits.py: 1e-4 against the kernel at every level).
 
 Refused (host, with the reason): ``B``, ``scales`` or ``zero_points`` computed at run time, bits
-other than 2, 4 and 8, accuracy_level 4 on an A of unknown rank, opsets before 11, a ``g_idx``
+other than 2, 4 and 8, accuracy_level 4 on an A of unknown rank or with 2-bit weights and integer
+zero points (the kernel quantizes A there for block sizes 32-128 only), opsets before 11, a ``g_idx``
 other than the plain ``k // block_size``, a prepacked ``B`` (``weight_prepacked``), and an ``A``
 that is neither float32 nor float16. A float16 ``A`` (with float16 scales, zero points and
 bias) is widened to float32 (``Cast``; the constants at compile time, exactly), computed as
@@ -70,7 +71,7 @@ DOMAIN = "com.microsoft"
 BITS = (2, 4, 8)
 #: accuracy_level at which onnxruntime's CPU kernel quantizes A to int8 per block.
 INT8_LEVEL = 4
-#: the weight widths it does so for (2-bit weights multiply float A at every level)
+#: the weight widths it always does so for (2-bit weights: for some block sizes only, refused)
 INT8_BITS = (4, 8)
 #: A's types: float16 is computed in float32 between two Casts, as the CPU kernel does.
 A_TYPES = (np.dtype(np.float32), np.dtype(np.float16))
@@ -218,8 +219,15 @@ def int8_activation(node: gs.Node, opset: int) -> bool:
 
 def _kernel_int8(node: gs.Node) -> bool:
     """Whether the kernel quantizes A: accuracy_level 4, integer zero points (float ones keep the
-    float path) and 4 or 8 bits (2-bit weights keep it too: checked against the kernel)."""
+    float path) and 4 or 8 bits (2-bit weights: see ``check``)."""
     return _level(node) == INT8_LEVEL and not _float_zero_points(node) and _attrs(node)[2] in INT8_BITS
+
+
+def _undecided_int8(node: gs.Node) -> bool:
+    """2-bit weights with integer zero points at accuracy_level 4: onnxruntime 1.32 quantizes A
+    for block sizes 32-128 and keeps it float for 16 and 256 (which MLAS kernels exist, on the
+    machine it runs on), so no one rewrite matches the kernel."""
+    return _level(node) == INT8_LEVEL and not _float_zero_points(node) and _attrs(node)[2] not in INT8_BITS
 
 
 def _level(node: gs.Node) -> int:
@@ -243,6 +251,8 @@ class MatMulNBitsRewriter:
         if ctx.opset < 11:
             return f"opset {ctx.opset} < 11 (Slice, Pad and Round take their operands as inputs from 10-11)"
         reason = _refusal(node)
+        if reason is None and _undecided_int8(node):
+            return "2-bit weights at accuracy_level 4: onnxruntime quantizes A for some block sizes only"
         if reason is None and _kernel_int8(node) and not int8_activation(node, ctx.opset):
             return "accuracy_level 4 (A quantized to int8) needs A's rank"
         return reason

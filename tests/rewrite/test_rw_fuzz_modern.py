@@ -46,7 +46,8 @@ The space drawn, and what may be refused:
   Refused: transBatch with operands of different ranks or rank 2 (the kernel rejects them).
 * MatMulNBits: ``bits`` 2/4/8, ``block_size`` 16-256, K not a multiple of the block, zero
   points absent / packed / float, ``accuracy_level`` 0-4, bias, A of rank 1-3, float32 or
-  float16. Nothing refused.
+  float16. Refused: 2-bit weights with integer zero points at level 4 (the kernel quantizes A
+  for some block sizes only).
 * DequantizeLinear (INT4/UINT4, blocked): ranks 1-3, every axis, a partial last block, zero
   point or not. Nothing refused.
 """
@@ -434,9 +435,10 @@ def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, fl
         zp_kind = "packed"
     a_shape = [2, 3, 2][:a_rank - 1] + [k]
     model, feeds = nbits_model(k, n, bits, block, zp_kind, bias, accuracy, rng, a_shape, flat)
+    refusable = bits == 2 and accuracy == 4 and zp_kind != "float"  # A's precision depends on the block size
     if half:
         model, feeds = half_nbits(model, feeds)
-    judge(model, feeds, "matmulnbits", tol=0.0 if half else 1e-4)
+    judge(model, feeds, "matmulnbits", refusable, tol=0.0 if half else 1e-4)
 
 
 @settings(max_examples=30, **SETTINGS)
