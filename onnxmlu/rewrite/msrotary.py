@@ -20,7 +20,8 @@ halves (or the even/odd pairs, through a ``Reshape`` to ``[..., r/2, 2]``) by ``
 four products with ``Sub``/``Add`` in the kernel's order, ``Concat`` and ``Reshape`` back.
 
 Refused: ``is_packed_batching``, a ``scale`` other than 1, types other than float32, unknown
-ranks or head sizes, caches whose width is not ``r / 2`` (the kernel rejects them: the rewrite
+ranks or head sizes, a 3-D hidden size that is not a multiple of the head size, caches whose
+width is not ``r / 2`` (the kernel rejects them: the rewrite
 would rotate by angles of another width), and opsets before 11.
 """
 
@@ -123,6 +124,9 @@ class ContribRotaryRewriter:
             return "the input's rank or head size is not known"
         if geo[2] % 2 or geo[2] > geo[1]:
             return f"rotary_embedding_dim {geo[2]} is odd or larger than the head size {geo[1]}"
+        hidden = static_dim(node.inputs[0], 2) if geo[0] == 3 else None
+        if hidden is not None and hidden % geo[1]:
+            return f"hidden size {hidden} is not a multiple of the head size {geo[1]} (the kernel rejects it)"
         half = static_dim(node.inputs[2], 1)
         if half is not None and 2 * half != geo[2]:
             return f"cos_cache holds {half} angles a position, not rotary size {geo[2]} / 2 (the kernel rejects it)"

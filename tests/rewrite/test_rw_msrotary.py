@@ -71,3 +71,15 @@ def test_a_cache_narrower_than_the_rotary_size_is_refused():
     node.attribute.extend(kept)
     rewritten, report = rewrite_model(model, only=["msrotary"])
     assert report.total == 0 and "cos_cache holds" in report.skipped[0].message
+
+
+def test_a_hidden_size_that_is_not_whole_heads_is_refused():
+    """3-D input without num_heads: the head size is the cache's width * 2; a hidden size that is
+    not a multiple of it is rejected by the kernel, and the rewrite's Reshape failed at load."""
+    model, _ = rotary_model(3, False, False, True, np.random.default_rng(1))
+    node = model.graph.node[0]
+    kept = [a for a in node.attribute if a.name not in ("rotary_embedding_dim", "num_heads")]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    rewritten, report = rewrite_model(model, only=["msrotary"])
+    assert report.total == 0 and "not a multiple of the head size" in report.skipped[0].message
