@@ -31,13 +31,15 @@ The space drawn, and what may be refused:
   Refused: a partial cache without ``rotary_embedding_dim`` (the kernel rejects it too).
 * GroupQueryAttention: first prompt (right-padded), decode on a shared buffer, a prompt
   continued on a past; query heads per kv head 1, 2, 4; ``causal`` 0 or 1, ``local_window_size``,
-  ``scale``, ``softcap``, ``do_rotary``/``rotary_interleaved``, packed QKV. Refused:
+  ``scale``, ``softcap``, ``do_rotary``/``rotary_interleaved``, packed QKV, fixed or symbolic
+  batch / sequence / buffer lengths. Refused:
   ``sliding_window_cache=1``, a window with ``causal=0`` (the kernel rejects it too).
 * MultiHeadAttention: separate / packed QKV / packed KV / 4-D key and value, bias, key padding
   masks ([B], [B, T], [B, S, T]), ``attention_bias`` [1|B, 1|N, S, T], past/present,
   ``unidirectional``, ``scale``, ``mask_filter_value``. Nothing refused.
 * com.microsoft Attention: masks as above, past/present, ``unidirectional``, attention bias,
-  ``scale``, ``qkv_hidden_sizes`` with a wider V, ``mask_filter_value``. Refused: ``do_rotary``,
+  ``scale``, ``qkv_hidden_sizes`` with a wider V, ``mask_filter_value``, fixed or symbolic
+  batch and sequence. Refused: ``do_rotary``,
   ``past_present_share_buffer``.
 * SkipLayerNormalization / SkipSimplifiedLayerNormalization: 2-D and 3-D input, skip of the
   input's shape, [S, H] or [1, S, H], beta, bias, the sum output, ``epsilon``;
@@ -45,8 +47,8 @@ The space drawn, and what may be refused:
 * FusedMatMul: ranks 2-4, ``transA``/``transB``/``transBatchA``/``transBatchB``, ``alpha``.
   Refused: transBatch with operands of different ranks or rank 2 (the kernel rejects them).
 * MatMulNBits: ``bits`` 2/4/8, ``block_size`` 16-256, K not a multiple of the block, zero
-  points absent / packed / float, ``accuracy_level`` 0-4, bias, A of rank 1-3, float32 or
-  float16. Refused: 2-bit weights with integer zero points at level 4 (the kernel quantizes A
+  points absent / packed / float, ``accuracy_level`` 0-4, bias, A of rank 1-3 with fixed or
+  symbolic leading dims, float32 or float16. Refused: 2-bit weights with integer zero points at level 4 (the kernel quantizes A
   for some block sizes only).
 * DequantizeLinear (INT4/UINT4, blocked): ranks 1-3, every axis, a partial last block, zero
   point or not. Nothing refused.
@@ -143,6 +145,17 @@ def retype_input(model, name, value):
         if info.name == name:
             model.graph.input[i].CopyFrom(helper.make_tensor_value_info(
                 name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
+
+
+def symbolic_dims(model, axes: dict[str, dict[int, str]]):
+    """Name the dims ``axes[input][axis]`` of the graph inputs (one name: one run-time length, as
+    exporters write batch and sequence dims)."""
+    for info in model.graph.input:
+        for axis, param in axes.get(info.name, {}).items():
+            dim = info.type.tensor_type.shape.dim[axis]
+            dim.ClearField("dim_value")
+            dim.dim_param = param
+    return model
 
 
 def keep_outputs(model, outputs):
@@ -279,11 +292,16 @@ def test_contrib_rotary_fuzz(rank, first_position, interleaved, partial, drop_at
 @given(phase=st.sampled_from(["prompt", "decode", "continue"]), groups=st.sampled_from([1, 2, 4]),
        causal=st.sampled_from([None, 1, 0]), window=st.sampled_from([0, 2]), scale=st.sampled_from([None, 0.3]),
        softcap=st.sampled_from([0.0, 3.0]), rotary=st.booleans(), interleaved=st.booleans(), packed=st.booleans(),
-       window_cache=st.sampled_from([None, None, 1]), seed=st.integers(0, 2**16))
-def test_gqa_fuzz(phase, groups, causal, window, scale, softcap, rotary, interleaved, packed, window_cache, seed):
+       window_cache=st.sampled_from([None, None, 1]), symbolic=st.booleans(), seed=st.integers(0, 2**16))
+def test_gqa_fuzz(phase, groups, causal, window, scale, softcap, rotary, interleaved, packed, window_cache, symbolic,
+                  seed):
     rng = np.random.default_rng(seed)
     model, feeds = gqa_case(rng, phase, groups, window, softcap, rotary, interleaved, 17, packed)
     set_attrs(model, causal=causal, scale=scale, sliding_window_cache=window_cache)
+    if symbolic:  # batch, sequence and past buffer lengths as an exporter leaves them
+        new = {0: "batch", 1: "sequence"}
+        symbolic_dims(model, {"q": new, "k": new, "v": new, "pk": {0: "batch", 2: "past"},
+                              "pv": {0: "batch", 2: "past"}, "seqlens": {0: "batch"}})
     refusable = bool(window_cache) or (causal == 0 and window > 0)
     rows = None
     if phase == "prompt":  # a padding query's output is the kernel's scratch memory
@@ -324,11 +342,14 @@ def test_mha_fuzz(form, bias, mask, attn_bias, past, causal, scale, filter_value
        attn_bias=st.booleans(), scale=st.sampled_from([None, 0.25]), wide_v=st.booleans(),
        filter_value=st.sampled_from([None, -1e4, -3.0]), unsupported=st.sampled_from([None, None, "do_rotary",
                                                                                        "past_present_share_buffer"]),
-       seed=st.integers(0, 2**16))
-def test_contrib_attention_fuzz(mask, past, causal, attn_bias, scale, wide_v, filter_value, unsupported, seed):
+       symbolic=st.booleans(), seed=st.integers(0, 2**16))
+def test_contrib_attention_fuzz(mask, past, causal, attn_bias, scale, wide_v, filter_value, unsupported, symbolic,
+                                seed):
     rng = np.random.default_rng(seed)
     past = past and not attn_bias  # the kernel rejects a past with an attention bias
     model, feeds = ms_attention.attention_model(rng, mask, past, causal, attn_bias, scale, wide_v)
+    if symbolic:  # batch and sequence named as an exporter names them; the mask's batch is the input's
+        symbolic_dims(model, {"input": {0: "batch", 1: "sequence"}, "mask": {0: "batch"}, "past": {1: "batch"}})
     set_attrs(model, mask_filter_value=filter_value)
     if unsupported:
         set_attrs(model, **{unsupported: 1})
@@ -425,8 +446,8 @@ def test_contrib_gelu_fuzz(op, rank, alpha, seed):
 @given(k=st.integers(1, 300), n=st.integers(1, 9), bits=st.sampled_from([2, 4, 8]),
        block=st.sampled_from([16, 32, 64, 128, 256]), zp_kind=st.sampled_from(["none", "packed", "float"]),
        bias=st.booleans(), accuracy=st.integers(0, 4), a_rank=st.integers(1, 3), flat=st.booleans(),
-       half=st.booleans(), seed=st.integers(0, 2**16))
-def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, flat, half, seed):
+       half=st.booleans(), symbolic=st.booleans(), seed=st.integers(0, 2**16))
+def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, flat, half, symbolic, seed):
     """Exact against the kernel at the declared precision: float32 at 1e-4, the module's
     tolerance (tests/rewrite/test_rw_matmulnbits.py: only the sum over blocks rounds in another
     order); float16 bit for bit (both compute in float32 and round once)."""
@@ -438,6 +459,8 @@ def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, fl
     refusable = bits == 2 and accuracy == 4 and zp_kind != "float"  # A's precision depends on the block size
     if half:
         model, feeds = half_nbits(model, feeds)
+    if symbolic:  # the batch and sequence dims of A
+        symbolic_dims(model, {"A": {axis: f"a{axis}" for axis in range(a_rank - 1)}})
     judge(model, feeds, "matmulnbits", refusable, tol=0.0 if half else 1e-4)
 
 
