@@ -57,6 +57,9 @@ from onnxmlu.rewrite.msrotary import rotated
 DOMAIN = "com.microsoft"
 QUERY, KEY, VALUE, PAST_KEY, PAST_VALUE, SEQLENS, TOTAL, COS, SIN = range(9)
 _I64 = np.int64
+#: the inputs after sin_cache (onnxruntime 1.32's schema), none of them rewritten
+LATER_INPUTS = ("position_ids", "attention_bias", "head_sink", "k_scale", "v_scale", "q_norm_weight", "k_norm_weight",
+                "query_seqlens")
 
 
 def refusal(node: gs.Node, opset: int) -> str | None:
@@ -68,7 +71,8 @@ def refusal(node: gs.Node, opset: int) -> str | None:
         return "key without value (or the reverse)"
     extra = [i for i in range(9, len(node.inputs)) if node_input(node, i) is not None]
     if extra:
-        return f"input {extra[0]} (position_ids, attention_bias, head_sink, quantized caches) is not rewritten"
+        name = LATER_INPUTS[extra[0] - 9] if extra[0] - 9 < len(LATER_INPUTS) else f"input {extra[0]}"
+        return f"its {name} input is not rewritten"
     for attr, default in (("smooth_softmax", -1), ("qk_output", 0)):
         if int(node.attrs.get(attr, default)) not in (default, 0):
             return f"{attr} is not rewritten"

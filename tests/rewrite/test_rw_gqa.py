@@ -130,3 +130,11 @@ def test_other_cache_layouts_are_refused(attrs, reason):
     model, _ = gqa_case(np.random.default_rng(0), "decode", 2, 0, 0.0, False, False)
     rewritten, report = rewrite_model(_with_attrs(model, **attrs), only=["gqa"])
     assert report.total == 0 and reason in report.skipped[0].message
+
+
+def test_a_later_input_is_named_in_the_reason():
+    model, _ = gqa_case(np.random.default_rng(0), "decode", 2, 0, 0.0, False, False)
+    model.graph.node[0].input.extend([""] * 9 + ["qlens"])  # after cos, sin and seven others
+    model.graph.input.append(helper.make_tensor_value_info("qlens", TensorProto.INT32, [2]))
+    rewritten, report = rewrite_model(model, only=["gqa"])
+    assert report.total == 0 and report.skipped[0].message == "its query_seqlens input is not rewritten"
