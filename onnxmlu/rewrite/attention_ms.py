@@ -52,9 +52,11 @@ def refusal(node: gs.Node) -> str | None:
         return "only float32 is rewritten"
     if tensor_shape(node.inputs[INPUT]) is None or len(tensor_shape(node.inputs[INPUT])) != 3:
         return "input is not [B, S, input_hidden_size]"
-    if int(node.attrs.get("do_rotary", 0)) or int(node.attrs.get("past_present_share_buffer", 0)) \
-            or node_input(node, PAST_LEN) is not None:
-        return "do_rotary and shared past/present buffers are not rewritten"
+    for attr, what in (("do_rotary", "do_rotary"), ("past_present_share_buffer", "a shared past/present buffer")):
+        if int(node.attrs.get(attr, 0)):
+            return f"{what} is not rewritten"
+    if node_input(node, PAST_LEN) is not None:
+        return "past_sequence_length (a shared past/present buffer) is not rewritten"
     sizes = hidden_sizes(node)
     heads = int(node.attrs["num_heads"])
     if sizes is None or sizes[0] % heads or sizes[2] % heads:

@@ -98,3 +98,10 @@ def test_past_with_a_wider_value_is_refused():
     model, _ = attention_model(np.random.default_rng(0), "none", True, False, False, None, True)
     rewritten, report = rewrite_model(model, only=["msattention"])
     assert report.total == 0 and "V hidden size" in report.skipped[0].message
+
+
+def test_a_shared_buffer_refusal_names_only_the_buffer():
+    model, _ = attention_model(np.random.default_rng(0), "none", True, True, False, None, False)
+    model.graph.node[0].attribute.append(helper.make_attribute("past_present_share_buffer", 1))
+    rewritten, report = rewrite_model(model, only=["msattention"])
+    assert report.total == 0 and report.skipped[0].message == "a shared past/present buffer is not rewritten"
