@@ -54,8 +54,9 @@ zero points (the kernel quantizes A there for block sizes 32-128 only), opsets b
 other than the plain ``k // block_size``, a prepacked ``B`` (``weight_prepacked``), and an ``A``
 that is neither float32 nor float16. A float16 ``A`` (with float16 scales, zero points and
 bias) is widened to float32 (``Cast``; the constants at compile time, exactly), computed as
-above and rounded to float16 once at the end: onnxruntime 1.32's CPU kernel computes so, bit for
-bit (tests/rewrite/test_rw_matmulnbits.py).
+above and rounded to float16 once at the end, as onnxruntime 1.32's CPU kernel computes it: the
+float32 results agree as above, so the float16 ones agree to one rounding -- one float16 ulp
+where the float32 sums straddle a rounding boundary (tests/rewrite/test_rw_matmulnbits.py).
 """
 
 from __future__ import annotations

@@ -450,7 +450,7 @@ def test_contrib_gelu_fuzz(op, rank, alpha, seed):
 def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, flat, half, symbolic, seed):
     """Exact against the kernel at the declared precision: float32 at 1e-4, the module's
     tolerance (tests/rewrite/test_rw_matmulnbits.py: only the sum over blocks rounds in another
-    order); float16 bit for bit (both compute in float32 and round once)."""
+    order); float16 at one float16 ulp (2^-10 relative: both compute in float32 and round once)."""
     rng = np.random.default_rng(seed)
     if bits == 8 and zp_kind == "float":  # the CPU kernel refuses this combination: nothing to judge by
         zp_kind = "packed"
@@ -461,7 +461,7 @@ def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, fl
         model, feeds = half_nbits(model, feeds)
     if symbolic:  # the batch and sequence dims of A
         symbolic_dims(model, {"A": {axis: f"a{axis}" for axis in range(a_rank - 1)}})
-    judge(model, feeds, "matmulnbits", refusable, tol=0.0 if half else 1e-4)
+    judge(model, feeds, "matmulnbits", refusable, tol=2.0**-10 if half else 1e-4)
 
 
 @settings(max_examples=30, **SETTINGS)
