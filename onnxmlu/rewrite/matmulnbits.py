@@ -38,11 +38,11 @@ weights and integer zero points it quantizes A per block of
 ``block_size`` along K (MLAS ``QuantizeARow_CompInt8``; float zero points keep the float path)
 and the rewrite computes exactly that, on the accelerator's INT8 arithmetic::
 
-    s_A = max|A_blk| / 127,   a = round_half_even(A_blk * (s_A > 0 ? 1 / s_A : 0))     int8
+    s_A = max|A_blk| / 127,   a = round_half_even(A_blk * (s_A > 0 ? 127 / max|A_blk| : 0))   int8
     Y   = sum_blk (s_A s_B) (a . (q - zp)_blk)
 
 ``Pad`` completes A's last block with zeros, ``Reshape`` makes A ``[..., k_blocks, 1, block]``,
-``Abs``/``ReduceMax``/``Div``/``Where``/``Reciprocal``/``Mul``/``Round`` quantize it, one batched
+``Abs``/``ReduceMax``/``Div``/``Where``/``Mul``/``Round`` quantize it, one batched
 ``MatMul`` against ``(q - zp)`` ``[k_blocks, block, N]`` gives every block's dot product (sums of
 integer products below 2^24: exact in float32, as in int32), ``Mul`` by the two scales and
 ``ReduceSum`` over the blocks finish. Only that last sum rounds in another order than the
@@ -192,8 +192,10 @@ def quantized_activation(bld: Builder, a: gs.Tensor, rank: int, k: int, block: i
     a = bld.op("Reshape", [a, bld.int64([0] * (rank - 1) + [blocks, 1, block], "A_blocks")], name="A_blocks")
     amax = _reduce(bld, "ReduceMax", bld.unary("Abs", a, name="A_abs"), [-1], 1, "A_amax")
     scale = bld.op("Div", [amax, bld.scalar(127.0)], name="A_scale")
-    inverse = bld.select(bld.greater(scale, bld.scalar(0.0), name="A_nonzero"),
-                         bld.unary("Reciprocal", scale, name="A_inverse"), None, name="A_inverse_or_zero")
+    # 127 / max|A|, as the kernel computes it: 1 / (max|A| / 127) is an ulp off for some maxima,
+    # which moves A * inverse across a rounding boundary (1e-2 in Y, float16-valued A at K = 257)
+    inverse = bld.select(bld.greater(amax, bld.scalar(0.0), name="A_nonzero"),
+                         bld.op("Div", [bld.scalar(127.0), amax], name="A_inverse"), None, name="A_inverse_or_zero")
     return bld.unary("Round", bld.op("Mul", [a, inverse], name="A_scaled"), name="A_int8"), scale
 
 

@@ -187,3 +187,14 @@ def test_float16_a_matches_the_kernel(bits, zp_kind, accuracy, bias):
     got, expected = run_ort(rewritten, feeds), run_ort(model, feeds)
     assert got[0].dtype == np.float16
     np.testing.assert_allclose(got[0], expected[0], rtol=2.0**-10, atol=1e-4)
+
+
+def test_level_4_inverse_scale_is_127_over_the_maximum():
+    """The kernel multiplies A by 127 / max|A|; 1 / (max|A| / 127) is an ulp off for some maxima
+    and rounds some A * inverse the other way. A of float16 values (short mantissas) meets such
+    maxima: the rewrite was 1e-2 off."""
+    model, feeds = nbits_model(257, 6, 4, 64, "packed", True, 4, np.random.default_rng(15421), [257])
+    feeds = {"A": feeds["A"].astype(np.float16).astype(np.float32)}
+    rewritten, report = rewrite_model(model, only=["matmulnbits"])
+    assert report.applied["matmulnbits"] == 1, report.skipped
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))
