@@ -48,7 +48,8 @@ The space drawn, and what may be refused:
   Refused: transBatch with operands of different ranks or rank 2 (the kernel rejects them).
 * MatMulNBits: ``bits`` 2/4/8, ``block_size`` 16-256, K not a multiple of the block, zero
   points absent / packed / float, ``accuracy_level`` 0-4, bias, A of rank 1-3 with fixed or
-  symbolic leading dims, float32 or float16. Refused: 2-bit weights with integer zero points at level 4 (the kernel quantizes A
+  symbolic leading dims, float32 or float16, of normal, float16-valued or integer values (short
+  mantissas meet the int8 quantization's rounding boundaries and ties). Refused: 2-bit weights with integer zero points at level 4 (the kernel quantizes A
   for some block sizes only).
 * DequantizeLinear (INT4/UINT4, blocked): ranks 1-3, every axis, a partial last block, zero
   point or not. Nothing refused.
@@ -446,8 +447,9 @@ def test_contrib_gelu_fuzz(op, rank, alpha, seed):
 @given(k=st.integers(1, 300), n=st.integers(1, 9), bits=st.sampled_from([2, 4, 8]),
        block=st.sampled_from([16, 32, 64, 128, 256]), zp_kind=st.sampled_from(["none", "packed", "float"]),
        bias=st.booleans(), accuracy=st.integers(0, 4), a_rank=st.integers(1, 3), flat=st.booleans(),
-       half=st.booleans(), symbolic=st.booleans(), seed=st.integers(0, 2**16))
-def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, flat, half, symbolic, seed):
+       half=st.booleans(), symbolic=st.booleans(), values=st.sampled_from(["normal", "float16", "integer"]),
+       seed=st.integers(0, 2**16))
+def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, flat, half, symbolic, values, seed):
     """Exact against the kernel at the declared precision: float32 at 1e-4, the module's
     tolerance (tests/rewrite/test_rw_matmulnbits.py: only the sum over blocks rounds in another
     order); float16 at one float16 ulp (2^-10 relative: both compute in float32 and round once)."""
@@ -457,6 +459,9 @@ def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, fl
     a_shape = [2, 3, 2][:a_rank - 1] + [k]
     model, feeds = nbits_model(k, n, bits, block, zp_kind, bias, accuracy, rng, a_shape, flat)
     refusable = bits == 2 and accuracy == 4 and zp_kind != "float"  # A's precision depends on the block size
+    if values != "normal":  # short mantissas: A * 127 / max|A| meets rounding boundaries and ties at level 4
+        a = feeds["A"]
+        feeds["A"] = a.astype(np.float16).astype(np.float32) if values == "float16" else np.round(a * 2)
     if half:
         model, feeds = half_nbits(model, feeds)
     if symbolic:  # the batch and sequence dims of A
