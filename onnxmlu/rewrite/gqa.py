@@ -36,11 +36,15 @@ along the last axis first.
 ``causal=0`` (bidirectional) drops the ``t <= pos`` condition; the kernel rejects a local
 window with it, and so does ``check``.
 
+float16 is computed in float32 between ``Cast`` nodes, as the kernel computes it (within one
+float16 ulp), except with ``do_rotary``: the kernel rotates in float16 (1e3 float16 ulps from a
+float32 rotation rounded), refused.
+
 Refused: ``position_ids``, ``attention_bias``, ``head_sink``, quantized
 or normalized caches and the other inputs after ``sin_cache``, ``smooth_softmax``,
 ``qk_output``, ``sliding_window_cache=1`` (window-sized buffers whose rows the kernel evicts
-in blocks of ``C - W + 1``: another present layout), types other than float32, opsets before 14
-(Trilu-era ops, int64 Max/Min).
+in blocks of ``C - W + 1``: another present layout), float16 with ``do_rotary``, types other
+than float32 and float16, opsets before 14 (Trilu-era ops, int64 Max/Min).
 """
 
 from __future__ import annotations
@@ -50,8 +54,8 @@ import onnx_graphsurgeon as gs
 
 from onnxmlu.rewrite.base import RewriteContext, detach, node_input, node_output
 from onnxmlu.rewrite.builder import Builder
-from onnxmlu.rewrite.floattype import float_dtype, is_float
-from onnxmlu.rewrite.mha import _heads, static_dim
+from onnxmlu.rewrite.floattype import float_dtype, is_float, widen_half
+from onnxmlu.rewrite.mha import HALF_OR_FLOAT, _heads, static_dim
 from onnxmlu.rewrite.msrotary import rotated
 
 DOMAIN = "com.microsoft"
@@ -65,8 +69,11 @@ LATER_INPUTS = ("position_ids", "attention_bias", "head_sink", "k_scale", "v_sca
 def refusal(node: gs.Node, opset: int) -> str | None:
     if opset < 14:
         return f"opset {opset} < 14"
-    if not is_float(float_dtype(node.inputs[QUERY]), (np.dtype(np.float32),)):
-        return "only float32 is rewritten"
+    dtype = float_dtype(node.inputs[QUERY])
+    if not is_float(dtype, HALF_OR_FLOAT):
+        return f"query has element type {dtype or 'unknown'}; float32/float16 are rewritten"
+    if dtype == np.float16 and int(node.attrs.get("do_rotary", 0)):
+        return "float16 with do_rotary (the kernel's float16 rotation is not float32's rounded)"
     if (node_input(node, KEY) is None) != (node_input(node, VALUE) is None):
         return "key without value (or the reverse)"
     extra = [i for i in range(9, len(node.inputs)) if node_input(node, i) is not None]
@@ -224,6 +231,8 @@ class GroupQueryAttentionRewriter:
         packed = node_input(node, KEY) is None
         head = static_dim(node.inputs[QUERY], 2) // (heads + 2 * kv_heads if packed else heads)
         bld = ctx.builder(node, np.float32)
+        if float_dtype(node.inputs[QUERY]) == np.float16:  # computed in float32, each output rounded once
+            widen_half(node, bld)
         lens = lengths(bld, node)
         pos = _positions(bld, lens)
         inputs = (bld.split(node.inputs[QUERY], [heads * head, kv_heads * head, kv_heads * head], 2, name="qkv")

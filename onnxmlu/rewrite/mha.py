@@ -28,7 +28,10 @@ mask through ``Cast``/``Where`` (or ``Less`` against a ``Range`` of key position
 lengths); the causal mask is a constant when S and T are known, else a ``Trilu`` of a
 ``ConstantOfShape`` (opset 14+).
 
-Refused (host, with the reason): types other than float32, the ``qk`` output, buffer sharing
+float16 is computed in float32 between ``Cast`` nodes (:func:`onnxmlu.rewrite.floattype.widen_half`), as
+the CPU kernel computes it: equal to it, float16 output for float16 output, in every form tried.
+
+Refused (host, with the reason): types other than float32 and float16, the ``qk`` output, buffer sharing
 (``past_sequence_length``), ``cache_indirection``, a bias with packed inputs, a
 ``key_padding_mask`` of the ``3 B + 2`` form, unknown ranks, and a causal mask on unknown
 lengths before opset 14.
@@ -44,9 +47,11 @@ import onnx_graphsurgeon as gs
 from onnxmlu.rewrite.base import RewriteContext, detach, node_input, node_output, tensor_dtype
 from onnxmlu.rewrite.base import tensor_shape
 from onnxmlu.rewrite.builder import Builder
-from onnxmlu.rewrite.floattype import float_dtype, is_float
+from onnxmlu.rewrite.floattype import float_dtype, is_float, widen_half
 
 DOMAIN = "com.microsoft"
+#: query types rewritten: float16 is computed in float32 between casts, as the CPU kernel does
+HALF_OR_FLOAT = (np.dtype(np.float32), np.dtype(np.float16))
 MASK_FILTER = -10000.0
 #: what the kernels put on a future key: the lowest float, whatever mask_filter_value says
 CAUSAL_FILTER = float(np.finfo(np.float32).min)
@@ -87,8 +92,8 @@ def _form(node: gs.Node) -> str:
 
 def refusal(node: gs.Node) -> str | None:
     """Why the node cannot be rewritten exactly (module docstring), or None."""
-    if not is_float(float_dtype(node.inputs[QUERY]), (np.dtype(np.float32),)):
-        return f"query has element type {float_dtype(node.inputs[QUERY]) or 'unknown'}; only float32 is rewritten"
+    if not is_float(float_dtype(node.inputs[QUERY]), HALF_OR_FLOAT):
+        return f"query has element type {float_dtype(node.inputs[QUERY]) or 'unknown'}; float32/float16 are rewritten"
     if node_output(node, 3) is not None:
         return "its qk output is read"
     for index, what in ((PAST_LEN, "past_sequence_length (shared past/present buffers)"),
@@ -257,6 +262,8 @@ class MultiHeadAttentionRewriter:
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         heads = int(node.attrs["num_heads"])
         bld = ctx.builder(node, np.float32)
+        if float_dtype(node.inputs[QUERY]) == np.float16:
+            widen_half(node, bld)
         q, k, v = project(bld, node, heads)
         past_key, past_value = node_input(node, PAST_KEY), node_input(node, PAST_VALUE)
         if past_key is not None:

@@ -32,14 +32,16 @@ The space drawn, and what may be refused:
 * GroupQueryAttention: first prompt (right-padded), decode on a shared buffer, a prompt
   continued on a past; query heads per kv head 1, 2, 4; ``causal`` 0 or 1, ``local_window_size``,
   ``scale``, ``softcap``, ``do_rotary``/``rotary_interleaved``, packed QKV, fixed or symbolic
-  batch / sequence / buffer lengths. Refused:
-  ``sliding_window_cache=1``, a window with ``causal=0`` (the kernel rejects it too).
+  batch / sequence / buffer lengths, float32 or float16. Refused:
+  ``sliding_window_cache=1``, a window with ``causal=0`` (the kernel rejects it too), float16
+  with ``do_rotary`` (the kernel rotates in float16).
 * MultiHeadAttention: separate / packed QKV / packed KV / 4-D key and value, bias, key padding
   masks ([B], [B, T], [B, S, T]), ``attention_bias`` [1|B, 1|N, S, T], past/present,
-  ``unidirectional``, ``scale``, ``mask_filter_value``. Nothing refused.
+  ``unidirectional``, ``scale``, ``mask_filter_value``, float32 or float16. Refused: a bias with
+  packed or 4-D inputs (a CUDA form the CPU kernel does not take).
 * com.microsoft Attention: masks as above, past/present, ``unidirectional``, attention bias,
   ``scale``, ``qkv_hidden_sizes`` with a wider V, ``mask_filter_value``, fixed or symbolic
-  batch and sequence. Refused: ``do_rotary``,
+  batch and sequence, float32 or float16. Refused: ``do_rotary``,
   ``past_present_share_buffer``.
 * SkipLayerNormalization / SkipSimplifiedLayerNormalization: 2-D and 3-D input, skip of the
   input's shape, [S, H] or [1, S, H], beta, bias, the sum output, ``epsilon``, float32 or float16;
@@ -65,13 +67,12 @@ from hypothesis import strategies as st
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
-from rw_util import assert_close, run_ort
+from rw_util import assert_close, run_ort, to_half
 
 import test_rw_attention as std_attention
 import test_rw_msattention as ms_attention
 from test_rw_contrib import one_node_model
 from test_rw_dq4 import dq_model
-from test_rw_matmulnbits import half_model as half_nbits
 from test_rw_matmulnbits import nbits_model
 from onnxmlu.rewrite import rewrite_model
 from test_rw_gqa import gqa_case
@@ -293,9 +294,11 @@ def test_contrib_rotary_fuzz(rank, first_position, interleaved, partial, drop_at
 @given(phase=st.sampled_from(["prompt", "decode", "continue"]), groups=st.sampled_from([1, 2, 4]),
        causal=st.sampled_from([None, 1, 0]), window=st.sampled_from([0, 2]), scale=st.sampled_from([None, 0.3]),
        softcap=st.sampled_from([0.0, 3.0]), rotary=st.booleans(), interleaved=st.booleans(), packed=st.booleans(),
-       window_cache=st.sampled_from([None, None, 1]), symbolic=st.booleans(), seed=st.integers(0, 2**16))
+       window_cache=st.sampled_from([None, None, 1]), symbolic=st.booleans(), half=st.booleans(),
+       seed=st.integers(0, 2**16))
 def test_gqa_fuzz(phase, groups, causal, window, scale, softcap, rotary, interleaved, packed, window_cache, symbolic,
-                  seed):
+                  half, seed):
+    """float32 at 1e-4, float16 at one float16 ulp (2^-10 relative; both compute in float32)."""
     rng = np.random.default_rng(seed)
     model, feeds = gqa_case(rng, phase, groups, window, softcap, rotary, interleaved, 17, packed)
     set_attrs(model, causal=causal, scale=scale, sliding_window_cache=window_cache)
@@ -303,11 +306,13 @@ def test_gqa_fuzz(phase, groups, causal, window, scale, softcap, rotary, interle
         new = {0: "batch", 1: "sequence"}
         symbolic_dims(model, {"q": new, "k": new, "v": new, "pk": {0: "batch", 2: "past"},
                               "pv": {0: "batch", 2: "past"}, "seqlens": {0: "batch"}})
-    refusable = bool(window_cache) or (causal == 0 and window > 0)
+    refusable = bool(window_cache) or (causal == 0 and window > 0) or (half and rotary)
+    if half:
+        model, feeds = to_half(model, feeds)
     rows = None
     if phase == "prompt":  # a padding query's output is the kernel's scratch memory
         rows = (np.arange(feeds["q"].shape[1])[None, :] <= feeds["seqlens"][:, None])[..., None]
-    judge(model, feeds, "gqa", refusable, rows=rows)
+    judge(model, feeds, "gqa", refusable, rows=rows, tol=2.0**-10 if half else 1e-4)
 
 
 # ------------------------------------------------------------------------------ MultiHeadAttention, contrib Attention
@@ -319,8 +324,9 @@ BIAS_SHAPES = {"11st": lambda b: b[:1, :1], "b1st": lambda b: b[:, :1], "1nst": 
 @given(form=st.sampled_from(["separate", "qkv", "kv", "bnsh"]), bias=st.booleans(),
        mask=st.sampled_from(["none", "lengths", "bt", "bst"]), attn_bias=st.sampled_from([None, *BIAS_SHAPES]),
        past=st.booleans(), causal=st.booleans(), scale=st.sampled_from([None, 0.3]),
-       filter_value=st.sampled_from([None, -1e4, -3.0]), seed=st.integers(0, 2**16))
-def test_mha_fuzz(form, bias, mask, attn_bias, past, causal, scale, filter_value, seed):
+       filter_value=st.sampled_from([None, -1e4, -3.0]), half=st.booleans(), seed=st.integers(0, 2**16))
+def test_mha_fuzz(form, bias, mask, attn_bias, past, causal, scale, filter_value, half, seed):
+    """float32 at 1e-4, float16 at one float16 ulp (2^-10 relative; both compute in float32)."""
     rng = np.random.default_rng(seed)
     past = past and form in ("separate", "kv")  # the CPU kernel takes no past with packed QKV or 4-D keys
     model, feeds, reference, reference_feeds = mha_case(rng, form, bias, mask, attn_bias and "bn", past, causal,
@@ -335,7 +341,9 @@ def test_mha_fuzz(form, bias, mask, attn_bias, past, causal, scale, filter_value
         retype_input(reference, "attn_bias", narrow)
     for m in (model, reference):
         set_attrs(m, mask_filter_value=filter_value)
-    judge(model, feeds, "mha", reference=reference, reference_feeds=reference_feeds)
+    if half:
+        (model, feeds), (reference, reference_feeds) = to_half(model, feeds), to_half(reference, reference_feeds)
+    judge(model, feeds, "mha", reference=reference, reference_feeds=reference_feeds, tol=2.0**-10 if half else 1e-4)
 
 
 @settings(max_examples=40, **SETTINGS)
@@ -343,9 +351,10 @@ def test_mha_fuzz(form, bias, mask, attn_bias, past, causal, scale, filter_value
        attn_bias=st.booleans(), scale=st.sampled_from([None, 0.25]), wide_v=st.booleans(),
        filter_value=st.sampled_from([None, -1e4, -3.0]), unsupported=st.sampled_from([None, None, "do_rotary",
                                                                                        "past_present_share_buffer"]),
-       symbolic=st.booleans(), seed=st.integers(0, 2**16))
+       symbolic=st.booleans(), half=st.booleans(), seed=st.integers(0, 2**16))
 def test_contrib_attention_fuzz(mask, past, causal, attn_bias, scale, wide_v, filter_value, unsupported, symbolic,
-                                seed):
+                                half, seed):
+    """float32 at 1e-4, float16 at one float16 ulp (2^-10 relative; both compute in float32)."""
     rng = np.random.default_rng(seed)
     past = past and not attn_bias  # the kernel rejects a past with an attention bias
     model, feeds = ms_attention.attention_model(rng, mask, past, causal, attn_bias, scale, wide_v)
@@ -357,7 +366,9 @@ def test_contrib_attention_fuzz(mask, past, causal, attn_bias, scale, wide_v, fi
     if unsupported or (past and wide_v):  # a past with a wider V is invalid: one past holds K and V
         assert rewritten_or_refused(model, "msattention", refusable=True) is None
         return
-    judge(model, feeds, "msattention")
+    if half:
+        model, feeds = to_half(model, feeds)
+    judge(model, feeds, "msattention", tol=2.0**-10 if half else 1e-4)
 
 
 # ------------------------------------------------------------------------------ norms, FusedMatMul, GELUs
@@ -468,7 +479,7 @@ def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, fl
         a = feeds["A"]
         feeds["A"] = a.astype(np.float16).astype(np.float32) if values == "float16" else np.round(a * 2)
     if half:
-        model, feeds = half_nbits(model, feeds)
+        model, feeds = to_half(model, feeds)
     if symbolic:  # the batch and sequence dims of A
         symbolic_dims(model, {"A": {axis: f"a{axis}" for axis in range(a_rank - 1)}})
     judge(model, feeds, "matmulnbits", refusable, tol=2.0**-10 if half else 1e-4)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
-from rw_util import assert_close, full_check, op_types, run_ort
+from rw_util import assert_close, full_check, op_types, run_ort, to_half
 
 from onnxmlu import api
 from onnxmlu.rewrite import rewrite_model
@@ -162,25 +162,13 @@ def test_two_bit_weights_at_level_4_are_refused(block):
     assert report.total == 0 and "2-bit weights at accuracy_level 4" in report.skipped[0].message
 
 
-def half_model(model: onnx.ModelProto, feeds: dict) -> tuple[onnx.ModelProto, dict]:
-    """The float16 form: A, Y, scales, float zero points and bias in float16."""
-    half = onnx.ModelProto()
-    half.CopyFrom(model)
-    for init in half.graph.initializer:
-        if init.data_type == TensorProto.FLOAT:
-            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name))
-    for info in (half.graph.input[0], half.graph.output[0]):
-        info.type.tensor_type.elem_type = TensorProto.FLOAT16
-    return half, {"A": feeds["A"].astype(np.float16)}
-
-
 @pytest.mark.parametrize(("bits", "zp_kind", "accuracy", "bias"), [
     (4, "packed", 0, True), (4, "none", 4, False), (8, "packed", 4, True), (4, "float", 1, True), (2, "none", 0, False)])
 def test_float16_a_matches_the_kernel(bits, zp_kind, accuracy, bias):
     """float16 decoders (the CUDA int4 exports) were left on the host; the CPU kernel widens A
     and the float16 constants to float32 and rounds Y once, and so does the rewrite: equal here,
     one float16 ulp apart at most where the float32 sums (1e-4) straddle a rounding boundary."""
-    model, feeds = half_model(*nbits_model(96, 8, bits, 32, zp_kind, bias, accuracy, np.random.default_rng(4), [2, 96]))
+    model, feeds = to_half(*nbits_model(96, 8, bits, 32, zp_kind, bias, accuracy, np.random.default_rng(4), [2, 96]))
     rewritten, report = rewrite_model(model, only=["matmulnbits"])
     assert report.applied["matmulnbits"] == 1, report.skipped
     full_check(onnx.shape_inference.infer_shapes(rewritten))
