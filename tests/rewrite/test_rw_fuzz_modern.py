@@ -27,7 +27,8 @@ The space drawn, and what may be refused:
 * RotaryEmbedding (opset 23): 3-D with ``num_heads``, 4-D with or without it, interleaved,
   partial ``rotary_embedding_dim``, ``position_ids`` or per-token caches. Nothing refused.
 * com.microsoft RotaryEmbedding: 3-D / 4-D, ``position_ids`` [B, S] or [1] (the first
-  position), interleaved, partial, ``num_heads``/``rotary_embedding_dim`` given or left out.
+  position), interleaved, partial, ``num_heads``/``rotary_embedding_dim`` given or left out,
+  float32 or float16.
   Refused: a partial cache without ``rotary_embedding_dim`` (the kernel rejects it too).
 * GroupQueryAttention: first prompt (right-padded), decode on a shared buffer, a prompt
   continued on a past; query heads per kv head 1, 2, 4; ``causal`` 0 or 1, ``local_window_size``,
@@ -277,14 +278,16 @@ def test_rotary_fuzz(rank, batch, seq, heads, head, interleaved, partial, positi
 
 @settings(max_examples=30, **SETTINGS)
 @given(rank=st.sampled_from([3, 4]), first_position=st.booleans(), interleaved=st.booleans(), partial=st.booleans(),
-       drop_attrs=st.booleans(), seed=st.integers(0, 2**16))
-def test_contrib_rotary_fuzz(rank, first_position, interleaved, partial, drop_attrs, seed):
+       drop_attrs=st.booleans(), half=st.booleans(), seed=st.integers(0, 2**16))
+def test_contrib_rotary_fuzz(rank, first_position, interleaved, partial, drop_attrs, half, seed):
     """com.microsoft RotaryEmbedding; ``drop_attrs`` leaves out num_heads/rotary_embedding_dim
     (3-D: the head size then comes from the cache's width), refused when the cache is partial."""
     model, feeds = ms_rotary_model(rank, first_position, interleaved, partial, np.random.default_rng(seed))
     if drop_attrs:
         set_attrs(model, num_heads=None, rotary_embedding_dim=None)
-    judge(model, feeds, "msrotary", refusable=drop_attrs and partial)
+    if half:  # rotated in float16 by both: equal
+        model, feeds = to_half(model, feeds)
+    judge(model, feeds, "msrotary", refusable=drop_attrs and partial, tol=0.0 if half else 1e-4)
 
 
 # ------------------------------------------------------------------------------ GroupQueryAttention

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
-from rw_util import assert_close, full_check, op_types, run_ort
+from rw_util import assert_close, full_check, op_types, run_ort, to_half
 
 from onnxmlu.rewrite import rewrite_model
 
@@ -83,3 +84,14 @@ def test_a_hidden_size_that_is_not_whole_heads_is_refused():
     node.attribute.extend(kept)
     rewritten, report = rewrite_model(model, only=["msrotary"])
     assert report.total == 0 and "not a multiple of the head size" in report.skipped[0].message
+
+
+@pytest.mark.parametrize(("rank", "interleaved"), [(3, False), (4, True)])
+def test_float16_rotates_in_float16_as_the_kernel(rank, interleaved):
+    """float16 was left on the host; the kernel rotates in float16, and so does the rewrite: equal."""
+    model, feeds = to_half(*rotary_model(rank, False, interleaved, True, np.random.default_rng(5)))
+    rewritten, report = rewrite_model(model, only=["msrotary"])
+    assert report.applied["msrotary"] == 1, report.skipped
+    got = run_ort(rewritten, feeds)
+    assert got[0].dtype == np.float16
+    np.testing.assert_array_equal(got[0], run_ort(model, feeds)[0])
