@@ -37,14 +37,14 @@ along the last axis first.
 window with it, and so does ``check``.
 
 float16 is computed in float32 between ``Cast`` nodes, as the kernel computes it (within one
-float16 ulp), except with ``do_rotary``: the kernel rotates in float16 (1e3 float16 ulps from a
-float32 rotation rounded), refused.
+float16 ulp), except the rotation: the kernel rotates in float16 (a float32 rotation rounded is
+1e3 float16 ulps off), so ``do_rotary`` casts Q, K and the angles to float16 for it and back.
 
 Refused: ``position_ids``, ``attention_bias``, ``head_sink``, quantized
 or normalized caches and the other inputs after ``sin_cache``, ``smooth_softmax``,
 ``qk_output``, ``sliding_window_cache=1`` (window-sized buffers whose rows the kernel evicts
-in blocks of ``C - W + 1``: another present layout), float16 with ``do_rotary``, types other
-than float32 and float16, opsets before 14 (Trilu-era ops, int64 Max/Min).
+in blocks of ``C - W + 1``: another present layout), types other than float32 and float16,
+opsets before 14 (Trilu-era ops, int64 Max/Min).
 """
 
 from __future__ import annotations
@@ -72,8 +72,6 @@ def refusal(node: gs.Node, opset: int) -> str | None:
     dtype = float_dtype(node.inputs[QUERY])
     if not is_float(dtype, HALF_OR_FLOAT):
         return f"query has element type {dtype or 'unknown'}; float32/float16 are rewritten"
-    if dtype == np.float16 and int(node.attrs.get("do_rotary", 0)):
-        return "float16 with do_rotary (the kernel's float16 rotation is not float32's rounded)"
     if (node_input(node, KEY) is None) != (node_input(node, VALUE) is None):
         return "key without value (or the reverse)"
     extra = [i for i in range(9, len(node.inputs)) if node_input(node, i) is not None]
@@ -189,11 +187,18 @@ def _seen(bld: Builder, node: gs.Node, lens: dict, pos: gs.Tensor) -> gs.Tensor:
     return bld.unsqueeze(seen, [1], name="seen4")
 
 
-def _rotate(bld: Builder, node: gs.Node, x: gs.Tensor, pos: gs.Tensor, head: int, name: str) -> gs.Tensor:
+def _rotate(bld: Builder, node: gs.Node, x: gs.Tensor, pos: gs.Tensor, head: int, name: str,
+            in_half: bool = False) -> gs.Tensor:
+    """``x`` rotated at ``pos``; ``in_half``: in float16, as the float16 kernel rotates (its
+    float32 operands are float16 values widened: the casts to float16 are exact)."""
     half = static_dim(node.inputs[COS], 1)
     cos, sin = (bld.unsqueeze(bld.op("Gather", [node.inputs[i], pos], attrs={"axis": 0}, name=f"{name}_{n}"), [1],
                               name=f"{name}_{n}_heads") for i, n in ((COS, "cos"), (SIN, "sin")))
-    return rotated(bld.child(name), x, cos, sin, head, 2 * half, bool(node.attrs.get("rotary_interleaved", 0)))
+    if in_half:
+        x, cos, sin = (bld.cast(t, np.float16, name=f"{name}_{n}_half")
+                       for t, n in ((x, "x"), (cos, "cos"), (sin, "sin")))
+    out = rotated(bld.child(name), x, cos, sin, head, 2 * half, bool(node.attrs.get("rotary_interleaved", 0)))
+    return bld.cast(out, np.float32, name=f"{name}_float") if in_half else out
 
 
 def _attention(bld: Builder, node: gs.Node, q, k, v, seen, head: int) -> gs.Tensor:
@@ -231,7 +236,8 @@ class GroupQueryAttentionRewriter:
         packed = node_input(node, KEY) is None
         head = static_dim(node.inputs[QUERY], 2) // (heads + 2 * kv_heads if packed else heads)
         bld = ctx.builder(node, np.float32)
-        if float_dtype(node.inputs[QUERY]) == np.float16:  # computed in float32, each output rounded once
+        in_half = float_dtype(node.inputs[QUERY]) == np.float16
+        if in_half:  # computed in float32, each output rounded once (the rotation: module docstring)
             widen_half(node, bld)
         lens = lengths(bld, node)
         pos = _positions(bld, lens)
@@ -239,7 +245,7 @@ class GroupQueryAttentionRewriter:
                   if packed else [node.inputs[i] for i in (QUERY, KEY, VALUE)])
         q, k, v = (_heads(bld, x, n, name) for x, n, name in zip(inputs, (heads, kv_heads, kv_heads), "QKV"))
         if int(node.attrs.get("do_rotary", 0)):
-            q, k = _rotate(bld, node, q, pos, head, "Q_rotary"), _rotate(bld, node, k, pos, head, "K_rotary")
+            q, k = (_rotate(bld, node, x, pos, head, f"{n}_rotary", in_half) for x, n in ((q, "Q"), (k, "K")))
         present_k = present_cache(bld, k, node_input(node, PAST_KEY), lens, "present_key")
         present_v = present_cache(bld, v, node_input(node, PAST_VALUE), lens, "present_value")
         y = _attention(bld, node, q, present_k, present_v, _seen(bld, node, lens, pos), head)

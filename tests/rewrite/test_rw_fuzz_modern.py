@@ -34,8 +34,7 @@ The space drawn, and what may be refused:
   continued on a past; query heads per kv head 1, 2, 4; ``causal`` 0 or 1, ``local_window_size``,
   ``scale``, ``softcap``, ``do_rotary``/``rotary_interleaved``, packed QKV, fixed or symbolic
   batch / sequence / buffer lengths, float32 or float16. Refused:
-  ``sliding_window_cache=1``, a window with ``causal=0`` (the kernel rejects it too), float16
-  with ``do_rotary`` (the kernel rotates in float16).
+  ``sliding_window_cache=1``, a window with ``causal=0`` (the kernel rejects it too).
 * MultiHeadAttention: separate / packed QKV / packed KV / 4-D key and value, bias, key padding
   masks ([B], [B, T], [B, S, T]), ``attention_bias`` [1|B, 1|N, S, T], past/present,
   ``unidirectional``, ``scale``, ``mask_filter_value``, float32 or float16. Refused: a bias with
@@ -309,7 +308,7 @@ def test_gqa_fuzz(phase, groups, causal, window, scale, softcap, rotary, interle
         new = {0: "batch", 1: "sequence"}
         symbolic_dims(model, {"q": new, "k": new, "v": new, "pk": {0: "batch", 2: "past"},
                               "pv": {0: "batch", 2: "past"}, "seqlens": {0: "batch"}})
-    refusable = bool(window_cache) or (causal == 0 and window > 0) or (half and rotary)
+    refusable = bool(window_cache) or (causal == 0 and window > 0)
     if half:
         model, feeds = to_half(model, feeds)
     rows = None

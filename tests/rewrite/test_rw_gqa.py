@@ -141,15 +141,14 @@ def test_a_later_input_is_named_in_the_reason():
 
 
 @pytest.mark.parametrize("phase", ["prompt", "decode", "continue"])
-def test_float16_is_the_float32_rewrite_between_casts(phase):
+@pytest.mark.parametrize("rotary", [False, True])
+def test_float16_is_the_float32_rewrite_between_casts(phase, rotary):
     """The CPU kernel computes float16 GQA in float32 and rounds each output once (one float16 ulp
-    apart at most); with do_rotary it rotates in float16, which stays on the host."""
-    model, feeds = to_half(*gqa_case(np.random.default_rng(14), phase, 2, 2, 0.0, False, False))
+    apart at most), the rotation in float16; float16 GQA was left on the host."""
+    model, feeds = to_half(*gqa_case(np.random.default_rng(14), phase, 2, 2, 0.0, rotary, rotary))
     feeds["seqlens"][:] = feeds["total"][0] - 1 if phase == "prompt" else feeds["seqlens"]
     rewritten, report = rewrite_model(model, only=["gqa"])
     assert report.applied["gqa"] == 1, report.skipped
     got = run_ort(rewritten, feeds)
     assert all(y.dtype == np.float16 for y in got)
     assert_close(got, run_ort(model, feeds), rtol=2.0**-10, atol=1e-4)
-    rotary, _ = to_half(*gqa_case(np.random.default_rng(14), phase, 2, 0, 0.0, True, False))
-    assert "do_rotary" in rewrite_model(rotary, only=["gqa"])[1].skipped[0].message
