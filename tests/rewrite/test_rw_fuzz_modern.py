@@ -5,7 +5,9 @@ exporters write as well, from the ONNX spec (opset 23's Attention, RMSNormalizat
 RotaryEmbedding; blocked DequantizeLinear) and onnxruntime 1.32's contrib op schemas
 (``get_all_operator_schema``; docs/ContribOperators.md). Every draw is one node built in code,
 run through its rewriter and compared with onnxruntime's kernel on the original (graph
-optimizations off) at float32 rtol = atol = 1e-4; opset 23's Attention also with
+optimizations off) at float32 rtol = atol = 1e-4 (float16 draws: one float16 ulp, 2^-10
+relative, where kernel and rewrite both compute in float32 and round once; equal where both
+compute in float16; skip norms two ulps); opset 23's Attention also with
 ``onnx.reference``, which alone judges the valid forms onnxruntime's kernel rejects (a mask
 that broadcasts over heads or queries, a 1-D mask, present outputs left out) and the one form
 where the kernel departs from the operator: a causal single query on a past with several new
@@ -36,23 +38,25 @@ The space drawn, and what may be refused:
   batch / sequence / buffer lengths, float32 or float16. Refused:
   ``sliding_window_cache=1``, a window with ``causal=0`` (the kernel rejects it too).
 * MultiHeadAttention: separate / packed QKV / packed KV / 4-D key and value, bias, key padding
-  masks ([B], [B, T], [B, S, T]), ``attention_bias`` [1|B, 1|N, S, T], past/present,
+  masks ([B], [B, T], [B, S, T]), ``attention_bias`` [1|B, 1|N, S, T], past/present (with
+  separate Q/K/V or packed KV: the CPU kernel's forms),
   ``unidirectional``, ``scale``, ``mask_filter_value``, float32 or float16. Refused: a bias with
   packed or 4-D inputs (a CUDA form the CPU kernel does not take).
 * com.microsoft Attention: masks as above, past/present, ``unidirectional``, attention bias,
   ``scale``, ``qkv_hidden_sizes`` with a wider V, ``mask_filter_value``, fixed or symbolic
   batch and sequence, float32 or float16. Refused: ``do_rotary``,
-  ``past_present_share_buffer``.
+  ``past_present_share_buffer``, a past with a wider V (invalid: one past holds K and V).
 * SkipLayerNormalization / SkipSimplifiedLayerNormalization: 2-D and 3-D input, skip of the
   input's shape, [S, H] or [1, S, H], beta, bias, the sum output, ``epsilon``, float32 or float16;
   SimplifiedLayerNormalization: ``axis``, scale of the normalized shape. Nothing refused.
-* FusedMatMul: ranks 2-4, ``transA``/``transB``/``transBatchA``/``transBatchB``, ``alpha``.
-  Refused: transBatch with operands of different ranks or rank 2 (the kernel rejects them).
+* FusedMatMul: ranks 2-4, ``transA``/``transB``/``transBatchA``/``transBatchB``, ``alpha``;
+  transBatch with operands of one rank >= 3 only (the kernel rejects the others, and the
+  rewriter refuses them). Nothing refused.
 * MatMulNBits: ``bits`` 2/4/8, ``block_size`` 16-256, K not a multiple of the block, zero
   points absent / packed / float, ``accuracy_level`` 0-4, bias, A of rank 1-3 with fixed or
   symbolic leading dims, float32 or float16, of normal, float16-valued or integer values (short
-  mantissas meet the int8 quantization's rounding boundaries and ties). Refused: 2-bit weights with integer zero points at level 4 (the kernel quantizes A
-  for some block sizes only).
+  mantissas meet the int8 quantization's rounding boundaries and ties). Refused: 2-bit weights
+  with integer zero points at level 4 (the kernel quantizes A for some block sizes only).
 * DequantizeLinear (INT4/UINT4, blocked): ranks 1-3, every axis, a partial last block, zero
   point or not. Nothing refused.
 """
