@@ -38,8 +38,8 @@ The space drawn, and what may be refused:
   batch / sequence / buffer lengths, float32 or float16. Refused:
   ``sliding_window_cache=1``, a window with ``causal=0`` (the kernel rejects it too).
 * MultiHeadAttention: separate / packed QKV / packed KV / 4-D key and value, bias, key padding
-  masks ([B], [B, T], [B, S, T]), ``attention_bias`` [1|B, 1|N, S, T], past/present (with
-  separate Q/K/V or packed KV: the CPU kernel's forms),
+  masks ([B], [B, T], [B, S, T]), ``attention_bias`` [1|B, 1|N, S, T], past/present (not with
+  packed QKV or 4-D keys; packed forms judged against the same attention with separate Q/K/V),
   ``unidirectional``, ``scale``, ``mask_filter_value``, float32 or float16. Refused: a bias with
   packed or 4-D inputs (a CUDA form the CPU kernel does not take).
 * com.microsoft Attention: masks as above, past/present, ``unidirectional``, attention bias,
