@@ -11,15 +11,20 @@ three equal thirds of the weights' columns), ``N`` heads::
     Y = merge(softmax(scale heads(q) K^T + mask + attention_bias) V)
 
 with the masks of MultiHeadAttention: ``mask_index`` [B] (key lengths), [B, T] or [B, S, T]
-(0: masked with ``mask_filter_value``), ``unidirectional`` (key t > i + P masked for query i),
+(0: masked with ``mask_filter_value``), ``unidirectional`` (key t > i + P gets the lowest float
+for query i, whatever ``mask_filter_value`` is),
 ``attention_bias`` [B or 1, N or 1, S, T]; ``scale`` defaults to ``1 / sqrt(H)``.
 
 Rewrite: ``MatMul`` (+ ``Add``) of the projection, ``Split``, :func:`onnxmlu.rewrite.mha.attend`,
 ``Gather`` of the past halves and ``Concat``/``Unsqueeze`` for the present.
 
-Refused: float types other than float32, ``mask_index`` of the left-padding ([2 B]),
+float16 is computed in float32 between ``Cast`` nodes, as the CPU kernel computes it (equal
+in every form tried).
+
+Refused: float types other than float32 and float16, ``mask_index`` of the left-padding ([2 B]),
 ``3 B + 2`` or 4-D forms, ``past_present_share_buffer``/``past_sequence_length``, ``do_rotary``,
-a past with an attention bias (the kernel rejects the pair),
+a past with an attention bias (the kernel rejects the pair), a past with a V hidden size other
+than K's (one past holds both; the kernel rejects it),
 and sizes that are not known (the split and the default scale need them).
 """
 
@@ -30,8 +35,8 @@ import onnx_graphsurgeon as gs
 
 from onnxmlu.rewrite.base import RewriteContext, detach, node_input, node_output, tensor_shape
 from onnxmlu.rewrite.builder import Builder
-from onnxmlu.rewrite.floattype import float_dtype, is_float
-from onnxmlu.rewrite.mha import MASK_FILTER, Masks, _heads, attend, node_scale, same_dim, static_dim
+from onnxmlu.rewrite.floattype import float_dtype, is_float, widen_half
+from onnxmlu.rewrite.mha import HALF_OR_FLOAT, MASK_FILTER, Masks, _heads, attend, node_scale, same_dim, static_dim
 
 DOMAIN = "com.microsoft"
 INPUT, WEIGHTS, BIAS, MASK, PAST, ATTN_BIAS, PAST_LEN = range(7)
@@ -46,13 +51,15 @@ def hidden_sizes(node: gs.Node) -> list[int] | None:
 
 
 def refusal(node: gs.Node) -> str | None:
-    if not is_float(float_dtype(node.inputs[INPUT]), (np.dtype(np.float32),)):
-        return "only float32 is rewritten"
+    if not is_float(float_dtype(node.inputs[INPUT]), HALF_OR_FLOAT):
+        return f"input has element type {float_dtype(node.inputs[INPUT]) or 'unknown'}; float32/float16 are rewritten"
     if tensor_shape(node.inputs[INPUT]) is None or len(tensor_shape(node.inputs[INPUT])) != 3:
         return "input is not [B, S, input_hidden_size]"
-    if int(node.attrs.get("do_rotary", 0)) or int(node.attrs.get("past_present_share_buffer", 0)) \
-            or node_input(node, PAST_LEN) is not None:
-        return "do_rotary and shared past/present buffers are not rewritten"
+    for attr, what in (("do_rotary", "do_rotary"), ("past_present_share_buffer", "a shared past/present buffer")):
+        if int(node.attrs.get(attr, 0)):
+            return f"{what} is not rewritten"
+    if node_input(node, PAST_LEN) is not None:
+        return "past_sequence_length (a shared past/present buffer) is not rewritten"
     sizes = hidden_sizes(node)
     heads = int(node.attrs["num_heads"])
     if sizes is None or sizes[0] % heads or sizes[2] % heads:
@@ -69,6 +76,8 @@ def refusal(node: gs.Node) -> str | None:
         return "past is not [2, B, N, P, H]"
     if past is not None and node_input(node, ATTN_BIAS) is not None:
         return "past with attention_bias (onnxruntime's kernel rejects it)"
+    if past is not None and sizes[1] != sizes[2]:
+        return f"past with V hidden size {sizes[2]} != K's {sizes[1]} (one past holds both; the kernel rejects it)"
     return None
 
 
@@ -90,6 +99,8 @@ class ContribAttentionRewriter:
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         heads, sizes = int(node.attrs["num_heads"]), hidden_sizes(node)
         bld = ctx.builder(node, np.float32)
+        if float_dtype(node.inputs[INPUT]) == np.float16:
+            widen_half(node, bld)
         qkv = bld.op("MatMul", [node.inputs[INPUT], node.inputs[WEIGHTS]], name="qkv")
         if node_input(node, BIAS) is not None:
             qkv = bld.op("Add", [qkv, node.inputs[BIAS]], name="qkv_bias")

@@ -6,7 +6,8 @@ ONNX DequantizeLinear (opset 21+)::
 
 per tensor (scalar scale), per axis (``x_scale`` 1-D along ``axis``), or blocked (``block_size``
 > 0: ``x_scale`` has ``x``'s shape with ``ceil(D / block_size)`` along ``axis``, each scale
-covering ``block_size`` consecutive elements there). ``x_zero_point`` has the scale's shape
+covering ``block_size`` consecutive elements there; the last block covers what is left).
+``x_zero_point`` has the scale's shape
 and ``x``'s type (0 when absent). onnxruntime's quantizer writes INT4/UINT4 weights so
 (``MatMul4BitsQuantizer`` in its QDQ format: blocked along K, then a MatMul).
 
@@ -16,13 +17,14 @@ into the block. Rewrite: the constant's bytes, which ONNX packs as MatMulNBits d
 in byte i // 2, the low nibble first), become a uint8 constant of the same size, unpacked in the
 body as :mod:`onnxmlu.rewrite.matmulnbits` does (``Cast``, ``Floor``-based nibble arithmetic,
 exact in float32); INT4 takes the sign ``v = u - 16 * Floor(u / 8)``; the zero point the same
-way; then ``Reshape`` into blocks along ``axis``, ``Sub``, ``Mul`` by the scale (reshaped at
-compile time to broadcast), ``Reshape`` back. The ``Cast`` of the stored 8-bit constant makes it
+way; then ``Reshape`` into blocks along ``axis`` (a partial last block first ``Pad``-ed with
+zeros to a whole one), ``Sub``, ``Mul`` by the scale (reshaped at compile time to broadcast),
+``Reshape`` back (and ``Slice`` off the padding). The ``Cast`` of the stored 8-bit constant makes it
 a weight dequantization that analysis carries into the block of its reader (INT8).
 
 Only 4-bit DequantizeLinear nodes are this rewriter's (``wants``); 8-bit ones run as they are.
 Refused: a computed ``x``, scale or zero point, a scale other than float32, an ``output_dtype``
-other than float, and a blocked axis whose length is not a multiple of ``block_size``.
+other than float, and a blocked scale whose shape is not ``x``'s in blocks.
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ def _block_shape(shape: tuple[int, ...], axis: int, block: int) -> list[int]:
     return list(shape[:axis]) + [shape[axis] // block, block] + list(shape[axis + 1:])
 
 
+def _padded(shape: tuple[int, ...], axis: int, block: int) -> list[int]:
+    """``shape`` with ``axis`` rounded up to whole blocks (the last block may be partial)."""
+    return [-(-d // block) * block if i == axis else d for i, d in enumerate(shape)]
+
+
 def _broadcast(param: np.ndarray, shape: tuple[int, ...], axis: int, block: int) -> np.ndarray:
     """A scale or zero point reshaped to broadcast against ``x`` (in blocks when ``block``)."""
     if param.size == 1:
@@ -107,8 +114,8 @@ class FourBitDequantizeRewriter:
             return "output_dtype other than float"
         shape = constant_value(node.inputs[0]).shape
         axis, block = int(node.attrs.get("axis", 1)) % max(len(shape), 1), int(node.attrs.get("block_size", 0))
-        if block and shape[axis] % block:
-            return f"axis length {shape[axis]} is not a multiple of block_size {block}"
+        if block and -(-shape[axis] // block) != (scale.shape[axis] if scale.ndim == len(shape) else -1):
+            return f"x_scale {list(scale.shape)} is not x's shape {list(shape)} in blocks of {block} along axis {axis}"
         return None
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
@@ -118,15 +125,24 @@ class FourBitDequantizeRewriter:
         axis, block = int(node.attrs.get("axis", 1)) % max(len(shape), 1), int(node.attrs.get("block_size", 0))
         bld = ctx.builder(node, np.float32)
         x = unpacked(bld, values, "x")
-        work_shape = _block_shape(shape, axis, block) if block and scale.size > 1 else list(shape)
+        full = _padded(shape, axis, block) if block and scale.size > 1 else list(shape)
+        if full != list(shape):  # a partial last block: zeros after it, sliced off at the end
+            pads = [0] * len(shape) + [f - d for f, d in zip(full, shape)]
+            x = bld.op("Pad", [bld.op("Reshape", [x, bld.int64(list(shape), "x_whole")], name="x_unpadded"),
+                               bld.int64(pads, "x_pads")], name="x_padded")
+        work_shape = _block_shape(tuple(full), axis, block) if block and scale.size > 1 else list(shape)
         x = bld.op("Reshape", [x, bld.int64(work_shape, "x_shape")], name="x_blocks")
         if zp is not None:
             zero = bld.op("Reshape", [unpacked(bld, constant_value(zp), "zero_point"),
-                                      bld.int64(list(_broadcast(np.empty(scale.shape), shape, axis, block).shape),
+                                      bld.int64(list(_broadcast(np.empty(scale.shape), tuple(full), axis, block).shape),
                                                 "zero_point_shape")], name="zero_point")
             x = bld.op("Sub", [x, zero], name="centred")
-        y_value = bld.op("Mul", [x, bld.const(_broadcast(scale, shape, axis, block), "scale")], name="dequantized")
+        y_value = bld.op("Mul", [x, bld.const(_broadcast(scale, tuple(full), axis, block), "scale")],
+                         name="dequantized")
         y = detach(node, ctx.graph)[0]
-        if list(shape) != work_shape:
-            y_value = bld.op("Reshape", [y_value, bld.int64(list(shape), "y_shape")], name="unblocked")
+        if full != work_shape:
+            y_value = bld.op("Reshape", [y_value, bld.int64(full, "y_shape")], name="unblocked")
+        if full != list(shape):
+            y_value = bld.op("Slice", [y_value, bld.int64([0], "y_start"), bld.int64([shape[axis]], "y_end"),
+                                       bld.int64([axis], "y_axis")], name="unpadded")
         bld.finish(y_value, y)

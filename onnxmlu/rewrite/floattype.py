@@ -49,3 +49,26 @@ def float_dtype(tensor: gs.Tensor | None) -> np.dtype | None:
 def is_float(dtype: np.dtype | None, floats) -> bool:
     """``dtype`` is one of ``floats`` (None is not: numpy compares None equal to float64)."""
     return dtype is not None and any(dtype == f for f in floats)
+
+
+_F16 = np.dtype(np.float16)
+
+
+def widen_half(node: gs.Node, bld) -> None:
+    """Make a float16 node float32 in place, for kernels that compute float16 in float32 and round
+    each output once: a ``Cast`` to float32 in front of each float16 input (a constant is cast at
+    compile time, exactly) and a ``Cast`` back to float16 behind each output. The node's float32
+    rewrite then applies as it is; the casts keep the shapes, which rewrites read."""
+    for index, tensor in enumerate(list(node.inputs)):
+        if tensor.is_empty() or float_dtype(tensor) != _F16:
+            continue
+        wide = bld.cast(tensor, np.float32, name=f"input{index}_float")
+        if isinstance(wide, gs.Variable):  # a constant has its shape
+            wide.shape = tensor.shape
+        node.inputs[index] = wide
+    for index, out in enumerate(list(node.outputs)):
+        if out.is_empty():
+            continue
+        wide = gs.Variable(bld.names.tensor(f"{out.name}_float"), dtype=np.float32, shape=out.shape)
+        node.outputs[index] = wide
+        bld.op("Cast", [wide], attrs={"to": 10}, name=f"output{index}_half", out=out)  # 10: FLOAT16

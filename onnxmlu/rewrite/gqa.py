@@ -12,7 +12,8 @@ case against it, tests/rewrite/test_rw_gqa.py), for ``N`` query heads, ``Nkv`` k
                      = past[b, :, t]          for t < past_b
                      = 0                       elsewhere
     query i of sequence b sits at pos = past_b + i and sees the keys t with
-        t <= pos,  t < seqlens_k[b] + 1,  and t > pos - local_window_size (when > 0)
+        t <= pos (causal=1, the default),  t < seqlens_k[b] + 1,
+        and t > pos - local_window_size (when > 0)
     scores = scale Q K^T (K, V: each kv head repeated G times), softcap c > 0: c tanh(scores / c)
     Y = merge(softmax over the keys seen (scores) V)
 
@@ -32,9 +33,18 @@ rewrite's a finite average (never NaN, which the next layer's products would spr
 The query may hold Q, K and V packed (``[B, S, (N + 2 Nkv) H]``, key and value absent), split
 along the last axis first.
 
+``causal=0`` (bidirectional) drops the ``t <= pos`` condition; the kernel rejects a local
+window with it, and so does ``check``.
+
+float16 is computed in float32 between ``Cast`` nodes, as the kernel computes it (within one
+float16 ulp), except the rotation: the kernel rotates in float16 (a float32 rotation rounded is
+1e3 float16 ulps off), so ``do_rotary`` casts Q, K and the angles to float16 for it and back.
+
 Refused: ``position_ids``, ``attention_bias``, ``head_sink``, quantized
 or normalized caches and the other inputs after ``sin_cache``, ``smooth_softmax``,
-``qk_output``, types other than float32, opsets before 14 (Trilu-era ops, int64 Max/Min).
+``qk_output``, ``sliding_window_cache=1`` (window-sized buffers whose rows the kernel evicts
+in blocks of ``C - W + 1``: another present layout), types other than float32 and float16,
+opsets before 14 (Trilu-era ops, int64 Max/Min).
 """
 
 from __future__ import annotations
@@ -44,28 +54,36 @@ import onnx_graphsurgeon as gs
 
 from onnxmlu.rewrite.base import RewriteContext, detach, node_input, node_output
 from onnxmlu.rewrite.builder import Builder
-from onnxmlu.rewrite.floattype import float_dtype, is_float
-from onnxmlu.rewrite.mha import _heads, static_dim
+from onnxmlu.rewrite.floattype import float_dtype, is_float, widen_half
+from onnxmlu.rewrite.mha import HALF_OR_FLOAT, _heads, static_dim
 from onnxmlu.rewrite.msrotary import rotated
 
 DOMAIN = "com.microsoft"
 QUERY, KEY, VALUE, PAST_KEY, PAST_VALUE, SEQLENS, TOTAL, COS, SIN = range(9)
 _I64 = np.int64
+#: the inputs after sin_cache (onnxruntime 1.32's schema), none of them rewritten
+LATER_INPUTS = ("position_ids", "attention_bias", "head_sink", "k_scale", "v_scale", "q_norm_weight", "k_norm_weight",
+                "query_seqlens")
 
 
 def refusal(node: gs.Node, opset: int) -> str | None:
     if opset < 14:
         return f"opset {opset} < 14"
-    if not is_float(float_dtype(node.inputs[QUERY]), (np.dtype(np.float32),)):
-        return "only float32 is rewritten"
+    dtype = float_dtype(node.inputs[QUERY])
+    if not is_float(dtype, HALF_OR_FLOAT):
+        return f"query has element type {dtype or 'unknown'}; float32/float16 are rewritten"
     if (node_input(node, KEY) is None) != (node_input(node, VALUE) is None):
         return "key without value (or the reverse)"
     extra = [i for i in range(9, len(node.inputs)) if node_input(node, i) is not None]
     if extra:
-        return f"input {extra[0]} (position_ids, attention_bias, head_sink, quantized caches) is not rewritten"
+        name = LATER_INPUTS[extra[0] - 9] if extra[0] - 9 < len(LATER_INPUTS) else f"input {extra[0]}"
+        return f"its {name} input is not rewritten"
     for attr, default in (("smooth_softmax", -1), ("qk_output", 0)):
         if int(node.attrs.get(attr, default)) not in (default, 0):
             return f"{attr} is not rewritten"
+    reason = _cache_reason(node)
+    if reason is not None:
+        return reason
     if any(node_output(node, i) is not None for i in range(3, len(node.outputs))):
         return "the output_qk output is read"
     if (node_input(node, PAST_KEY) is None) != (node_input(node, PAST_VALUE) is None):
@@ -75,6 +93,21 @@ def refusal(node: gs.Node, opset: int) -> str | None:
     rotary = int(node.attrs.get("do_rotary", 0))
     if rotary and (node_input(node, COS) is None or static_dim(node.inputs[COS], 1) is None):
         return "do_rotary without a cos_cache of known width"
+    return None
+
+
+def _cache_reason(node: gs.Node) -> str | None:
+    """The attributes that change which keys a query sees or how the cache is laid out."""
+    causal = int(node.attrs.get("causal", 1))
+    if causal not in (0, 1):
+        return f"causal={causal} is not 0 or 1"
+    if not causal and int(node.attrs.get("local_window_size", -1)) > 0:
+        return "a local window without causal=1 (onnxruntime's kernel rejects it)"
+    if int(node.attrs.get("sliding_window_cache", 0)):
+        return "sliding_window_cache=1 (a window-sized cache that evicts rows in blocks) is not rewritten"
+    for attr in ("k_quant_type", "v_quant_type"):
+        if str(node.attrs.get(attr, "NONE")) != "NONE":
+            return f"{attr}={node.attrs[attr]} (a quantized cache) is not rewritten"
     return None
 
 
@@ -142,9 +175,10 @@ def _seen(bld: Builder, node: gs.Node, lens: dict, pos: gs.Tensor) -> gs.Tensor:
     """The keys each query sees, bool [B, 1, S, Tp]."""
     t = bld.unsqueeze(lens["t"], [0, 1], name="t_grid")
     pos3 = bld.unsqueeze(pos, [2], name="pos3")
-    seen = bld.op("And", [bld.op("LessOrEqual", [t, pos3], name="causal", dtype=np.bool_),
-                          bld.op("Less", [t, bld.unsqueeze(lens["seq_total"], [2], name="total3")], name="valid",
-                                 dtype=np.bool_)], name="seen", dtype=np.bool_)
+    seen = bld.op("Less", [t, bld.unsqueeze(lens["seq_total"], [2], name="total3")], name="valid", dtype=np.bool_)
+    if int(node.attrs.get("causal", 1)):  # causal=0: bidirectional, every key of the sequence
+        seen = bld.op("And", [bld.op("LessOrEqual", [t, pos3], name="causal", dtype=np.bool_), seen], name="seen",
+                      dtype=np.bool_)
     window = int(node.attrs.get("local_window_size", -1))
     if window > 0:
         start = bld.op("Sub", [pos3, bld.int64([window], "window")], name="window_start")
@@ -153,11 +187,18 @@ def _seen(bld: Builder, node: gs.Node, lens: dict, pos: gs.Tensor) -> gs.Tensor:
     return bld.unsqueeze(seen, [1], name="seen4")
 
 
-def _rotate(bld: Builder, node: gs.Node, x: gs.Tensor, pos: gs.Tensor, head: int, name: str) -> gs.Tensor:
+def _rotate(bld: Builder, node: gs.Node, x: gs.Tensor, pos: gs.Tensor, head: int, name: str,
+            in_half: bool = False) -> gs.Tensor:
+    """``x`` rotated at ``pos``; ``in_half``: in float16, as the float16 kernel rotates (its
+    float32 operands are float16 values widened: the casts to float16 are exact)."""
     half = static_dim(node.inputs[COS], 1)
     cos, sin = (bld.unsqueeze(bld.op("Gather", [node.inputs[i], pos], attrs={"axis": 0}, name=f"{name}_{n}"), [1],
                               name=f"{name}_{n}_heads") for i, n in ((COS, "cos"), (SIN, "sin")))
-    return rotated(bld.child(name), x, cos, sin, head, 2 * half, bool(node.attrs.get("rotary_interleaved", 0)))
+    if in_half:
+        x, cos, sin = (bld.cast(t, np.float16, name=f"{name}_{n}_half")
+                       for t, n in ((x, "x"), (cos, "cos"), (sin, "sin")))
+    out = rotated(bld.child(name), x, cos, sin, head, 2 * half, bool(node.attrs.get("rotary_interleaved", 0)))
+    return bld.cast(out, np.float32, name=f"{name}_float") if in_half else out
 
 
 def _attention(bld: Builder, node: gs.Node, q, k, v, seen, head: int) -> gs.Tensor:
@@ -195,13 +236,16 @@ class GroupQueryAttentionRewriter:
         packed = node_input(node, KEY) is None
         head = static_dim(node.inputs[QUERY], 2) // (heads + 2 * kv_heads if packed else heads)
         bld = ctx.builder(node, np.float32)
+        in_half = float_dtype(node.inputs[QUERY]) == np.float16
+        if in_half:  # computed in float32, each output rounded once (the rotation: module docstring)
+            widen_half(node, bld)
         lens = lengths(bld, node)
         pos = _positions(bld, lens)
         inputs = (bld.split(node.inputs[QUERY], [heads * head, kv_heads * head, kv_heads * head], 2, name="qkv")
                   if packed else [node.inputs[i] for i in (QUERY, KEY, VALUE)])
         q, k, v = (_heads(bld, x, n, name) for x, n, name in zip(inputs, (heads, kv_heads, kv_heads), "QKV"))
         if int(node.attrs.get("do_rotary", 0)):
-            q, k = _rotate(bld, node, q, pos, head, "Q_rotary"), _rotate(bld, node, k, pos, head, "K_rotary")
+            q, k = (_rotate(bld, node, x, pos, head, f"{n}_rotary", in_half) for x, n in ((q, "Q"), (k, "K")))
         present_k = present_cache(bld, k, node_input(node, PAST_KEY), lens, "present_key")
         present_v = present_cache(bld, v, node_input(node, PAST_VALUE), lens, "present_value")
         y = _attention(bld, node, q, present_k, present_v, _seen(bld, node, lens, pos), head)

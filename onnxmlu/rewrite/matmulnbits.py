@@ -33,26 +33,30 @@ values at ``bits / 8`` bytes each, the per-block scales and zero points its expr
 (:func:`onnxmlu.analyze.quantized.stored_weight_bytes`) -- and its operations run at the INT8 rate.
 
 ``accuracy_level`` is the minimum accuracy the kernel may compute A at. At 0-3 onnxruntime's
-CPU kernel multiplies float A by W, and so does the rewrite. At 4 (int8) with integer zero points
-it quantizes A per block of ``block_size`` along K (MLAS ``QuantizeARow_CompInt8``; float zero
-points keep the float path) and the rewrite computes exactly that, on the accelerator's INT8
-arithmetic::
+CPU kernel multiplies float A by W, and so does the rewrite. At 4 (int8) with 4- or 8-bit
+weights and integer zero points it quantizes A per block of
+``block_size`` along K (MLAS ``QuantizeARow_CompInt8``; float zero points keep the float path)
+and the rewrite computes exactly that, on the accelerator's INT8 arithmetic::
 
-    s_A = max|A_blk| / 127,   a = round_half_even(A_blk * (s_A > 0 ? 1 / s_A : 0))     int8
+    s_A = max|A_blk| / 127,   a = round_half_even(A_blk * (s_A > 0 ? 127 / max|A_blk| : 0))   int8
     Y   = sum_blk (s_A s_B) (a . (q - zp)_blk)
 
 ``Pad`` completes A's last block with zeros, ``Reshape`` makes A ``[..., k_blocks, 1, block]``,
-``Abs``/``ReduceMax``/``Div``/``Where``/``Reciprocal``/``Mul``/``Round`` quantize it, one batched
+``Abs``/``ReduceMax``/``Div``/``Where``/``Mul``/``Round`` quantize it, one batched
 ``MatMul`` against ``(q - zp)`` ``[k_blocks, block, N]`` gives every block's dot product (sums of
 integer products below 2^24: exact in float32, as in int32), ``Mul`` by the two scales and
 ``ReduceSum`` over the blocks finish. Only that last sum rounds in another order than the
 kernel's (tests/rewrite/test_rw_matmulnbits.py: 1e-4 against the kernel at every level).
 
 Refused (host, with the reason): ``B``, ``scales`` or ``zero_points`` computed at run time, bits
-other than 2, 4 and 8, accuracy_level 4 on an A of unknown rank, opsets before 11, a ``g_idx``
+other than 2, 4 and 8, accuracy_level 4 on an A of unknown rank or with 2-bit weights and integer
+zero points (the kernel quantizes A there for block sizes 32-128 only), opsets before 11, a ``g_idx``
 other than the plain ``k // block_size``, a prepacked ``B`` (``weight_prepacked``), and an ``A``
-that is not float32 (float16 and bfloat16 kernels accumulate in their own precision, which this
-rewrite does not match).
+that is neither float32 nor float16. A float16 ``A`` (with float16 scales, zero points and
+bias) is widened to float32 (``Cast``; the constants at compile time, exactly), computed as
+above and rounded to float16 once at the end, as onnxruntime 1.32's CPU kernel computes it: the
+float32 results agree as above, so the float16 ones agree to one rounding -- one float16 ulp
+where the float32 sums straddle a rounding boundary (tests/rewrite/test_rw_matmulnbits.py).
 """
 
 from __future__ import annotations
@@ -68,6 +72,10 @@ DOMAIN = "com.microsoft"
 BITS = (2, 4, 8)
 #: accuracy_level at which onnxruntime's CPU kernel quantizes A to int8 per block.
 INT8_LEVEL = 4
+#: the weight widths it always does so for (2-bit weights: for some block sizes only, refused)
+INT8_BITS = (4, 8)
+#: A's types: float16 is computed in float32 between two Casts, as the CPU kernel does.
+A_TYPES = (np.dtype(np.float32), np.dtype(np.float16))
 #: Inputs of MatMulNBits.
 A, B, SCALES, ZERO_POINTS, G_IDX, BIAS = range(6)
 
@@ -109,8 +117,8 @@ def _refusal(node: gs.Node) -> str | None:
         return f"bits={bits}: only {', '.join(map(str, BITS))} are rewritten"
     if int(node.attrs.get("weight_prepacked", 0)):
         return "B is prepacked in an execution provider's layout"
-    if not is_float(float_dtype(node.inputs[A]), (np.dtype(np.float32),)):
-        return f"A has element type {float_dtype(node.inputs[A]) or 'unknown'}; only float32 is rewritten exactly"
+    if not is_float(float_dtype(node.inputs[A]), A_TYPES):
+        return f"A has element type {float_dtype(node.inputs[A]) or 'unknown'}; float32 and float16 are rewritten"
     blocks = -(-k // block)
     for index, what in ((B, "B"), (SCALES, "scales"), (ZERO_POINTS, "zero_points"), (G_IDX, "g_idx")):
         tensor = node_input(node, index)
@@ -184,8 +192,10 @@ def quantized_activation(bld: Builder, a: gs.Tensor, rank: int, k: int, block: i
     a = bld.op("Reshape", [a, bld.int64([0] * (rank - 1) + [blocks, 1, block], "A_blocks")], name="A_blocks")
     amax = _reduce(bld, "ReduceMax", bld.unary("Abs", a, name="A_abs"), [-1], 1, "A_amax")
     scale = bld.op("Div", [amax, bld.scalar(127.0)], name="A_scale")
-    inverse = bld.select(bld.greater(scale, bld.scalar(0.0), name="A_nonzero"),
-                         bld.unary("Reciprocal", scale, name="A_inverse"), None, name="A_inverse_or_zero")
+    # 127 / max|A|, as the kernel computes it: 1 / (max|A| / 127) is an ulp off for some maxima,
+    # which moves A * inverse across a rounding boundary (1e-2 in Y, float16-valued A at K = 257)
+    inverse = bld.select(bld.greater(amax, bld.scalar(0.0), name="A_nonzero"),
+                         bld.op("Div", [bld.scalar(127.0), amax], name="A_inverse"), None, name="A_inverse_or_zero")
     return bld.unary("Round", bld.op("Mul", [a, inverse], name="A_scaled"), name="A_int8"), scale
 
 
@@ -205,10 +215,22 @@ def int8_product(bld: Builder, node: gs.Node, a: gs.Tensor, rank: int) -> gs.Ten
 
 
 def int8_activation(node: gs.Node, opset: int) -> bool:
-    """Whether A is quantized to int8: accuracy_level 4 and integer zero points (the kernel
-    computes float zero points in float), with a known rank of A for the rewrite; else A is float."""
-    return _level(node) == INT8_LEVEL and not _float_zero_points(node) \
-        and tensor_shape(node.inputs[A]) is not None and opset >= 11
+    """Whether A is quantized to int8 (:func:`_kernel_int8`), with a known rank of A for the
+    rewrite; else A is float."""
+    return _kernel_int8(node) and tensor_shape(node.inputs[A]) is not None and opset >= 11
+
+
+def _kernel_int8(node: gs.Node) -> bool:
+    """Whether the kernel quantizes A: accuracy_level 4, integer zero points (float ones keep the
+    float path) and 4 or 8 bits (2-bit weights: see ``check``)."""
+    return _level(node) == INT8_LEVEL and not _float_zero_points(node) and _attrs(node)[2] in INT8_BITS
+
+
+def _undecided_int8(node: gs.Node) -> bool:
+    """2-bit weights with integer zero points at accuracy_level 4: onnxruntime 1.32 quantizes A
+    for block sizes 32-128 and keeps it float for 16 and 256 (which MLAS kernels exist, on the
+    machine it runs on), so no one rewrite matches the kernel."""
+    return _level(node) == INT8_LEVEL and not _float_zero_points(node) and _attrs(node)[2] not in INT8_BITS
 
 
 def _level(node: gs.Node) -> int:
@@ -232,19 +254,25 @@ class MatMulNBitsRewriter:
         if ctx.opset < 11:
             return f"opset {ctx.opset} < 11 (Slice, Pad and Round take their operands as inputs from 10-11)"
         reason = _refusal(node)
-        if reason is None and _level(node) == INT8_LEVEL and not _float_zero_points(node) \
-                and not int8_activation(node, ctx.opset):
+        if reason is None and _undecided_int8(node):
+            return "2-bit weights at accuracy_level 4: onnxruntime quantizes A for some block sizes only"
+        if reason is None and _kernel_int8(node) and not int8_activation(node, ctx.opset):
             return "accuracy_level 4 (A quantized to int8) needs A's rank"
         return reason
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         bias, a = node_input(node, BIAS), node.inputs[A]
+        rank = len(tensor_shape(a) or ())
         bld = ctx.builder(node, np.float32)
+        half = float_dtype(a) == np.float16  # widened, computed in float32, rounded once at the end
+        if half:
+            a = bld.cast(a, np.float32, name="A_float")
+            bias = None if bias is None else bld.cast(bias, np.float32, name="bias_float")
         if int8_activation(node, ctx.opset):
-            out = int8_product(bld, node, a, len(tensor_shape(a)))
+            out = int8_product(bld, node, a, rank)
         else:
             out = bld.op("MatMul", [a, dequantized_weight(bld, node)], name="matmul")
         y = detach(node, ctx.graph)[0]
         if bias is not None:
             out = bld.op("Add", [out, bias], name="bias")
-        bld.finish(out, y)
+        bld.finish(bld.cast(out, np.float16, name="Y_half") if half else out, y)

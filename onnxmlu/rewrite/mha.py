@@ -17,8 +17,9 @@ packed (``[B, S, N, 3, H]``, key and value absent) and the key K and V packed
 attention reusing a computed key) and get neither bias nor reshape. ``mask`` is
 ``mask_filter_value`` (default -10000) where ``key_padding_mask`` is 0 (shape ``[B, T]`` or
 ``[B, S, T]``) or where the key position is at or beyond the key length it gives (shape
-``[B]``), 0 elsewhere; with ``unidirectional`` the keys after ``i + T - S`` are masked for
-query ``i`` too. ``attention_bias`` is ``[B or 1, N or 1, S, T]``.
+``[B]``), 0 elsewhere; with ``unidirectional`` the keys after ``i + T - S`` get the lowest
+float for query ``i``, as in the CPU kernel -- not ``mask_filter_value``, which a model may set
+small (-3: future keys would keep weight). ``attention_bias`` is ``[B or 1, N or 1, S, T]``.
 
 Rewrite: those formulas node for node (``Add`` of the bias slices, ``Reshape``/``Transpose``,
 ``Concat`` with the past, ``MatMul``, ``Mul`` by ``scale``, ``Add`` of the masks, ``Softmax``
@@ -27,7 +28,10 @@ mask through ``Cast``/``Where`` (or ``Less`` against a ``Range`` of key position
 lengths); the causal mask is a constant when S and T are known, else a ``Trilu`` of a
 ``ConstantOfShape`` (opset 14+).
 
-Refused (host, with the reason): types other than float32, the ``qk`` output, buffer sharing
+float16 is computed in float32 between ``Cast`` nodes (:func:`onnxmlu.rewrite.floattype.widen_half`), as
+the CPU kernel computes it: equal to it, float16 output for float16 output, in every form tried.
+
+Refused (host, with the reason): types other than float32 and float16, the ``qk`` output, buffer sharing
 (``past_sequence_length``), ``cache_indirection``, a bias with packed inputs, a
 ``key_padding_mask`` of the ``3 B + 2`` form, unknown ranks, and a causal mask on unknown
 lengths before opset 14.
@@ -43,10 +47,14 @@ import onnx_graphsurgeon as gs
 from onnxmlu.rewrite.base import RewriteContext, detach, node_input, node_output, tensor_dtype
 from onnxmlu.rewrite.base import tensor_shape
 from onnxmlu.rewrite.builder import Builder
-from onnxmlu.rewrite.floattype import float_dtype, is_float
+from onnxmlu.rewrite.floattype import float_dtype, is_float, widen_half
 
 DOMAIN = "com.microsoft"
+#: query types rewritten: float16 is computed in float32 between casts, as the CPU kernel does
+HALF_OR_FLOAT = (np.dtype(np.float32), np.dtype(np.float16))
 MASK_FILTER = -10000.0
+#: what the kernels put on a future key: the lowest float, whatever mask_filter_value says
+CAUSAL_FILTER = float(np.finfo(np.float32).min)
 QUERY, KEY, VALUE, BIAS, PADDING, ATTN_BIAS, PAST_KEY, PAST_VALUE, PAST_LEN, CACHE_INDIRECTION = range(10)
 
 
@@ -84,8 +92,8 @@ def _form(node: gs.Node) -> str:
 
 def refusal(node: gs.Node) -> str | None:
     """Why the node cannot be rewritten exactly (module docstring), or None."""
-    if not is_float(float_dtype(node.inputs[QUERY]), (np.dtype(np.float32),)):
-        return f"query has element type {float_dtype(node.inputs[QUERY]) or 'unknown'}; only float32 is rewritten"
+    if not is_float(float_dtype(node.inputs[QUERY]), HALF_OR_FLOAT):
+        return f"query has element type {float_dtype(node.inputs[QUERY]) or 'unknown'}; float32/float16 are rewritten"
     if node_output(node, 3) is not None:
         return "its qk output is read"
     for index, what in ((PAST_LEN, "past_sequence_length (shared past/present buffers)"),
@@ -172,7 +180,8 @@ def padding_mask(bld: Builder, mask: gs.Tensor, keys: gs.Tensor, filter_value: f
 
 
 def causal_mask(bld: Builder, q: gs.Tensor, k: gs.Tensor, sizes: tuple, filter_value: float) -> gs.Tensor:
-    """``filter_value`` where key t > query s + T - S, as [S, T] (constant when sizes are known)."""
+    """``filter_value`` (:data:`CAUSAL_FILTER`) where key t > query s + T - S, as [S, T]
+    (constant when sizes are known)."""
     s, t = sizes
     if isinstance(s, int) and isinstance(t, int):
         upper = np.triu(np.ones((s, t), np.float32), k=t - s + 1) * np.float32(filter_value)
@@ -223,7 +232,7 @@ def attend(bld: Builder, q, k, v, scale: float, filter_value: float, masks: Mask
     if masks.padding is not None:
         scores = bld.op("Add", [scores, padding_mask(bld, masks.padding, k, filter_value)], name="masked")
     if masks.causal is not None:
-        scores = bld.op("Add", [scores, causal_mask(bld, q, k, masks.causal, filter_value)], name="causal_masked")
+        scores = bld.op("Add", [scores, causal_mask(bld, q, k, masks.causal, CAUSAL_FILTER)], name="causal_masked")
     if masks.bias is not None:
         scores = bld.op("Add", [scores, masks.bias], name="attention_bias")
     probs = bld.op("Softmax", [scores], attrs={"axis": -1}, name="softmax")
@@ -253,6 +262,8 @@ class MultiHeadAttentionRewriter:
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         heads = int(node.attrs["num_heads"])
         bld = ctx.builder(node, np.float32)
+        if float_dtype(node.inputs[QUERY]) == np.float16:
+            widen_half(node, bld)
         q, k, v = project(bld, node, heads)
         past_key, past_value = node_input(node, PAST_KEY), node_input(node, PAST_VALUE)
         if past_key is not None:

@@ -19,8 +19,13 @@ form), ``Unsqueeze`` to broadcast over the heads, ``Reshape`` of a 3-D input int
 halves (or the even/odd pairs, through a ``Reshape`` to ``[..., r/2, 2]``) by ``Split``, the
 four products with ``Sub``/``Add`` in the kernel's order, ``Concat`` and ``Reshape`` back.
 
-Refused: ``is_packed_batching``, a ``scale`` other than 1, types other than float32, unknown
-ranks or head sizes, and opsets before 11.
+float16 is rotated in float16, as the kernel rotates it (equal, output for output, in every form
+tried: the same products and sums, each rounded to float16).
+
+Refused: ``is_packed_batching``, a ``scale`` other than 1, types other than float32 and float16, unknown
+ranks or head sizes, a 3-D hidden size that is not a multiple of the head size, caches whose
+width is not ``r / 2`` (the kernel rejects them: the rewrite
+would rotate by angles of another width), and opsets before 11.
 """
 
 from __future__ import annotations
@@ -115,18 +120,24 @@ class ContribRotaryRewriter:
             return "is_packed_batching (ragged batches) is not rewritten"
         if float(node.attrs.get("scale", 1.0)) != 1.0:
             return "a scale other than 1 (the kernel's use of it is not defined)"
-        if not is_float(float_dtype(node.inputs[0]), (np.dtype(np.float32),)):
-            return "only float32 is rewritten"
+        if not is_float(float_dtype(node.inputs[0]), (np.dtype(np.float32), np.dtype(np.float16))):
+            return f"input has element type {float_dtype(node.inputs[0]) or 'unknown'}; float32/float16 are rewritten"
         geo = geometry(node)
         if geo is None:
             return "the input's rank or head size is not known"
         if geo[2] % 2 or geo[2] > geo[1]:
             return f"rotary_embedding_dim {geo[2]} is odd or larger than the head size {geo[1]}"
+        hidden = static_dim(node.inputs[0], 2) if geo[0] == 3 else None
+        if hidden is not None and hidden % geo[1]:
+            return f"hidden size {hidden} is not a multiple of the head size {geo[1]} (the kernel rejects it)"
+        half = static_dim(node.inputs[2], 1)
+        if half is not None and 2 * half != geo[2]:
+            return f"cos_cache holds {half} angles a position, not rotary size {geo[2]} / 2 (the kernel rejects it)"
         return None
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
         rank, head, rotary = geometry(node)
-        bld = ctx.builder(node, np.float32)
+        bld = ctx.builder(node, float_dtype(node.inputs[0]))
         x = node.inputs[0]
         cos, sin = _angles(bld, node, rank)
         x4 = bld.reshape(x, [0, 0, -1, head], name="heads") if rank == 3 else x

@@ -17,6 +17,11 @@ onnxruntime's transformer optimizer writes these (contrib-op definitions, onnxru
   axes ``[axis, rank)``, computed in float32 whatever ``X``'s type (a float16 ``X`` is cast to
   float, normalized, cast back -- the kernel's ``stash_type`` 1).
 
+For float16 the kernels sum and normalize in float32 and round each output once (a sum rounded
+to float16 first loses the small parts of a row with a large common part: 0.5 off at 1000, tests/
+rewrite/test_rw_contrib.py); the rewrite casts the inputs to float32, computes the same and casts
+``y`` and ``s`` back (within two float16 ulps: the statistics round in another order).
+
 Rewrite: ``Add`` nodes for ``s``; the LayerNormalization op from opset 17 (ONNX adopted it
 there), before it ``ReduceMean``, ``Sub``, ``Mul``, ``ReduceMean``, ``Add``, ``Sqrt``,
 ``Div``, ``Mul``, ``Add``; the RMS norm as ``Mul``, ``ReduceMean``, ``Add``, ``Sqrt``, ``Div``,
@@ -97,15 +102,20 @@ class SkipNormRewriter:
         beta = None if simplified else node_input(node, 3)
         bias = node_input(node, 3 if simplified else 4)
         epsilon = float(node.attrs.get("epsilon", SKIP_EPSILON))
-        bld = ctx.builder(node, float_dtype(x))
+        half = float_dtype(x) == _F16  # the kernel sums and normalizes in float32, rounds each output once
+        bld = ctx.builder(node, np.float32 if half else float_dtype(x))
+        if half:
+            x, skip, gamma, beta, bias = (None if t is None else bld.cast(t, np.float32, name=f"{n}_float")
+                                          for t, n in ((x, "x"), (skip, "skip"), (gamma, "gamma"), (beta, "beta"),
+                                                       (bias, "bias")))
         outputs = detach(node, ctx.graph)
         total = bld.op("Add", [x, skip], name="skip")
         if bias is not None:
             total = bld.op("Add", [total, bias], name="bias")
         y = rms_norm(bld, total, gamma, epsilon, [-1]) if simplified else layer_norm(bld, total, gamma, beta, epsilon)
-        bld.finish(y, outputs[0])
+        bld.finish(bld.cast(y, np.float16, name="y_half") if half else y, outputs[0])
         if len(outputs) > 3 and not outputs[3].is_empty():
-            bld.finish(total, outputs[3])
+            bld.finish(bld.cast(total, np.float16, name="sum_half") if half else total, outputs[3])
 
 
 class SimplifiedNormRewriter:

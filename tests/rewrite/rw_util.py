@@ -86,3 +86,17 @@ def rewritten_once(model: onnx.ModelProto, rewriter: str, op_type: str) -> onnx.
     assert op_type not in op_types(rewritten)
     full_check(rewritten)
     return rewritten
+
+
+def to_half(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The float16 form of a float32 model: its float initializers, graph inputs and outputs in
+    float16, and its float32 feeds rounded to float16."""
+    half = onnx.ModelProto()
+    half.CopyFrom(model)
+    for init in half.graph.initializer:
+        if init.data_type == onnx.TensorProto.FLOAT:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name))
+    for info in list(half.graph.input) + list(half.graph.output):
+        if info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
+            info.type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
+    return half, {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}

@@ -224,3 +224,18 @@ def test_float16_forms(op, names, opset):
     model, feeds = one_node_model(node, arrays, {"g", "b", "bias"}, opset, out_dtype=TensorProto.FLOAT16)
     rewriter = "skipnorm" if "Layer" in op else "contribgelu"
     check_rewrite(model, feeds, rewriter, op, rtol=2e-3, atol=2e-3)
+
+
+def test_float16_skip_layernorm_sums_in_float32():
+    """The kernels keep input + skip + bias in float32 for the normalization (and round the sum
+    output once); rounding the sum to float16 first lost the small parts of rows with a large
+    common part (values near 1000: a float16 ulp of 0.5; up to 0.5 off). Tolerance: a float16 ulp
+    at the outputs' size (4e-3 at 2-4; the sums of 1000 + small parts are float32-exact only to
+    6e-5 relative, the kernel's and LayerNormalization's statistics round differently)."""
+    rng = np.random.default_rng(7)
+    arrays = {"x": (1000 + rng.standard_normal((2, 3, 32))).astype(np.float16),
+              "skip": (0.1 * rng.standard_normal((2, 3, 32))).astype(np.float16),
+              "g": rng.standard_normal(32).astype(np.float16), "bias": (0.1 * rng.standard_normal(32)).astype(np.float16)}
+    node = helper.make_node("SkipLayerNormalization", ["x", "skip", "g", "", "bias"], ["y", "", "", "sum"], domain=MS)
+    model, feeds = one_node_model(node, arrays, {"g", "bias"}, 17, out_dtype=TensorProto.FLOAT16, outputs=["y", "sum"])
+    check_rewrite(model, feeds, "skipnorm", "SkipLayerNormalization", rtol=2.0**-9, atol=4e-3)

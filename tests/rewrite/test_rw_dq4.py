@@ -29,7 +29,7 @@ def dq_model(shape, signed, mode, axis, block, zp, matmul, rng):
     elif mode == "axis":
         param_shape = [shape[axis]]
     else:
-        param_shape = [d // block if i == axis % rank else d for i, d in enumerate(shape)]
+        param_shape = [-(-d // block) if i == axis % rank else d for i, d in enumerate(shape)]  # ceil
     inits = [helper.make_tensor("x", kind, shape, x.reshape(-1).tolist()),
              numpy_helper.from_array(rng.uniform(0.01, 0.1, param_shape).astype(np.float32), "s")]
     names = ["x", "s"]
@@ -63,6 +63,20 @@ def test_dq4_property(rank, signed, mode, block, zp, seed):
     rewritten, report = rewrite_model(model, only=["dq4"])
     assert report.applied["dq4"] == 1, report.skipped
     assert "DequantizeLinear" not in op_types(rewritten)
+    full_check(onnx.shape_inference.infer_shapes(rewritten))
+    got = run_ort(rewritten, feeds)
+    assert_close(got, run_ort(model, feeds), rtol=1e-6, atol=0)
+    assert_close(got, ReferenceEvaluator(model).run(None, feeds), rtol=1e-6, atol=0, what="vs reference")
+
+
+@pytest.mark.parametrize(("shape", "axis", "block", "signed"), [
+    ([10, 6], 0, 4, True), ([3, 33], -1, 16, False), ([7, 3, 5], 1, 2, True), ([5, 3], 0, 8, False)])
+def test_partial_last_block(shape, axis, block, signed):
+    """The operator's last block covers what is left of the axis (ceil(D / block_size) scales);
+    it was refused as 'not a multiple of block_size'."""
+    model, feeds = dq_model(shape, signed, "block", axis, block, True, False, np.random.default_rng(3))
+    rewritten, report = rewrite_model(model, only=["dq4"])
+    assert report.applied["dq4"] == 1, report.skipped
     full_check(onnx.shape_inference.infer_shapes(rewritten))
     got = run_ort(rewritten, feeds)
     assert_close(got, run_ort(model, feeds), rtol=1e-6, atol=0)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
-from rw_util import assert_close, op_types, run_ort
+from rw_util import assert_close, op_types, run_ort, to_half
 
 from onnxmlu.rewrite import rewrite_model
 
@@ -103,3 +104,51 @@ def test_position_ids_are_refused():
     model.graph.input.append(helper.make_tensor_value_info("pos", TensorProto.INT64, [2, 1]))
     rewritten, report = rewrite_model(model, only=["gqa"])
     assert report.total == 0 and "position_ids" in report.skipped[0].message
+
+
+def _with_attrs(model, **attrs):
+    node = model.graph.node[0]
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+    return model
+
+
+@pytest.mark.parametrize("phase", ["prompt", "continue"])
+def test_bidirectional_gqa_sees_every_key_of_its_sequence(phase):
+    """causal=0 (an encoder's GQA): no query is limited to the keys before it."""
+    model, feeds = gqa_case(np.random.default_rng(1), phase, 2, 0, 0.0, False, False)
+    feeds["seqlens"][:] = feeds["total"][0] - 1  # no padding: every query is compared
+    rewritten, report = rewrite_model(_with_attrs(model, causal=0), only=["gqa"])
+    assert report.applied["gqa"] == 1, report.skipped
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds), what="causal=0")
+
+
+@pytest.mark.parametrize(("attrs", "reason"), [
+    ({"sliding_window_cache": 1, "local_window_size": 2}, "sliding_window_cache=1"),
+    ({"causal": 0, "local_window_size": 2}, "local window without causal=1"),
+    ({"k_quant_type": "PER_TENSOR"}, "k_quant_type=PER_TENSOR")])
+def test_other_cache_layouts_are_refused(attrs, reason):
+    model, _ = gqa_case(np.random.default_rng(0), "decode", 2, 0, 0.0, False, False)
+    rewritten, report = rewrite_model(_with_attrs(model, **attrs), only=["gqa"])
+    assert report.total == 0 and reason in report.skipped[0].message
+
+
+def test_a_later_input_is_named_in_the_reason():
+    model, _ = gqa_case(np.random.default_rng(0), "decode", 2, 0, 0.0, False, False)
+    model.graph.node[0].input.extend([""] * 9 + ["qlens"])  # after cos, sin and seven others
+    model.graph.input.append(helper.make_tensor_value_info("qlens", TensorProto.INT32, [2]))
+    rewritten, report = rewrite_model(model, only=["gqa"])
+    assert report.total == 0 and report.skipped[0].message == "its query_seqlens input is not rewritten"
+
+
+@pytest.mark.parametrize("phase", ["prompt", "decode", "continue"])
+@pytest.mark.parametrize("rotary", [False, True])
+def test_float16_is_the_float32_rewrite_between_casts(phase, rotary):
+    """The CPU kernel computes float16 GQA in float32 and rounds each output once (one float16 ulp
+    apart at most), the rotation in float16; float16 GQA was left on the host."""
+    model, feeds = to_half(*gqa_case(np.random.default_rng(14), phase, 2, 2, 0.0, rotary, rotary))
+    feeds["seqlens"][:] = feeds["total"][0] - 1 if phase == "prompt" else feeds["seqlens"]
+    rewritten, report = rewrite_model(model, only=["gqa"])
+    assert report.applied["gqa"] == 1, report.skipped
+    got = run_ort(rewritten, feeds)
+    assert all(y.dtype == np.float16 for y in got)
+    assert_close(got, run_ort(model, feeds), rtol=2.0**-10, atol=1e-4)

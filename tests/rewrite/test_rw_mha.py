@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
-from rw_util import assert_close, full_check, op_types, run_ort
+from rw_util import assert_close, full_check, op_types, run_ort, to_half
 
 from onnxmlu.rewrite import rewrite_model
 
@@ -109,3 +110,35 @@ def test_qk_output_is_refused():
     model.graph.node[0].output.extend(["", "", "qk"])
     rewritten, report = rewrite_model(model, only=["mha"])
     assert report.total == 0 and "qk output" in report.skipped[0].message
+
+
+def test_future_keys_get_the_lowest_float_whatever_mask_filter_value_says():
+    """A small mask_filter_value (-3) leaves padded keys some weight in the kernel; a future key
+    of a unidirectional MHA gets none (the rewrite added mask_filter_value there too)."""
+    rng = np.random.default_rng(8)
+    model, feeds, reference, reference_feeds = mha_case(rng, "separate", True, "bt", None, True, True, None, 17)
+    for m in (model, reference):
+        m.graph.node[0].attribute.append(helper.make_attribute("mask_filter_value", -3.0))
+    rewritten, report = rewrite_model(model, only=["mha"])
+    assert report.applied["mha"] == 1, report.skipped
+    assert_close(run_ort(rewritten, feeds), run_ort(reference, reference_feeds))
+
+
+@pytest.mark.parametrize("form", ["separate", "qkv", "bnsh"])
+def test_float16_is_the_float32_rewrite_between_casts(form):
+    """The CPU kernel computes float16 MHA in float32 and rounds each output once: the rewrite
+    casts around its float32 graph (it left float16 MHA on the host). One float16 ulp."""
+    rng = np.random.default_rng(12)
+    past = form == "separate"
+    (model, feeds), (reference, reference_feeds) = (to_half(*pair) for pair in _pairs(
+        mha_case(rng, form, past, "bt", "bn", past, True, None, 17)))
+    rewritten, report = rewrite_model(model, only=["mha"])
+    assert report.applied["mha"] == 1, report.skipped
+    got = run_ort(rewritten, feeds)
+    assert all(y.dtype == np.float16 for y in got)
+    assert_close(got, run_ort(reference, reference_feeds), rtol=2.0**-10, atol=1e-4)
+
+
+def _pairs(case):
+    model, feeds, reference, reference_feeds = case
+    return (model, feeds), (reference, reference_feeds)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
-from rw_util import assert_close, full_check, op_types, run_ort
+from rw_util import assert_close, full_check, op_types, run_ort, to_half
 
 from onnxmlu.rewrite import rewrite_model
 
@@ -81,3 +82,39 @@ def test_left_padding_mask_is_refused():
     mask.type.tensor_type.shape.dim[0].dim_value = 4  # [2 * batch]: left padding
     rewritten, report = rewrite_model(model, only=["msattention"])
     assert report.total == 0 and "left padding" in report.skipped[0].message
+
+
+def test_unidirectional_with_a_small_mask_filter_value():
+    """Future keys get the lowest float in the kernel, padded keys mask_filter_value (-3 here)."""
+    model, feeds = attention_model(np.random.default_rng(9), "bt", True, True, False, None, False)
+    model.graph.node[0].attribute.append(helper.make_attribute("mask_filter_value", -3.0))
+    rewritten, report = rewrite_model(model, only=["msattention"])
+    assert report.applied["msattention"] == 1, report.skipped
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds))
+
+
+def test_past_with_a_wider_value_is_refused():
+    """One past [2, B, N, P, H] holds K and V: a V hidden size other than K's is invalid (the
+    kernel rejects it); the rewrite built a graph that failed at load."""
+    model, _ = attention_model(np.random.default_rng(0), "none", True, False, False, None, True)
+    rewritten, report = rewrite_model(model, only=["msattention"])
+    assert report.total == 0 and "V hidden size" in report.skipped[0].message
+
+
+def test_a_shared_buffer_refusal_names_only_the_buffer():
+    model, _ = attention_model(np.random.default_rng(0), "none", True, True, False, None, False)
+    model.graph.node[0].attribute.append(helper.make_attribute("past_present_share_buffer", 1))
+    rewritten, report = rewrite_model(model, only=["msattention"])
+    assert report.total == 0 and report.skipped[0].message == "a shared past/present buffer is not rewritten"
+
+
+@pytest.mark.parametrize(("mask", "past"), [("bt", True), ("lengths", False)])
+def test_float16_is_the_float32_rewrite_between_casts(mask, past):
+    """The CPU kernel computes float16 Attention in float32 and rounds each output once: the
+    rewrite casts around its float32 graph (it left float16 on the host). One float16 ulp."""
+    model, feeds = to_half(*attention_model(np.random.default_rng(13), mask, past, True, not past, None, False))
+    rewritten, report = rewrite_model(model, only=["msattention"])
+    assert report.applied["msattention"] == 1, report.skipped
+    got = run_ort(rewritten, feeds)
+    assert all(y.dtype == np.float16 for y in got)
+    assert_close(got, run_ort(model, feeds), rtol=2.0**-10, atol=1e-4)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
-from rw_util import assert_close, full_check, op_types, run_ort
+from rw_util import assert_close, full_check, op_types, run_ort, to_half
 
 from onnxmlu.rewrite import rewrite_model
 
@@ -59,3 +60,38 @@ def test_packed_batching_is_refused():
     model.graph.node[0].attribute.append(helper.make_attribute("is_packed_batching", 1))
     rewritten, report = rewrite_model(model, only=["msrotary"])
     assert report.total == 0 and "is_packed_batching" in report.skipped[0].message
+
+
+def test_a_cache_narrower_than_the_rotary_size_is_refused():
+    """Partial caches without rotary_embedding_dim: the kernel rejects the node (cos_cache must be
+    head_size / 2 wide); the rewrite rotated the whole head with them."""
+    model, _ = rotary_model(4, False, False, True, np.random.default_rng(2))
+    node = model.graph.node[0]
+    kept = [a for a in node.attribute if a.name not in ("rotary_embedding_dim", "num_heads")]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    rewritten, report = rewrite_model(model, only=["msrotary"])
+    assert report.total == 0 and "cos_cache holds" in report.skipped[0].message
+
+
+def test_a_hidden_size_that_is_not_whole_heads_is_refused():
+    """3-D input without num_heads: the head size is the cache's width * 2; a hidden size that is
+    not a multiple of it is rejected by the kernel, and the rewrite's Reshape failed at load."""
+    model, _ = rotary_model(3, False, False, True, np.random.default_rng(1))
+    node = model.graph.node[0]
+    kept = [a for a in node.attribute if a.name not in ("rotary_embedding_dim", "num_heads")]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    rewritten, report = rewrite_model(model, only=["msrotary"])
+    assert report.total == 0 and "not a multiple of the head size" in report.skipped[0].message
+
+
+@pytest.mark.parametrize(("rank", "interleaved"), [(3, False), (4, True)])
+def test_float16_rotates_in_float16_as_the_kernel(rank, interleaved):
+    """float16 was left on the host; the kernel rotates in float16, and so does the rewrite: equal."""
+    model, feeds = to_half(*rotary_model(rank, False, interleaved, True, np.random.default_rng(5)))
+    rewritten, report = rewrite_model(model, only=["msrotary"])
+    assert report.applied["msrotary"] == 1, report.skipped
+    got = run_ort(rewritten, feeds)
+    assert got[0].dtype == np.float16
+    np.testing.assert_array_equal(got[0], run_ort(model, feeds)[0])
