@@ -62,28 +62,29 @@ def test_packed_batching_is_refused():
     assert report.total == 0 and "is_packed_batching" in report.skipped[0].message
 
 
-def test_a_cache_narrower_than_the_rotary_size_is_refused():
-    """Partial caches without rotary_embedding_dim: the kernel rejects the node (cos_cache must be
-    head_size / 2 wide); the rewrite rotated the whole head with them."""
-    model, _ = rotary_model(4, False, False, True, np.random.default_rng(2))
+def _refusal_without_sizes(rank: int, seed: int) -> str:
+    """The reason the rewriter gives a partial-rotary node stripped of rotary_embedding_dim and
+    num_heads (it must refuse it)."""
+    model, _ = rotary_model(rank, False, False, True, np.random.default_rng(seed))
     node = model.graph.node[0]
     kept = [a for a in node.attribute if a.name not in ("rotary_embedding_dim", "num_heads")]
     del node.attribute[:]
     node.attribute.extend(kept)
-    rewritten, report = rewrite_model(model, only=["msrotary"])
-    assert report.total == 0 and "cos_cache holds" in report.skipped[0].message
+    _, report = rewrite_model(model, only=["msrotary"])
+    assert report.total == 0
+    return report.skipped[0].message
+
+
+def test_a_cache_narrower_than_the_rotary_size_is_refused():
+    """Partial caches without rotary_embedding_dim: the kernel rejects the node (cos_cache must be
+    head_size / 2 wide); the rewrite rotated the whole head with them."""
+    assert "cos_cache holds" in _refusal_without_sizes(4, 2)
 
 
 def test_a_hidden_size_that_is_not_whole_heads_is_refused():
     """3-D input without num_heads: the head size is the cache's width * 2; a hidden size that is
     not a multiple of it is rejected by the kernel, and the rewrite's Reshape failed at load."""
-    model, _ = rotary_model(3, False, False, True, np.random.default_rng(1))
-    node = model.graph.node[0]
-    kept = [a for a in node.attribute if a.name not in ("rotary_embedding_dim", "num_heads")]
-    del node.attribute[:]
-    node.attribute.extend(kept)
-    rewritten, report = rewrite_model(model, only=["msrotary"])
-    assert report.total == 0 and "not a multiple of the head size" in report.skipped[0].message
+    assert "not a multiple of the head size" in _refusal_without_sizes(3, 1)
 
 
 @pytest.mark.parametrize(("rank", "interleaved"), [(3, False), (4, True)])
