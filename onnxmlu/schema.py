@@ -30,7 +30,10 @@ library that runs the blocks and how to get it, the hardware profile, strategy a
 finds the answer in the file (Netron shows the properties). ``onnxmlu.pricing_shape``
 (:data:`PRICING_SHAPE_KEY`, JSON: :class:`onnxmlu.frontend.pins.PricingShape`) records the input
 shapes the plan was priced at: ``{"inputs": {NAME: [dims]}, "defaulted": [symbolic dims no pin
-sized], "profile": null or {"min"|"opt"|"max": {NAME: [dims]}}}``; the graph keeps its symbolic dims.
+sized], "profile": null or {"min"|"opt"|"max": {NAME: [dims]}}, "sim_latency_us": null or
+{"min"|"opt"|"max": µs}}``; the graph keeps its symbolic dims. ``sim_latency_us`` (the plan's
+simulated latency at each point of the ranges, as ``fuse`` prints it) came later: a record
+without it reads as null, and ``inspect`` and ``report`` say the file does not record it.
 
 Registering the schema (``ensure_registered``) lets ``onnx.checker.check_model(full_check=True)``
 check a fused node's attributes. The schema deliberately has no Python inference function:

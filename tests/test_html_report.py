@@ -5,6 +5,7 @@ the ``browser``-marked test (Debian's chromium, when installed)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import zlib
@@ -21,6 +22,7 @@ from onnxmlu import api
 from onnxmlu.cli import app
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.pins import DimRange
+from onnxmlu.schema import PRICING_SHAPE_KEY, model_metadata, record_pricing_shape
 from onnxmlu.tools.testing import conv_chain_model
 
 
@@ -174,6 +176,24 @@ def test_a_fused_file_report_reads_the_pricing_shape_and_the_layers_of_each_bloc
     page = Page(api.report(fused, tmp_path / "f.html").read_text())
     assert "priced at images:1x3x224x224 (default for symbolic dims N, H, W; pin with --input-shape)" in page.words()
     assert [r[:2] for r in page.tables["layers-0"][1:]] == [["conv0", "Conv"], ["relu0", "Relu"], ["conv1", "Conv"]]
+
+
+def test_a_fused_file_report_shows_the_simulated_us_of_its_profile(tmp_path):
+    """The min / opt / max table of a fused file read '–' for every simulated µs: the file kept
+    the shapes only. It reads the figures fuse recorded; a file without them says so."""
+    fused, result = tmp_path / "f.onnx", api.fuse(symbolic_conv(), input_shapes=RANGE, strategy="none")
+    onnx.save(result.model, fused)
+    profile = Page(api.report(fused, tmp_path / "f.html").read_text()).tables["profile"][1:]
+    assert [row[0] for row in profile] == ["min", "opt", "max"]
+    assert [float(row[2]) for row in profile] == [round(result.profile.latency_us[p], 1) for p in ("min", "opt", "max")]
+    older = onnx.load(fused)
+    record = json.loads(model_metadata(older)[PRICING_SHAPE_KEY])
+    del record["sim_latency_us"]  # as written before the record held them
+    record_pricing_shape(older, record)
+    onnx.save(older, fused)
+    page = Page(api.report(fused, tmp_path / "g.html").read_text())
+    assert [row[2] for row in page.tables["profile"][1:]] == ["–"] * 3
+    assert "'–': simulated µs at min/opt/max not recorded in this file (fused before it was)." in page.words()
 
 
 def test_the_auto_chart_has_labelled_axes_and_a_legend(library, chain_file, tmp_path):

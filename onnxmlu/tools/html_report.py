@@ -134,10 +134,12 @@ def _pricing(report: dict) -> str:
     text = f"<p id=\"pricing\">{_e(pricing.describe())}. Simulated figures are for this shape.</p>"
     if not pricing.profile:
         return text + "<p>No <code>--input-shape</code> range: the plan was priced at this shape only.</p>"
-    latency = (report.get("profile") or {}).get("sim_latency_us", {})
+    latency = (report.get("profile") or {}).get("sim_latency_us") or pricing.latency_us or {}
     rows = [[point, shapes_text(pricing.profile[point]),
              f"{latency[point]:.1f}" if point in latency else "–"] for point in POINTS if point in pricing.profile]
-    return text + _table(["point", "input shapes", "simulated µs"], rows, {2}, "profile") + _mp_moves(report)
+    unrecorded = ("" if latency else f"<p id=\"profile-unrecorded\">'–': {_e(pricing.ranges_text())}.</p>")
+    return (text + _table(["point", "input shapes", "simulated µs"], rows, {2}, "profile") + unrecorded
+            + _mp_moves(report))
 
 
 def _mp_moves(report: dict) -> str:
