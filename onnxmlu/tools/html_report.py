@@ -32,8 +32,8 @@ from onnxmlu.collapse.atomic import write_bytes_atomic
 from onnxmlu.frontend.pins import POINTS, PricingShape, shapes_text
 from onnxmlu.plan.profile import BlockAcross
 from onnxmlu.schema import PRICING_SHAPE_KEY
-from onnxmlu.tools.verify import nan_fails
-from onnxmlu.wording import noun, plural
+from onnxmlu.tools.verify import nan_fails, seeded_inputs
+from onnxmlu.wording import plural
 
 _WIDTH = 960
 _STYLE = """
@@ -377,11 +377,11 @@ def _check(check: dict) -> str:
     tolerances = f"atol {check['atol']:g}, rtol {check['rtol']:g}{steps}"
     judged = f"judged by {check['budget']}" if check.get("budget") else tolerances
     seeds = check.get("seeds") or []
-    ran = f"{noun(len(seeds), 'seed')} {', '.join(map(str, seeds))}" if seeds else "no random seed"
-    data = f" · inputs: {check['data']}" if check.get("data") else ""
+    said = check.get("data") or (seeded_inputs(seeds) if seeds else "")  # a seeded check's names its seeds
+    data = ("" if seeds else " · no random seed") + (f" · inputs: {said}" if said else "")
     shapes = [[run["label"], shapes_text(run["inputs"]) or "scalars only", run["status"], run.get("note", "")]
               for run in check.get("shapes", [])]
-    return (f"<p id=\"check-rule\">{_e(judged)} · {_e(ran)}{_e(data)}</p>"
+    return (f"<p id=\"check-rule\">{_e(judged)}{_e(data)}</p>"
             + (_table(["run", "input shapes", "status", "note"], shapes, set(), "check-shapes") if shapes else "")
             + _table(["output", "shape", "max abs err", "max rel err", "rule",
                       "within tol" if check.get("budget") else "ok"], rows, {2, 3}, "check")  # check's own headers
