@@ -114,6 +114,12 @@ def describe_fused_model(model: onnx.ModelProto, *, hardware: str, strategy: str
         model.metadata_props.add(key=key, value=value)
 
 
+def block_node_name(index: int, mp: int) -> str:
+    """A block's name: its node's in the fused file (what Netron shows, with its MP), and the
+    block's everywhere else (``inspect``, ``report`` of the model and of the file, ``run --profile``)."""
+    return f"block_{index} (mp={mp})"
+
+
 #: The line a host node's ``doc_string`` gets in a fused file: why the plan left it on the host
 #: (Netron shows it as the node's description; ``inspect`` and ``report`` of the file read it).
 HOST_NOTE = "onnxmlu: on the host: "

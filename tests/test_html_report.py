@@ -35,13 +35,16 @@ class Page(HTMLParser):
         self.tags: list[tuple[str, dict]] = []
         self.tables: dict[str, list[list[str]]] = {}
         self.text: list[str] = []
-        self._table = self._row = None
+        self._summaries: list[str] = []
+        self._table = self._row = self._summary = None
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         self.tags.append((tag, attrs))
-        if tag == "table":
+        if tag == "summary":
+            self._summary = []
+        elif tag == "table":
             self._table = self.tables.setdefault(attrs.get("id", ""), [])
         elif tag == "tr" and self._table is not None:
             self._row = []
@@ -50,11 +53,20 @@ class Page(HTMLParser):
     def handle_endtag(self, tag):
         if tag == "table":
             self._table = None
+        elif tag == "summary" and self._summary is not None:
+            self._summaries.append(" ".join("".join(self._summary).split()))
+            self._summary = None
 
     def handle_data(self, data):
         self.text.append(data)
+        if self._summary is not None:
+            self._summary.append(data)
         if self._row is not None and data.strip():
             self._row.append(data.strip())
+
+    def summaries(self) -> list[str]:
+        """The text of each ``<summary>`` (a ``<details>``' heading), in order."""
+        return list(self._summaries)
 
     def words(self) -> str:
         """The page's text, whitespace collapsed."""

@@ -31,7 +31,7 @@ from onnxmlu.analyze.coverage import Coverage
 from onnxmlu.collapse.atomic import write_bytes_atomic
 from onnxmlu.frontend.pins import POINTS, PricingShape, shapes_text
 from onnxmlu.plan.profile import BlockAcross
-from onnxmlu.schema import PRICING_SHAPE_KEY
+from onnxmlu.schema import PRICING_SHAPE_KEY, block_node_name
 from onnxmlu.tools.verify import nan_fails, seeded_inputs
 from onnxmlu.wording import plural
 
@@ -87,9 +87,11 @@ def _e(value) -> str:
 
 
 def _block(row: dict) -> dict:
-    """One block's fields, from either report's block row."""
+    """One block's fields, from either report's block row: a fused file's gives its node's name,
+    a plan's its index, named as its node is (:func:`~onnxmlu.schema.block_node_name`)."""
     layers = row.get("layers")
-    return {"name": row["block"] if isinstance(row["block"], str) else f"block_{row['block']}",
+    name = row["block"] if isinstance(row["block"], str) else block_node_name(row["block"], row.get("mp"))
+    return {"name": name,
             "mp": row.get("mp"), "precision": row.get("precision", "fp32"),
             "layers": layers if isinstance(layers, int) else len(layers or []),
             "sim_us": row.get("sim_latency_us"), "first": row.get("first", ""), "last": row.get("last", ""),
