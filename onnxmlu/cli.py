@@ -1073,7 +1073,7 @@ def _show_run(report) -> None:
             _plain(f"not in the file: {', '.join(made)}: onnxruntime's graph optimizer made "
                    f"{noun(len(made), 'this node', 'these nodes')} in the session; the nodes replaced have no row")
     if report.thread_note:
-        console.print(f"threads: {report.thread_note}")
+        _plain(f"threads: {report.thread_note}")  # one line, as the other notes: the terminal wraps it
 
 
 def _profile_table(report) -> Table:
