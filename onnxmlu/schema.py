@@ -47,6 +47,7 @@ then onnx's own inference), which needs no registration and no callback across t
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from typing import Sequence
 
@@ -118,6 +119,13 @@ def block_node_name(index: int, mp: int) -> str:
     """A block's name: its node's in the fused file (what Netron shows, with its MP), and the
     block's everywhere else (``inspect``, ``report`` of the model and of the file, ``run --profile``)."""
     return f"block_{index} (mp={mp})"
+
+
+def block_index(name: str) -> int | None:
+    """The index in a :func:`block_node_name` (a nested block's, after its subgraph's ``.../``);
+    None for a node named otherwise (renamed by hand, or not a block)."""
+    found = re.fullmatch(r"block_(\d+) \(mp=\d+\)", name.rpartition("/")[2])
+    return None if found is None else int(found.group(1))
 
 
 #: The line a host node's ``doc_string`` gets in a fused file: why the plan left it on the host
