@@ -3,7 +3,8 @@
 Everything is inline -- styles in a ``<style>`` element, charts as inline SVG, no script, no
 font, no image file, links only to the page's own anchors -- so the page opens from disk,
 offline, and can be mailed as one file. Sections: the shape the plan was priced at and, with
-``--input-shape`` ranges, its min / opt / max profile; a timeline of the blocks on the simulated
+``--input-shape`` ranges, its min / opt / max profile (the simulated µs at each point: the
+``fuse`` report's, or a fused file's ``onnxmlu.pricing_shape`` record); a timeline of the blocks on the simulated
 accelerator (each bar as wide as the block's simulated latency, coloured by its MP, a legend
 naming each colour, a time axis); the per-block table, each block opening onto its layers
 (``<details>``: per layer its simulated time, compute and memory time, bytes moved and which
