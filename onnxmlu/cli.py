@@ -36,7 +36,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from onnxmlu import ortlog
 from onnxmlu.errors import OnnxMluError, runtime_message
-from onnxmlu.frontend.pins import shapes_text
+from onnxmlu.frontend.pins import latency_text, shapes_text
 from onnxmlu.optional import optional_import
 from onnxmlu.precisions import PRECISIONS
 from onnxmlu.progress import Tally
@@ -550,8 +550,7 @@ def _show_profile(profile, strategy: str = "the strategy") -> None:
     blocks whose best MP moves across them (:meth:`~onnxmlu.plan.profile.BlockAcross.sentence`)."""
     if profile is None:
         return
-    shapes = " · ".join(f"{p} {t:,.1f} µs" for p, t in profile.latency_us.items())
-    _plain(f"over the input ranges: {shapes}")
+    _plain(f"over the input ranges: {latency_text(profile.latency_us)}")
     for b in (b for b in profile.blocks if b.mp_moves):
         _plain(f"  {b.sentence(strategy)}")
 
@@ -782,6 +781,9 @@ def _show_fused(summary) -> None:
         reason = f": {h['reason']}" if "reason" in h else ""
         console.print(f"host: {h['node']} ({h['op_type']}){reason}", highlight=False)
     _show_pricing(summary.pricing)
+    ranges = None if summary.pricing is None else summary.pricing.ranges_text()
+    if ranges:  # the line fuse printed, from the record
+        _plain(f"over the input ranges: {ranges}")
     for key, value in report["metadata"].items():
         if key.startswith("onnxmlu.") and key != "onnxmlu.pricing_shape":  # shown above, in words
             console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
@@ -1071,7 +1073,7 @@ def _show_run(report) -> None:
             _plain(f"not in the file: {', '.join(made)}: onnxruntime's graph optimizer made "
                    f"{noun(len(made), 'this node', 'these nodes')} in the session; the nodes replaced have no row")
     if report.thread_note:
-        console.print(f"threads: {report.thread_note}")
+        _plain(f"threads: {report.thread_note}")  # one line, as the other notes: the terminal wraps it
 
 
 def _profile_table(report) -> Table:

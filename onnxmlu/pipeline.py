@@ -406,7 +406,9 @@ def pricing_of(ctx: Context) -> PricingShape:
     """The shapes the run's plan was priced at, its profile's with --input-shape ranges."""
     shapes = ctx.options.shapes
     pins = {**{n: list(np.shape(v)) for n, v in (shapes.inputs or {}).items()}, **(shapes.input_shapes or {})}
-    return pricing_shape(ctx.model, pins, ctx.analysis.input_shapes, ctx.profile.inputs if ctx.profile else None)
+    profile = ctx.profile
+    return pricing_shape(ctx.model, pins, ctx.analysis.input_shapes, profile.inputs if profile else None,
+                         dict(profile.latency_us) if profile else None)
 
 
 def _block_bodies(ctx: Context) -> "BlockBodies | None":

@@ -30,7 +30,10 @@ library that runs the blocks and how to get it, the hardware profile, strategy a
 finds the answer in the file (Netron shows the properties). ``onnxmlu.pricing_shape``
 (:data:`PRICING_SHAPE_KEY`, JSON: :class:`onnxmlu.frontend.pins.PricingShape`) records the input
 shapes the plan was priced at: ``{"inputs": {NAME: [dims]}, "defaulted": [symbolic dims no pin
-sized], "profile": null or {"min"|"opt"|"max": {NAME: [dims]}}}``; the graph keeps its symbolic dims.
+sized], "profile": null or {"min"|"opt"|"max": {NAME: [dims]}}, "sim_latency_us": null or
+{"min"|"opt"|"max": µs}}``; the graph keeps its symbolic dims. ``sim_latency_us`` (the plan's
+simulated latency at each point of the ranges, as ``fuse`` prints it) came later: a record
+without it reads as null, and ``inspect`` and ``report`` say the file does not record it.
 
 Registering the schema (``ensure_registered``) lets ``onnx.checker.check_model(full_check=True)``
 check a fused node's attributes. The schema deliberately has no Python inference function:
@@ -44,6 +47,7 @@ then onnx's own inference), which needs no registration and no callback across t
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from typing import Sequence
 
@@ -109,6 +113,19 @@ def describe_fused_model(model: onnx.ModelProto, *, hardware: str, strategy: str
               str(len(precisions)))
     for key, value in zip(METADATA_KEYS, values):
         model.metadata_props.add(key=key, value=value)
+
+
+def block_node_name(index: int, mp: int) -> str:
+    """A block's name: its node's in the fused file (what Netron shows, with its MP), and the
+    block's everywhere else (``inspect``, ``report`` of the model and of the file, ``run --profile``)."""
+    return f"block_{index} (mp={mp})"
+
+
+def block_index(name: str) -> int | None:
+    """The index in a :func:`block_node_name` (a nested block's, after its subgraph's ``.../``);
+    None for a node named otherwise (renamed by hand, or not a block)."""
+    found = re.fullmatch(r"block_(\d+) \(mp=\d+\)", name.rpartition("/")[2])
+    return None if found is None else int(found.group(1))
 
 
 #: The line a host node's ``doc_string`` gets in a fused file: why the plan left it on the host

@@ -5,6 +5,8 @@ the ``browser``-marked test (Debian's chromium, when installed)."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import zlib
@@ -21,6 +23,7 @@ from onnxmlu import api
 from onnxmlu.cli import app
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.frontend.pins import DimRange
+from onnxmlu.schema import PRICING_SHAPE_KEY, model_metadata, record_pricing_shape
 from onnxmlu.tools.testing import conv_chain_model
 
 
@@ -32,13 +35,16 @@ class Page(HTMLParser):
         self.tags: list[tuple[str, dict]] = []
         self.tables: dict[str, list[list[str]]] = {}
         self.text: list[str] = []
-        self._table = self._row = None
+        self._summaries: list[str] = []
+        self._table = self._row = self._summary = None
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         self.tags.append((tag, attrs))
-        if tag == "table":
+        if tag == "summary":
+            self._summary = []
+        elif tag == "table":
             self._table = self.tables.setdefault(attrs.get("id", ""), [])
         elif tag == "tr" and self._table is not None:
             self._row = []
@@ -47,11 +53,20 @@ class Page(HTMLParser):
     def handle_endtag(self, tag):
         if tag == "table":
             self._table = None
+        elif tag == "summary" and self._summary is not None:
+            self._summaries.append(" ".join("".join(self._summary).split()))
+            self._summary = None
 
     def handle_data(self, data):
         self.text.append(data)
+        if self._summary is not None:
+            self._summary.append(data)
         if self._row is not None and data.strip():
             self._row.append(data.strip())
+
+    def summaries(self) -> list[str]:
+        """The text of each ``<summary>`` (a ``<details>``' heading), in order."""
+        return list(self._summaries)
 
     def words(self) -> str:
         """The page's text, whitespace collapsed."""
@@ -176,6 +191,24 @@ def test_a_fused_file_report_reads_the_pricing_shape_and_the_layers_of_each_bloc
     assert [r[:2] for r in page.tables["layers-0"][1:]] == [["conv0", "Conv"], ["relu0", "Relu"], ["conv1", "Conv"]]
 
 
+def test_a_fused_file_report_shows_the_simulated_us_of_its_profile(tmp_path):
+    """The min / opt / max table of a fused file read '–' for every simulated µs: the file kept
+    the shapes only. It reads the figures fuse recorded; a file without them says so."""
+    fused, result = tmp_path / "f.onnx", api.fuse(symbolic_conv(), input_shapes=RANGE, strategy="none")
+    onnx.save(result.model, fused)
+    profile = Page(api.report(fused, tmp_path / "f.html").read_text()).tables["profile"][1:]
+    assert [row[0] for row in profile] == ["min", "opt", "max"]
+    assert [float(row[2]) for row in profile] == [round(result.profile.latency_us[p], 1) for p in ("min", "opt", "max")]
+    older = onnx.load(fused)
+    record = json.loads(model_metadata(older)[PRICING_SHAPE_KEY])
+    del record["sim_latency_us"]  # as written before the record held them
+    record_pricing_shape(older, record)
+    onnx.save(older, fused)
+    page = Page(api.report(fused, tmp_path / "g.html").read_text())
+    assert [row[2] for row in page.tables["profile"][1:]] == ["–"] * 3
+    assert "'–': simulated µs at min/opt/max not recorded in this file (fused before it was)." in page.words()
+
+
 def test_the_auto_chart_has_labelled_axes_and_a_legend(library, chain_file, tmp_path):
     page = Page(api.report(chain_file, tmp_path / "a.html", precision="auto", accuracy="cosine>=0.99").read_text())
     text = page.words()
@@ -184,8 +217,12 @@ def test_the_auto_chart_has_labelled_axes_and_a_legend(library, chain_file, tmp_
 
 
 def test_the_check_says_what_it_ran_never_seeds_of_nothing(library, chain_file, tmp_path):
+    """The seeds a check ran, once (the line read ``seed 0 · inputs: seeded random inputs (seed 0)``),
+    and ``no random seed`` when it ran on samples (it read ``seeds []``)."""
     plain = Page(api.report(chain_file, tmp_path / "r.html", check=True).read_text())
-    assert "seed 0 ·" in plain.words() and plain.tables["check-shapes"][1][:3] == ["default", "x:1x8x16x16", "ok"]
+    assert plain.tables["check-shapes"][1][:3] == ["default", "x:1x8x16x16", "ok"]
+    words = plain.words()
+    assert "inputs: seeded random inputs (seed 0)" in words and len(re.findall(r"\bseed 0\b", words)) == 1, words
     auto = Page(api.report(chain_file, tmp_path / "a.html", check=True, precision="auto").read_text())
     assert "seeds []" not in auto.words() and "no random seed · inputs:" in auto.words()
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from onnxmlu import api
 from onnxmlu.cli import app
 from onnxmlu.frontend.pins import concrete_shapes, parse_input_shapes, shapes_text, with_defaults
-from onnxmlu.schema import PRICING_SHAPE_KEY, model_metadata
+from onnxmlu.schema import PRICING_SHAPE_KEY, model_metadata, record_pricing_shape
 
 runner = CliRunner()
 
@@ -46,7 +46,8 @@ def test_fuse_prints_and_records_a_default_pricing_shape(tmp_path):
     assert "priced at images:1x3x224x224 (default for symbolic dims N, H, W; pin with --input-shape)" \
         in result.output
     record = json.loads(model_metadata(onnx.load(out))[PRICING_SHAPE_KEY])
-    assert record == {"inputs": {"images": [1, 3, 224, 224]}, "defaulted": ["N", "H", "W"], "profile": None}
+    assert record == {"inputs": {"images": [1, 3, 224, 224]}, "defaulted": ["N", "H", "W"], "profile": None,
+                      "sim_latency_us": None}
     assert json.loads((tmp_path / "r.json").read_text())["pricing_shape"] == record
     assert parse_input_shapes(["images:1x3x224x224"]) == {"images": [1, 3, 224, 224]}  # the line's spelling
     shown = invoke("inspect", out)
@@ -61,7 +62,8 @@ def test_inspect_json_carries_the_pricing_shape_its_text_prints(tmp_path):
     record = json.loads(model_metadata(onnx.load(out))[PRICING_SHAPE_KEY])
     assert json.loads(invoke("inspect", out, "--json", "-", "-q").output)["pricing_shape"] == record
     plain = json.loads(invoke("inspect", src, "--json", "-", "-q").output)["pricing_shape"]
-    assert plain == {"inputs": {"images": [1, 3, 224, 224]}, "defaulted": ["N", "H", "W"], "profile": None}
+    assert plain == {"inputs": {"images": [1, 3, 224, 224]}, "defaulted": ["N", "H", "W"], "profile": None,
+                     "sim_latency_us": None}
     assert "priced at images:1x3x224x224 (default" in invoke("inspect", src).output
 
 
@@ -83,7 +85,7 @@ def _pricing_lines(output: str) -> list[str]:
 def test_plain_inspect_shows_the_range_profile_fuse_printed(tmp_path):
     """``inspect`` of the model with the same ranges, and of the fused model, print fuse's
     ``priced at`` and ``input profile`` lines word for word (the model's lacked the profile);
-    ``--json`` carries the profile fuse recorded."""
+    ``--json`` carries the profile fuse recorded (not its simulated latencies: inspect prices no plan)."""
     src, out, ranges = tmp_path / "m.onnx", tmp_path / "f.onnx", ("--input-shape", "images:1,3,32/64/128,64")
     onnx.save(symbolic_conv(), src)
     printed = _pricing_lines(invoke("fuse", src, out, *ranges).output)
@@ -92,7 +94,46 @@ def test_plain_inspect_shows_the_range_profile_fuse_printed(tmp_path):
     assert _pricing_lines(invoke("inspect", src, *ranges, "--no-rewrite").output) == printed
     assert _pricing_lines(invoke("inspect", out).output) == printed
     record = json.loads(model_metadata(onnx.load(out))[PRICING_SHAPE_KEY])
-    assert json.loads(invoke("inspect", src, *ranges, "--json", "-", "-q").output)["pricing_shape"] == record
+    assert json.loads(invoke("inspect", src, *ranges, "--json", "-", "-q").output)["pricing_shape"] == \
+        {**record, "sim_latency_us": None}
+
+
+def _ranges_line(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("over the input ranges:")]
+
+
+def test_a_fused_file_records_the_simulated_latency_at_each_end_of_its_ranges(tmp_path):
+    """``fuse`` prints the plan's simulated µs at min, opt and max; the file kept only the shapes,
+    so ``inspect`` of it had no such line and ``--json`` no figures. Now both read the record."""
+    src, out, ranges = tmp_path / "m.onnx", tmp_path / "f.onnx", ("--input-shape", "images:1,3,32/64/128,64")
+    onnx.save(symbolic_conv(), src)
+    fused = invoke("fuse", src, out, *ranges, "--json", tmp_path / "r.json")
+    printed = _ranges_line(fused.output)
+    assert fused.exit_code == 0 and len(printed) == 1, fused.output
+    assert _ranges_line(invoke("inspect", out).output) == printed
+    latency = json.loads((tmp_path / "r.json").read_text())["profile"]["sim_latency_us"]
+    assert list(latency) == ["min", "opt", "max"] and latency["min"] < latency["max"]
+    assert json.loads(invoke("inspect", out, "--json", "-", "-q").output)["pricing_shape"]["sim_latency_us"] \
+        == pytest.approx(latency, rel=1e-12)
+
+
+def test_a_record_without_the_latencies_still_reads_and_says_so(tmp_path):
+    """A file fused before the record held ``sim_latency_us``: its shapes still read, and
+    ``inspect`` says the figures are not recorded instead of printing none."""
+    src, out = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_conv(), src)
+    assert invoke("fuse", src, out, "--input-shape", "images:1,3,32/64/128,64", "-q").exit_code == 0
+    older = onnx.load(out)
+    record = json.loads(model_metadata(older)[PRICING_SHAPE_KEY])
+    del record["sim_latency_us"]
+    record_pricing_shape(older, record)
+    onnx.save(older, out)
+    shown = invoke("inspect", out)
+    assert shown.exit_code == 0 and "input profile: min images:1x3x32x64" in shown.output, shown.output
+    assert _ranges_line(shown.output) == ["over the input ranges: simulated µs at min/opt/max not recorded in this "
+                                          "file (fused before it was)"], shown.output
+    read = json.loads(invoke("inspect", out, "--json", "-", "-q").output)["pricing_shape"]
+    assert read == {**record, "sim_latency_us": None}
 
 
 def test_inspect_of_a_fused_file_without_the_record_says_it_has_none(tmp_path):

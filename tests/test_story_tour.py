@@ -268,6 +268,26 @@ def test_the_report_of_a_fused_file_gives_each_block_what_its_node_carries(tmp_p
     assert of_file == of_model and all(row[0] and row[1] for row in of_file), (of_file, of_model)
 
 
+def test_a_block_has_one_name_in_inspect_both_reports_and_run_profile(library, tmp_path):
+    """The model's report named a block ``block_0`` where the fused file, its report, ``inspect``
+    and ``run --profile`` name it ``block_0 (mp=1)`` (its node's name, which Netron shows)."""
+    src, fused = tmp_path / "sym.onnx", tmp_path / "f.onnx"
+    onnx.save(symbolic_cnn(), src)
+    assert invoke("fuse", src, fused, "-s", "dynamic-mp", "-q").exit_code == 0
+    nodes = [n.name for n in onnx.load(fused).graph.node if n.op_type == "MLUFusionBlock"]
+    assert nodes and all(re.fullmatch(r"block_\d+ \(mp=\d+\)", n) for n in nodes), nodes
+    assert invoke("report", src, "-o", tmp_path / "m.html", "-s", "dynamic-mp", "-q").exit_code == 0
+    assert invoke("report", fused, "-o", tmp_path / "f.html", "-q").exit_code == 0
+    named = {"inspect": [b["block"] for b in json.loads(invoke("inspect", fused, "--json", "-", "-q").stdout)["blocks"]],
+             "run --profile": [p["name"] for p in json.loads(invoke("run", fused, "--profile", "--repeat", "1", "--json",
+                                                                    "-", "-q").stdout)["profile"] if p["mp"]]}
+    for report in ("m", "f"):
+        page = Page((tmp_path / f"{report}.html").read_text())
+        named[f"report {report}"] = [row[0] for row in page.tables["blocks"][1:]]
+        named[f"report {report} drill-down"] = [s.split(" · ")[0] for s in page.summaries()]
+    assert all(names == nodes for names in named.values()), (nodes, named)
+
+
 def test_the_report_names_the_blocks_whose_best_mp_moves_as_fuse_does(tmp_path):
     """``fuse`` and ``plan`` print ``block 0 runs at mp=…; … its fastest MP would be …`` for a
     block whose best MP moves over the ranges; the report showed the ranges' totals only."""

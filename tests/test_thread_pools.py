@@ -154,11 +154,13 @@ def test_run_profile_says_when_blocks_pay_for_a_pool_each(library, tmp_path, mon
     onnx.save(fused_chain(host_op_after=1 if host_op else None), path)
     monkeypatch.setenv("ONNXMLU_INNER_THREADS", "2")  # a pool per inner session on any host
     result = CliRunner().invoke(app, ["run", str(path), "--repeat", "2", "--profile", "--json",
-                                      str(tmp_path / "run.json")], catch_exceptions=False)
+                                      str(tmp_path / "run.json")], catch_exceptions=False, env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     note = json.loads((tmp_path / "run.json").read_text()).get("thread_note")
     if host_op:
         assert note is not None and note.startswith("2 blocks run in inner sessions with a thread pool each")
         assert "global thread pool" in note
+        # one line, as every other note (it was cut at 80 columns wherever the words fell)
+        assert f"threads: {note}" in result.output.splitlines(), result.output
     else:
         assert note is None

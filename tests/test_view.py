@@ -120,3 +120,23 @@ def test_netron_serves_the_bytes_it_is_given(chain_model, tmp_path):
     finally:
         netron.stop(addresses[0])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_exploded_block_is_called_as_its_node_is_named(library):
+    """Netron shows a call's function name over the node: the functions were named by the node's
+    position in the graph, so past a host node ``block_1 (mp=1)`` read ``block_2``."""
+    from test_story_tour import host_conv_model  # conv, relu | a host FusedConv | conv
+
+    original = host_conv_model()
+    fused = api.fuse(original).model
+    names = [n.name for n in fused.graph.node if is_fusion_block(n)]
+    assert [n.op_type for n in fused.graph.node][1] == "FusedConv" and len(names) == 2, names
+    view = explode(fused)
+    assert [(n.name, n.op_type) for n in view.graph.node if n.domain == VIEW_DOMAIN] == \
+        [(name, name.split(" ")[0]) for name in names]
+    assert_same_outputs(view, original)
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(fused)
+    for node in renamed.graph.node:  # names that give no index: the node's position still names it
+        node.name = "b" if is_fusion_block(node) else node.name
+    assert [n.op_type for n in explode(renamed).graph.node if n.domain == VIEW_DOMAIN] == ["block_0", "block_2"]

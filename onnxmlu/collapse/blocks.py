@@ -50,8 +50,8 @@ from onnxmlu.collapse.own import OWN_INT8_NOTE, mark_own_int8
 from onnxmlu.collapse.shared import shared_constants
 from onnxmlu.ir import wire
 from onnxmlu.wording import plural
-from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, SHARED_ATTRIBUTE, VERSION, add_body, describe_fused_model,
-                            fill_body_header, label_mismatch, note_host_reason, placeholder)
+from onnxmlu.schema import (DIGEST, DOMAIN, OP_TYPE, SHARED_ATTRIBUTE, VERSION, add_body, block_node_name,
+                            describe_fused_model, fill_body_header, label_mismatch, note_host_reason, placeholder)
 
 
 
@@ -336,7 +336,7 @@ def _fill_fusion_node(node: onnx.NodeProto, analysis: Analysis, plan: Plan, b: i
                       fig: BlockFigures | None) -> None:
     block = plan.blocks[b]
     layers = analysis.layers[block.start : block.stop]
-    node.op_type, node.domain, node.name = OP_TYPE, DOMAIN, f"block_{b} (mp={block.mp})"
+    node.op_type, node.domain, node.name = OP_TYPE, DOMAIN, block_node_name(b, block.mp)
     node.input.extend(iface.inputs + iface.shared)
     node.output.extend(iface.outputs)
     gops = float(sum(l.gops for l in layers))

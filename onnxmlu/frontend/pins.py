@@ -284,20 +284,26 @@ class PricingShape:
     """The shapes a plan was priced at, recorded in the fused model (``onnxmlu.pricing_shape``):
     every fed input's shape at ``opt``; the symbolic dims no pin sized (:func:`dim_key`: they
     took :func:`default_size` or a fallback size the model runs at); with ``--input-shape``
-    ranges, every input's shape at ``min``, ``opt`` and ``max`` (point -> input -> shape)."""
+    ranges, every input's shape at ``min``, ``opt`` and ``max`` (point -> input -> shape) and
+    the plan's simulated latency there (``latency_us``, point -> µs, as ``fuse`` prints it; None
+    without a range, and in a file fused before the record held it)."""
 
     inputs: dict[str, list[int]]
     defaulted: list[str]
     profile: dict[str, dict[str, list[int]]] | None = None
+    latency_us: dict[str, float] | None = None
 
     def to_dict(self) -> dict:
         return {"inputs": {k: list(v) for k, v in self.inputs.items()}, "defaulted": list(self.defaulted),
-                "profile": self.profile}
+                "profile": self.profile, "sim_latency_us": None if self.latency_us is None else dict(self.latency_us)}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "PricingShape":
+        """The record as written; one without ``sim_latency_us`` (older files) reads as None."""
+        latency = data.get("sim_latency_us")
+        latency = {str(p): float(t) for p, t in latency.items()} if isinstance(latency, Mapping) else None
         return cls({k: [int(d) for d in v] for k, v in data.get("inputs", {}).items()},
-                   [str(k) for k in data.get("defaulted", [])], data.get("profile"))
+                   [str(k) for k in data.get("defaulted", [])], data.get("profile"), latency)
 
     def text(self) -> str:
         """``images:1x3x224x224`` (:func:`shapes_text`), or ``scalars only`` for a model of scalars."""
@@ -314,6 +320,15 @@ class PricingShape:
         if not self.profile:
             return None
         return " · ".join(f"{point} {shapes_text(self.profile[point])}" for point in POINTS if point in self.profile)
+
+    def ranges_text(self) -> str | None:
+        """The simulated latency over the ranges as ``fuse`` prints it (``min 1.0 µs · opt …``),
+        that the file does not record it, or None without a range."""
+        if not self.profile:
+            return None
+        if self.latency_us is None:
+            return "simulated µs at min/opt/max not recorded in this file (fused before it was)"
+        return latency_text(self.latency_us)
 
     def differs(self, shapes: Mapping[str, Sequence[int]]) -> bool:
         """Whether ``shapes`` (a run's inputs) are not the priced ones."""
@@ -332,9 +347,16 @@ class PricingShape:
         return pins
 
 
+def latency_text(latency_us: Mapping[str, float]) -> str:
+    """``min 1.0 µs · opt 2.0 µs · max 4.0 µs``: a plan's simulated latency per point of a profile."""
+    return " · ".join(f"{point} {t:,.1f} µs" for point, t in latency_us.items())
+
+
 def pricing_shape(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None, priced: Mapping[str, list[int]],
-                  profile: dict[str, dict[str, list[int]]] | None = None) -> PricingShape:
+                  profile: dict[str, dict[str, list[int]]] | None = None,
+                  latency_us: dict[str, float] | None = None) -> PricingShape:
     """The :class:`PricingShape` of a plan priced at ``priced`` (the analysis' input shapes; empty:
-    the model fixes every dim, and :func:`concrete_shapes` says them)."""
+    the model fixes every dim, and :func:`concrete_shapes` says them); ``latency_us``: the plan's
+    simulated latency at each point of ``profile``."""
     inputs = dict(priced) if priced else concrete_shapes(model, pins)
-    return PricingShape({k: list(v) for k, v in inputs.items()}, defaulted_keys(model, pins), profile)
+    return PricingShape({k: list(v) for k, v in inputs.items()}, defaulted_keys(model, pins), profile, latency_us)

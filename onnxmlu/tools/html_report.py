@@ -3,7 +3,8 @@
 Everything is inline -- styles in a ``<style>`` element, charts as inline SVG, no script, no
 font, no image file, links only to the page's own anchors -- so the page opens from disk,
 offline, and can be mailed as one file. Sections: the shape the plan was priced at and, with
-``--input-shape`` ranges, its min / opt / max profile; a timeline of the blocks on the simulated
+``--input-shape`` ranges, its min / opt / max profile (the simulated µs at each point: the
+``fuse`` report's, or a fused file's ``onnxmlu.pricing_shape`` record); a timeline of the blocks on the simulated
 accelerator (each bar as wide as the block's simulated latency, coloured by its MP, a legend
 naming each colour, a time axis); the per-block table, each block opening onto its layers
 (``<details>``: per layer its simulated time, compute and memory time, bytes moved and which
@@ -31,9 +32,9 @@ from onnxmlu.analyze.coverage import Coverage
 from onnxmlu.collapse.atomic import write_bytes_atomic
 from onnxmlu.frontend.pins import POINTS, PricingShape, shapes_text
 from onnxmlu.plan.profile import BlockAcross
-from onnxmlu.schema import PRICING_SHAPE_KEY
-from onnxmlu.tools.verify import nan_fails
-from onnxmlu.wording import noun, plural
+from onnxmlu.schema import PRICING_SHAPE_KEY, block_node_name
+from onnxmlu.tools.verify import nan_fails, seeded_inputs
+from onnxmlu.wording import plural
 
 _WIDTH = 960
 _STYLE = """
@@ -87,9 +88,11 @@ def _e(value) -> str:
 
 
 def _block(row: dict) -> dict:
-    """One block's fields, from either report's block row."""
+    """One block's fields, from either report's block row: a fused file's gives its node's name,
+    a plan's its index, named as its node is (:func:`~onnxmlu.schema.block_node_name`)."""
     layers = row.get("layers")
-    return {"name": row["block"] if isinstance(row["block"], str) else f"block_{row['block']}",
+    name = row["block"] if isinstance(row["block"], str) else block_node_name(row["block"], row.get("mp"))
+    return {"name": name,
             "mp": row.get("mp"), "precision": row.get("precision", "fp32"),
             "layers": layers if isinstance(layers, int) else len(layers or []),
             "sim_us": row.get("sim_latency_us"), "first": row.get("first", ""), "last": row.get("last", ""),
@@ -134,10 +137,12 @@ def _pricing(report: dict) -> str:
     text = f"<p id=\"pricing\">{_e(pricing.describe())}. Simulated figures are for this shape.</p>"
     if not pricing.profile:
         return text + "<p>No <code>--input-shape</code> range: the plan was priced at this shape only.</p>"
-    latency = (report.get("profile") or {}).get("sim_latency_us", {})
+    latency = (report.get("profile") or {}).get("sim_latency_us") or pricing.latency_us or {}
     rows = [[point, shapes_text(pricing.profile[point]),
              f"{latency[point]:.1f}" if point in latency else "–"] for point in POINTS if point in pricing.profile]
-    return text + _table(["point", "input shapes", "simulated µs"], rows, {2}, "profile") + _mp_moves(report)
+    unrecorded = ("" if latency else f"<p id=\"profile-unrecorded\">'–': {_e(pricing.ranges_text())}.</p>")
+    return (text + _table(["point", "input shapes", "simulated µs"], rows, {2}, "profile") + unrecorded
+            + _mp_moves(report))
 
 
 def _mp_moves(report: dict) -> str:
@@ -375,11 +380,11 @@ def _check(check: dict) -> str:
     tolerances = f"atol {check['atol']:g}, rtol {check['rtol']:g}{steps}"
     judged = f"judged by {check['budget']}" if check.get("budget") else tolerances
     seeds = check.get("seeds") or []
-    ran = f"{noun(len(seeds), 'seed')} {', '.join(map(str, seeds))}" if seeds else "no random seed"
-    data = f" · inputs: {check['data']}" if check.get("data") else ""
+    said = check.get("data") or (seeded_inputs(seeds) if seeds else "")  # a seeded check's names its seeds
+    data = ("" if seeds else " · no random seed") + (f" · inputs: {said}" if said else "")
     shapes = [[run["label"], shapes_text(run["inputs"]) or "scalars only", run["status"], run.get("note", "")]
               for run in check.get("shapes", [])]
-    return (f"<p id=\"check-rule\">{_e(judged)} · {_e(ran)}{_e(data)}</p>"
+    return (f"<p id=\"check-rule\">{_e(judged)}{_e(data)}</p>"
             + (_table(["run", "input shapes", "status", "note"], shapes, set(), "check-shapes") if shapes else "")
             + _table(["output", "shape", "max abs err", "max rel err", "rule",
                       "within tol" if check.get("budget") else "ok"], rows, {2, 3}, "check")  # check's own headers

@@ -318,6 +318,11 @@ def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return arrays
 
 
+def seeded_inputs(seeds: Sequence[int]) -> str:
+    """What a check on random inputs ran on, its seeds named: ``seeded random inputs (seed 0)``."""
+    return f"seeded random inputs ({noun(len(seeds), 'seed')} {', '.join(map(str, seeds))})"
+
+
 def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Sequence[int] = (0,),
                  atol: float = 1e-4, rtol: float = 1e-4,
                  input_shapes: Pins | None = None,
@@ -344,7 +349,7 @@ def check_models(original: onnx.ModelProto, fused: onnx.ModelProto, *, seeds: Se
     shown = as_display(progress)
     check = _Checker.of(original, fused, inputs, (atol, rtol, qtol), budget is None, shown)
     seeds = () if samples is not None else tuple(seeds)
-    data = data or f"seeded random inputs ({noun(len(seeds), 'seed')} {', '.join(map(str, seeds))})"
+    data = data or seeded_inputs(seeds)
     report = CheckReport(atol, rtol, seeds, qtol, allow_nan, budget=budget, data=data)
     planned = _feeds_by_shape(original, seeds, input_shapes, inputs, samples)
     runs = _run_all(check, original, planned, default_budget() if max_memory is None else max_memory)

@@ -21,7 +21,7 @@ from onnx import helper
 from onnxmlu.errors import OnnxMluError
 from onnxmlu.ir import copy_model, iter_graphs
 from onnxmlu.optional import optional_import, require
-from onnxmlu.schema import DIGEST, DOMAIN, body_model, is_fusion_block
+from onnxmlu.schema import DIGEST, DOMAIN, block_index, body_model, is_fusion_block
 
 VIEW_DOMAIN = "com.onnxmlu.view"
 #: Model-local functions need IR version 8 (onnx 1.10).
@@ -63,13 +63,17 @@ def explode(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _blocks_to_explode(graph: onnx.GraphProto):
-    """(function name, node) of every block: the main graph's as ``block_I`` (I: the node's
-    position), those inside host control flow as ``SUBGRAPH/block_I``."""
+    """(function name, node) of every block: the main graph's as ``block_K``, those inside host
+    control flow as ``SUBGRAPH/block_K`` -- K the block's index in its node's name (Netron shows
+    the function's name over the node's: one name for the block), or the node's position in its
+    graph when the names do not give each block its own index (nodes renamed by hand)."""
     for sub in iter_graphs(graph):
         prefix = "" if sub is graph else f"{sub.name}/"
-        for i, node in enumerate(sub.node):
-            if is_fusion_block(node):
-                yield f"{prefix}block_{i}", node
+        blocks = [(i, node) for i, node in enumerate(sub.node) if is_fusion_block(node)]
+        named = [block_index(node.name) for _, node in blocks]
+        if None in named or len(set(named)) != len(named):
+            named = [i for i, _ in blocks]
+        yield from ((f"{prefix}block_{k}", node) for k, (_, node) in zip(named, blocks))
 
 
 def _function_of(name: str, body: onnx.ModelProto) -> onnx.FunctionProto:
