@@ -10,7 +10,9 @@ facts analysis needs for that:
   to float (how some exporters write INT8 weights, a scale ``Mul`` after it) and a
   ``QuantizeLinear`` of a stored float weight (a QDQ export that keeps FP32 weights and
   quantizes them in the graph), with the constant-only nodes that follow (the
-  ``DequantizeLinear`` after such a ``QuantizeLinear``, a ``Transpose`` the Gemm rewrite added). Folding would store
+  ``DequantizeLinear`` after such a ``QuantizeLinear``, a ``Transpose`` the Gemm rewrite added),
+  and the constant-only nodes read by nothing else (the ``Cast`` widening a float16 scale that
+  the 4-bit ``DequantizeLinear`` rewrite keeps stored as float16). Folding would store
   FP32 weights (normalization never folds them); on the host they would send FP32 weights
   into the block. So such an expression is *carried* into the block of the first layer that
   reads it: placed right before that layer in the node order, owned by its block, and its
@@ -57,14 +59,29 @@ _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Tens
 
 def weight_expressions(graph: onnx.GraphProto, index: GraphIndex, constant_nodes: Iterable[int]) -> set[int]:
     """Among ``constant_nodes`` (accelerator nodes computing constants, in topological
-    order): those that (de)quantize stored weights, or compute from what they give."""
+    order): those that (de)quantize stored weights, or compute from what they give, and those
+    whose every output is read only by such nodes (a float16 scale widened in the graph for
+    the dequantization: left out, it would run on the host and send the block its widened
+    copy, which pricing could not trace to the stored bytes)."""
+    constant_nodes = list(constant_nodes)
     found: set[int] = set()
     derived: set[str] = set()
     for i in constant_nodes:
         if _quantizes_weight(graph.node[i], index) or any(n in derived for n in index.inputs[i]):
             found.add(i)
             derived.update(index.outputs[i])
+    for i in reversed(constant_nodes):  # readers first: a chain of such nodes joins from its end
+        if i not in found and _read_only_by(index, i, found):
+            found.add(i)
     return found
+
+
+def _read_only_by(index: GraphIndex, i: int, nodes: set[int]) -> bool:
+    """Whether node ``i``'s outputs are read, and only by ``nodes`` (a graph output is read
+    by the caller)."""
+    outputs = [o for o in index.outputs[i] if o]
+    readers = [c for o in outputs for c in index.consumers.get(o, [])]
+    return bool(readers) and all(c in nodes for c in readers) and not any(o in index.graph_outputs for o in outputs)
 
 
 def _quantizes_weight(node: onnx.NodeProto, index: GraphIndex) -> bool:

@@ -253,10 +253,20 @@ def sizes_at(model: onnx.ModelProto, shapes: dict[str, list[int]], note: Note,
              weights: WeightStore | None = None, values: dict[str, np.ndarray] | None = None,
              budget: int | None = None, cache: InferenceCache | None = None) -> dict[str, Sized]:
     """:func:`priced_shapes` at the fed inputs' ``shapes``; empty for a model whose inputs
-    are all fixed (its value infos already say every size)."""
-    if not symbolic_axes(model):
+    are all fixed and whose value infos say every size. Fixed inputs do not size a dim that
+    comes from a tensor's value (a KV cache's length ``Max(P, total_sequence_length)`` in the
+    GroupQueryAttention rewrite, read from an input's value): such a model is priced at the
+    probe's sizes too, its graph keeping the dim symbolic."""
+    if not symbolic_axes(model) and not _value_dependent_dims(model.graph):
         return {}
     return priced_shapes(model, shapes, note, weights, values, budget, cache)
+
+
+def _value_dependent_dims(graph: onnx.GraphProto) -> bool:
+    """Whether a node output of ``graph`` has a dim with no value (inference named it, or
+    left it unknown): with every input fixed, only a tensor's value can set it."""
+    known = _value_infos(graph)
+    return any(o and not _complete(known.get(o), symbolic_ok=False) for node in graph.node for o in node.output)
 
 
 #: Sizes tried, in order, for the symbolic dims no pin sizes when the model does not run at

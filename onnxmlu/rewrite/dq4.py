@@ -22,9 +22,20 @@ zeros to a whole one), ``Sub``, ``Mul`` by the scale (reshaped at compile time t
 ``Reshape`` back (and ``Slice`` off the padding). The ``Cast`` of the stored 8-bit constant makes it
 a weight dequantization that analysis carries into the block of its reader (INT8).
 
+A float16 scale (and so a float16 ``y``) stays stored as float16 -- the file keeps its bytes --
+and is widened in the body, ``Cast(to=FLOAT)``, exactly; the dequantization runs in float32 as
+above and ``y`` is rounded to float16 once, ``Cast(to=FLOAT16)``. That is onnxruntime's CPU
+kernel bit for bit: ``x - x_zero_point`` is an integer of at most 5 bits and a float16 scale has
+an 11-bit significand, so their product is exact in float32 and the one rounding is the
+kernel's own. (Widening the scales at compile time would store them at twice their bytes; a
+float16 ``Mul`` is one ulp off the kernel.) Analysis carries the widening ``Cast`` with the
+weight expression it feeds (:func:`onnxmlu.analyze.quantized.weight_expressions`), so the
+pricing reads the float16 scales at their stored bytes.
+
 Only 4-bit DequantizeLinear nodes are this rewriter's (``wants``); 8-bit ones run as they are.
-Refused: a computed ``x``, scale or zero point, a scale other than float32, an ``output_dtype``
-other than float, and a blocked scale whose shape is not ``x``'s in blocks.
+Refused: a computed ``x``, scale or zero point, a scale other than float32 or float16, an
+``output_dtype`` other than the scale's type, and a blocked scale whose shape is not ``x``'s
+in blocks.
 """
 
 from __future__ import annotations
@@ -38,6 +49,8 @@ from onnxmlu.rewrite.builder import Builder
 from onnxmlu.rewrite.matmulnbits import unpack_bits
 
 _FOUR_BIT = ("int4", "uint4")
+#: The scale types rewritten, with the ``output_dtype`` values that agree with them (0: the scale's).
+_SCALE_TYPES = {np.dtype(np.float32): (0, onnx.TensorProto.FLOAT), np.dtype(np.float16): (0, onnx.TensorProto.FLOAT16)}
 
 
 def _four_bit(tensor: gs.Tensor | None) -> bool:
@@ -108,10 +121,10 @@ class FourBitDequantizeRewriter:
             if tensor is not None and constant_value(tensor) is None:
                 return f"{what} is computed at run time"
         scale = constant_value(node.inputs[1])
-        if scale.dtype != np.float32:
-            return f"x_scale of {scale.dtype}: only float32 is rewritten"
-        if int(node.attrs.get("output_dtype", 0)) not in (0, 1):
-            return "output_dtype other than float"
+        if scale.dtype not in _SCALE_TYPES:
+            return f"x_scale of {scale.dtype}: float32 and float16 are rewritten"
+        if int(node.attrs.get("output_dtype", 0)) not in _SCALE_TYPES[scale.dtype]:
+            return "output_dtype other than the scale's type"
         shape = constant_value(node.inputs[0]).shape
         axis, block = int(node.attrs.get("axis", 1)) % max(len(shape), 1), int(node.attrs.get("block_size", 0))
         if block and -(-shape[axis] // block) != (scale.shape[axis] if scale.ndim == len(shape) else -1):
@@ -137,7 +150,7 @@ class FourBitDequantizeRewriter:
                                       bld.int64(list(_broadcast(np.empty(scale.shape), tuple(full), axis, block).shape),
                                                 "zero_point_shape")], name="zero_point")
             x = bld.op("Sub", [x, zero], name="centred")
-        y_value = bld.op("Mul", [x, bld.const(_broadcast(scale, tuple(full), axis, block), "scale")],
+        y_value = bld.op("Mul", [x, _widened_scale(bld, _broadcast(scale, tuple(full), axis, block))],
                          name="dequantized")
         y = detach(node, ctx.graph)[0]
         if full != work_shape:
@@ -145,4 +158,16 @@ class FourBitDequantizeRewriter:
         if full != list(shape):
             y_value = bld.op("Slice", [y_value, bld.int64([0], "y_start"), bld.int64([shape[axis]], "y_end"),
                                        bld.int64([axis], "y_axis")], name="unpadded")
+        if scale.dtype == np.float16:  # the one rounding, as the kernel's
+            y_value = bld.op("Cast", [y_value], attrs={"to": onnx.TensorProto.FLOAT16}, name="y_half",
+                             dtype=np.float16)
         bld.finish(y_value, y)
+
+
+def _widened_scale(bld: Builder, scale: np.ndarray) -> gs.Tensor:
+    """The scale as float32: a float16 one stored as it is and widened in the body (exact; the
+    ``Builder.cast`` of a constant would widen it at compile time, storing twice the bytes)."""
+    if scale.dtype == np.float32:
+        return bld.const(scale, "scale")
+    return bld.op("Cast", [bld.const(scale, "scale_half", dtype=np.float16)], attrs={"to": onnx.TensorProto.FLOAT},
+                  name="scale", dtype=np.float32)

@@ -8,6 +8,9 @@ case against it, tests/rewrite/test_rw_gqa.py), for ``N`` query heads, ``Nkv`` k
 
     first prompt:  S == T   ->  past_b = 0,   else  past_b = seqlens_k[b] + 1 - S
     present length Tp = max(P, T)   (P: the past buffers' length; T without them)
+                      = max(P, S, T)  (the kernel refuses T < S, the new keys' length, for a
+                                       non-sliding cache: S is written so that a tensor's
+                                       value does not alone size the cache, see lengths())
     present[b, :, t] = new[b, :, t - past_b]   for past_b <= t < past_b + S
                      = past[b, :, t]          for t < past_b
                      = 0                       elsewhere
@@ -128,9 +131,10 @@ def lengths(bld: Builder, node: gs.Node) -> dict[str, gs.Tensor]:
     first = bld.op("Equal", [s, total], name="first_prompt", dtype=np.bool_)
     later = bld.op("Sub", [seq_total, s], name="past_later")
     past_b = bld.op("Where", [first, bld.int64([0], "zero_i"), later], name="past_b", dtype=_I64)
-    present = total
-    if node_input(node, PAST_KEY) is not None:
-        present = bld.op("Max", [_dim(bld, node.inputs[PAST_KEY], 2, "P"), total], name="Tp")
+    # S changes no value: the kernel takes T >= S only (module docstring); it bounds Tp by a
+    # shape where T is not known (a run on zeros, which prices the model, says T = 0)
+    known = [s] + ([_dim(bld, node.inputs[PAST_KEY], 2, "P")] if node_input(node, PAST_KEY) is not None else [])
+    present = bld.op("Max", [*known, total], name="Tp")
     scalar = bld.op("Squeeze", [present, bld.int64([0], "axis0")], name="Tp_scalar")
     t = bld.op("Range", [bld.scalar(0, _I64), scalar, bld.scalar(1, _I64)], name="t", dtype=_I64)
     return {"S": s, "seq_total": seq_total, "past_b": past_b, "Tp": present, "t": t}

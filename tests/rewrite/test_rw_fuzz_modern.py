@@ -58,7 +58,8 @@ The space drawn, and what may be refused:
   mantissas meet the int8 quantization's rounding boundaries and ties). Refused: 2-bit weights
   with integer zero points at level 4 (the kernel quantizes A for some block sizes only).
 * DequantizeLinear (INT4/UINT4, blocked): ranks 1-3, every axis, a partial last block, zero
-  point or not. Nothing refused.
+  point or not, float32 or float16 scales (float16: equal bit for bit, the kernel and the
+  rewrite both compute in float32, where the product is exact, and round once). Nothing refused.
 """
 
 from __future__ import annotations
@@ -493,8 +494,9 @@ def test_matmulnbits_fuzz(k, n, bits, block, zp_kind, bias, accuracy, a_rank, fl
 
 @settings(max_examples=30, **SETTINGS)
 @given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3), data=st.data(), signed=st.booleans(),
-       block=st.sampled_from([2, 4, 8]), zp=st.booleans(), seed=st.integers(0, 2**16))
-def test_blocked_dq4_fuzz(shape, data, signed, block, zp, seed):
+       block=st.sampled_from([2, 4, 8]), zp=st.booleans(), half=st.booleans(), seed=st.integers(0, 2**16))
+def test_blocked_dq4_fuzz(shape, data, signed, block, zp, half, seed):
     axis = data.draw(st.integers(-len(shape), len(shape) - 1), label="axis")
-    model, feeds = dq_model(shape, signed, "block", axis, block, zp, False, np.random.default_rng(seed))
-    judge(model, feeds, "dq4", tol=1e-6)
+    model, feeds = dq_model(shape, signed, "block", axis, block, zp, False, np.random.default_rng(seed),
+                            dtype=np.float16 if half else np.float32)
+    judge(model, feeds, "dq4", tol=0.0 if half else 1e-6)

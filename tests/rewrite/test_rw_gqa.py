@@ -152,3 +152,99 @@ def test_float16_is_the_float32_rewrite_between_casts(phase, rotary):
     got = run_ort(rewritten, feeds)
     assert all(y.dtype == np.float16 for y in got)
     assert_close(got, run_ort(model, feeds), rtol=2.0**-10, atol=1e-4)
+
+
+def genai_step(dtype, buffer=None, d=64, heads=4, kv=2, max_pos=64, seed=3):
+    """One attention layer of a decode step as onnxruntime-genai exports it: packed QKV MatMul,
+    GroupQueryAttention with rotary and KV cache buffers, ``seqlens_k`` [batch] and a scalar
+    ``total_sequence_length`` (run-time values, graph inputs), then the output projection. The
+    cache is of a symbolic past length (batch and sequence symbolic too), or, with ``buffer``,
+    the static form (batch 1, one token, past and present sharing a buffer of that length)."""
+    rng = np.random.default_rng(seed)
+    head = d // heads
+    angles = np.arange(max_pos)[:, None] / (10000 ** (np.arange(0, head, 2) / head))[None, :]
+    weights = {"w_qkv": rng.standard_normal((d, (heads + 2 * kv) * head)) / np.sqrt(d),
+               "w_o": rng.standard_normal((d, d)) / np.sqrt(d), "cos": np.cos(angles), "sin": np.sin(angles)}
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node("MatMul", ["x", "w_qkv"], ["qkv"], name="qkv_proj"),
+             helper.make_node("GroupQueryAttention", ["qkv", "", "", "past_key", "past_value", "seqlens_k",
+                                                      "total_sequence_length", "cos", "sin"],
+                              ["attn", "present_key", "present_value"], domain=MS, num_heads=heads, kv_num_heads=kv,
+                              do_rotary=1),
+             helper.make_node("MatMul", ["attn", "w_o"], ["y"], name="o_proj")]
+    batch, seq, cache = ("batch", "sequence_length", "past_sequence_length") if buffer is None else (1, 1, buffer)
+    cache_dims = [batch, kv, cache, head]
+    graph = helper.make_graph(
+        nodes, "genai_step",
+        [helper.make_tensor_value_info("x", elem, [batch, seq, d]),
+         helper.make_tensor_value_info("past_key", elem, cache_dims),
+         helper.make_tensor_value_info("past_value", elem, cache_dims),
+         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [batch]),
+         helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [])],
+        [helper.make_tensor_value_info(o, elem, None) for o in ("y", "present_key", "present_value")],
+        [numpy_helper.from_array(v.astype(dtype), k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    return model
+
+
+def genai_feeds(dtype, past, buffer=None, batch=2, d=64, kv=2, head=16, seed=0):
+    """A step after ``past`` tokens of every sequence (no padding): total = past + 1; the cache
+    ``past`` long, or ``buffer`` long (shared) holding them."""
+    rng = np.random.default_rng(seed)
+    batch = batch if buffer is None else 1
+    cache = (batch, kv, buffer or past, head)
+    return {"x": rng.standard_normal((batch, 1, d)).astype(dtype),
+            "past_key": rng.standard_normal(cache).astype(dtype), "past_value": rng.standard_normal(cache).astype(dtype),
+            "seqlens_k": np.full(batch, past, np.int32), "total_sequence_length": np.array(past + 1, np.int32)}
+
+
+@pytest.mark.parametrize("buffer", [None, 16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_genai_decode_step_fuses_every_matmul_and_matches_at_two_past_lengths(dtype, buffer):
+    """The KV cache's length is max(P, S, total_sequence_length), a run-time value: in the
+    static form (every input fixed) the two attention MatMuls stayed on the host ("cannot size
+    it"). Fused, every MatMul is in one block, equal to onnxruntime's at the pinned past length
+    and another (float16: within one float16 ulp of the largest output, the MatMuls summing in
+    another order)."""
+    from onnxmlu import api
+    from onnxmlu.runtime import InferenceSession
+
+    model = genai_step(dtype, buffer)
+    pinned = genai_feeds(dtype, 6, buffer)
+    result = api.fuse(model, input_shapes=None if buffer else {k: list(v.shape) for k, v in pinned.items()})
+    assert [n.op_type for n in result.model.graph.node] == ["MLUFusionBlock"], \
+        [d.message for d in result.diagnostics if "size" in d.message]
+    session = InferenceSession(result.model)
+    for past in (6, 11):
+        feeds = genai_feeds(dtype, past, buffer, seed=past)
+        got, expected = session.run(None, feeds), run_ort(model, feeds)
+        for g, e in zip(got, expected):
+            tol = 2.0**-10 * float(np.abs(e).max()) if dtype == np.float16 else 1e-4
+            np.testing.assert_allclose(g.astype(np.float32), e.astype(np.float32), rtol=tol, atol=tol,
+                                       err_msg=f"past {past}")
+
+
+@pytest.mark.parametrize("phase", ["prompt", "decode", "continue"])
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize("half", [False, True])
+def test_run_time_total_sizes_the_attention_matmuls(phase, symbolic, half):
+    """A one-node GQA whose total_sequence_length is an input: with every input fixed the
+    attention MatMuls were not sized (the cache's length comes from a value); with symbolic dims,
+    a first prompt's cache was priced at the probe's total of 0. Both are sized now, so the node
+    fuses into one block."""
+    from onnxmlu import api
+
+    model, feeds = gqa_case(np.random.default_rng(3), phase, 2, 0, 0.0, False, False)
+    if half:
+        model, feeds = to_half(model, feeds)
+    if symbolic:
+        new = {0: "batch", 1: "sequence"}
+        axes = {"q": new, "k": new, "v": new, "pk": {0: "batch", 2: "past"}, "pv": {0: "batch", 2: "past"},
+                "seqlens": {0: "batch"}}
+        for info in model.graph.input:
+            for axis, param in axes.get(info.name, {}).items():
+                info.type.tensor_type.shape.dim[axis].dim_param = param
+    result = api.fuse(model, input_shapes={k: list(v.shape) for k, v in feeds.items()})
+    assert [n.op_type for n in result.model.graph.node] == ["MLUFusionBlock"], \
+        [d.message for d in result.diagnostics if "size" in d.message]
