@@ -26,10 +26,11 @@ def test_one_is_singular_and_every_other_count_plural():
 
 
 #: Words ending in s that follow a placeholder without being a plural noun it counts: verbs of
-#: the subject the placeholder names (``{name} has``), ``its``/``this``, units (``{t:.2f} ms``).
+#: the subject the placeholder names (``{name} has``), ``its``/``this``, units (``{t:.2f} ms``),
+#: singular nouns (``along axis``).
 NOT_NOUNS = {"is", "was", "has", "does", "as", "vs", "ms", "its", "this", "holds", "needs", "requires", "provides",
              "reads", "says", "serializes", "crosses", "matches", "starts", "ends", "spans", "runs", "chooses",
-             "computes"}
+             "computes", "axis", "bias"}
 #: A placeholder whose last name ends so is a label, not a count (``{r['precision']} layers``).
 LABEL = re.compile(r"(name|type|kind|precision|dtype|path)$")
 #: A plural-looking word after a placeholder, up to two other words between (``{n} heavy nodes``).

@@ -128,7 +128,8 @@ class FourBitDequantizeRewriter:
         shape = constant_value(node.inputs[0]).shape
         axis, block = int(node.attrs.get("axis", 1)) % max(len(shape), 1), int(node.attrs.get("block_size", 0))
         if block and -(-shape[axis] // block) != (scale.shape[axis] if scale.ndim == len(shape) else -1):
-            return f"x_scale {list(scale.shape)} is not x's shape {list(shape)} in blocks of {block} along axis {axis}"
+            return (f"x_scale {list(scale.shape)} does not fit x's shape ({list(shape)}) "
+                    f"in blocks of {block} along axis {axis}")
         return None
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:

@@ -37,6 +37,7 @@ from onnxmlu.rewrite.base import RewriteContext, detach, tensor_shape
 from onnxmlu.rewrite.builder import Builder
 from onnxmlu.rewrite.floattype import float_dtype, is_float
 from onnxmlu.rewrite.mha import static_dim
+from onnxmlu.wording import plural
 
 DOMAIN = "com.microsoft"
 
@@ -132,7 +133,8 @@ class ContribRotaryRewriter:
             return f"hidden size {hidden} is not a multiple of the head size {geo[1]} (the kernel rejects it)"
         half = static_dim(node.inputs[2], 1)
         if half is not None and 2 * half != geo[2]:
-            return f"cos_cache holds {half} angles a position, not rotary size {geo[2]} / 2 (the kernel rejects it)"
+            return (f"cos_cache holds {plural(half, 'angle')} a position, not rotary size {geo[2]} / 2 "
+                    "(the kernel rejects it)")
         return None
 
     def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
