@@ -566,7 +566,7 @@ def _rms(x: str, weight: str, out: str) -> onnx.NodeProto:
 
 def opset23_decoder_layer(hidden: int = 64, heads: int = 8, kv_heads: int = 2, ffn: int = 128,
                           positions: int = 256, interleaved: bool = False, rotary_dim: int = 0,
-                          causal: bool = True) -> onnx.ModelProto:
+                          causal: bool = True, attention: dict | None = None) -> onnx.ModelProto:
     """A LLaMA-style decoder layer as an opset-23 export writes it: RMSNormalization, the Q/K/V
     MatMuls, RotaryEmbedding of Q and K (3-D, ``num_heads``, caches indexed by
     ``position_ids``), grouped-query Attention (8 query heads, 2 key/value heads) with a KV cache
@@ -575,13 +575,14 @@ def opset23_decoder_layer(hidden: int = 64, heads: int = 8, kv_heads: int = 2, f
     the sizes are keywords (the corpus's defaults are small); ``positions``: the rotary tables'
     length, the longest past plus sequence the layer runs; ``interleaved``, ``rotary_dim`` (0: the
     whole head) the RotaryEmbedding attributes; ``causal`` False: an additive ``attn_mask`` input
-    [seq, total] instead of ``is_causal``."""
+    [batch, 1, seq, total] instead of ``is_causal``; ``attention``: more Attention attributes
+    (``scale``, ``softcap``)."""
     rng = np.random.default_rng(23)
     head = hidden // heads
     rot = rotary_dim or head
     angles = np.arange(positions)[:, None] * (10000.0 ** (-np.arange(0, rot, 2) / rot))[None, :]
     rope = {k: v for k, v in (("interleaved", int(interleaved)), ("rotary_embedding_dim", rotary_dim)) if v}
-    masking = {"is_causal": 1} if causal else {}
+    masking = {**({"is_causal": 1} if causal else {}), **(attention or {})}
     nodes = [_rms("x", "ln1", "h"),
              *(helper.make_node("MatMul", ["h", w], [o]) for w, o in (("wq", "q"), ("wk", "k"), ("wv", "v"))),
              helper.make_node("RotaryEmbedding", ["q", "cos", "sin", "position_ids"], ["q_rot"], num_heads=heads, **rope),
@@ -602,7 +603,7 @@ def opset23_decoder_layer(hidden: int = 64, heads: int = 8, kv_heads: int = 2, f
              _init("wu", _rand(rng, hidden, ffn, scale=0.2)), _init("wd", _rand(rng, ffn, hidden, scale=0.2)),
              _init("cos", np.cos(angles).astype(np.float32)), _init("sin", np.sin(angles).astype(np.float32))]
     cache = ["batch", kv_heads, "past", head]
-    mask = [] if causal else [helper.make_tensor_value_info("attn_mask", FLOAT, ["seq", "total"])]
+    mask = [] if causal else [helper.make_tensor_value_info("attn_mask", FLOAT, ["batch", 1, "seq", "total"])]
     graph = helper.make_graph(
         nodes, "opset23_decoder_layer",
         [helper.make_tensor_value_info("x", FLOAT, ["batch", "seq", hidden]),
@@ -678,7 +679,7 @@ def _pack4(q: np.ndarray) -> np.ndarray:
 
 
 def _nbits_linear(rng, name: str, x: str, out: str, k: int, n: int, block: int = 32, bits: int = 4,
-                  zero_points: bool = True) -> tuple[onnx.NodeProto, list]:
+                  zero_points: bool = True, accuracy_level: int = 4) -> tuple[onnx.NodeProto, list]:
     """A linear layer quantized as onnxruntime's MatMul4BitsQuantizer writes it: 4-bit weights in
     blocks of 32 along K, float scales, packed uint8 zero points (``bits`` 8: a byte each;
     without ``zero_points``: none, the kernel's default mid-range one). K a multiple of ``block``."""
@@ -689,7 +690,7 @@ def _nbits_linear(rng, name: str, x: str, out: str, k: int, n: int, block: int =
     pack = _pack4 if bits == 4 else lambda a: a.astype(np.uint8)  # noqa: E731
     packed_zp = pack(np.pad(zp, ((0, 0), (0, blocks % 2 if bits == 4 else 0))))  # a row's zero points pad to bytes
     node = helper.make_node("MatMulNBits", [x, f"{name}_B", f"{name}_s"] + [f"{name}_zp"] * zero_points, [out],
-                            domain=MS, K=k, N=n, bits=bits, block_size=block, accuracy_level=4, name=name)
+                            domain=MS, K=k, N=n, bits=bits, block_size=block, accuracy_level=accuracy_level, name=name)
     return node, [_init(f"{name}_B", pack(q)), _init(f"{name}_s", scales)] + [_init(f"{name}_zp", packed_zp)] * zero_points
 
 
@@ -742,16 +743,16 @@ def _nbits_mlp(rng, t: str, x: str, attn: str, d: int, ffn: int, **quant) -> tup
 
 
 def llama_matmulnbits_decoder(d: int = 64, heads: int = 4, bits: int = 4, block: int = 32,
-                              zero_points: bool = True) -> onnx.ModelProto:
+                              zero_points: bool = True, accuracy_level: int = 4) -> onnx.ModelProto:
     """A LLaMA-style decoder (embedding, two layers: RMS norms -- SimplifiedLayerNormalization,
     SkipSimplifiedLayerNormalization with the residual --, rotary on Q and K by position, causal
     MultiHeadAttention, SiLU-gated MLP; final norm and LM head) whose 15 linear layers are 4-bit
     MatMulNBits at accuracy_level 4, as onnxruntime's quantizer and transformer optimizer leave
-    it; batch and length symbolic. ``d``, ``heads``: the sizes; ``bits``, ``block``, ``zero_points``:
-    the quantization (d a multiple of ``block``)."""
+    it; batch and length symbolic. ``d``, ``heads``: the sizes; ``bits``, ``block``, ``zero_points``,
+    ``accuracy_level``: the quantization (d a multiple of ``block``)."""
     rng = np.random.default_rng(13)
     ffn, vocab, max_pos = 2 * d, 96, 64
-    quant = {"bits": bits, "block": block, "zero_points": zero_points}
+    quant = {"bits": bits, "block": block, "zero_points": zero_points, "accuracy_level": accuracy_level}
     head = d // heads
     inv = 1.0 / (10000 ** (np.arange(0, head, 2) / head))
     angles = np.arange(max_pos)[:, None] * inv[None, :]
