@@ -15,11 +15,17 @@ without zero points and block sizes 16/32/128; batch > 1 as a pin) and for each 
 * compares the pinned fused file's size with the original's: it must stay within
   ``1.05 x original + metadata`` (8 KiB of framing per block, 256 bytes per body node, as
   tests/realworld/test_realworld.py counts it);
+* runs ``api.check`` on the pinned fused file (its pins, the value-carrying inputs fixed);
 * runs the reference (``onnxmlu.runtime.reference_session``: onnxruntime, optimizations off)
   and each fused file through ``onnxmlu.InferenceSession`` and through plain onnxruntime with only
   the custom-op library registered, at the pinned shape, at batch + 1 and at every other
   symbolic size doubled (``corpus.other_shapes``), and reports the largest absolute error;
-  a float32 output must match to rtol = atol = 1e-4, a float16 one to rtol 2^-10.
+  a float32 output must match to rtol 1e-4 and atol ``1e-4 x max(1, max|reference output|)``
+  (float32 sums round relative to the magnitudes summed: a 512-wide layer whose outputs reach
+  400 differs by 4e-4 where an output is near 0), a float16 one to rtol 2^-10 likewise;
+* where a variant misses and its kernel quantizes activations (MatMulNBits at accuracy_level 4),
+  how far the reference and the fused output each are from the same model with float
+  activations (accuracy_level 0): the size of the kernel's own int8 rounding beside the miss.
 
 One row per variant: blocks (pinned/unpinned), coverage % (pinned/unpinned), size ratio and
 the allowance it is held to, the max abs error per shape (over both fused files and both
@@ -224,6 +230,22 @@ def _twin_note(variant: Variant, feeds: dict, name: str, want: np.ndarray, got: 
     return f"; vs float-A twin: ref {ref_off:.2g}, fused {fused_off:.2g}"
 
 
+def _scale(src: Path, variant: Variant, model: onnx.ModelProto) -> float:
+    """The largest magnitude of the reference's numeric outputs at the pins (at least 1)."""
+    outs = reference_session(str(src)).run(None, corpus.feeds(variant.case(), model, 0))
+    return max([1.0, *(float(np.max(np.abs(o.astype(np.float64)), initial=0.0)) for o in outs if o.dtype.kind == "f")])
+
+
+def _check(variant: Variant, src: Path, fused: Path, model: onnx.ModelProto, scale: float):
+    """``onnxmlu check`` with the fuse pins, its atol scaled as the sweep's (``1e-4 x`` the
+    outputs' magnitude); the inputs whose values matter (token ids, a mask, lengths) fixed to
+    the variant's (as ``--inputs``)."""
+    feeds = corpus.feeds(variant.case(), model, 0)
+    fixed = {n: np.asarray(feeds[n], dtype=str) if feeds[n].dtype == object else feeds[n] for n in variant.values}
+    return api.check(str(src), str(fused), input_shapes=variant.pins or None, inputs=fixed or None,
+                     atol=ATOL * scale)
+
+
 def _fuse(src: Path, out: Path, pins: dict | None, inputs: dict | None) -> tuple[int, float]:
     result = api.fuse_to_file(str(src), out, input_shapes=pins or None, inputs=inputs)
     return corpus.node_counts(onnx.load(out).graph)[0], result.coverage.heavy_share
@@ -239,6 +261,9 @@ def sweep_one(variant: Variant, tmp: Path) -> dict:
     blocks_u, share_u = _fuse(src, unpinned, None, None)
     allowed = SIZE_FACTOR * src.stat().st_size + _metadata_bytes(onnx.load(pinned))
     errors, failures = _compare(variant, src, [pinned, unpinned], model)
+    checked = _check(variant, src, pinned, model, _scale(src, variant, model))
+    if not checked.ok:
+        failures.append(f"check fails: {[(d.name, f'{d.max_abs:.2g}') for d in checked.diffs if not d.ok][:3]}")
     if min(share_p, share_u) < HEAVY_FLOOR:
         failures.append(f"coverage {share_p:.0%}/{share_u:.0%} < {HEAVY_FLOOR:.0%}")
     if pinned.stat().st_size > allowed:
