@@ -34,6 +34,7 @@ runtimes), and the verdict (``ok`` or what failed). Exit status 1 when any varia
     .venv/bin/python scripts/heldout_sweep.py                 # every variant (~5 min on 2 cores)
     .venv/bin/python scripts/heldout_sweep.py --only nbits    # variants whose name contains "nbits"
     .venv/bin/python scripts/heldout_sweep.py --list
+    .venv/bin/python scripts/heldout_sweep.py --flips nbits_b8_blk32 batch+1   # where a miss starts
 """
 
 from __future__ import annotations
@@ -273,6 +274,34 @@ def sweep_one(variant: Variant, tmp: Path) -> dict:
             "errors": errors, "verdict": "; ".join(failures) or "ok"}
 
 
+def _outputs(model: onnx.ModelProto, names: list[str], feeds: dict) -> dict:
+    """The tensors ``names`` of ``model`` (made graph outputs), onnxruntime optimizations off."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return dict(zip(names, ort.InferenceSession(probe.SerializeToString(), options).run(None, feeds)))
+
+
+def flips(variant: Variant, label: str) -> None:
+    """Per MatMulNBits of ``variant`` at shape ``label``: how far its A is between the original
+    and the rewritten model (``api.rewrite``, unfused) and how many of A's per-block int8 values
+    (what the kernel at accuracy_level 4 rounds A to) differ -- where an ulp upstream crosses a
+    rounding boundary."""
+    model = getattr(built, variant.builder)(**variant.kwargs)
+    feeds = corpus.feeds(variant.case(), model, 0, dict(_shapes(variant, model))[label])
+    nodes = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
+    names = list(dict.fromkeys(n.input[0] for n in nodes))
+    ref, rewritten = _outputs(model, names, feeds), _outputs(api.rewrite(model)[0], names, feeds)
+    for node in nodes:
+        block = next(a.i for a in node.attribute if a.name == "block_size")
+        a, b = (x[node.input[0]].reshape(-1, x[node.input[0]].shape[-1] // block, block) for x in (ref, rewritten))
+        q = [np.round(x * (np.float32(127) / np.abs(x).max(-1, keepdims=True))) for x in (a, b)]
+        print(f"{node.name}: A differs by {np.abs(a - b).max():.2g}, {int((q[0] != q[1]).sum())} int8 values differ")
+
+
 def _row(name: str, row: dict, seconds: float) -> str:
     errors = " ".join(f"{k}:{v}" for k, v in row.get("errors", {}).items())
     return (f"| {name} | {row.get('blocks', '-')} | {row.get('coverage', '-')} | {row.get('size', '-')} | {errors} "
@@ -283,7 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="sweep only the variants whose name contains this text")
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
+    parser.add_argument("--flips", nargs=2, metavar=("VARIANT", "SHAPE"),
+                        help="trace a MatMulNBits variant's int8 rounding of A at SHAPE (pin, batch+1, 'size x2')")
     args = parser.parse_args(argv)
+    if args.flips:
+        flips(next(v for v in variants() if v.name == args.flips[0]), args.flips[1])
+        return 0
     chosen = [v for v in variants() if args.only in v.name]
     if args.list:
         print("\n".join(f"{v.name}: {v.builder}({v.kwargs}) pins {v.pins}" for v in chosen))
