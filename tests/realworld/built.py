@@ -438,12 +438,13 @@ def _decoder_branch(past: bool, heads: int, dim: int) -> onnx.GraphProto:
         helper.make_tensor_value_info(t("value"), FLOAT, kv)])
 
 
-def merged_if_decoder() -> onnx.ModelProto:
+def merged_if_decoder(heads: int = 2, dim: int = 16) -> onnx.ModelProto:
     """Optimum's merged decoder: ``If(use_cache_branch)`` between the decoder with its KV cache
     (keys and values appended to the past ones) and the decoder without (the first step), both
-    branches reading the same outer-scope weights: a block in each reads them all."""
+    branches reading the same outer-scope weights: a block in each reads them all. ``heads`` of
+    ``dim`` channels each."""
     rng = np.random.default_rng(15)
-    heads, dim, vocab = 2, 16, 64
+    vocab = 64
     hidden = heads * dim
     nodes = [helper.make_node("If", ["use_cache_branch"], ["logits", "present_key", "present_value"],
                               then_branch=_decoder_branch(True, heads, dim), else_branch=_decoder_branch(False, heads, dim))]
@@ -564,23 +565,30 @@ def _rms(x: str, weight: str, out: str) -> onnx.NodeProto:
 
 
 def opset23_decoder_layer(hidden: int = 64, heads: int = 8, kv_heads: int = 2, ffn: int = 128,
-                          positions: int = 256) -> onnx.ModelProto:
+                          positions: int = 256, interleaved: bool = False, rotary_dim: int = 0,
+                          causal: bool = True, attention: dict | None = None) -> onnx.ModelProto:
     """A LLaMA-style decoder layer as an opset-23 export writes it: RMSNormalization, the Q/K/V
     MatMuls, RotaryEmbedding of Q and K (3-D, ``num_heads``, caches indexed by
     ``position_ids``), grouped-query Attention (8 query heads, 2 key/value heads) with a KV cache
     on a symbolic past length and ``is_causal``, the output projection and residual, then
     RMSNormalization and a SwiGLU MLP with its residual. Batch, sequence and past are symbolic;
     the sizes are keywords (the corpus's defaults are small); ``positions``: the rotary tables'
-    length, the longest past plus sequence the layer runs."""
+    length, the longest past plus sequence the layer runs; ``interleaved``, ``rotary_dim`` (0: the
+    whole head) the RotaryEmbedding attributes; ``causal`` False: an additive ``attn_mask`` input
+    [batch, 1, seq, total] instead of ``is_causal``; ``attention``: more Attention attributes
+    (``scale``, ``softcap``)."""
     rng = np.random.default_rng(23)
     head = hidden // heads
-    angles = np.arange(positions)[:, None] * (10000.0 ** (-np.arange(0, head, 2) / head))[None, :]
+    rot = rotary_dim or head
+    angles = np.arange(positions)[:, None] * (10000.0 ** (-np.arange(0, rot, 2) / rot))[None, :]
+    rope = {k: v for k, v in (("interleaved", int(interleaved)), ("rotary_embedding_dim", rotary_dim)) if v}
+    masking = {**({"is_causal": 1} if causal else {}), **(attention or {})}
     nodes = [_rms("x", "ln1", "h"),
              *(helper.make_node("MatMul", ["h", w], [o]) for w, o in (("wq", "q"), ("wk", "k"), ("wv", "v"))),
-             helper.make_node("RotaryEmbedding", ["q", "cos", "sin", "position_ids"], ["q_rot"], num_heads=heads),
-             helper.make_node("RotaryEmbedding", ["k", "cos", "sin", "position_ids"], ["k_rot"], num_heads=kv_heads),
-             helper.make_node("Attention", ["q_rot", "k_rot", "v", "", "past_key", "past_value"],
-                              ["attn", "present_key", "present_value"], is_causal=1, q_num_heads=heads,
+             helper.make_node("RotaryEmbedding", ["q", "cos", "sin", "position_ids"], ["q_rot"], num_heads=heads, **rope),
+             helper.make_node("RotaryEmbedding", ["k", "cos", "sin", "position_ids"], ["k_rot"], num_heads=kv_heads, **rope),
+             helper.make_node("Attention", ["q_rot", "k_rot", "v", "" if causal else "attn_mask", "past_key", "past_value"],
+                              ["attn", "present_key", "present_value"], **masking, q_num_heads=heads,
                               kv_num_heads=kv_heads),
              helper.make_node("MatMul", ["attn", "wo"], ["o"]), helper.make_node("Add", ["x", "o"], ["r1"]),
              _rms("r1", "ln2", "h2"), helper.make_node("MatMul", ["h2", "wg"], ["g"]),
@@ -595,11 +603,13 @@ def opset23_decoder_layer(hidden: int = 64, heads: int = 8, kv_heads: int = 2, f
              _init("wu", _rand(rng, hidden, ffn, scale=0.2)), _init("wd", _rand(rng, ffn, hidden, scale=0.2)),
              _init("cos", np.cos(angles).astype(np.float32)), _init("sin", np.sin(angles).astype(np.float32))]
     cache = ["batch", kv_heads, "past", head]
+    mask = [] if causal else [helper.make_tensor_value_info("attn_mask", FLOAT, ["batch", 1, "seq", "total"])]
     graph = helper.make_graph(
         nodes, "opset23_decoder_layer",
         [helper.make_tensor_value_info("x", FLOAT, ["batch", "seq", hidden]),
          helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"]),
-         helper.make_tensor_value_info("past_key", FLOAT, cache), helper.make_tensor_value_info("past_value", FLOAT, cache)],
+         helper.make_tensor_value_info("past_key", FLOAT, cache), helper.make_tensor_value_info("past_value", FLOAT, cache),
+         *mask],
         [helper.make_tensor_value_info("y", FLOAT, ["batch", "seq", hidden]),
          helper.make_tensor_value_info("present_key", FLOAT, ["batch", kv_heads, "total", head]),
          helper.make_tensor_value_info("present_value", FLOAT, ["batch", kv_heads, "total", head])], inits)
@@ -644,13 +654,12 @@ def _bert_layer(rng, t: str, x: str, d: int, heads: int, gelu: str, packed: bool
     return nodes, inits, f"{t}out"
 
 
-def ort_optimized_bert() -> onnx.ModelProto:
+def ort_optimized_bert(d: int = 32, heads: int = 4) -> onnx.ModelProto:
     """Two BERT encoder layers as onnxruntime's transformer optimizer writes them (contrib
     MultiHeadAttention in one, Attention with packed weights in the other, SkipLayerNormalization,
     BiasGelu / FastGelu) and a head that its MatMul+Transpose fusion made a FusedMatMul (transB,
-    alpha) with a QuickGelu; batch and length symbolic."""
+    alpha) with a QuickGelu; batch and length symbolic; ``d`` the hidden size, ``heads`` its heads."""
     rng = np.random.default_rng(12)
-    d, heads = 32, 4
     nodes1, inits1, h1 = _bert_layer(rng, "l0_", "x", d, heads, "BiasGelu", False)
     nodes2, inits2, h2 = _bert_layer(rng, "l1_", h1, d, heads, "FastGelu", True)
     head = [helper.make_node("FusedMatMul", [h2, "Whead"], ["logits"], domain=MS, transB=1, alpha=0.5),
@@ -669,16 +678,20 @@ def _pack4(q: np.ndarray) -> np.ndarray:
     return (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
 
 
-def _nbits_linear(rng, name: str, x: str, out: str, k: int, n: int, block: int = 32) -> tuple[onnx.NodeProto, list]:
+def _nbits_linear(rng, name: str, x: str, out: str, k: int, n: int, block: int = 32, bits: int = 4,
+                  zero_points: bool = True, accuracy_level: int = 4) -> tuple[onnx.NodeProto, list]:
     """A linear layer quantized as onnxruntime's MatMul4BitsQuantizer writes it: 4-bit weights in
-    blocks of 32 along K, float scales, packed uint8 zero points."""
+    blocks of 32 along K, float scales, packed uint8 zero points (``bits`` 8: a byte each;
+    without ``zero_points``: none, the kernel's default mid-range one). K a multiple of ``block``."""
     blocks = k // block
-    q = rng.integers(0, 16, (n, blocks, block))
-    zp = rng.integers(6, 10, (n, blocks))
+    q = rng.integers(0, 1 << bits, (n, blocks, block))
+    zp = rng.integers(6, 10, (n, blocks)) if bits == 4 else rng.integers(120, 136, (n, blocks))
     scales = rng.uniform(0.002, 0.02, (n, blocks)).astype(np.float32)
-    node = helper.make_node("MatMulNBits", [x, f"{name}_B", f"{name}_s", f"{name}_zp"], [out], domain=MS,
-                            K=k, N=n, bits=4, block_size=block, accuracy_level=4, name=name)
-    return node, [_init(f"{name}_B", _pack4(q)), _init(f"{name}_s", scales), _init(f"{name}_zp", _pack4(zp))]
+    pack = _pack4 if bits == 4 else lambda a: a.astype(np.uint8)  # noqa: E731
+    packed_zp = pack(np.pad(zp, ((0, 0), (0, blocks % 2 if bits == 4 else 0))))  # a row's zero points pad to bytes
+    node = helper.make_node("MatMulNBits", [x, f"{name}_B", f"{name}_s"] + [f"{name}_zp"] * zero_points, [out],
+                            domain=MS, K=k, N=n, bits=bits, block_size=block, accuracy_level=accuracy_level, name=name)
+    return node, [_init(f"{name}_B", pack(q)), _init(f"{name}_s", scales)] + [_init(f"{name}_zp", packed_zp)] * zero_points
 
 
 def _rotary(t: str, x: str, out: str, heads: int, head: int) -> list[onnx.NodeProto]:
@@ -694,29 +707,29 @@ def _rotary(t: str, x: str, out: str, heads: int, head: int) -> list[onnx.NodePr
             helper.make_node("Reshape", [f"{t}{x}rot", "merge_shape"], [out])] if half else []
 
 
-def _llama_layer(rng, t: str, x: str, d: int, heads: int, ffn: int) -> tuple[list, list, str]:
+def _llama_layer(rng, t: str, x: str, d: int, heads: int, ffn: int, quant: dict) -> tuple[list, list, str]:
     head = d // heads
     nodes = [helper.make_node("SimplifiedLayerNormalization", [x, f"{t}n1"], [f"{t}xn"], epsilon=1e-6)]
     inits = [_init(f"{t}n1", (1 + _rand(rng, d)).astype(np.float32)), _init(f"{t}n2", (1 + _rand(rng, d)).astype(np.float32))]
     for proj in "qkv":
-        node, weights = _nbits_linear(rng, f"{t}{proj}_proj", f"{t}xn", f"{t}{proj}", d, d)
+        node, weights = _nbits_linear(rng, f"{t}{proj}_proj", f"{t}xn", f"{t}{proj}", d, d, **quant)
         nodes.append(node)
         inits += weights
     nodes += _rotary(t, "q", f"{t}qr", heads, head) + _rotary(t, "k", f"{t}kr", heads, head)
     nodes.append(helper.make_node("MultiHeadAttention", [f"{t}qr", f"{t}kr", f"{t}v"], [f"{t}ctx"], domain=MS,
                                   num_heads=heads, unidirectional=1))
-    mlp, mlp_weights, out = _nbits_mlp(rng, t, x, f"{t}ctx", d, ffn)
+    mlp, mlp_weights, out = _nbits_mlp(rng, t, x, f"{t}ctx", d, ffn, **quant)
     return nodes + mlp, inits + mlp_weights, out
 
 
-def _nbits_mlp(rng, t: str, x: str, attn: str, d: int, ffn: int) -> tuple[list, list, str]:
+def _nbits_mlp(rng, t: str, x: str, attn: str, d: int, ffn: int, **quant) -> tuple[list, list, str]:
     """What follows the attention in both 4-bit decoder layers: the o_proj, the residual and the
     next norm in one SkipSimplifiedLayerNormalization (its sum the new residual), then the
     SiLU-gated MLP and its residual; every linear layer a MatMulNBits."""
     nodes, inits = [], []
     for name, src, out, k, n in (("o_proj", attn, f"{t}o", d, d), ("gate_proj", f"{t}hn", f"{t}g", d, ffn),
                                  ("up_proj", f"{t}hn", f"{t}u", d, ffn), ("down_proj", f"{t}m", f"{t}dn", ffn, d)):
-        node, weights = _nbits_linear(rng, f"{t}{name}", src, out, k, n)
+        node, weights = _nbits_linear(rng, f"{t}{name}", src, out, k, n, **quant)
         nodes.append(node)
         inits += weights
         if name == "o_proj":
@@ -729,14 +742,17 @@ def _nbits_mlp(rng, t: str, x: str, attn: str, d: int, ffn: int) -> tuple[list, 
     return nodes, inits, f"{t}out"
 
 
-def llama_matmulnbits_decoder() -> onnx.ModelProto:
+def llama_matmulnbits_decoder(d: int = 64, heads: int = 4, bits: int = 4, block: int = 32,
+                              zero_points: bool = True, accuracy_level: int = 4) -> onnx.ModelProto:
     """A LLaMA-style decoder (embedding, two layers: RMS norms -- SimplifiedLayerNormalization,
     SkipSimplifiedLayerNormalization with the residual --, rotary on Q and K by position, causal
     MultiHeadAttention, SiLU-gated MLP; final norm and LM head) whose 15 linear layers are 4-bit
     MatMulNBits at accuracy_level 4, as onnxruntime's quantizer and transformer optimizer leave
-    it; batch and length symbolic."""
+    it; batch and length symbolic. ``d``, ``heads``: the sizes; ``bits``, ``block``, ``zero_points``,
+    ``accuracy_level``: the quantization (d a multiple of ``block``)."""
     rng = np.random.default_rng(13)
-    d, heads, ffn, vocab, max_pos = 64, 4, 128, 96, 64
+    ffn, vocab, max_pos = 2 * d, 96, 64
+    quant = {"bits": bits, "block": block, "zero_points": zero_points, "accuracy_level": accuracy_level}
     head = d // heads
     inv = 1.0 / (10000 ** (np.arange(0, head, 2) / head))
     angles = np.arange(max_pos)[:, None] * inv[None, :]
@@ -751,11 +767,11 @@ def llama_matmulnbits_decoder() -> onnx.ModelProto:
              _init("halves", np.array([head // 2, head // 2], np.int64)), _init("final_norm", np.ones(d, np.float32))]
     x = "h0"
     for layer in range(2):
-        layer_nodes, layer_inits, x = _llama_layer(rng, f"l{layer}_", x, d, heads, ffn)
+        layer_nodes, layer_inits, x = _llama_layer(rng, f"l{layer}_", x, d, heads, ffn, quant)
         nodes += layer_nodes
         inits += layer_inits
     nodes.append(helper.make_node("SimplifiedLayerNormalization", [x, "final_norm"], ["hf"], epsilon=1e-6))
-    lm_head, lm_weights = _nbits_linear(rng, "lm_head", "hf", "logits", d, vocab)
+    lm_head, lm_weights = _nbits_linear(rng, "lm_head", "hf", "logits", d, vocab, **quant)
     graph = helper.make_graph(
         nodes + [lm_head], "llama_matmulnbits",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"]),
@@ -780,14 +796,15 @@ def _genai_layer(rng, t: str, x: str, norm_in: str, d: int, heads: int, kv: int,
     return nodes + mlp, inits + mlp_weights, out
 
 
-def genai_gqa_decoder_step() -> onnx.ModelProto:
+def genai_gqa_decoder_step(heads: int = 4, kv: int = 2) -> onnx.ModelProto:
     """One token of a LLaMA-style decoder as onnxruntime's GenAI builder writes a 4-bit CPU model:
     two layers of packed-QKV MatMulNBits -> GroupQueryAttention (rotary, KV cache buffers of a
     symbolic length P, ``seqlens_k`` and ``total_sequence_length`` run-time values), the RMS norms
     as SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, MatMulNBits MLP and LM
-    head; batch and past length symbolic."""
+    head; batch and past length symbolic; ``heads``/``kv`` the query and key/value heads of its 64
+    channels."""
     rng = np.random.default_rng(14)
-    d, heads, kv, ffn, vocab, max_pos = 64, 4, 2, 128, 96, 32
+    d, ffn, vocab, max_pos = 64, 128, 96, 32
     head = d // heads
     angles = np.arange(max_pos)[:, None] / (10000 ** (np.arange(0, head, 2) / head))[None, :]
     nodes = [helper.make_node("Gather", ["embed", "input_ids"], ["h0"]),
@@ -955,15 +972,16 @@ def _as_fp16(inits: list) -> list:
     return [half(t) if t.data_type == FLOAT else t for t in inits]
 
 
-def optimum_merged_llama(dtype: int = FLOAT) -> onnx.ModelProto:
+def optimum_merged_llama(dtype: int = FLOAT, heads: int = 4, kv: int = 2, layers: int = 2) -> onnx.ModelProto:
     """Optimum's merged LLaMA decoder (``decoder_model_merged.onnx``): ``If(use_cache_branch)``
     between two whole two-layer decoders -- grouped-query attention with rotary embeddings, the
     cache appended to in one branch and built from scratch in the other --, the shape
     arithmetic and the causal mask computed from ``attention_mask`` as torch.onnx writes them,
     the weights outer-scope initializers both branches read, the LM head tied to the embedding.
     Pins that the cache branch takes (a mask over past + new tokens) are pins the other branch
-    cannot take (its keys are the new tokens alone): its attention scores cannot be sized there."""
-    layers, d, heads, kv, ffn, vocab = 2, 64, 4, 2, 128, 96
+    cannot take (its keys are the new tokens alone): its attention scores cannot be sized there.
+    ``heads``, ``kv``, ``layers``: the sizes of the 64-channel decoder."""
+    d, ffn, vocab = 64, 128, 96
     head = d // heads
     shapes = {"logits": ["batch", "seq", vocab], "kv": ["batch", kv, "total", head]}
     outs = ["logits"] + [f"present.{layer}.{k}" for layer in range(layers) for k in ("key", "value")]
