@@ -55,6 +55,7 @@ from onnxmlu import api
 from onnxmlu.ir import iter_graphs
 from onnxmlu.runtime import custom_ops_library, reference_session
 from onnxmlu.schema import body_model, is_fusion_block
+from onnxmlu.sessions import new_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "realworld"))
 import built  # noqa: E402
@@ -182,7 +183,7 @@ def _shapes(variant: Variant, model: onnx.ModelProto) -> list[tuple[str, dict | 
 def _sessions(fused: list[Path]) -> list[tuple[str, object]]:
     """Each fused file through ``onnxmlu.InferenceSession`` and through plain onnxruntime with
     only the custom-op library registered."""
-    plain = ort.SessionOptions()
+    plain = new_options()
     plain.register_custom_ops_library(custom_ops_library())
     return [(f"{p.stem.split('.')[-1]}/{kind}", make(str(p))) for p in fused for kind, make in
             (("onnxmlu", onnxmlu.InferenceSession),
@@ -280,8 +281,7 @@ def _outputs(model: onnx.ModelProto, names: list[str], feeds: dict) -> dict:
     probe.CopyFrom(model)
     del probe.graph.output[:]
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options = new_options("disable", model=probe)
     return dict(zip(names, ort.InferenceSession(probe.SerializeToString(), options).run(None, feeds)))
 
 
