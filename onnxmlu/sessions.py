@@ -68,7 +68,7 @@ from onnx import numpy_helper
 from onnxmlu import ortlog
 from onnxmlu.ir import is_default_domain, iter_graphs, node_subgraphs
 from onnxmlu.optional import optional_import
-from onnxmlu.ir.weights import is_marker
+from onnxmlu.ir.weights import is_external, is_marker
 from onnxmlu.schema import is_placeholder
 
 #: onnxruntime's session config key for exact u8 x u8 kernels on x86 without VNNI.
@@ -221,7 +221,7 @@ def _flippable(node: onnx.NodeProto, weight: int, zero: int, inits: dict) -> boo
 def _uniform(node: onnx.NodeProto, zero: int, inits: dict) -> bool:
     """Whether a zero point is one value (absent: 0); one in an external file is not read: no."""
     name = node.input[zero] if len(node.input) > zero else ""
-    if name and _is_external(inits[name]):
+    if name and is_external(inits[name]):
         return False
     values = numpy_helper.to_array(inits[name]) if name else None
     return values is None or bool(np.all(values == values.flat[0]))
@@ -233,7 +233,7 @@ def _flip_into(graph: onnx.GraphProto, node: onnx.NodeProto, index: int, inits: 
     (:func:`_flipped_by_nodes`)."""
     name = node.input[index] if len(node.input) > index else ""
     flipped_name = f"{name or (node.name or node.output[0]) + '_zero_point'}_exact_u8_{index}"
-    if flipped_name not in inits and name and _is_external(inits[name]):
+    if flipped_name not in inits and name and is_external(inits[name]):
         inits[flipped_name] = _flipped_by_nodes(graph, inits[name], flipped_name)
     elif flipped_name not in inits:
         values = numpy_helper.to_array(inits[name]) if name else np.zeros(default_shape, np.int8)
@@ -263,10 +263,6 @@ def _flipped_by_nodes(graph: onnx.GraphProto, tensor: onnx.TensorProto, name: st
     for node in reversed(nodes):
         graph.node.insert(0, node)
     return onnx.TensorProto(name=name, data_type=onnx.TensorProto.UINT8, dims=tensor.dims)
-
-
-def _is_external(tensor: onnx.TensorProto) -> bool:
-    return tensor.data_location == onnx.TensorProto.EXTERNAL
 
 
 def unshare_dequantized_weights(graph: onnx.GraphProto) -> int:

@@ -18,7 +18,7 @@ from onnx.serialization import registry
 from onnxmlu.errors import ModelLoadError, OnnxMluError, first_line
 from onnxmlu.ir import iter_graphs
 from onnxmlu.ir.mapped import MappedModel
-from onnxmlu.ir.weights import WeightStore, all_tensors, is_marker
+from onnxmlu.ir.weights import WeightStore, all_tensors, is_external, is_marker
 from onnxmlu.schema import is_fusion_block
 
 
@@ -60,7 +60,7 @@ def _mapped(path: str | os.PathLike, weights: WeightStore) -> onnx.ModelProto | 
         weights.clear()
         return None
     if not model.HasField("graph") or not model.graph.node or any(
-            t.data_location == onnx.TensorProto.EXTERNAL and not is_marker(t) for t in all_tensors(model.graph)):
+            is_external(t) and not is_marker(t) for t in all_tensors(model.graph)):
         weights.clear()
         return None
     return model

@@ -143,8 +143,13 @@ _STORABLE = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.Ten
 _KEY = "onnxmlu_key"
 
 
+def is_external(t: onnx.TensorProto) -> bool:
+    """Whether ``t``'s bytes are in an external file (onnx's ``data_location``)."""
+    return t.data_location == onnx.TensorProto.EXTERNAL
+
+
 def is_marker(t: onnx.TensorProto) -> bool:
-    return t.data_location == onnx.TensorProto.EXTERNAL and any(
+    return is_external(t) and any(
         e.key == "location" and e.value == STORE_LOCATION for e in t.external_data)
 
 

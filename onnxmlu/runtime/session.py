@@ -67,6 +67,7 @@ from google.protobuf.message import Error as ProtobufError
 
 from onnxmlu.errors import RuntimeLibraryError
 from onnxmlu.ir import copy_model, is_fusion_block, iter_graphs, nested_graphs
+from onnxmlu.ir.weights import is_external
 from onnxmlu.runtime.layouts import optimize_layouts_in_place
 from onnxmlu.runtime.merge import merge_consecutive_blocks
 from onnxmlu import ortlog
@@ -381,7 +382,7 @@ def _has_external_data(model: onnx.ModelProto) -> bool:
 def _holds_external_data(graph: onnx.GraphProto) -> bool:
     tensors = list(graph.initializer)
     tensors += [a.t for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors)
+    return any(is_external(t) for t in tensors)
 
 
 def _model_source(model: ModelArg) -> str | bytes:
