@@ -112,6 +112,23 @@ def test_ids_into_an_int8_table_are_bounded_by_its_rows():
     assert integer_bounds(make_model(graph, 17)) == {"ids": 2}
 
 
+def test_ids_into_a_contrib_embedding_are_bounded_by_each_table():
+    """onnxruntime's BERT optimizer writes the embeddings as one EmbedLayerNormalization: word ids
+    index its third input, segment ids its fifth. Drawn in [0, 10) the segment ids ran out of a
+    2-row table and onnxruntime refused every shape the check tried."""
+    rng = np.random.default_rng(0)
+    tables = {"word": (30, 8), "position": (16, 8), "segment": (2, 8), "gamma": (8,), "beta": (8,)}
+    inits = [numpy_helper.from_array(rng.normal(size=dims).astype(np.float32), name) for name, dims in tables.items()]
+    node = helper.make_node("EmbedLayerNormalization", ["ids", "seg", *tables], ["y", "mask_index"],
+                            domain="com.microsoft", epsilon=1e-12)
+    ints = [helper.make_tensor_value_info(n, TensorProto.INT32, [1, 6]) for n in ("ids", "seg")]
+    graph = helper.make_graph([node], "embed_ln", ints, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    assert integer_bounds(model) == {"ids": 30, "seg": 2}
+    assert verify.check_models(model, model).ok
+
+
 # ------------------------------------------------------------------------------ quantized outputs
 def _qdq_conv(offset_steps: float = 0.0) -> onnx.ModelProto:
     """x -> Q/DQ -> Conv (DQ'd int8 weights) -> Q/DQ -> y; ``offset_steps`` steps of the output

@@ -6,10 +6,10 @@ strings one lowercase ASCII letter each (what a character-level model, a graphem
 encoder's LabelEncoder, looks up; a word-level one maps them to its default), all from one
 ``numpy`` generator seeded by the caller, so a seed names one set of feeds on every machine.
 ``V`` is the vocabulary the model states for an integer input (:func:`integer_bounds`):
-the first dim of the table a Gather looks the input up in (an embedding: an initializer, or
-one dequantized from INT8), through the ops that pass ids on unchanged (Cast, Reshape,
-Unsqueeze, ...); the smallest when several. An
-integer input without one is drawn in ``[0, 10)`` and named by :func:`unbounded_integer_inputs`
+the first dim of the table a Gather (or a contrib lookup: :data:`_LOOKUPS`) looks the input
+up in (an embedding: an initializer, or one dequantized from INT8), through the ops that pass
+ids on unchanged (Cast, Reshape, Unsqueeze, ...); the smallest when several. An integer input
+without one is drawn in ``[0, 10)`` and named by :func:`unbounded_integer_inputs`
 (the check says its values may be out of range).
 """
 
@@ -59,6 +59,15 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, dims: Mapping[str, int]
 
 #: Ops that hand integer ids on unchanged (values, not positions, matter to a lookup).
 _PASS_IDS = frozenset({"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Transpose", "Expand"})
+
+#: Lookups other than Gather: (domain, op) -> {ids input: table input}, each table indexed
+#: along its first dim. onnxruntime's transformer optimizer writes BERT's embeddings as one
+#: EmbedLayerNormalization (word, position and segment tables; its kernel refuses an id out of
+#: range); GatherBlockQuantized is the lookup of a block-quantized (int4) embedding.
+_LOOKUPS: dict[tuple[str, str], dict[int, int]] = {
+    ("com.microsoft", "EmbedLayerNormalization"): {0: 2, 1: 4, 8: 3},
+    ("com.microsoft", "GatherBlockQuantized"): {1: 0},
+}
 
 
 def integer_bounds(model: onnx.ModelProto) -> dict[str, int]:
@@ -114,8 +123,21 @@ def _lookup_sizes(name: str, readers: dict, tables: dict[str, list[int]], depth:
             dims = tables[node.input[0]]
             if -len(dims) <= axis < len(dims) and dims[axis] > 0:
                 sizes.append(dims[axis])
+        elif (node.domain, node.op_type) in _LOOKUPS:
+            sizes += _contrib_lookup_sizes(node, name, tables)
         elif node.op_type in _PASS_IDS and node.input[0] == name:
             sizes += [s for out in node.output for s in _lookup_sizes(out, readers, tables, depth + 1)]
+    return sizes
+
+
+def _contrib_lookup_sizes(node: onnx.NodeProto, name: str, tables: dict[str, list[int]]) -> list[int]:
+    """The first dims of the tables ``node`` (a :data:`_LOOKUPS` op) looks ``name`` up in."""
+    sizes = []
+    for ids, table in _LOOKUPS[(node.domain, node.op_type)].items():
+        if ids < len(node.input) and node.input[ids] == name and table < len(node.input):
+            dims = tables.get(node.input[table])
+            if dims and dims[0] > 0:
+                sizes.append(dims[0])
     return sizes
 
 
