@@ -142,3 +142,12 @@ def test_the_twin_finds_int8_kernels_in_every_graph_and_leaves_the_input_untouch
               for g in iter_graphs(twin.graph) for n in g.node if n.op_type == "MatMulNBits"}
     assert levels == {"inner": 0, "float_zp": 4, "level0": 0}
     assert model.SerializeToString() == before
+
+
+def test_the_html_report_shows_the_twin_rule_and_figures(library, tmp_path):
+    src = tmp_path / "model.onnx"
+    onnx.save(built.llama_matmulnbits_decoder(bits=8), src)
+    page = api.report(src, tmp_path / "report.html", check=True).read_text()
+    assert "within int8 rounding (max |orig-float|" in page
+    assert "logits: judged against the original with float activations (accuracy_level 0):" in page
+    assert "|fused-float| max" in page
