@@ -34,24 +34,36 @@ crosses an int8 rounding boundary one value of A moves by a whole step, which la
 grow -- an error the rule above has no room for, in a fused model as good as the original.
 Such an output, when it fails the rule above, is judged again against the *float twin*: the
 original with those nodes at ``accuracy_level`` 0 (float A; a copy, the input untouched), run
-on the same inputs with the same reference options. With ``t`` the twin's output and
-``slack = max|r - t|`` (the original's own int8 rounding, over the elements finite in both),
-the output passes when, element-wise::
+on the same inputs with the same reference options. With ``t`` the twin's output, over the
+elements finite in all three, ``slack = max|r - t|`` (the original's own int8 rounding), the
+output passes when both hold::
 
-    |f - r| <= atol + rtol * |r| + slack        (a quantized output: atol + qtol * s + slack)
+    |f - r| <= atol + rtol * |r| + slack   element-wise   (quantized: atol + qtol * s + slack)
+    mean|f - t| <= 1.25 * mean|r - t| + atol               (TWIN_MEAN_FACTOR)
 
-The fused model moves no further from the original than the original's int8 rounding moves it
-from float arithmetic; so ``max|f - t| <= 2 slack + atol + rtol |r|`` (triangle inequality): the
-fused model is as close to float arithmetic as the original is, within a factor of two. A wrong
-weight or scale in a level-4 block moves the output by the weight's error, not by a rounding
-step, and fails (tests/test_check_int8_rounding.py). Measured on the held-out MatMulNBits
-decoders (``scripts/heldout_sweep.py``: the five level-4 variants that miss the rule above),
-``max|f - r|`` is 2-20x smaller than ``slack`` and ``max|f - t|`` is within 1.2x of ``slack``.
-The report names the rule and gives both figures (``float_twin_orig = slack``,
-``float_twin_fused = max|f - t|``). Cost: the twin session is made, and run, only for a run
-where an output fails the rule above and the original holds such a node (a cheap scan of its
-nodes first: a model without one pays nothing); it runs within the same memory bound as the
-original (the same tensors: :func:`_run_within`), one run after the other.
+The first: the fused model moves no further from the original than the original's int8
+rounding moves it from float arithmetic (so ``max|f - t| <= 2 slack + atol + rtol|r|``, by the
+triangle inequality). The second: on average the fused model is as close to float arithmetic as
+the original is. A flip is one rounding error among the many the original makes, and leaves
+the mean where it was; a wrong weight or scale adds its error to every element it reaches. The
+max rule alone is loose where the int8 rounding is large: on the 8-bit decoder of
+tests/test_check_int8_rounding.py (``slack`` 17 on its check's inputs) a 5 % error in the LM
+head's scales stays within it and only the mean rule fails it (a wrong scale in a level-4 block
+of the 4-bit decoder fails both). Measured with ``scripts/heldout_sweep.py`` on the five
+held-out level-4 decoders the rule above misses: the miss is 1.7-77x smaller than ``slack``
+and ``mean|f - t|`` equals ``mean|r - t|`` to two digits, while the 5 % scale error above
+puts it beyond 1.25x (the test asserts it). What the rule cannot see is a defect smaller than
+the original's own rounding noise (a wrong weight in an early layer can move the logits less
+than the int8 rounding does); every model without such kernels keeps the rule above alone.
+The report names the rule and gives the figures (``float_twin_orig`` = ``slack``,
+``float_twin_fused`` = ``max|f - t|``, and the two means).
+
+Cost: a model without a MatMulNBits at accuracy_level 4 pays one scan of its node
+attributes. Otherwise the nodes whose kernel rounds A are found (the rewrite's predicate reads
+the graph imported by graphsurgeon) and the twin's session made only when an output fails the
+rule above, and the twin runs only on those runs. It runs on the same inputs, inside the same
+memory bound as the original's run (:func:`_run_within`: the same tensors, one run after the
+other); the copy holds the original's weights once more while the check lasts.
 
 NaN and Inf: a NaN or Inf in the fused output where the reference has a finite value (or the
 other way round, or an Inf of the other sign) fails whatever the rule; NaN/Inf in both at the
@@ -107,8 +119,8 @@ DEFAULT_QTOL = 2.0
 #: The rule of a float output, as the table prints it beside the columns.
 FLOAT_RULE = "|a-b| <= atol + rtol*|ref|"
 #: How much further from float arithmetic, on average, a fused output may be than the original's
-#: own int8 rounding puts the original (module docstring: measured 1.003 at most when fused
-#: right, 1.4 for a 5 % scale error the max rule lets through).
+#: own int8 rounding puts the original (module docstring: 1.0 to two digits when fused right;
+#: a 5 % scale error the max rule lets through goes beyond it).
 TWIN_MEAN_FACTOR = 1.25
 #: The op whose kernel may round its activations to int8 at run time (module docstring).
 _NBITS = ("com.microsoft", "MatMulNBits")
@@ -351,17 +363,25 @@ class FloatTwin:
     """The original with float activations where its kernels round them to int8 at run time
     (module docstring): the ``com.microsoft::MatMulNBits`` nodes whose kernel quantizes A
     (:func:`~onnxmlu.rewrite.matmulnbits.kernel_int8`), in every graph, set to
-    ``accuracy_level`` 0 in a copy; its reference session made at the first run."""
+    ``accuracy_level`` 0 in a copy. Nothing is computed until it is needed: which nodes at
+    the first use of :attr:`where`, the session at the first run."""
 
     original: onnx.ModelProto
-    where: list[tuple[int, int]]  # (graph in iter_graphs order, node index) of each such node
     session: object = None
+    _where: list[tuple[int, int]] | None = None
 
     @classmethod
     def of(cls, original: onnx.ModelProto) -> "FloatTwin | None":
-        """The twin of ``original``, or None when no kernel of it rounds activations."""
-        where = int8_activation_nodes(original)
-        return cls(original, where) if where else None
+        """The twin of ``original``; None when no MatMulNBits of it is at accuracy_level 4 (a
+        scan of the node attributes: a model without one pays nothing more)."""
+        return cls(original) if _level4_nbits(original) else None
+
+    @property
+    def where(self) -> list[tuple[int, int]]:
+        """(graph in iter_graphs order, node index) of each node set to float activations."""
+        if self._where is None:
+            self._where = int8_activation_nodes(self.original)
+        return self._where
 
     def model(self) -> onnx.ModelProto:
         """The twin model: a copy of the original, those nodes at accuracy_level 0."""
@@ -372,7 +392,11 @@ class FloatTwin:
             level.i = 0
         return twin
 
-    def run(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray] | None:
+        """The twin's outputs ``names`` on ``feeds`` (reference options); None when no kernel
+        of the original rounds A after all (float zero points, 2-bit weights)."""
+        if not self.where:
+            return None
         if self.session is None:
             self.session = optional_import("onnxmlu.runtime").reference_session(self.model())
         return self.session.run(list(names), dict(feeds))
@@ -384,8 +408,7 @@ def int8_activation_nodes(model: onnx.ModelProto) -> list[tuple[int, int]]:
     without importing the model: only a model holding a candidate pays for the import the
     rewrite's predicate reads (attributes, the zero points' type)."""
     graphs = list(iter_graphs(model.graph))
-    level = matmulnbits.INT8_LEVEL
-    if not any(_is_nbits(n) and attribute_value(n, "accuracy_level", 0) == level for g in graphs for n in g.node):
+    if not _level4_nbits(model):
         return []
     imported = list(gs_graphs(gs.import_onnx(model)))  # the same graphs and nodes, in the same order
     return [(g, k) for g, (graph, twin) in enumerate(zip(graphs, imported))
@@ -395,6 +418,13 @@ def int8_activation_nodes(model: onnx.ModelProto) -> list[tuple[int, int]]:
 
 def _is_nbits(node: onnx.NodeProto) -> bool:
     return (node.domain, node.op_type) == _NBITS
+
+
+def _level4_nbits(model: onnx.ModelProto) -> bool:
+    """Whether a MatMulNBits of any graph is at the accuracy_level whose kernel may round A."""
+    level = matmulnbits.INT8_LEVEL
+    return any(_is_nbits(n) and attribute_value(n, "accuracy_level", 0) == level
+               for g in iter_graphs(model.graph) for n in g.node)
 
 
 def _nonfinite(f: np.ndarray, r: np.ndarray) -> str:
@@ -678,9 +708,11 @@ class _Checker:
         diffs = compare_outputs(self.names, got, reference, atol, rtol, self.steps, qtol)
         if self.twin is None or all(d.ok for d in diffs):
             return diffs
-        if self.twin.session is None:
+        if self.twin.session is None and self.twin.where:
             self.shown.say("float twin session (the original, MatMulNBits at accuracy_level 0)")
         twin = self.twin.run(self.names, feeds)
+        if twin is None:
+            return diffs
         return [d if d.ok else judge_by_twin(d, f, r, t, self.tolerances)
                 for d, f, r, t in zip(diffs, got, reference, twin)]
 #: Element types whose block boundaries onnxruntime may retype: its CPU provider runs a 16-bit
