@@ -226,6 +226,14 @@ def _kernel_int8(node: gs.Node) -> bool:
     return _level(node) == INT8_LEVEL and not _float_zero_points(node) and _attrs(node)[2] in INT8_BITS
 
 
+def kernel_int8(node: gs.Node) -> bool:
+    """Whether onnxruntime's kernel rounds ``node``'s A to int8 at run time (:func:`_kernel_int8`),
+    for any MatMulNBits, rewritten or kept on the host (one missing K, N or block_size: no, the
+    kernel refuses it): ``check`` judges the outputs downstream of such nodes by their own rule
+    (:mod:`onnxmlu.tools.verify`)."""
+    return all(key in node.attrs for key in ("K", "N", "block_size")) and _kernel_int8(node)
+
+
 def _undecided_int8(node: gs.Node) -> bool:
     """2-bit weights with integer zero points at accuracy_level 4: onnxruntime 1.32 quantizes A
     for block sizes 32-128 and keeps it float for 16 and 256 (which MLAS kernels exist, on the
@@ -239,7 +247,11 @@ def _level(node: gs.Node) -> int:
 
 def _float_zero_points(node: gs.Node) -> bool:
     zp = node_input(node, ZERO_POINTS)
-    return zp is not None and constant_value(zp).dtype != np.uint8
+    if zp is None:
+        return False
+    value = constant_value(zp)  # computed at run time (refused by the rewrite): its declared type
+    dtype = value.dtype if value is not None else zp.dtype
+    return dtype is not None and np.dtype(dtype) != np.uint8
 
 
 class MatMulNBitsRewriter:

@@ -33,7 +33,7 @@ from onnxmlu.collapse.atomic import write_bytes_atomic
 from onnxmlu.frontend.pins import POINTS, PricingShape, shapes_text
 from onnxmlu.plan.profile import BlockAcross
 from onnxmlu.schema import PRICING_SHAPE_KEY, block_node_name
-from onnxmlu.tools.verify import nan_fails, seeded_inputs
+from onnxmlu.tools.verify import nan_fails, seeded_inputs, twin_lines
 from onnxmlu.wording import plural
 
 _WIDTH = 960
@@ -384,8 +384,10 @@ def _check(check: dict) -> str:
     data = ("" if seeds else " · no random seed") + (f" · inputs: {said}" if said else "")
     shapes = [[run["label"], shapes_text(run["inputs"]) or "scalars only", run["status"], run.get("note", "")]
               for run in check.get("shapes", [])]
+    twins = "".join(f"<p class=\"check-twin\">{_e(' '.join(twin_lines(o)))}</p>" for o in check.get("outputs", [])
+                    if o.get("float_twin_orig") is not None)  # the float twin's figures, as check prints them
     return (f"<p id=\"check-rule\">{_e(judged)}{_e(data)}</p>"
             + (_table(["run", "input shapes", "status", "note"], shapes, set(), "check-shapes") if shapes else "")
             + _table(["output", "shape", "max abs err", "max rel err", "rule",
                       "within tol" if check.get("budget") else "ok"], rows, {2, 3}, "check")  # check's own headers
-            + verdict)
+            + twins + verdict)
