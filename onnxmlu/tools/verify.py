@@ -716,6 +716,8 @@ class _Checker:
             return diffs
         return [d if d.ok else judge_by_twin(d, f, r, t, self.tolerances)
                 for d, f, r, t in zip(diffs, got, reference, twin)]
+
+
 #: Element types whose block boundaries onnxruntime may retype: its CPU provider runs a 16-bit
 #: float node that has no 16-bit kernel in float between Casts, and drops a Cast next to a block
 #: (a node of any type). The library converts; a fused model holding them is loaded to be sure.
