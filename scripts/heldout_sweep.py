@@ -36,7 +36,7 @@ the allowance it is held to, the max abs error per shape (over both fused files 
 runtimes), and the verdict (``ok``, ``ok (int8 rounding)`` or what failed). Exit status 1 when
 any variant fails.
 
-    .venv/bin/python scripts/heldout_sweep.py                 # every variant (~5 min on 2 cores)
+    .venv/bin/python scripts/heldout_sweep.py                 # every variant (about 30 s on 2 cores)
     .venv/bin/python scripts/heldout_sweep.py --only nbits    # variants whose name contains "nbits"
     .venv/bin/python scripts/heldout_sweep.py --list
     .venv/bin/python scripts/heldout_sweep.py --flips nbits_b8_blk32 batch+1   # where a miss starts
