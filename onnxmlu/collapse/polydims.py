@@ -1,0 +1,680 @@
+"""Output dims of a block body as exact polynomials of its input dims, without sympy.
+
+The tier between onnx's shape inference and onnxruntime's symbolic engine in
+:mod:`onnxmlu.collapse.dims`: it walks the light body's nodes in order and gives each tensor a
+shape and, for small int tensors (shape arithmetic), a value. A dim is
+
+* a polynomial with integer coefficients, ``sum_m c_m * prod_v v^e``: a map from monomials (a
+  sorted tuple of ``(variable, exponent)``) to non-zero ints. A variable is an input's dim name
+  (``("s", "batch")``) or an *atom*: an axis of an input that names none, or ``floor(P / Q)``
+  where the quotient is no polynomial (a strided Conv on a symbolic H). Atoms are compared by
+  what they are made of, so ``2*floor(h/2) + h - 2*floor(h/2)`` is ``h``, as in the engine;
+  a dim that keeps an atom, or a power above 1, is *not polynomial*: written ``?``;
+* :data:`UNKNOWN` (``None``): an op this module does not model, a value it does not know, or a
+  form the engine writes otherwise (a product left factored, ``x*(a + b)``), decided by the engine.
+
+Every rule is the ONNX spec's, and written as onnxruntime's engine derives it, so that the text
+is the engine's wherever this tier settles an output (tests/test_polydims.py checks both on built
+bodies and on every block of the corpus):
+
+* ``floor(P / c)`` for an int ``c > 0`` is ``sum (c_m / c) m + floor(c_0 / c)`` when ``c`` divides
+  every non-constant coefficient (an integer part leaves a floor), else an atom;
+  ``floor(P / Q)`` is ``P / Q`` when ``Q`` is one term dividing ``P``'s only term, ``1`` when
+  ``P == Q``, else an atom;
+* a product is kept only where sympy expands it: one side a number, or both one term;
+* two dims that must be equal and differ (a broadcast of ``a`` with ``b`` or with ``3``, a
+  Concat or MatMul of unequal sizes) are merged by the engine into one representative for the
+  whole body: the tier gives up on the body (:class:`MergeError`) and the engine decides it all;
+* a Reshape's ``-1`` is the product of the input dims over the product of the known output
+  dims, cancelled factor by factor (numbers, input symbols and sums each a factor, as sympy's
+  ``Mul`` holds them).
+
+:func:`sympy_text` writes a polynomial as sympy's ``str`` does (terms in descending lexicographic
+order of their exponents over the names sorted, ``2*W + 1``, ``H*W - 1``), so that
+:mod:`onnxmlu.collapse.dims` turns both tiers' dims into the same text.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+Mono = tuple  # ((variable, exponent), ...), variables sorted
+Poly = tuple  # ((mono, coefficient), ...), monomials sorted, coefficients non-zero
+Dim = Optional[Poly]
+#: A dim this tier leaves to the engine.
+UNKNOWN = None
+INT_MAX = 2**31 - 1  # the engine's int_max: an end at or past it means "to the end"
+_INT_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+
+
+class MergeError(Exception):
+    """Two unequal dims the body requires equal: the engine merges them for the whole body."""
+
+
+# ---- polynomials ----------------------------------------------------------------------------
+
+def const(c: int) -> Poly:
+    return (((), int(c)),) if c else ()
+
+
+def var(v) -> Poly:
+    return ((((v, 1),), 1),)
+
+
+def _normal(acc: dict) -> Poly:
+    return tuple(sorted((m, c) for m, c in acc.items() if c))
+
+
+def add(a: Dim, b: Dim, sign: int = 1) -> Dim:
+    if a is None or b is None:
+        return None
+    acc = dict(a)
+    for m, c in b:
+        acc[m] = acc.get(m, 0) + sign * c
+    return _normal(acc)
+
+
+def _mono_mul(m1: Mono, m2: Mono) -> Mono:
+    acc = dict(m1)
+    for v, e in m2:
+        acc[v] = acc.get(v, 0) + e
+    return tuple(sorted(acc.items()))
+
+
+def mul(a: Dim, b: Dim) -> Dim:
+    """``a * b``; UNKNOWN where sympy keeps the product factored (neither side a number, one a sum)."""
+    if a is None or b is None:
+        return None
+    if not (is_const(a) or is_const(b) or (len(a) <= 1 and len(b) <= 1)):
+        return None
+    acc: dict = {}
+    for m1, c1 in a:
+        for m2, c2 in b:
+            m = _mono_mul(m1, m2)
+            acc[m] = acc.get(m, 0) + c1 * c2
+    return _normal(acc)
+
+
+def is_const(p: Dim) -> bool:
+    return p is not None and all(not m for m, _ in p)
+
+
+def value(p: Poly) -> int:
+    return dict(p).get((), 0)
+
+
+def floordiv(a: Dim, b: Dim) -> Dim:
+    """``floor(a / b)`` as the engine's sympy gives it (module docstring)."""
+    if a is None or b is None or not b:
+        return None
+    if is_const(b) and value(b) > 0:
+        c = value(b)
+        if all(k % c == 0 for m, k in a if m):
+            return _normal({m: (k // c) for m, k in a})
+    elif a == b:
+        return const(1)
+    elif len(a) == 1 and len(b) == 1:
+        (ma, ca), (mb, cb) = a[0], b[0]
+        rest = dict(ma)
+        for v, e in mb:
+            rest[v] = rest.get(v, 0) - e
+        if ca % cb == 0 and all(e >= 0 for e in rest.values()):
+            return _normal({tuple(sorted((v, e) for v, e in rest.items() if e)): ca // cb})
+    return var(("floor", a, b))
+
+
+def sympy_text(p: Poly) -> int | str | None:
+    """``p`` as ``str()`` of the sympy expression the engine holds, an int for a number; None
+    when it is no polynomial of the input names (an atom is left)."""
+    if is_const(p):
+        return value(p)
+    names = sorted({v for m, _ in p for v, _ in m}, key=lambda v: (v[0] != "s", v[1]))
+    if any(v[0] != "s" for v in names):
+        return None
+    order = [v[1] for v in names]
+
+    def key(term):
+        exps = dict(term[0])
+        return tuple(-exps.get(("s", n), 0) for n in order)
+
+    out = ""
+    for m, c in sorted(p, key=key):
+        t = _term_text(m, c)
+        if not out:
+            out = t
+        else:
+            out += f" - {t[1:]}" if t.startswith("-") else f" + {t}"
+    return out
+
+
+def _term_text(m: Mono, c: int) -> str:
+    factors = "*".join(v[1] if e == 1 else f"{v[1]}**{e}" for v, e in m)
+    if not m:
+        return str(c)
+    return factors if c == 1 else f"-{factors}" if c == -1 else f"{c}*{factors}"
+
+
+# ---- shapes and values ----------------------------------------------------------------------
+
+class Walk:
+    """Shapes (list of dims, or None for an unknown rank) and int values of a body's tensors."""
+
+    def __init__(self, graph: onnx.GraphProto, opset: int) -> None:
+        self.opset = opset
+        self.shapes: dict[str, list | None] = {}
+        self.values: dict[str, list] = {}  # 1-D int values as lists of dims; a scalar as a 1-list
+        self.scalars: set[str] = set()
+        self.floats: dict[str, list[float]] = {}  # 1-D float constants (Resize's scales)
+        self.listed: set[str] = set()  # values the engine holds as lists (computed, not constants)
+        for k, vi in enumerate(graph.input):
+            self.shapes[vi.name] = _input_shape(vi, k)
+        for tensor in graph.initializer:
+            self.constant(tensor.name, tensor)
+
+    def constant(self, name: str, tensor: onnx.TensorProto) -> None:
+        self.shapes[name] = [const(d) for d in tensor.dims]
+        if len(tensor.dims) <= 1 and tensor.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+            self.floats[name] = [float(v) for v in numpy_helper.to_array(tensor).reshape(-1)]
+        if tensor.data_type in _INT_TYPES and len(tensor.dims) <= 1:
+            array = numpy_helper.to_array(tensor).reshape(-1)
+            self.values[name] = [const(int(v)) for v in array]
+            if not tensor.dims:
+                self.scalars.add(name)
+
+    def shape(self, name: str) -> list | None:
+        return self.shapes.get(name) if name else None
+
+    def value(self, name: str) -> list | None:
+        return self.values.get(name) if name else None
+
+    def ints(self, name: str) -> list[int] | None:
+        """A value of known numbers only."""
+        v = self.value(name)
+        return [value(p) for p in v] if v is not None and all(is_const(p) for p in v) else None
+
+
+def _input_shape(vi: onnx.ValueInfoProto, k: int) -> list | None:
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    dims = []
+    for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+        if d.HasField("dim_value"):
+            dims.append(const(d.dim_value))
+        else:  # a name, or none: the engine's own name for it, which no input ref holds
+            dims.append(var(("s", d.dim_param)) if d.dim_param else var(("in", k, axis)))
+    return dims
+
+
+def attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def _equal(dims: Iterable[Dim]) -> Dim:
+    """The one dim several must be; :class:`MergeError` where they differ or one is unknown."""
+    dims = list(dims)
+    if any(d is None for d in dims) or any(d != dims[0] for d in dims):
+        raise MergeError
+    return dims[0]
+
+
+def broadcast(*shapes: list | None) -> list | None:
+    """numpy broadcasting from the right: a literal 1 gives way; others must be equal."""
+    if any(s is None for s in shapes):
+        raise MergeError
+    rank = max(len(s) for s in shapes)
+    out = []
+    for axis in range(rank):
+        dims = [s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0]
+        kept = [d for d in dims if d != const(1)]
+        out.append(_equal(kept) if kept else const(1))
+    return out
+
+
+def output_dims(body: onnx.ModelProto) -> list[list | None] | None:
+    """Per output of ``body`` its dims (a polynomial, or UNKNOWN), None for an unknown rank; None
+    for the whole body where the engine would merge dims (:class:`MergeError`)."""
+    opset = next((o.version for o in body.opset_import if o.domain in ("", "ai.onnx")), 1)
+    walk = Walk(body.graph, opset)
+    try:
+        for node in body.graph.node:
+            _step(walk, node)
+    except MergeError:
+        return None
+    return [walk.shape(vi.name) for vi in body.graph.output]
+
+
+def _step(walk: Walk, node: onnx.NodeProto) -> None:
+    if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        tensor = attr(node, "value")
+        if tensor is not None:
+            walk.constant(node.output[0], tensor)
+        return
+    rule = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    shapes = rule(walk, node) if rule is not None else None
+    walk.listed.update(o for o in node.output if o in walk.values)
+    for k, name in enumerate(node.output):
+        if name:
+            walk.shapes[name] = shapes[k] if shapes is not None and k < len(shapes) else None
+
+
+# ---- rules: each returns the output shapes (and sets values where it computes them) ---------
+
+def _same(walk: Walk, node: onnx.NodeProto) -> list:
+    return [walk.shape(node.input[0])]
+
+
+def _passing(walk: Walk, node: onnx.NodeProto) -> list:
+    """Shape-preserving, and the value passes (the engine's Cast, Identity)."""
+    if walk.value(node.input[0]) is not None:
+        walk.values[node.output[0]] = walk.value(node.input[0])
+        if node.input[0] in walk.scalars:
+            walk.scalars.add(node.output[0])
+    return _same(walk, node)
+
+
+_VALUE_OPS: dict[str, Callable] = {
+    "Add": lambda a, b: add(a, b), "Sub": lambda a, b: add(a, b, -1), "Mul": mul, "Div": floordiv}
+
+
+def _elementwise(walk: Walk, node: onnx.NodeProto) -> list:
+    out = broadcast(*(walk.shape(i) for i in node.input if i))
+    func = _VALUE_OPS.get(node.op_type)
+    values = [walk.value(i) for i in node.input]
+    if func is not None and len(values) == 2 and all(v is not None for v in values):
+        a, b = values
+        n = max(len(a), len(b))
+        if len(a) in (1, n) and len(b) in (1, n):
+            walk.values[node.output[0]] = [func(a[k % len(a)], b[k % len(b)]) for k in range(n)]
+            if all(i in walk.scalars for i in node.input):
+                walk.scalars.add(node.output[0])
+    return [out]
+
+
+def _matmul(walk: Walk, node: onnx.NodeProto) -> list:
+    a, b = walk.shape(node.input[0]), walk.shape(node.input[1])
+    if a is None or b is None or not a or not b:
+        raise MergeError
+    _equal([a[-1], b[-2] if len(b) > 1 else b[0]])
+    batch = broadcast(a[:-2], b[:-2]) if len(a) > 1 and len(b) > 1 else []
+    return [batch + a[-2:-1] + b[-1:] if len(b) > 1 else a[:-1]] if len(a) > 1 else [b[:-2] + b[-1:]]
+
+
+def _gemm(walk: Walk, node: onnx.NodeProto) -> list:
+    a, b = walk.shape(node.input[0]), walk.shape(node.input[1])
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return [None]
+    return [[a[1] if attr(node, "transA", 0) else a[0], b[0] if attr(node, "transB", 0) else b[1]]]
+
+
+def _transpose(walk: Walk, node: onnx.NodeProto) -> list:
+    x = walk.shape(node.input[0])
+    if x is None:
+        return [None]
+    perm = attr(node, "perm", list(reversed(range(len(x)))))
+    return [[x[p] for p in perm]]
+
+
+def _axes(walk: Walk, node: onnx.NodeProto, index: int = 1) -> list[int] | None:
+    """Axes by attribute (before opset 13) or by input."""
+    if walk.opset < 13:
+        return attr(node, "axes")
+    return walk.ints(node.input[index]) if len(node.input) > index and node.input[index] else None
+
+
+def _unsqueeze(walk: Walk, node: onnx.NodeProto) -> list:
+    x, axes = walk.shape(node.input[0]), _axes(walk, node)
+    if x is None or axes is None:
+        return [None]
+    rank = len(x) + len(axes)
+    axes = [a % rank for a in axes]
+    rest = iter(x)
+    _pass_value(walk, node)
+    return [[const(1) if i in axes else next(rest) for i in range(rank)]]
+
+
+def _squeeze(walk: Walk, node: onnx.NodeProto) -> list:
+    x, axes = walk.shape(node.input[0]), _axes(walk, node)
+    if x is None or axes is None:  # without axes, a symbolic dim could be 1 or not
+        return [None]
+    axes = [a % len(x) for a in axes]
+    _pass_value(walk, node)
+    return [[d for i, d in enumerate(x) if i not in axes]]
+
+
+def _pass_value(walk: Walk, node: onnx.NodeProto) -> None:
+    if walk.value(node.input[0]) is not None:
+        walk.values[node.output[0]] = walk.value(node.input[0])
+
+
+def _concat(walk: Walk, node: onnx.NodeProto) -> list:
+    shapes = [walk.shape(i) for i in node.input]
+    if any(s is None for s in shapes) or len({len(s) for s in shapes}) != 1:
+        raise MergeError
+    axis = attr(node, "axis") % len(shapes[0])
+    values = [walk.value(i) for i in node.input]
+    if all(v is not None for v in values):
+        walk.values[node.output[0]] = [p for v in values for p in v]
+    out = [_equal(s[d] for s in shapes) if d != axis else None for d in range(len(shapes[0]))]
+    total = const(0)
+    for s in shapes:
+        total = add(total, s[axis])
+    out[axis] = total
+    return [out]
+
+
+def _shape(walk: Walk, node: onnx.NodeProto) -> list:
+    x = walk.shape(node.input[0])
+    if x is None:
+        return [None]
+    dims = x[attr(node, "start", 0):attr(node, "end")]
+    walk.values[node.output[0]] = dims
+    return [[const(len(dims))]]
+
+
+def _gather(walk: Walk, node: onnx.NodeProto) -> list:
+    data, indices = walk.shape(node.input[0]), walk.shape(node.input[1])
+    if data is None or indices is None:
+        return [None]
+    axis = attr(node, "axis", 0) % len(data)
+    v, idx = walk.value(node.input[0]), walk.ints(node.input[1])
+    listed = node.input[0] in walk.listed and len(data) == 1 and axis == 0
+    if listed and v is not None and idx is not None and all(-len(v) <= i < len(v) for i in idx):
+        walk.values[node.output[0]] = [v[i] for i in idx]
+        if node.input[1] in walk.scalars:
+            walk.scalars.add(node.output[0])
+    return [data[:axis] + indices + data[axis + 1:]]
+
+
+def _slice(walk: Walk, node: onnx.NodeProto) -> list:
+    """Fixed starts/ends/steps. A literal axis is the spec's count; a symbolic one only from 0
+    to the end by 1 (the engine's clamps on a symbolic dim are left to it)."""
+    x = walk.shape(node.input[0])
+    starts, ends = (walk.ints(node.input[k]) if len(node.input) > k else None for k in (1, 2))
+    if walk.opset < 10:
+        starts, ends = attr(node, "starts"), attr(node, "ends")
+    if x is None or starts is None or ends is None:
+        return [None]
+    axes = (attr(node, "axes") if walk.opset < 10 else _optional_ints(walk, node, 3)) or list(range(len(starts)))
+    steps = (None if walk.opset < 10 else _optional_ints(walk, node, 4)) or [1] * len(starts)
+    out = list(x)
+    for a, s, e, t in zip(axes, starts, ends, steps):
+        out[a % len(x)] = _sliced(x[a % len(x)], s, e, t)
+    v = walk.value(node.input[0])
+    if v is not None and node.input[0] in walk.listed and list(axes) == [0] and len(starts) == 1:
+        walk.values[node.output[0]] = v[starts[0]:ends[0]:steps[0]]
+    return [out]
+
+
+def _optional_ints(walk: Walk, node: onnx.NodeProto, k: int) -> list[int] | None:
+    if len(node.input) > k and node.input[k]:
+        found = walk.ints(node.input[k])
+        if found is None:
+            raise MergeError  # axes or steps the engine may know and this tier does not
+        return found
+    return None
+
+
+def _sliced(d: Dim, s: int, e: int, t: int) -> Dim:
+    if is_const(d):
+        return const(len(range(value(d))[slice(s, e, t)]))
+    return d if (s == 0 and e >= INT_MAX and t == 1) else UNKNOWN
+
+
+def _reshape(walk: Walk, node: onnx.NodeProto) -> list:
+    x, shape = walk.shape(node.input[0]), walk.value(node.input[1])
+    if x is None or shape is None or any(d is None for d in x + shape):
+        return [None]
+    if attr(node, "allowzero", 0) and const(0) in shape:
+        return [None]  # the engine reads 0 as "copy the input dim" whatever allowzero says
+    _pass_value(walk, node)
+    out, known = [], []
+    for i, d in enumerate(shape):
+        out.append(x[i] if d == () else d)
+        if d != const(-1):
+            known.append(x[i] if d == () else d)
+    if const(-1) in out:
+        out[out.index(const(-1))] = _quotient(x, known)
+    return [out]
+
+
+def _factors(dims: Sequence[Poly]) -> tuple[int, list]:
+    """A product of dims as sympy's Mul holds it: a number and the other factors (a symbol per
+    power, each sum whole)."""
+    number, rest = 1, []
+    for d in dims:
+        if len(d) == 1:
+            (m, c), = d
+            number *= c
+            rest += [var(v) for v, e in m for _ in range(e)]
+        elif not d:
+            number = 0
+        else:
+            rest.append(d)
+    return number, rest
+
+
+def _quotient(total: Sequence[Poly], known: Sequence[Poly]) -> Dim:
+    """``floor(prod(total) / prod(known))`` with common factors cancelled, as sympy does."""
+    (n, top), (m, bottom) = _factors(total), _factors(known)
+    for f in list(bottom):
+        if f in top:
+            top.remove(f)
+            bottom.remove(f)
+    if bottom or m == 0 or n % m:
+        return var(("floor", tuple(total), tuple(known)))
+    sums = [f for f in top if len(f) > 1]
+    if len(sums) > 1 or (sums and len(top) > 1):
+        return UNKNOWN  # sympy keeps x*(a + b) factored: another text, left to the engine
+    out = const(n // m)
+    for f in top:
+        out = mul(out, f)
+    return out
+
+
+def _expand(walk: Walk, node: onnx.NodeProto) -> list:
+    x, shape = walk.shape(node.input[0]), walk.value(node.input[1])
+    if x is None or shape is None:
+        return [None]
+    return [broadcast(x, shape)]
+
+
+def _tile(walk: Walk, node: onnx.NodeProto) -> list:
+    x, repeats = walk.shape(node.input[0]), walk.value(node.input[1])
+    if x is None or repeats is None or len(repeats) != len(x):
+        return [None]
+    return [[mul(d, r) for d, r in zip(x, repeats)]]
+
+
+def _pad(walk: Walk, node: onnx.NodeProto) -> list:
+    x = walk.shape(node.input[0])
+    if walk.opset < 11:
+        pads = [const(p) for p in attr(node, "pads", [])]
+    else:
+        pads = walk.value(node.input[1]) if len(node.input) > 1 else None
+    if x is None or pads is None or len(pads) != 2 * len(x) or (len(node.input) > 3 and node.input[3]):
+        return [None]  # pads by axes (opset 18): the engine reads them as all axes
+    return [[add(add(d, pads[i]), pads[i + len(x)]) for i, d in enumerate(x)]]
+
+
+def _conv_pool(walk: Walk, node: onnx.NodeProto) -> list:
+    """The engine's ``(d + pads - ((k - 1) * dilation + 1)) // stride + 1`` on each spatial axis,
+    where one is symbolic; with every spatial dim known, onnx's own count."""
+    x = walk.shape(node.input[0])
+    weight = walk.shape(node.input[1]) if node.op_type == "Conv" else None
+    if node.op_type == "Conv" and (weight is None or not all(map(is_const, weight[2:]))):
+        return [None]
+    kernel = [value(k) for k in weight[2:]] if weight is not None else attr(node, "kernel_shape")
+    if x is None or kernel is None:
+        return [None]
+    rank, auto_pad = len(kernel), attr(node, "auto_pad", b"NOTSET")
+    if len(x) != rank + 2 or auto_pad not in (b"NOTSET", b"VALID"):
+        return [None]
+    pads = attr(node, "pads", [0] * 2 * rank)
+    strides, dilations = attr(node, "strides", [1] * rank), attr(node, "dilations", [1] * rank)
+    out = [x[0], weight[0] if weight is not None else x[1]]
+    for i in range(rank):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        total = 0 if auto_pad == b"VALID" else pads[i] + pads[i + rank]
+        top = add(x[2 + i], const(total - span))
+        step = _ceildiv(top, strides[i]) if attr(node, "ceil_mode", 0) else floordiv(top, const(strides[i]))
+        out.append(add(step, const(1)))
+    if all(map(is_const, x[2:])):
+        out[2:] = [const(_spec_count(value(d), k, s, dl, p0, p1, attr(node, "ceil_mode", 0)))
+                   for d, k, s, dl, p0, p1 in zip(x[2:], kernel, strides, dilations, pads[:rank], pads[rank:])]
+    return [out] * len(node.output)
+
+
+def _ceildiv(top: Poly, stride: int) -> Dim:
+    return top if stride == 1 else UNKNOWN  # sympy's ceiling of a sum with a whole part: the engine's
+
+
+def _spec_count(d: int, k: int, s: int, dilation: int, p0: int, p1: int, ceil_mode: int) -> int:
+    """onnx's count: with ceil_mode, a last window that would start in the end padding is dropped."""
+    span = (k - 1) * dilation + 1
+    if not ceil_mode:
+        return (d + p0 + p1 - span) // s + 1
+    count = -(-(d + p0 + p1 - span) // s) + 1
+    return count - 1 if (count - 1) * s >= d + p0 else count
+
+
+def _resize(walk: Walk, node: onnx.NodeProto) -> list:
+    """Whole scales >= 1 on every axis: ``s * d`` (onnxmlu/frontend/symbolic.py's rule)."""
+    x = walk.shape(node.input[0])
+    scales = _float_values(walk, node.input[2] if walk.opset > 10 and len(node.input) > 2 else
+                           node.input[1] if walk.opset <= 10 and len(node.input) > 1 else "")
+    sized = walk.opset > 10 and len(node.input) > 3 and node.input[3]
+    if x is None or scales is None or sized or len(scales) != len(x) or attr(node, "axes") is not None:
+        return [None]
+    if attr(node, "coordinate_transformation_mode", b"") == b"tf_crop_and_resize":
+        return [None]
+    if not all(s >= 1 and s == int(s) for s in scales):  # the engine's floor(d * s): numbers only
+        return [[const(int(np.floor(value(d) * np.float32(s)))) if is_const(d) else UNKNOWN
+                 for d, s in zip(x, scales)]]
+    return [[mul(const(int(s)), d) for d, s in zip(x, scales)]]
+
+
+def _float_values(walk: Walk, name: str) -> list[float] | None:
+    tensor = walk.floats.get(name) if name else None
+    return None if tensor is None else [float(v) for v in tensor]
+
+
+def _split(walk: Walk, node: onnx.NodeProto) -> list:
+    x = walk.shape(node.input[0])
+    if x is None:
+        return [None] * len(node.output)
+    axis = attr(node, "axis", 0) % len(x)
+    if walk.opset < 13:
+        split = attr(node, "split")
+    else:
+        split = walk.ints(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        if split is None and len(node.input) > 1 and node.input[1]:
+            return [None] * len(node.output)
+    n = len(node.output)
+    if split is not None:
+        sizes = [const(s) for s in split]
+    else:  # the engine's d / n: a polynomial where n divides it, else no size known to the engine
+        whole = floordiv(x[axis], const(n)) if x[axis] is not None else None
+        exact = whole is not None and mul(whole, const(n)) == x[axis]
+        sizes = [whole if exact else UNKNOWN if is_const(x[axis]) else var(("split", x[axis], n))] * n
+    return [x[:axis] + [size] + x[axis + 1:] for size in sizes]
+
+
+def _reduce(walk: Walk, node: onnx.NodeProto) -> list:
+    """Axes by attribute (onnx's rule), or by input where the engine reads them (ReduceSum from
+    opset 13, ReduceMean from 18); no axes: all axes, unless noop_with_empty_axes."""
+    x = walk.shape(node.input[0])
+    by_input = len(node.input) > 1 and node.input[1]
+    if by_input and not (node.op_type == "ReduceSum" or (node.op_type == "ReduceMean" and walk.opset >= 18)):
+        return [None]
+    axes = walk.ints(node.input[1]) if by_input else attr(node, "axes")
+    if x is None or (by_input and axes is None) or (not axes and attr(node, "noop_with_empty_axes", 0)):
+        return [None]
+    axes = [a % len(x) for a in axes] if axes else list(range(len(x)))
+    keep = attr(node, "keepdims", 1)
+    return [[const(1) if i in axes else d for i, d in enumerate(x) if keep or i not in axes]]
+
+
+def _flatten(walk: Walk, node: onnx.NodeProto) -> list:
+    """onnx's rule: each side the product of its dims; a side of several dims not all numbers
+    is unknown to onnx, and the engine then names the whole output anew."""
+    x = walk.shape(node.input[0])
+    if x is None:
+        return [None]
+    axis = attr(node, "axis", 1) % (len(x) + 1)
+    sides = []
+    for side in (x[:axis], x[axis:]):
+        if len(side) == 1:
+            sides.append(side[0])
+        elif all(is_const(d) for d in side):
+            sides.append(const(int(np.prod([value(d) for d in side]))))
+        else:
+            return [None]
+    return [sides]
+
+
+def _global_pool(walk: Walk, node: onnx.NodeProto) -> list:
+    x = walk.shape(node.input[0])
+    return [None if x is None else x[:2] + [const(1)] * (len(x) - 2)]
+
+
+def _constant_of_shape(walk: Walk, node: onnx.NodeProto) -> list:
+    return [walk.value(node.input[0])]
+
+
+def _range(walk: Walk, node: onnx.NodeProto) -> list:
+    start, limit, delta = (_scalar(walk, i) for i in node.input)
+    if None in (start, limit, delta) or delta == 0:
+        return [None]
+    return [[const(max(-(-(limit - start) // delta), 0))]]
+
+
+def _scalar(walk: Walk, name: str) -> int | None:
+    found = walk.ints(name)
+    return found[0] if found is not None and len(found) == 1 else None
+
+
+def _layer_norm(walk: Walk, node: onnx.NodeProto) -> list:
+    x = walk.shape(node.input[0])
+    if x is None:
+        return [None] * len(node.output)
+    axis = attr(node, "axis", -1) % len(x)
+    return [x] + [x[:axis] + [const(1)] * (len(x) - axis)] * (len(node.output) - 1)
+
+
+#: Ops whose output 0 has the shape of input 0 (activations, normalizations, Softmax family):
+#: onnx's inference carries their dims, the engine takes it as is.
+SAME_SHAPE = frozenset({
+    "Abs", "Acos", "Asin", "Atan", "BatchNormalization", "Ceil", "Celu", "Clip", "Cos", "CumSum",
+    "Dropout", "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "Hardmax",
+    "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LeakyRelu", "Log", "LogSoftmax",
+    "LpNormalization", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Shrink",
+    "Sigmoid", "Sign", "Sin", "Softmax", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh",
+    "ThresholdedRelu", "Trilu", "QuantizeLinear", "DequantizeLinear", "GroupNormalization",
+    "RMSNormalization",
+})
+#: numpy-broadcasting element-wise ops (the arithmetic ones also compute shape values).
+ELEMENTWISE = frozenset({
+    "Add", "And", "BitShift", "Div", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual",
+    "Max", "Mean", "Min", "Mod", "Mul", "Or", "PRelu", "Pow", "Sub", "Sum", "Where", "Xor",
+})
+_POOLS = ("AveragePool", "MaxPool", "Conv")  # the engine's own rules (LpPool: onnx's, no symbolic count)
+_GLOBAL_POOLS = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+#: op type -> rule; an op not here leaves its outputs UNKNOWN.
+RULES: dict[str, Callable] = {
+    **{op: _same for op in SAME_SHAPE}, **{op: _elementwise for op in ELEMENTWISE},
+    **{op: _conv_pool for op in _POOLS}, **{op: _global_pool for op in _GLOBAL_POOLS},
+    "Cast": _passing, "Identity": _passing, "MatMul": _matmul, "Gemm": _gemm,
+    "Transpose": _transpose, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Concat": _concat,
+    "Shape": _shape, "Gather": _gather, "Slice": _slice, "Reshape": _reshape, "Expand": _expand,
+    "Tile": _tile, "Pad": _pad, "Resize": _resize, "Split": _split, "ReduceSum": _reduce,
+    "ReduceMean": _reduce, "ReduceMax": _reduce, "ReduceMin": _reduce, "ReduceProd": _reduce,
+    "ReduceL2": _reduce, "Flatten": _flatten, "ConstantOfShape": _constant_of_shape,
+    "Range": _range, "LayerNormalization": _layer_norm,
+}
