@@ -30,7 +30,8 @@ bodies and on every block of the corpus):
   ``Mul`` holds them).
 
 :func:`sympy_text` writes a polynomial as sympy's ``str`` does (terms in descending lexicographic
-order of their exponents over the names sorted, ``2*W + 1``, ``H*W - 1``), so that
+order of their exponents over the names sorted, ``2*W + 1``, ``H*W - 1``, and sympy's one
+exception, ``1 - B``), so that
 :mod:`onnxmlu.collapse.dims` turns both tiers' dims into the same text.
 """
 
@@ -42,6 +43,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnxmlu.ir.weights import is_external
+
 Mono = tuple  # ((variable, exponent), ...), variables sorted
 Poly = tuple  # ((mono, coefficient), ...), monomials sorted, coefficients non-zero
 Dim = Optional[Poly]
@@ -49,6 +52,7 @@ Dim = Optional[Poly]
 UNKNOWN = None
 INT_MAX = 2**31 - 1  # the engine's int_max: an end at or past it means "to the end"
 _INT_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+_MAX_VALUES = 64  # the longest constant read as values (a shape, pads, scales)
 
 
 class MergeError(Exception):
@@ -141,8 +145,11 @@ def sympy_text(p: Poly) -> int | str | None:
         exps = dict(term[0])
         return tuple(-exps.get(("s", n), 0) for n in order)
 
+    terms = sorted(p, key=key)
+    if len(terms) == 2 and not terms[1][0] and terms[1][1] > 0 and terms[0][1] < 0 and len(terms[0][0]) == 1:
+        terms.reverse()  # sympy's one exception: a positive number and minus one factor, "1 - B"
     out = ""
-    for m, c in sorted(p, key=key):
+    for m, c in terms:
         t = _term_text(m, c)
         if not out:
             out = t
@@ -177,6 +184,8 @@ class Walk:
 
     def constant(self, name: str, tensor: onnx.TensorProto) -> None:
         self.shapes[name] = [const(d) for d in tensor.dims]
+        if is_external(tensor) or int(np.prod(tensor.dims)) > _MAX_VALUES:  # a weight, not shape arithmetic
+            return
         if len(tensor.dims) <= 1 and tensor.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
             self.floats[name] = [float(v) for v in numpy_helper.to_array(tensor).reshape(-1)]
         if tensor.data_type in _INT_TYPES and len(tensor.dims) <= 1:

@@ -1,0 +1,165 @@
+"""The sympy-free polynomial tier of output dims (onnxmlu/collapse/polydims.py): each rule against
+onnxruntime's symbolic engine, whose text the tier must equal wherever it settles an output (a
+wrong dim fails a run in the library), sympy's own printing of polynomials, and a KV-cache
+decoder fused without importing sympy.
+
+Bodies are built in code: one or two nodes on symbolic inputs, the output's shape undeclared.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxmlu.collapse import dims as tiers_module
+from onnxmlu.collapse import polydims as poly
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "realworld"))
+import corpus  # noqa: E402
+
+F = TensorProto.FLOAT
+
+
+def _body(nodes, inputs, inits=(), outputs=("y",), opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "b", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                              [helper.make_tensor_value_info(o, F, None) for o in outputs],
+                              [numpy_helper.from_array(np.array(v, dtype), n) for n, v, dtype in inits])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _texts(body: onnx.ModelProto) -> tuple[str | None, str | None, bool]:
+    """(the text with the tier, the engine's text without it, whether the engine ran with it)."""
+    tiers, ran = tiers_module._INFERENCES, []
+    engine = tiers_module._symbolic_inferred_dims
+    try:
+        tiers_module._INFERENCES = (tiers[0], tiers[1], (lambda light: (ran.append(1), engine(light))[1], False))
+        mine = tiers_module.output_dims_text(body)
+        tiers_module._INFERENCES = (tiers[0], tiers[2])
+        theirs = tiers_module.output_dims_text(body)
+    finally:
+        tiers_module._INFERENCES = tiers
+    return mine, theirs, bool(ran)
+
+
+I64 = np.int64
+X4 = [("x", F, ["n", 3, "h", "w"])]
+SEQ = [("x", F, ["b", "s", 64])]
+KV = [("past", F, ["b", 2, "p", 8]), ("new", F, ["b", 2, "s", 8])]
+CASES = {
+    # rule: (nodes, inputs, initializers, the settled text, or None where the tier leaves it to the engine)
+    "concat_kv": ([helper.make_node("Concat", ["past", "new"], ["y"], axis=2)], KV, (), "i0.0,2,i0.2+i1.2,8"),
+    "relu_same": ([helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Concat", ["t", "t"], ["y"], axis=1)],
+                  SEQ, (), "i0.0,2*i0.1,64"),
+    "conv_stride1": ([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], X4,
+                     [("w", np.zeros((4, 3, 3, 3)), np.float32)], "i0.0,4,i0.2,i0.3"),
+    "conv_stride2": ([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])], X4,
+                     [("w", np.zeros((4, 3, 3, 3)), np.float32)], "?"),
+    "pool_valid": ([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3])], X4, (), "i0.0,3,i0.2-2,i0.3-2"),
+    "pad_const": ([helper.make_node("Pad", ["x", "pads"], ["y"])], X4,
+                  [("pads", [0, 0, 1, 0, 0, 0, 2, 192], I64)], "i0.0,3,i0.2+3,i0.3+192"),
+    "reshape_heads": ([helper.make_node("Reshape", ["x", "shape"], ["y"])], SEQ,
+                      [("shape", [0, 0, 4, 16], I64)], "i0.0,i0.1,4,16"),
+    "reshape_minus1": ([helper.make_node("Reshape", ["x", "shape"], ["y"])], SEQ,
+                       [("shape", [0, -1, 16], I64)], "i0.0,4*i0.1,16"),
+    "reshape_merge": ([helper.make_node("Reshape", ["x", "shape"], ["y"])], SEQ,
+                      [("shape", [-1, 64], I64)], "i0.0*i0.1,64"),
+    "shape_arith": ([helper.make_node("Shape", ["x"], ["sh"]),
+                     helper.make_node("Gather", ["sh", "one"], ["s1"]),
+                     helper.make_node("Mul", ["s1", "two"], ["s2"]),
+                     helper.make_node("Concat", ["first", "s2", "half"], ["shape"], axis=0),
+                     helper.make_node("Reshape", ["x", "shape"], ["y"])], SEQ,
+                    [("one", [1], I64), ("two", [2], I64), ("first", [-1], I64), ("half", [32], I64)],
+                    "i0.0,2*i0.1,32"),
+    "resize_whole": ([helper.make_node("Resize", ["x", "", "scales"], ["y"])], X4,
+                     [("scales", [1, 1, 2, 2], np.float32)], "i0.0,3,2*i0.2,2*i0.3"),
+    "matmul": ([helper.make_node("MatMul", ["x", "w"], ["y"])], SEQ, [("w", np.zeros((64, 8)), np.float32)],
+               "i0.0,i0.1,8"),
+    "transpose_flatten": ([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+                           helper.make_node("Flatten", ["t"], ["y"], axis=2)], SEQ, (), None),  # onnx: unk, the engine renames all
+    "broadcast_merge": ([helper.make_node("Add", ["past", "new"], ["y"])], KV, (), None),
+    "slice_clamp": ([helper.make_node("Slice", ["x", "st", "en", "ax"], ["y"])], SEQ,
+                    [("st", [-1], I64), ("en", [2**31 - 1], I64), ("ax", [1], I64)], None),
+    "unknown_op": ([helper.make_node("NonZero", ["x"], ["y"])], SEQ, (), None),
+    "reduce_split": ([helper.make_node("ReduceSum", ["x", "ax"], ["r"], keepdims=1),
+                      helper.make_node("Split", ["r"], ["y", "z"], axis=2)], SEQ, [("ax", [1], I64)],
+                     "i0.0,1,32;i0.0,1,32"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_rule_settles_what_the_engine_derives(name):
+    nodes, inputs, inits, want = CASES[name]
+    outputs = [o for n in nodes[-1:] for o in n.output]
+    mine, theirs, ran = _texts(_body(nodes, inputs, inits, outputs))
+    assert mine == theirs
+    if want is None:
+        assert ran, "the tier settled a body it should leave to the engine"
+    else:
+        assert not ran and (mine or "?").replace("(", "").replace(")", "") == want, mine
+
+
+_NAMES = st.sampled_from(["B", "H", "W", "a", "batch", "past_sequence", "sequence", "x_1"])
+_TERMS = st.lists(st.tuples(st.integers(-5, 5), st.lists(_NAMES, max_size=3)), min_size=1, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TERMS)
+def test_polynomials_print_as_sympy_prints_them(terms):
+    sympy = pytest.importorskip("sympy")
+    total, expr = poly.const(0), sympy.Integer(0)
+    for c, names in terms:
+        term, sym = poly.const(c), sympy.Integer(c)
+        for n in names:
+            term = poly.mul(term, poly.var(("s", n))) if len(term) <= 1 else term
+            sym = sym * sympy.Symbol(n, integer=True, positive=True)
+        total, expr = poly.add(total, term), expr + sym
+    text = poly.sympy_text(total)
+    assert (str(text) if text is not None else None) == str(sympy.expand(expr))
+
+
+def test_floor_division_is_a_polynomial_only_where_sympy_drops_the_floor():
+    h = poly.var(("s", "h"))
+    assert poly.floordiv(poly.add(poly.mul(poly.const(2), h), poly.const(3)), poly.const(2)) == poly.add(h, poly.const(1))
+    assert poly.sympy_text(poly.floordiv(poly.add(h, poly.const(1)), poly.const(2))) is None  # floor((h + 1)/2)
+    cancelled = poly.add(poly.add(poly.mul(poly.const(2), poly.floordiv(h, poly.const(2))), h),
+                      poly.mul(poly.const(-2), poly.floordiv(h, poly.const(2))))
+    assert poly.sympy_text(cancelled) == "h"  # an atom that cancels leaves a polynomial
+
+
+def test_a_kv_cache_decoder_fuses_without_importing_sympy_and_writes_the_engines_dims(tmp_path):
+    """A fresh interpreter fuses the corpus's opset-23 decoder layer: sympy is never imported,
+    and every block's dims metadata equals what the engine alone gives the same body."""
+    case = next(c for c in corpus.MODELS if c.id == "built_opset23_decoder")
+    source = corpus.model_path(case)
+    script = (
+        "import sys, json, onnx\n"
+        "from onnxmlu import api\n"
+        "from onnxmlu.schema import body_model, is_fusion_block, OUTPUT_DIMS_KEY\n"
+        f"api.fuse_to_file({str(source)!r}, {str(tmp_path / 'f.onnx')!r})\n"
+        "imported = 'sympy' in sys.modules\n"
+        f"m = onnx.load({str(tmp_path / 'f.onnx')!r})\n"
+        "bodies = [body_model(n) for n in m.graph.node if is_fusion_block(n)]\n"
+        "dims = [{p.key: p.value for p in b.metadata_props}.get(OUTPUT_DIMS_KEY) for b in bodies]\n"
+        "print(json.dumps([imported, dims]))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    imported, written = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not imported
+    assert any(written)
+    fused = onnx.load(str(tmp_path / "f.onnx"))
+    from onnxmlu.schema import body_model, is_fusion_block
+    tiers = tiers_module._INFERENCES
+    try:
+        tiers_module._INFERENCES = (tiers[0], tiers[2])
+        engine = [tiers_module.output_dims_text(body_model(n)) for n in fused.graph.node if is_fusion_block(n)]
+    finally:
+        tiers_module._INFERENCES = tiers
+    assert written == engine
