@@ -8,7 +8,6 @@ Bodies are built in code: one or two nodes on symbolic inputs, the output's shap
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxmlu import api
 from onnxmlu.collapse import dims as tiers_module
 from onnxmlu.collapse import polydims as poly
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "realworld"))
 import corpus  # noqa: E402
+from test_output_dims import kv_model  # noqa: E402
+
+from onnxmlu.schema import body_model, is_fusion_block  # noqa: E402
 
 F = TensorProto.FLOAT
 
@@ -85,7 +88,12 @@ CASES = {
                "i0.0,i0.1,8"),
     "transpose_flatten": ([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
                            helper.make_node("Flatten", ["t"], ["y"], axis=2)], SEQ, (), None),  # onnx: unk, the engine renames all
-    "broadcast_merge": ([helper.make_node("Add", ["past", "new"], ["y"])], KV, (), None),
+    # p and s broadcast together: the engine merges s into p (the first input's) for the body
+    "broadcast_merge": ([helper.make_node("Add", ["past", "new"], ["y"])], KV, (), "i0.0,2,i0.2,8"),
+    "merge_then_concat": ([helper.make_node("Add", ["past", "new"], ["t"]),
+                           helper.make_node("Concat", ["new", "t"], ["y"], axis=2)], KV, (), "i0.0,2,2*i0.2,8"),
+    "unknown_against_symbol": ([helper.make_node("NonZero", ["x"], ["nz"]),
+                                helper.make_node("Concat", ["nz", "nz"], ["y"], axis=0)], SEQ, (), None),
     "slice_clamp": ([helper.make_node("Slice", ["x", "st", "en", "ax"], ["y"])], SEQ,
                     [("st", [-1], I64), ("en", [2**31 - 1], I64), ("ax", [1], I64)], None),
     "unknown_op": ([helper.make_node("NonZero", ["x"], ["y"])], SEQ, (), None),
@@ -135,31 +143,48 @@ def test_floor_division_is_a_polynomial_only_where_sympy_drops_the_floor():
     assert poly.sympy_text(cancelled) == "h"  # an atom that cancels leaves a polynomial
 
 
-def test_a_kv_cache_decoder_fuses_without_importing_sympy_and_writes_the_engines_dims(tmp_path):
-    """A fresh interpreter fuses the corpus's opset-23 decoder layer: sympy is never imported,
-    and every block's dims metadata equals what the engine alone gives the same body."""
-    case = next(c for c in corpus.MODELS if c.id == "built_opset23_decoder")
-    source = corpus.model_path(case)
-    script = (
-        "import sys, json, onnx\n"
-        "from onnxmlu import api\n"
-        "from onnxmlu.schema import body_model, is_fusion_block, OUTPUT_DIMS_KEY\n"
-        f"api.fuse_to_file({str(source)!r}, {str(tmp_path / 'f.onnx')!r})\n"
-        "imported = 'sympy' in sys.modules\n"
-        f"m = onnx.load({str(tmp_path / 'f.onnx')!r})\n"
-        "bodies = [body_model(n) for n in m.graph.node if is_fusion_block(n)]\n"
-        "dims = [{p.key: p.value for p in b.metadata_props}.get(OUTPUT_DIMS_KEY) for b in bodies]\n"
-        "print(json.dumps([imported, dims]))\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    imported, written = json.loads(out.stdout.strip().splitlines()[-1])
-    assert not imported
-    assert any(written)
-    fused = onnx.load(str(tmp_path / "f.onnx"))
-    from onnxmlu.schema import body_model, is_fusion_block
+def _engine_only(fused: onnx.ModelProto) -> list:
+    """Each block's dims text as onnx's inference and the engine alone give it (no tier)."""
     tiers = tiers_module._INFERENCES
     try:
         tiers_module._INFERENCES = (tiers[0], tiers[2])
-        engine = [tiers_module.output_dims_text(body_model(n)) for n in fused.graph.node if is_fusion_block(n)]
+        return [tiers_module.output_dims_text(body_model(n)) for n in fused.graph.node if is_fusion_block(n)]
     finally:
         tiers_module._INFERENCES = tiers
-    assert written == engine
+
+
+def test_a_kv_cache_decoder_fuses_without_importing_sympy(tmp_path):
+    """A fresh interpreter fuses a KV-cache layer (``present = Concat(past, new)``): sympy is never
+    imported, and the present cache's dims are the engine's ``past + new``."""
+    source, path = tmp_path / "kv_in.onnx", tmp_path / "kv.onnx"
+    onnx.save(kv_model(), str(source))
+    script = (
+        "import sys\n"
+        "from onnxmlu import api\n"
+        f"api.fuse_to_file({str(source)!r}, {str(path)!r})\n"
+        "print('sympy' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
+    fused = onnx.load(str(path))
+    written = [{p.key: p.value for p in body_model(n).metadata_props}.get(tiers_module.DIMS_KEY)
+               for n in fused.graph.node if is_fusion_block(n)]
+    assert written == _engine_only(fused) and any(written)
+
+
+@pytest.mark.parametrize("case_id", ["built_opset23_decoder", "built_ort_bert", "built_llama_nbits"])
+def test_corpus_decoder_blocks_need_no_engine_and_keep_its_dims(case_id, monkeypatch, tmp_path):
+    """The block bodies of the corpus's decoders are settled by the tier: the engine is never
+    asked for output dims, and the metadata written is what it would have written."""
+    case = next(c for c in corpus.MODELS if c.id == case_id)
+    tiers = tiers_module._INFERENCES
+
+    def engine(_light):
+        raise AssertionError("the symbolic engine ran for a block body")
+
+    monkeypatch.setattr(tiers_module, "_INFERENCES", (tiers[0], tiers[1], (engine, False)))
+    api.fuse_to_file(str(corpus.model_path(case)), tmp_path / "f.onnx")
+    monkeypatch.setattr(tiers_module, "_INFERENCES", tiers)
+    fused = onnx.load(str(tmp_path / "f.onnx"))
+    written = [{p.key: p.value for p in body_model(n).metadata_props}.get(tiers_module.DIMS_KEY)
+               for n in fused.graph.node if is_fusion_block(n)]
+    assert written == _engine_only(fused)

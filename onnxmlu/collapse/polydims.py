@@ -52,11 +52,17 @@ Dim = Optional[Poly]
 UNKNOWN = None
 INT_MAX = 2**31 - 1  # the engine's int_max: an end at or past it means "to the end"
 _INT_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+_MAX_MERGES = 16  # walks of one body at most (each after one more merge), as the engine reruns
 _MAX_VALUES = 64  # the longest constant read as values (a shape, pads, scales)
 
 
 class MergeError(Exception):
-    """Two unequal dims the body requires equal: the engine merges them for the whole body."""
+    """Dims the body requires equal that this tier cannot merge as the engine does (one is
+    UNKNOWN, or none of them is a number, an input's dim or a printable expression)."""
+
+
+class NewMergeError(Exception):
+    """A merge was recorded: the walk starts again with it known (the engine infers again)."""
 
 
 # ---- polynomials ----------------------------------------------------------------------------
@@ -170,15 +176,17 @@ def _term_text(m: Mono, c: int) -> str:
 class Walk:
     """Shapes (list of dims, or None for an unknown rank) and int values of a body's tensors."""
 
-    def __init__(self, graph: onnx.GraphProto, opset: int) -> None:
-        self.opset = opset
+    def __init__(self, graph: onnx.GraphProto, opset: int, merged: dict) -> None:
+        self.opset, self.merged = opset, merged  # merged: a dim -> the representative it became
+        self.positions = {p: (k, a) for k, vi in enumerate(graph.input)
+                          for a, p in enumerate(_input_shape(vi, k) or ()) if len(p) == 1}
         self.shapes: dict[str, list | None] = {}
         self.values: dict[str, list] = {}  # 1-D int values as lists of dims; a scalar as a 1-list
         self.scalars: set[str] = set()
         self.floats: dict[str, list[float]] = {}  # 1-D float constants (Resize's scales)
         self.listed: set[str] = set()  # values the engine holds as lists (computed, not constants)
         for k, vi in enumerate(graph.input):
-            self.shapes[vi.name] = _input_shape(vi, k)
+            self.shapes[vi.name] = self.substituted(_input_shape(vi, k))
         for tensor in graph.initializer:
             self.constant(tensor.name, tensor)
 
@@ -196,6 +204,37 @@ class Walk:
 
     def shape(self, name: str) -> list | None:
         return self.shapes.get(name) if name else None
+
+    def substituted(self, shape: list | None) -> list | None:
+        """``shape`` with each merged dim as its representative (the engine's computed dims)."""
+        return None if shape is None else [self.merged.get(d, d) if d is not None else None for d in shape]
+
+    def unify(self, dims: Iterable[Dim]) -> Dim:
+        """The one dim several must be. Unequal known dims merge into the engine's representative
+        (:func:`_merge_rank`) and the walk restarts; an UNKNOWN one gives way to a number or an
+        input's dim (the engine's own would merge into it), else :class:`MergeError`."""
+        dims = list(dims)
+        known = list(dict.fromkeys(d for d in dims if d is not None))
+        gives_way = UNKNOWN not in dims or (len(known) == 1 and (is_const(known[0]) or known[0] in self.positions))
+        if not known or not gives_way or (UNKNOWN in dims and len(known) > 1):
+            raise MergeError
+        if len(known) == 1:
+            return known[0]
+        rep = min(known, key=self._merge_rank)
+        self.merged.update({d: rep for d in known if d != rep})
+        raise NewMergeError
+
+    def _merge_rank(self, d: Poly) -> tuple:
+        """onnxmlu/frontend/symbolic.py's order: a number, an input's dim by position, then an
+        expression, shortest text first."""
+        if is_const(d):
+            return (1, value(d), "")
+        if d in self.positions:
+            return (2, self.positions[d], "")
+        text = sympy_text(d)
+        if not isinstance(text, str):
+            raise MergeError  # an atom's text (floor, ...) is sympy's alone
+        return (5, len(text), text)
 
     def value(self, name: str) -> list | None:
         return self.values.get(name) if name else None
@@ -225,24 +264,19 @@ def attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
-def _equal(dims: Iterable[Dim]) -> Dim:
-    """The one dim several must be; :class:`MergeError` where they differ or one is unknown."""
-    dims = list(dims)
-    if any(d is None for d in dims) or any(d != dims[0] for d in dims):
-        raise MergeError
-    return dims[0]
-
-
-def broadcast(*shapes: list | None) -> list | None:
-    """numpy broadcasting from the right: a literal 1 gives way; others must be equal."""
+def broadcast(walk: Walk, *shapes: list | None) -> list | None:
+    """numpy broadcasting from the right: a literal 1 gives way; others must be equal. An
+    unknown rank against numbers 1 only is an unknown shape; against more, the engine's to say."""
     if any(s is None for s in shapes):
+        if all(d == const(1) for s in shapes if s is not None for d in s):
+            return None
         raise MergeError
     rank = max(len(s) for s in shapes)
     out = []
     for axis in range(rank):
         dims = [s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0]
         kept = [d for d in dims if d != const(1)]
-        out.append(_equal(kept) if kept else const(1))
+        out.append(walk.unify(kept) if kept else const(1))
     return out
 
 
@@ -250,13 +284,18 @@ def output_dims(body: onnx.ModelProto) -> list[list | None] | None:
     """Per output of ``body`` its dims (a polynomial, or UNKNOWN), None for an unknown rank; None
     for the whole body where the engine would merge dims (:class:`MergeError`)."""
     opset = next((o.version for o in body.opset_import if o.domain in ("", "ai.onnx")), 1)
-    walk = Walk(body.graph, opset)
-    try:
-        for node in body.graph.node:
-            _step(walk, node)
-    except MergeError:
-        return None
-    return [walk.shape(vi.name) for vi in body.graph.output]
+    merged: dict = {}
+    for _ in range(_MAX_MERGES):
+        walk = Walk(body.graph, opset, merged)
+        try:
+            for node in body.graph.node:
+                _step(walk, node)
+        except MergeError:
+            return None
+        except NewMergeError:
+            continue
+        return [walk.shape(vi.name) for vi in body.graph.output]
+    return None
 
 
 def _step(walk: Walk, node: onnx.NodeProto) -> None:
@@ -270,7 +309,7 @@ def _step(walk: Walk, node: onnx.NodeProto) -> None:
     walk.listed.update(o for o in node.output if o in walk.values)
     for k, name in enumerate(node.output):
         if name:
-            walk.shapes[name] = shapes[k] if shapes is not None and k < len(shapes) else None
+            walk.shapes[name] = walk.substituted(shapes[k]) if shapes is not None and k < len(shapes) else None
 
 
 # ---- rules: each returns the output shapes (and sets values where it computes them) ---------
@@ -293,7 +332,7 @@ _VALUE_OPS: dict[str, Callable] = {
 
 
 def _elementwise(walk: Walk, node: onnx.NodeProto) -> list:
-    out = broadcast(*(walk.shape(i) for i in node.input if i))
+    out = broadcast(walk, *(walk.shape(i) for i in node.input if i))
     func = _VALUE_OPS.get(node.op_type)
     values = [walk.value(i) for i in node.input]
     if func is not None and len(values) == 2 and all(v is not None for v in values):
@@ -310,8 +349,8 @@ def _matmul(walk: Walk, node: onnx.NodeProto) -> list:
     a, b = walk.shape(node.input[0]), walk.shape(node.input[1])
     if a is None or b is None or not a or not b:
         raise MergeError
-    _equal([a[-1], b[-2] if len(b) > 1 else b[0]])
-    batch = broadcast(a[:-2], b[:-2]) if len(a) > 1 and len(b) > 1 else []
+    walk.unify([a[-1], b[-2] if len(b) > 1 else b[0]])
+    batch = broadcast(walk, a[:-2], b[:-2]) if len(a) > 1 and len(b) > 1 else []
     return [batch + a[-2:-1] + b[-1:] if len(b) > 1 else a[:-1]] if len(a) > 1 else [b[:-2] + b[-1:]]
 
 
@@ -370,7 +409,7 @@ def _concat(walk: Walk, node: onnx.NodeProto) -> list:
     values = [walk.value(i) for i in node.input]
     if all(v is not None for v in values):
         walk.values[node.output[0]] = [p for v in values for p in v]
-    out = [_equal(s[d] for s in shapes) if d != axis else None for d in range(len(shapes[0]))]
+    out = [walk.unify(s[d] for s in shapes) if d != axis else None for d in range(len(shapes[0]))]
     total = const(0)
     for s in shapes:
         total = add(total, s[axis])
@@ -491,7 +530,7 @@ def _expand(walk: Walk, node: onnx.NodeProto) -> list:
     x, shape = walk.shape(node.input[0]), walk.value(node.input[1])
     if x is None or shape is None:
         return [None]
-    return [broadcast(x, shape)]
+    return [broadcast(walk, x, shape)]
 
 
 def _tile(walk: Walk, node: onnx.NodeProto) -> list:
