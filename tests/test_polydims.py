@@ -25,6 +25,7 @@ from onnxmlu.collapse import polydims as poly
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "realworld"))
 import corpus  # noqa: E402
+from ci import unavailable  # noqa: E402
 from test_output_dims import kv_model  # noqa: E402
 
 from onnxmlu.schema import body_model, is_fusion_block  # noqa: E402
@@ -188,3 +189,31 @@ def test_corpus_decoder_blocks_need_no_engine_and_keep_its_dims(case_id, monkeyp
     written = [{p.key: p.value for p in body_model(n).metadata_props}.get(tiers_module.DIMS_KEY)
                for n in fused.graph.node if is_fusion_block(n)]
     assert written == _engine_only(fused)
+
+
+def _symbolic_cases() -> list:
+    """The corpus's built models (always) and its packaged ones (where cached or fetched)."""
+    return [c for c in corpus.MODELS if c.package == "built"] + [
+        pytest.param(c, marks=pytest.mark.realworld) for c in corpus.MODELS if c.package != "built"]
+
+
+@pytest.mark.parametrize("case", _symbolic_cases(), ids=lambda c: c.id)
+def test_every_corpus_block_gets_the_engines_text(case, monkeypatch, tmp_path):
+    """Each block body of a corpus fuse, as collapse hands it over (constants still to splice
+    included): the text with the tier equals the text of onnx's inference and the engine alone."""
+    try:
+        source = corpus.model_path(case)
+    except corpus.FetchError as error:
+        unavailable(str(error))
+    tiers, pairs = tiers_module._INFERENCES, []
+
+    def both(body, absent=()):
+        mine = tiers_module.output_dims_text(body, absent)
+        monkeypatch.setattr(tiers_module, "_INFERENCES", (tiers[0], tiers[2]))
+        pairs.append((mine, tiers_module.output_dims_text(body, absent)))
+        monkeypatch.setattr(tiers_module, "_INFERENCES", tiers)
+        return mine
+
+    monkeypatch.setattr("onnxmlu.collapse.outputs.output_dims_text", both)
+    api.fuse_to_file(str(source), tmp_path / "f.onnx")
+    assert [mine for mine, _ in pairs] == [engine for _, engine in pairs]

@@ -13,8 +13,9 @@ run's input shapes (custom_ops/dim_expr.h has the grammar):
   shape inference merged it into) is ``i<k>.<a>``: axis ``a`` of body input ``k``, the first
   input, then the first axis, that has it;
 * any other symbolic dim is taken from shape inference of the body alone: first onnx's own
-  (a dim carried unchanged keeps its input's name; milliseconds), then, for outputs still
-  without one, onnxruntime's symbolic engine
+  (a dim carried unchanged keeps its input's name; milliseconds), then the polynomial tier of
+  :mod:`onnxmlu.collapse.polydims` (no sympy: it settles an output with the engine's own text,
+  or proves it has none, ``?``), then, for outputs still open, onnxruntime's symbolic engine
   (:func:`onnxmlu.frontend.symbolic.symbolic_infer`: merged dims named by a fixed rule),
   which writes what it derives as a sympy expression over the input symbols
   (``past_sequence_length + sequence_length`` for a Concat, ``2*W + 1``, ``H*D`` for a Reshape
