@@ -96,8 +96,30 @@ CASES = {
                            helper.make_node("Concat", ["new", "t"], ["y"], axis=2)], KV, (), "i0.0,2,2*i0.2,8"),
     "unknown_against_symbol": ([helper.make_node("NonZero", ["x"], ["nz"]),
                                 helper.make_node("Concat", ["nz", "nz"], ["y"], axis=0)], SEQ, (), None),
-    "slice_clamp": ([helper.make_node("Slice", ["x", "st", "en", "ax"], ["y"])], SEQ,
-                    [("st", [-1], I64), ("en", [2**31 - 1], I64), ("ax", [1], I64)], None),
+    # the last token: the engine's d - (d - 1) = 1 (it assumes d >= 1)
+    "slice_last": ([helper.make_node("Slice", ["x", "st", "en", "ax"], ["y"])], SEQ,
+                   [("st", [-1], I64), ("en", [2**31 - 1], I64), ("ax", [1], I64)], "i0.0,1,64"),
+    "slice_drop_last": ([helper.make_node("Slice", ["x", "st", "en", "ax"], ["y"])], SEQ,
+                        [("st", [0], I64), ("en", [-1], I64), ("ax", [1], I64)], "i0.0,i0.1-1,64"),
+    # an end below int_max on a symbolic dim: Min(10**9, s), no polynomial
+    "slice_min": ([helper.make_node("Slice", ["x", "st", "en", "ax"], ["y"])], SEQ,
+                  [("st", [0], I64), ("en", [10**9], I64), ("ax", [1], I64)], "?"),
+    # position embeddings [512, 64] cut to the sequence (Min(s, 512)), added to x: merged into s
+    "slice_by_shape_then_add": ([helper.make_node("Shape", ["x"], ["sh"]),
+                                 helper.make_node("Slice", ["sh", "one", "two"], ["len"]),
+                                 helper.make_node("Slice", ["table", "zero", "len", "zero"], ["pos"]),
+                                 helper.make_node("Add", ["x", "pos"], ["y"])], SEQ,
+                                [("table", np.zeros((512, 64)), np.float32), ("zero", [0], I64),
+                                 ("one", [1], I64), ("two", [2], I64)], "i0.0,i0.1,64"),
+    "resize_sizes": ([helper.make_node("Shape", ["skip"], ["sizes"]),
+                      helper.make_node("Resize", ["x", "", "", "sizes"], ["y"])],
+                     X4 + [("skip", F, ["n", 3, "H", "W"])], (), "i0.0,3,i1.2,i1.3"),
+    # no rule in the engine: onnx leaves the spatial dims, the engine names all four anew, and
+    # the bias add merges the channel into 4
+    "conv_transpose_bias": ([helper.make_node("ConvTranspose", ["x", "w"], ["t"], strides=[2, 2]),
+                             helper.make_node("Add", ["t", "bias"], ["y"])], X4,
+                            [("w", np.zeros((3, 4, 2, 2)), np.float32), ("bias", np.zeros((1, 4, 1, 1)), np.float32)],
+                            "?"),
     "unknown_op": ([helper.make_node("NonZero", ["x"], ["y"])], SEQ, (), None),
     "reduce_split": ([DOUBLE, helper.make_node("ReduceSum", ["xx", "ax"], ["r"], keepdims=1),
                       helper.make_node("Split", ["r"], ["y", "z"], axis=1)], SEQ, [("ax", [2], I64)],

@@ -75,6 +75,18 @@ def var(v) -> Poly:
     return ((((v, 1),), 1),)
 
 
+def fresh(op_type: str, index: int, output: int, axis: int) -> Poly:
+    """A dim the engine names anew for an op whose onnx inference left it unknown:
+    ``<op><index>_o<output>__d<axis>`` (onnxruntime's ``_new_symbolic_dim_from_output``)."""
+    return var(("fresh", f"{op_type}_{index}_o{output}__d{axis}"))
+
+
+def fresh_name(p: Poly) -> str | None:
+    if len(p) == 1 and p[0][1] == 1 and len(p[0][0]) == 1 and p[0][0][0][1] == 1 and p[0][0][0][0][0] == "fresh":
+        return p[0][0][0][0][1]
+    return None
+
+
 def _normal(acc: dict) -> Poly:
     return tuple(sorted((m, c) for m, c in acc.items() if c))
 
@@ -178,6 +190,7 @@ class Walk:
 
     def __init__(self, graph: onnx.GraphProto, opset: int, merged: dict) -> None:
         self.opset, self.merged = opset, merged  # merged: a dim -> the representative it became
+        self.index = 0  # the node being walked (the engine names new dims after it)
         self.positions = {p: (k, a) for k, vi in enumerate(graph.input)
                           for a, p in enumerate(_input_shape(vi, k) or ()) if len(p) == 1}
         self.shapes: dict[str, list | None] = {}
@@ -220,21 +233,24 @@ class Walk:
             raise MergeError
         if len(known) == 1:
             return known[0]
-        rep = min(known, key=self._merge_rank)
+        rep = min(known, key=self._merge_rank(known))
         self.merged.update({d: rep for d in known if d != rep})
         raise NewMergeError
 
-    def _merge_rank(self, d: Poly) -> tuple:
-        """onnxmlu/frontend/symbolic.py's order: a number, an input's dim by position, then an
-        expression, shortest text first."""
-        if is_const(d):
-            return (1, value(d), "")
-        if d in self.positions:
-            return (2, self.positions[d], "")
-        text = sympy_text(d)
-        if not isinstance(text, str):
-            raise MergeError  # an atom's text (floor, ...) is sympy's alone
-        return (5, len(text), text)
+    def _merge_rank(self, group: list) -> Callable:
+        """onnxmlu/frontend/symbolic.py's order: a number, an input's dim by position, a dim the
+        engine named anew (:func:`fresh`), then an expression, shortest text first. Texts are
+        needed only where no member of the first three kinds is in the group."""
+        if any(is_const(d) or d in self.positions for d in group):
+            return lambda d: (1, value(d), ()) if is_const(d) else (2, 0, self.positions.get(d, (2**31,)))
+
+        def rank(d: Poly) -> tuple:
+            name = fresh_name(d)
+            text = name if name is not None else sympy_text(d)
+            if not isinstance(text, str):
+                raise MergeError  # an atom's text (floor, Min) is sympy's alone
+            return (4 if name is not None else 5, len(text), text)
+        return rank
 
     def value(self, name: str) -> list | None:
         return self.values.get(name) if name else None
@@ -276,7 +292,7 @@ def broadcast(walk: Walk, *shapes: list | None) -> list | None:
     for axis in range(rank):
         dims = [s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0]
         kept = [d for d in dims if d != const(1)]
-        out.append(walk.unify(kept) if kept else const(1))
+        out.append(walk.unify(kept) if len(kept) > 1 else kept[0] if kept else const(1))
     return out
 
 
@@ -288,7 +304,7 @@ def output_dims(body: onnx.ModelProto) -> list[list | None] | None:
     for _ in range(_MAX_MERGES):
         walk = Walk(body.graph, opset, merged)
         try:
-            for node in body.graph.node:
+            for walk.index, node in enumerate(body.graph.node):
                 _step(walk, node)
         except MergeError:
             return None
@@ -441,22 +457,22 @@ def _gather(walk: Walk, node: onnx.NodeProto) -> list:
 
 
 def _slice(walk: Walk, node: onnx.NodeProto) -> list:
-    """Fixed starts/ends/steps. A literal axis is the spec's count; a symbolic one only from 0
-    to the end by 1 (the engine's clamps on a symbolic dim are left to it)."""
+    """Numbers for starts and steps, a number or a polynomial for each end: each axis as the
+    engine counts it (:func:`_engine_sliced`)."""
     x = walk.shape(node.input[0])
-    starts, ends = (walk.ints(node.input[k]) if len(node.input) > k else None for k in (1, 2))
+    starts, ends = (walk.value(node.input[k]) if len(node.input) > k else None for k in (1, 2))
     if walk.opset < 10:
-        starts, ends = attr(node, "starts"), attr(node, "ends")
-    if x is None or starts is None or ends is None:
+        starts, ends = [const(v) for v in attr(node, "starts", [])], [const(v) for v in attr(node, "ends", [])]
+    if x is None or starts is None or ends is None or not all(map(is_const, starts)) or None in ends:
         return [None]
     axes = (attr(node, "axes") if walk.opset < 10 else _optional_ints(walk, node, 3)) or list(range(len(starts)))
     steps = (None if walk.opset < 10 else _optional_ints(walk, node, 4)) or [1] * len(starts)
     out = list(x)
     for a, s, e, t in zip(axes, starts, ends, steps):
-        out[a % len(x)] = _sliced(x[a % len(x)], s, e, t)
-    v = walk.value(node.input[0])
-    if v is not None and node.input[0] in walk.listed and list(axes) == [0] and len(starts) == 1:
-        walk.values[node.output[0]] = v[starts[0]:ends[0]:steps[0]]
+        out[a % len(x)] = _engine_sliced(x[a % len(x)], value(s), e, t)
+    v, bounds = walk.value(node.input[0]), [value(s) for s in starts] + [value(e) for e in ends if is_const(e)]
+    if v is not None and node.input[0] in walk.listed and list(axes) == [0] and len(bounds) == 2:
+        walk.values[node.output[0]] = v[bounds[0]:bounds[1]:steps[0]]
     return [out]
 
 
@@ -469,10 +485,39 @@ def _optional_ints(walk: Walk, node: onnx.NodeProto, k: int) -> list[int] | None
     return None
 
 
-def _sliced(d: Dim, s: int, e: int, t: int) -> Dim:
-    if is_const(d):
-        return const(len(range(value(d))[slice(s, e, t)]))
-    return d if (s == 0 and e >= INT_MAX and t == 1) else UNKNOWN
+def _engine_sliced(d: Dim, s: int, e: Poly, t: int) -> Dim:
+    """The engine's count of an axis ``d`` sliced from ``s`` to ``e`` by ``t``:
+    ``(e' - s' + t - 1) // t`` (``t + 1`` for ``t < 0``), where a negative bound counts from the
+    end (``d + b``), an end at or past int_max is ``d``, and an end past 1 on a symbolic ``d``
+    is ``Min(e, d)`` (an atom: no polynomial); on a number ``d`` both bounds are clamped to
+    ``[0, d]``. An end that is a polynomial, or a negative step, on a symbolic ``d`` is left."""
+    if d is None or t == 0 or (not is_const(d) and (t < 0 or not is_const(e))):
+        return UNKNOWN
+    if not is_const(e):  # a polynomial end on a number d: Min(e, d)
+        e = var(("min", e, d))
+    else:
+        ev = value(e)
+        e = add(d, e) if -INT_MAX < ev < 0 else e
+        if is_const(e):
+            e = _literal_end(value(e), value(d) if is_const(d) else None, s, d)
+    start = add(d, const(s)) if -INT_MAX < s < 0 else const(s)
+    if is_const(d) and is_const(start):
+        start = const(max(0, min(value(start), value(d))))
+    top = add(add(e, start, -1), const(t - 1 if t > 0 else t + 1))
+    if t > 0:
+        return floordiv(top, const(t))
+    return const(value(top) // t) if is_const(top) else UNKNOWN
+
+
+def _literal_end(e: int, d: int | None, s: int, dim: Poly) -> Poly:
+    """The engine's end after its negative-index step, where it is a number."""
+    if e >= INT_MAX:
+        return dim
+    if e <= -INT_MAX:
+        return const(0 if s > 0 else -1)
+    if d is not None:
+        return const(min(max(0, e + d) if e < 0 else e, d))
+    return var(("min", const(e), dim)) if e > 1 else const(e)
 
 
 def _reshape(walk: Walk, node: onnx.NodeProto) -> list:
@@ -579,6 +624,17 @@ def _conv_pool(walk: Walk, node: onnx.NodeProto) -> list:
     return [out] * len(node.output)
 
 
+def _conv_transpose(walk: Walk, node: onnx.NodeProto) -> list:
+    """The engine has no rule: onnx's count where every spatial dim is a number (left to the
+    engine here), else dims it names anew for the whole output."""
+    x, weight = walk.shape(node.input[0]), walk.shape(node.input[1])
+    if x is None or weight is None or len(x) < 3:
+        return [None]
+    if all(map(is_const, x[2:])):
+        return [[x[0], mul(weight[1], const(attr(node, "group", 1)))] + [UNKNOWN] * (len(x) - 2)]
+    return [[fresh(node.op_type, walk.index, 0, a) for a in range(len(x))]]
+
+
 def _ceildiv(top: Poly, stride: int) -> Dim:
     return top if stride == 1 else UNKNOWN  # sympy's ceiling of a sum with a whole part: the engine's
 
@@ -598,6 +654,9 @@ def _resize(walk: Walk, node: onnx.NodeProto) -> list:
     scales = _float_values(walk, node.input[2] if walk.opset > 10 and len(node.input) > 2 else
                            node.input[1] if walk.opset <= 10 and len(node.input) > 1 else "")
     sized = walk.opset > 10 and len(node.input) > 3 and node.input[3]
+    if sized and x is not None and attr(node, "axes") is None:  # floor(size): the size itself
+        sizes = walk.value(node.input[3])
+        return [sizes if sizes is not None and len(sizes) == len(x) else None]
     if x is None or scales is None or sized or len(scales) != len(x) or attr(node, "axes") is not None:
         return [None]
     if attr(node, "coordinate_transformation_mode", b"") == b"tf_crop_and_resize":
@@ -724,5 +783,5 @@ RULES: dict[str, Callable] = {
     "Tile": _tile, "Pad": _pad, "Resize": _resize, "Split": _split, "ReduceSum": _reduce,
     "ReduceMean": _reduce, "ReduceMax": _reduce, "ReduceMin": _reduce, "ReduceProd": _reduce,
     "ReduceL2": _reduce, "Flatten": _flatten, "ConstantOfShape": _constant_of_shape,
-    "Range": _range, "LayerNormalization": _layer_norm,
+    "Range": _range, "LayerNormalization": _layer_norm, "ConvTranspose": _conv_transpose,
 }
