@@ -6,8 +6,10 @@ shape and, for small int tensors (shape arithmetic), a value. A dim is
 
 * a polynomial with integer coefficients, ``sum_m c_m * prod_v v^e``: a map from monomials (a
   sorted tuple of ``(variable, exponent)``) to non-zero ints. A variable is an input's dim name
-  (``("s", "batch")``) or an *atom*: an axis of an input that names none, or ``floor(P / Q)``
-  where the quotient is no polynomial (a strided Conv on a symbolic H). Atoms are compared by
+  (``("s", "batch")``) or an *atom*: an axis of an input that names none, ``floor(P / Q)``
+  where the quotient is no polynomial (a strided Conv on a symbolic H), ``Min(e, d)`` (a Slice
+  end short of int_max on a symbolic axis), or a dim the engine names anew for an op it has no
+  rule for and onnx's inference leaves open (ConvTranspose on a symbolic H). Atoms are compared by
   what they are made of, so ``2*floor(h/2) + h - 2*floor(h/2)`` is ``h``, as in the engine;
   a dim that keeps an atom, or a power above 1, is *not polynomial*: written ``?``;
 * :data:`UNKNOWN` (``None``): an op this module does not model, a value it does not know, or a
@@ -24,15 +26,19 @@ bodies and on every block of the corpus):
 * a product is kept only where sympy expands it: one side a number, or both one term;
 * two dims that must be equal and differ (a broadcast of ``a`` with ``b`` or with ``3``, a
   Concat or MatMul of unequal sizes) are merged by the engine into one representative for the
-  whole body: the tier gives up on the body (:class:`MergeError`) and the engine decides it all;
+  whole body, chosen by onnxmlu/frontend/symbolic.py's total order (a number, then an input's
+  dim by position, then a new name, then the shortest expression), and it infers again: so does
+  the tier, each merged dim replaced by its representative wherever it is made. Where a member is
+  UNKNOWN (the engine's dim could be anything), the tier gives up on the body
+  (:class:`MergeError`) and the engine decides it all;
 * a Reshape's ``-1`` is the product of the input dims over the product of the known output
   dims, cancelled factor by factor (numbers, input symbols and sums each a factor, as sympy's
   ``Mul`` holds them).
 
 :func:`sympy_text` writes a polynomial as sympy's ``str`` does (terms in descending lexicographic
 order of their exponents over the names sorted, ``2*W + 1``, ``H*W - 1``, and sympy's one
-exception, ``1 - B``), so that
-:mod:`onnxmlu.collapse.dims` turns both tiers' dims into the same text.
+exception, ``1 - B``), so that :mod:`onnxmlu.collapse.dims` turns both tiers' dims into the
+same text.
 """
 
 from __future__ import annotations
