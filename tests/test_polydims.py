@@ -91,6 +91,19 @@ CASES = {
     "transpose_flatten": ([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
                            helper.make_node("Flatten", ["t"], ["y"], axis=2)], SEQ, (), None),  # onnx: unk, the engine renames all
     # p and s broadcast together: the engine merges s into p (the first input's) for the body
+    # Range(0.0, s, 1.0) over the sequence: floats read as ints, Max(s, 0) is s for a positive s
+    "range_positions": ([DOUBLE, helper.make_node("Shape", ["xx"], ["sh"]),
+                         helper.make_node("Gather", ["sh", "one"], ["n"]),
+                         helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+                         helper.make_node("Range", ["start", "nf", "step"], ["y"])], SEQ,
+                        [("one", 1, I64), ("start", 0.0, np.float32), ("step", 1.0, np.float32)], "2*i0.1"),
+    "range_shifted": ([helper.make_node("Shape", ["x"], ["sh"]),
+                       helper.make_node("Gather", ["sh", "one"], ["n"]),
+                       helper.make_node("Range", ["three", "n", "unit"], ["y"])], SEQ,
+                      [("one", 1, I64), ("three", 3, I64), ("unit", 1, I64)], None),  # Max(s - 3, 0)
+    # no axes: the engine drops the literal 1s and keeps every symbolic dim
+    "squeeze_no_axes": ([DOUBLE, helper.make_node("Unsqueeze", ["xx", "ax"], ["u"]),
+                         helper.make_node("Squeeze", ["u"], ["y"])], SEQ, [("ax", [0], I64)], "i0.0,2*i0.1,64"),
     "broadcast_merge": ([helper.make_node("Add", ["past", "new"], ["y"])], KV, (), "i0.0,2,i0.2,8"),
     "merge_then_concat": ([helper.make_node("Add", ["past", "new"], ["t"]),
                            helper.make_node("Concat", ["new", "t"], ["y"], axis=2)], KV, (), "i0.0,2,2*i0.2,8"),

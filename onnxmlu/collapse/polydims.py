@@ -411,10 +411,12 @@ def _unsqueeze(walk: Walk, node: onnx.NodeProto) -> list:
 
 def _squeeze(walk: Walk, node: onnx.NodeProto) -> list:
     x, axes = walk.shape(node.input[0]), _axes(walk, node)
-    if x is None or axes is None:  # without axes, a symbolic dim could be 1 or not
+    if x is None:
         return [None]
-    axes = [a % len(x) for a in axes]
     _pass_value(walk, node)
+    if axes is None:  # none given (or none known): the engine drops the literal 1s, keeps symbols
+        return [[d for d in x if d != const(1)]]
+    axes = [a % len(x) for a in axes]
     return [[d for i, d in enumerate(x) if i not in axes]]
 
 
@@ -630,14 +632,17 @@ def _conv_pool(walk: Walk, node: onnx.NodeProto) -> list:
     return [out] * len(node.output)
 
 
-def _conv_transpose(walk: Walk, node: onnx.NodeProto) -> list:
-    """The engine has no rule: onnx's count where every spatial dim is a number (left to the
-    engine here), else dims it names anew for the whole output."""
+def _conv_renamed(walk: Walk, node: onnx.NodeProto) -> list:
+    """ConvTranspose, ConvInteger: the engine has no rule. onnx counts them where every spatial
+    dim is a number (left to the engine here); on a symbolic one onnx leaves a dim unknown and
+    the engine names the whole output anew."""
     x, weight = walk.shape(node.input[0]), walk.shape(node.input[1])
-    if x is None or weight is None or len(x) < 3:
+    if x is None or weight is None or len(x) < 3 or len(weight) < 2:
         return [None]
     if all(map(is_const, x[2:])):
-        return [[x[0], mul(weight[1], const(attr(node, "group", 1)))] + [UNKNOWN] * (len(x) - 2)]
+        group = const(attr(node, "group", 1))
+        channels = mul(weight[1], group) if node.op_type == "ConvTranspose" else weight[0]
+        return [[x[0], channels] + [UNKNOWN] * (len(x) - 2)]
     return [[fresh(node.op_type, walk.index, 0, a) for a in range(len(x))]]
 
 
@@ -742,15 +747,32 @@ def _constant_of_shape(walk: Walk, node: onnx.NodeProto) -> list:
 
 
 def _range(walk: Walk, node: onnx.NodeProto) -> list:
+    """The engine's ``Max(ceiling((limit - start) / delta), 0)``, its inputs read as ints (a float
+    constant truncated, as the engine does). With numbers, that count; with a symbolic limit and
+    a step of 1, ``limit - start`` where sympy sees it is not negative (no negative coefficient:
+    input dims are positive), else left to the engine."""
     start, limit, delta = (_scalar(walk, i) for i in node.input)
-    if None in (start, limit, delta) or delta == 0:
+    if None in (start, limit, delta) or not is_const(start) or delta != const(value(delta)) or not value(delta):
         return [None]
-    return [[const(max(-(-(limit - start) // delta), 0))]]
+    if is_const(limit):
+        return [[const(max(-(-(value(limit) - value(start)) // value(delta)), 0))]]
+    count = add(limit, start, -1)
+    plain = count is not None and all(c >= 0 for _, c in count) and all(v[0] == "s" for m, _ in count for v, _ in m)
+    return [[count if value(delta) == 1 and plain else UNKNOWN]]
 
 
-def _scalar(walk: Walk, name: str) -> int | None:
-    found = walk.ints(name)
-    return found[0] if found is not None and len(found) == 1 else None
+def _scalar(walk: Walk, name: str) -> Dim:
+    """A one-element value: an int polynomial, or a float constant truncated to an int."""
+    found = walk.value(name)
+    if found is not None and len(found) == 1:
+        return found[0]
+    floats = walk.floats.get(name) if name else None
+    return const(int(floats[0])) if floats is not None and len(floats) == 1 else None
+
+
+def _dynamic_quantize(walk: Walk, node: onnx.NodeProto) -> list:
+    """DynamicQuantizeLinear: y as x, one scale and one zero point (onnx's rule)."""
+    return [walk.shape(node.input[0]), [], []]
 
 
 def _layer_norm(walk: Walk, node: onnx.NodeProto) -> list:
@@ -783,11 +805,13 @@ _GLOBAL_POOLS = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
 RULES: dict[str, Callable] = {
     **{op: _same for op in SAME_SHAPE}, **{op: _elementwise for op in ELEMENTWISE},
     **{op: _conv_pool for op in _POOLS}, **{op: _global_pool for op in _GLOBAL_POOLS},
-    "Cast": _passing, "Identity": _passing, "MatMul": _matmul, "Gemm": _gemm,
+    "Cast": _passing, "Identity": _passing, "MatMul": _matmul, "MatMulInteger": _matmul, "Gemm": _gemm,
     "Transpose": _transpose, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Concat": _concat,
     "Shape": _shape, "Gather": _gather, "Slice": _slice, "Reshape": _reshape, "Expand": _expand,
     "Tile": _tile, "Pad": _pad, "Resize": _resize, "Split": _split, "ReduceSum": _reduce,
     "ReduceMean": _reduce, "ReduceMax": _reduce, "ReduceMin": _reduce, "ReduceProd": _reduce,
     "ReduceL2": _reduce, "Flatten": _flatten, "ConstantOfShape": _constant_of_shape,
-    "Range": _range, "LayerNormalization": _layer_norm, "ConvTranspose": _conv_transpose,
+    "Range": _range, "LayerNormalization": _layer_norm, "ConvTranspose": _conv_renamed,
+    "ConvInteger": _conv_renamed,
+    "DynamicQuantizeLinear": _dynamic_quantize,
 }
