@@ -104,6 +104,14 @@ CASES = {
     # no axes: the engine drops the literal 1s and keeps every symbolic dim
     "squeeze_no_axes": ([DOUBLE, helper.make_node("Unsqueeze", ["xx", "ax"], ["u"]),
                          helper.make_node("Squeeze", ["u"], ["y"])], SEQ, [("ax", [0], I64)], "i0.0,2*i0.1,64"),
+    # a running sum over the sequence: the scan output gets the scan input's length
+    "scan_outputs": ([helper.make_node("Scan", ["init", "seq"], ["last", "ys"], num_scan_inputs=1, body=helper.make_graph(
+        [helper.make_node("Add", ["st", "xt"], ["st2"]), helper.make_node("Identity", ["st2"], ["yt"])], "step",
+        [helper.make_tensor_value_info("st", F, [64]), helper.make_tensor_value_info("xt", F, [64])],
+        [helper.make_tensor_value_info("st2", F, [64]), helper.make_tensor_value_info("yt", F, [64])])),
+        helper.make_node("Concat", ["ys", "ys"], ["y"], axis=0)],
+        [("init", F, [64]), ("seq", F, ["s", 64])], (), "2*i1.0,64"),
+    "argmax": ([DOUBLE, helper.make_node("ArgMax", ["xx"], ["y"], axis=2, keepdims=0)], SEQ, (), "i0.0,2*i0.1"),
     "broadcast_merge": ([helper.make_node("Add", ["past", "new"], ["y"])], KV, (), "i0.0,2,i0.2,8"),
     "merge_then_concat": ([helper.make_node("Add", ["past", "new"], ["t"]),
                            helper.make_node("Concat", ["new", "t"], ["y"], axis=2)], KV, (), "i0.0,2,2*i0.2,8"),

@@ -43,6 +43,7 @@ same text.
 
 from __future__ import annotations
 
+import copy
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
@@ -90,6 +91,13 @@ def fresh(op_type: str, index: int, output: int, axis: int) -> Poly:
 def fresh_name(p: Poly) -> str | None:
     if len(p) == 1 and p[0][1] == 1 and len(p[0][0]) == 1 and p[0][0][0][1] == 1 and p[0][0][0][0][0] == "fresh":
         return p[0][0][0][0][1]
+    return None
+
+
+def _plain_var(p: Poly):
+    """The variable ``p`` is (an input's dim or an atom, to the first power), or None."""
+    if len(p) == 1 and p[0][1] == 1 and len(p[0][0]) == 1 and p[0][0][0][1] == 1:
+        return p[0][0][0][0]
     return None
 
 
@@ -197,6 +205,7 @@ class Walk:
     def __init__(self, graph: onnx.GraphProto, opset: int, merged: dict) -> None:
         self.opset, self.merged = opset, merged  # merged: a dim -> the representative it became
         self.index = 0  # the node being walked (the engine names new dims after it)
+        self.nested = False  # a subgraph's walk (a Scan body): its merges and new names are not modelled
         self.positions = {p: (k, a) for k, vi in enumerate(graph.input)
                           for a, p in enumerate(_input_shape(vi, k) or ()) if len(p) == 1}
         self.shapes: dict[str, list | None] = {}
@@ -224,6 +233,13 @@ class Walk:
     def shape(self, name: str) -> list | None:
         return self.shapes.get(name) if name else None
 
+    def subgraph(self) -> "Walk":
+        """A walk of a subgraph that sees this one's tensors (the engine passes them in)."""
+        sub = copy.copy(self)
+        sub.shapes, sub.values, sub.floats = dict(self.shapes), dict(self.values), dict(self.floats)
+        sub.scalars, sub.listed, sub.nested = set(self.scalars), set(self.listed), True
+        return sub
+
     def substituted(self, shape: list | None) -> list | None:
         """``shape`` with each merged dim as its representative (the engine's computed dims)."""
         return None if shape is None else [self.merged.get(d, d) if d is not None else None for d in shape]
@@ -239,9 +255,36 @@ class Walk:
             raise MergeError
         if len(known) == 1:
             return known[0]
+        if self.nested:
+            raise MergeError  # the subgraph engine merges on a copy: not modelled
         rep = min(known, key=self._merge_rank(known))
-        self.merged.update({d: rep for d in known if d != rep})
-        raise NewMergeError
+        for member, into in self.merged.items():  # a group merged before now goes to rep too
+            if into in known:
+                self.merged[member] = rep
+        losers = [d for d in known if d != rep]
+        self.merged.update({d: rep for d in losers})
+        if not self._merged_in_place(losers, rep):
+            raise NewMergeError
+        return rep
+
+    def _merged_in_place(self, losers: list, rep: Poly) -> bool:
+        """Where each merged dim is a plain variable found only as a whole dim of a shape, the walk
+        so far is what a walk with the merge known from the start gives, the variable replaced by
+        ``rep``: replaced in place (no restart). False where a restart is needed."""
+        names = {_plain_var(d) for d in losers}
+        if None in names:
+            return False
+        def holds(d: Dim) -> bool:
+            return d is not None and any(v in names for m, _ in d for v, _ in m)
+
+        if any(holds(d) for dims in self.values.values() for d in dims):
+            return False  # the engine's values keep what they were computed from
+        if any(holds(d) and d not in losers for dims in self.shapes.values() for d in dims or ()):
+            return False
+        for name, dims in self.shapes.items():
+            if dims:
+                self.shapes[name] = [rep if d in losers else d for d in dims]
+        return True
 
     def _merge_rank(self, group: list) -> Callable:
         """onnxmlu/frontend/symbolic.py's order: a number, an input's dim by position, a dim the
@@ -639,6 +682,8 @@ def _conv_renamed(walk: Walk, node: onnx.NodeProto) -> list:
     x, weight = walk.shape(node.input[0]), walk.shape(node.input[1])
     if x is None or weight is None or len(x) < 3 or len(weight) < 2:
         return [None]
+    if walk.nested:
+        raise MergeError  # a subgraph engine's new names carry its prefix: not modelled
     if all(map(is_const, x[2:])):
         group = const(attr(node, "group", 1))
         channels = mul(weight[1], group) if node.op_type == "ConvTranspose" else weight[0]
@@ -719,6 +764,15 @@ def _reduce(walk: Walk, node: onnx.NodeProto) -> list:
     return [[const(1) if i in axes else d for i, d in enumerate(x) if keep or i not in axes]]
 
 
+def _arg_reduce(walk: Walk, node: onnx.NodeProto) -> list:
+    """ArgMax, ArgMin: the axis kept as 1 or dropped (onnx's rule)."""
+    x = walk.shape(node.input[0])
+    if x is None:
+        return [None]
+    axis = attr(node, "axis", 0) % len(x)
+    return [x[:axis] + ([const(1)] if attr(node, "keepdims", 1) else []) + x[axis + 1:]]
+
+
 def _flatten(walk: Walk, node: onnx.NodeProto) -> list:
     """onnx's rule: each side the product of its dims; a side of several dims not all numbers
     is unknown to onnx, and the engine then names the whole output anew."""
@@ -770,6 +824,34 @@ def _scalar(walk: Walk, name: str) -> Dim:
     return const(int(floats[0])) if floats is not None and len(floats) == 1 else None
 
 
+def _scan(walk: Walk, node: onnx.NodeProto) -> list:
+    """The engine's Scan: the body walked with the states' shapes and each scan input's without
+    its scan axis (the outer tensors visible); the final states are the body's state outputs,
+    each scan output gets the last scan input's scan-axis dim at its output axis."""
+    body, count = attr(node, "body"), attr(node, "num_scan_inputs")
+    states, shapes = len(node.input) - count, [walk.shape(i) for i in node.input]
+    if any(s is None for s in shapes) or len(body.input) < len(node.input) or not shapes[-1]:
+        return [None] * len(node.output)
+    in_axes = [a % len(s) for a, s in zip(attr(node, "scan_input_axes", [0] * count), shapes[states:])]
+    sub = walk.subgraph()
+    for i, vi in enumerate(body.input[:len(node.input)]):
+        cut = in_axes[i - states] if i >= states else None
+        sub.shapes[vi.name] = shapes[i] if cut is None else shapes[i][:cut] + shapes[i][cut + 1:]
+    for tensor in body.initializer:
+        sub.constant(tensor.name, tensor)
+    for sub.index, inner in enumerate(body.node):
+        _step(sub, inner)
+    length, out_axes = shapes[-1][in_axes[-1]], attr(node, "scan_output_axes", [0] * (len(node.output) - states))
+    outs = []
+    for i, vi in enumerate(body.output[:len(node.output)]):
+        shape = sub.shape(vi.name)
+        if shape is not None and i >= states:
+            axis = out_axes[i - states] % (len(shape) + 1)
+            shape = shape[:axis] + [length] + shape[axis:]
+        outs.append(shape)
+    return outs
+
+
 def _dynamic_quantize(walk: Walk, node: onnx.NodeProto) -> list:
     """DynamicQuantizeLinear: y as x, one scale and one zero point (onnx's rule)."""
     return [walk.shape(node.input[0]), [], []]
@@ -813,5 +895,5 @@ RULES: dict[str, Callable] = {
     "ReduceL2": _reduce, "Flatten": _flatten, "ConstantOfShape": _constant_of_shape,
     "Range": _range, "LayerNormalization": _layer_norm, "ConvTranspose": _conv_renamed,
     "ConvInteger": _conv_renamed,
-    "DynamicQuantizeLinear": _dynamic_quantize,
+    "DynamicQuantizeLinear": _dynamic_quantize, "Scan": _scan, "ArgMax": _arg_reduce, "ArgMin": _arg_reduce,
 }
