@@ -28,9 +28,13 @@ bodies and on every block of the corpus):
   Concat or MatMul of unequal sizes) are merged by the engine into one representative for the
   whole body, chosen by onnxmlu/frontend/symbolic.py's total order (a number, then an input's
   dim by position, then a new name, then the shortest expression), and it infers again: so does
-  the tier, each merged dim replaced by its representative wherever it is made. Where a member is
+  the tier, each merged dim replaced by its representative wherever it is made (in place, with
+  no new walk, where the merged dims are plain variables found only as whole dims, which is the
+  same thing). Where a member is
   UNKNOWN (the engine's dim could be anything), the tier gives up on the body
   (:class:`MergeError`) and the engine decides it all;
+* a Scan's body is walked with the states' shapes and the scan inputs' less their scan axis;
+  its scan outputs get the last scan input's scan-axis dim (the engine's rule);
 * a Reshape's ``-1`` is the product of the input dims over the product of the known output
   dims, cancelled factor by factor (numbers, input symbols and sums each a factor, as sympy's
   ``Mul`` holds them).
