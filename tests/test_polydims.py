@@ -97,6 +97,12 @@ CASES = {
                          helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
                          helper.make_node("Range", ["start", "nf", "step"], ["y"])], SEQ,
                         [("one", 1, I64), ("start", 0.0, np.float32), ("step", 1.0, np.float32)], "2*i0.1"),
+    # positions of the new tokens: Range(total - s, total) counts s
+    "range_new_positions": ([helper.make_node("Shape", ["past"], ["ps"]), helper.make_node("Shape", ["new"], ["ns"]),
+                             helper.make_node("Gather", ["ps", "two"], ["p"]), helper.make_node("Gather", ["ns", "two"], ["s"]),
+                             helper.make_node("Add", ["p", "s"], ["total"]), helper.make_node("Sub", ["total", "s"], ["first"]),
+                             helper.make_node("Range", ["first", "total", "unit"], ["y"])], KV,
+                            [("two", 2, I64), ("unit", 1, I64)], "i1.2"),
     "range_shifted": ([helper.make_node("Shape", ["x"], ["sh"]),
                        helper.make_node("Gather", ["sh", "one"], ["n"]),
                        helper.make_node("Range", ["three", "n", "unit"], ["y"])], SEQ,

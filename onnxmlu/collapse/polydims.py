@@ -806,13 +806,14 @@ def _constant_of_shape(walk: Walk, node: onnx.NodeProto) -> list:
 
 def _range(walk: Walk, node: onnx.NodeProto) -> list:
     """The engine's ``Max(ceiling((limit - start) / delta), 0)``, its inputs read as ints (a float
-    constant truncated, as the engine does). With numbers, that count; with a symbolic limit and
-    a step of 1, ``limit - start`` where sympy sees it is not negative (no negative coefficient:
-    input dims are positive), else left to the engine."""
+    constant truncated, as the engine does). With numbers, that count; with symbolic bounds and a
+    step of 1, ``limit - start`` where sympy sees it is not negative (no negative coefficient:
+    input dims are positive; a KV cache's ``Range(total - seq, total)`` is ``seq``), else left
+    to the engine."""
     start, limit, delta = (_scalar(walk, i) for i in node.input)
-    if None in (start, limit, delta) or not is_const(start) or delta != const(value(delta)) or not value(delta):
+    if None in (start, limit, delta) or delta != const(value(delta)) or not value(delta):
         return [None]
-    if is_const(limit):
+    if is_const(limit) and is_const(start):
         return [[const(max(-(-(value(limit) - value(start)) // value(delta)), 0))]]
     count = add(limit, start, -1)
     plain = count is not None and all(c >= 0 for _, c in count) and all(v[0] == "s" for m, _ in count for v, _ in m)
