@@ -68,6 +68,10 @@ CASES = {
                      [("w", np.zeros((4, 3, 3, 3)), np.float32)], "i0.0,4,i0.2,i0.3"),
     "conv_stride2": ([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])], X4,
                      [("w", np.zeros((4, 3, 3, 3)), np.float32)], "?"),
+    # H/2 x W/2 merged by Reshape: a product of two floors, written factored or not: no polynomial
+    "reshape_strided": ([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+                         helper.make_node("Reshape", ["c", "shape"], ["y"])], X4,
+                        [("w", np.zeros((4, 3, 3, 3)), np.float32), ("shape", [0, 4, -1], I64)], "?"),
     "pool_valid": ([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3])], X4, (), "i0.0,3,i0.2-2,i0.3-2"),
     "pad_const": ([helper.make_node("Pad", ["x", "pads"], ["y"])], X4,
                   [("pads", [0, 0, 1, 0, 0, 0, 2, 192], I64)], "i0.0,3,i0.2+3,i0.3+192"),

@@ -619,6 +619,8 @@ def _quotient(total: Sequence[Poly], known: Sequence[Poly]) -> Dim:
         return var(("floor", tuple(total), tuple(known)))
     sums = [f for f in top if len(f) > 1]
     if len(sums) > 1 or (sums and len(top) > 1):
+        if any(v[0] != "s" for f in top for m, _ in f for v, _ in m):
+            return var(("product", n // m, tuple(top)))  # with a floor inside: no polynomial, factored or not
         return UNKNOWN  # sympy keeps x*(a + b) factored: another text, left to the engine
     out = const(n // m)
     for f in top:
