@@ -189,6 +189,14 @@ def test_polynomials_print_as_sympy_prints_them(terms):
     assert (str(text) if text is not None else None) == str(sympy.expand(expr))
 
 
+def test_a_node_the_tier_cannot_read_leaves_the_body_to_the_engine():
+    """A Concat without its axis (malformed: the checker would say so) stops the tier, not the
+    fuse: the engine is asked, as before the tier existed."""
+    nodes = [helper.make_node("Concat", ["past", "new"], ["y"])]
+    mine, theirs, ran = _texts(_body(nodes, KV))
+    assert ran and mine == theirs
+
+
 def test_floor_division_is_a_polynomial_only_where_sympy_drops_the_floor():
     h = poly.var(("s", "h"))
     assert poly.floordiv(poly.add(poly.mul(poly.const(2), h), poly.const(3)), poly.const(2)) == poly.add(h, poly.const(1))

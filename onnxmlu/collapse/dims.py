@@ -204,8 +204,13 @@ _UNSETTLED = _Unsettled()
 def _polynomial_dims(light: onnx.ModelProto) -> list:
     """The output dims :mod:`onnxmlu.collapse.polydims` derives without sympy, each as the text
     the engine's sympy prints (an int, a string, None where no polynomial is, or
-    :data:`_UNSETTLED`); [] where the engine would merge dims (it decides the body)."""
-    found = polydims.output_dims(light)
+    :data:`_UNSETTLED`); [] where the engine would merge dims (it decides the body), or where a
+    node the tier reads is malformed (an aid: the engine is asked, as before the tier)."""
+    try:
+        found = polydims.output_dims(light)
+    except Exception as exc:  # noqa: BLE001 - an aid: the engine is asked next
+        _LOG.debug("polynomial dims of a block body stopped: %s", first_line(exc))
+        return []
     if found is None:
         return []
     return [None if dims is None else [_UNSETTLED if d is polydims.UNKNOWN else polydims.sympy_text(d) for d in dims]
