@@ -13,8 +13,9 @@ run's input shapes (custom_ops/dim_expr.h has the grammar):
   shape inference merged it into) is ``i<k>.<a>``: axis ``a`` of body input ``k``, the first
   input, then the first axis, that has it;
 * any other symbolic dim is taken from shape inference of the body alone: first onnx's own
-  (a dim carried unchanged keeps its input's name; milliseconds), then, for outputs still
-  without one, onnxruntime's symbolic engine
+  (a dim carried unchanged keeps its input's name; milliseconds), then the polynomial tier of
+  :mod:`onnxmlu.collapse.polydims` (no sympy: it settles an output with the engine's own text,
+  or proves it has none, ``?``), then, for outputs still open, onnxruntime's symbolic engine
   (:func:`onnxmlu.frontend.symbolic.symbolic_infer`: merged dims named by a fixed rule),
   which writes what it derives as a sympy expression over the input symbols
   (``past_sequence_length + sequence_length`` for a Concat, ``2*W + 1``, ``H*D`` for a Reshape
@@ -36,6 +37,7 @@ from typing import Sequence
 
 import onnx
 
+from onnxmlu.collapse import polydims
 from onnxmlu.errors import first_line
 from onnxmlu.frontend.symbolic import symbolic_infer
 from onnxmlu.ir.weights import SKELETON_MIN_TENSOR_BYTES, is_marker, skeleton, tensor_bytes
@@ -55,17 +57,30 @@ def output_dims_text(body: onnx.ModelProto, absent: Sequence[onnx.TensorProto] =
     graph = body.graph
     refs = _input_refs(graph)
     texts = [_output_text(_dims(vi), refs, None) for vi in graph.output]
+    pending = {k for k, text in enumerate(texts) if text == UNKNOWN}
     light = None
-    for infer in _INFERENCES:
-        pending = [k for k, text in enumerate(texts) if text == UNKNOWN]
+    for infer, proves in _INFERENCES:
         if not pending:
             break
         light = light or _light_body(body, absent)
         inferred = infer(light)
-        for k in pending:
-            texts[k] = _output_text(_dims(graph.output[k]), refs, inferred[k] if k < len(inferred) else None)
+        for k in sorted(pending):
+            dims = inferred[k] if k < len(inferred) else None
+            texts[k] = _output_text(_dims(graph.output[k]), refs, dims)
+            if texts[k] != UNKNOWN or (proves and _settled(_dims(graph.output[k]), refs, dims)):
+                pending.discard(k)
     expressed = [t for t, vi in zip(texts, graph.output) if t != UNKNOWN and _is_symbolic(vi)]
     return ";".join(texts) if expressed else None
+
+
+def _settled(declared: list | None, refs: dict[str, str], inferred: list | None) -> bool:
+    """Whether ``?`` is the answer for an output (no later tier is asked): the polynomial tier
+    gave its rank and, on every axis the declared dims leave open, a dim or a proof that none is
+    a polynomial; :data:`onnxmlu.collapse.polydims.UNKNOWN` axes go on to the engine."""
+    if inferred is None or (declared is not None and len(declared) != len(inferred)):
+        return False
+    declared = declared or [None] * len(inferred)
+    return all(_dim_text(d, refs) is not None or i is not _UNSETTLED for d, i in zip(declared, inferred))
 
 
 def _output_text(dims: list | None, refs: dict[str, str], inferred: list | None) -> str:
@@ -179,6 +194,32 @@ def _symbolic_inferred_dims(light: onnx.ModelProto) -> list:
     return [_dims(vi) for vi in inferred.graph.output]
 
 
-#: Cheapest first: onnxruntime's engine imports sympy (about 0.3 s a process) and simplifies
-#: each dim it derives, so it runs only for outputs onnx's inference left without a usable dim.
-_INFERENCES = (_onnx_inferred_dims, _symbolic_inferred_dims)
+class _Unsettled:
+    """An axis the polynomial tier leaves to the engine (its ``_dim_text`` is None: no text)."""
+
+
+_UNSETTLED = _Unsettled()
+
+
+def _polynomial_dims(light: onnx.ModelProto) -> list:
+    """The output dims :mod:`onnxmlu.collapse.polydims` derives without sympy, each as the text
+    the engine's sympy prints (an int, a string, None where no polynomial is, or
+    :data:`_UNSETTLED`); [] where the engine would merge dims (it decides the body), or where a
+    node the tier reads is malformed (an aid: the engine is asked, as before the tier)."""
+    try:
+        found = polydims.output_dims(light)
+    except Exception as exc:  # noqa: BLE001 - an aid: the engine is asked next
+        _LOG.debug("polynomial dims of a block body stopped: %s", first_line(exc))
+        return []
+    if found is None:
+        return []
+    return [None if dims is None else [_UNSETTLED if d is polydims.UNKNOWN else polydims.sympy_text(d) for d in dims]
+            for dims in found]
+
+
+#: Cheapest first: onnx's inference (C++), the polynomial tier (pure Python, no import), then
+#: onnxruntime's engine, which imports sympy (about 0.25 s a process) and simplifies each dim it
+#: derives, so it runs only for outputs the first two left unsettled. The flag: whether the tier
+#: proves a ``?`` (the polynomial tier's dims that are no polynomial); the others' ``?`` is only
+#: what they could not find.
+_INFERENCES = ((_onnx_inferred_dims, False), (_polynomial_dims, True), (_symbolic_inferred_dims, False))
