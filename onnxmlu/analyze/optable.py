@@ -65,7 +65,7 @@ OP_KINDS: dict[str, str] = {
         "HardSwish", "Tanh", "Clip", "Elu", "Selu", "Celu", "Gelu", "Softplus", "Softsign",
         "ThresholdedRelu", "Mish", "Identity", "Where", "Cast", "Equal", "Greater", "Less",
         "Not", "And", "Or", "Xor", "GreaterOrEqual", "LessOrEqual", "Sum", "Mean", "Floor", "Ceil",
-        "Round", "Sign", "Sin", "Cos", "Mod", "CastLike", "Dropout",
+        "Round", "Sign", "Sin", "Cos", "Mod", "CastLike", "Dropout", "IsNaN", "IsInf",
     )},
     # pooling
     "MaxPool": "pool",
@@ -93,7 +93,7 @@ OP_KINDS: dict[str, str] = {
     **{op: "data" for op in (
         "Concat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Split",
         "Pad", "Gather", "Expand", "Tile", "Resize", "Upsample", "DepthToSpace", "SpaceToDepth",
-        "GatherElements", "ScatterElements", "Trilu",
+        "GatherElements", "ScatterElements", "Trilu", "GatherND", "ScatterND", "TensorScatter",
         # shape arithmetic: computed from a symbolic dim at run time (module docstring)
         "Shape", "Size", "ConstantOfShape", "Range",
     )},
