@@ -133,7 +133,8 @@ def _option(*flags: str, help: str):
 ModelArg = Annotated[Path, typer.Argument(help="ONNX model file.", show_default=False)]
 InputShapeOpt = Annotated[List[str], typer.Option(
     "--input-shape", metavar="NAME:DIMS", show_default=False, help=(
-        "The shape to plan for, NAME:D1,D2,... (repeatable; also NAME:1x3x224x224 or NAME:[1,3,224,224]); a dim "
+        "The shape to plan for, NAME:D1,D2,... (repeatable, or several in one value: a:1x3x8x8,b:1x16; also "
+        "NAME:1x3x224x224 or NAME:[1,3,224,224]); a dim "
         "may be a range MIN..MAX or MIN/OPT/MAX (priced at OPT, default MIN). Pins choose the plan: symbolic dims "
         "stay symbolic in the fused model."))]
 MaxMemoryOpt = Annotated[Optional[str], _option("--max-memory", help=(

@@ -214,6 +214,19 @@ def test_the_shape_text_is_a_spelling_the_cli_takes_back():
     text = shapes_text(concrete_shapes(batch_shared_by_a_state()))
     assert text == "input:1x128 state:2x1x4"  # the scalar has no dims to pin
     assert parse_input_shapes(text.split()) == {"input": [1, 128], "state": [2, 1, 4]}
+    assert parse_input_shapes([text]) == {"input": [1, 128], "state": [2, 1, 4]}  # pasted as one value
+
+
+@pytest.mark.parametrize("value, pins", [
+    ("input:1x128,state:2x1x4", {"input": [1, 128], "state": [2, 1, 4]}),  # trtexec's --shapes list
+    ("a:[1,3],b:[2,4]", {"a": [1, 3], "b": [2, 4]}),
+    ("x:0:1x2,y:0:3x4", {"x:0": [1, 2], "y:0": [3, 4]}),  # TensorFlow's tensor names
+    ("images:1,3,N,W", {"images": [1, 3, "N", "W"]}),  # commas between dims stay one item
+])
+def test_several_inputs_in_one_value_are_split_where_a_name_starts(value, pins):
+    """A user pastes trtexec's ``--shapes`` value, or the pricing line's, into one --input-shape;
+    before, the whole text was read as one input's name."""
+    assert parse_input_shapes([value]) == pins
 
 
 def test_an_unnamed_dim_is_not_written_as_a_pin_spelling(tmp_path):

@@ -11,6 +11,8 @@ TensorRT optimization profile does [TensorRT-profiles] (min / opt / max per dim)
     NAME:N,3,48,W              a name keeps a dim symbolic (it takes the default below)
     NAME:1x3x48x320            trtexec's spelling (its --shapes) of a pinned shape
     NAME:[1,3,48,320]          Polygraphy's spelling (its --input-shapes)
+    A:1x3x8x8,B:1x16           several inputs in one value: trtexec's list (a comma that
+    A:1,3,8,8 B:1,16           starts a NAME:), or space-separated as the pricing line prints them
 
 Every pin is checked against the model: the input exists, the rank matches, each size is
 at least 1, min <= opt <= max, and a dim the model fixes is not given another size.
@@ -24,6 +26,7 @@ image 224 square otherwise); any other dim is :data:`DEFAULT_SPATIAL` (rank 4 an
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence, Union
 
@@ -64,7 +67,7 @@ def parse_input_shapes(specs: Iterable[str]) -> Pins:
     """``NAME:D1,D2,...`` items, each dim a size, ``MIN..MAX``, ``MIN/OPT/MAX`` or a name;
     also ``NAME:D1xD2x...`` (sizes only) and ``NAME:[D1,D2,...]``."""
     shapes: Pins = {}
-    for spec in specs:
+    for spec in (item for value in specs for item in _items(value)):
         name, sep, dims = spec.rpartition(":")
         dims = _common_spelling(dims.strip())
         if not sep or not name or not dims:
@@ -74,6 +77,16 @@ def parse_input_shapes(specs: Iterable[str]) -> Pins:
             raise OnnxMluError(f"--input-shape gives input {name!r} twice")
         shapes[name] = [_parse_dim(d.strip(), spec) for d in dims.split(",")]
     return shapes
+
+
+#: A comma that starts another ``NAME:`` item (not one between dims, nor inside ``[...]``).
+_ITEM_COMMA = re.compile(r",(?=[^,\[\]]*:)")
+
+
+def _items(value: str) -> list[str]:
+    """The ``NAME:DIMS`` items of one ``--input-shape`` value: separated by spaces, or by
+    trtexec's commas (``a:1x3x8x8,b:1x16``); ``NAME:1,3,8,8`` stays one item."""
+    return [item for word in value.split() for item in _ITEM_COMMA.split(word)] or [value]
 
 
 def _common_spelling(dims: str) -> str:
