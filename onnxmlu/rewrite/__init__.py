@@ -27,6 +27,7 @@ from onnxmlu.rewrite.attention import AttentionRewriter
 from onnxmlu.rewrite.batchnorm import BN_MODES, BatchNormRewriter
 from onnxmlu.rewrite.contribgelu import ContribGeluRewriter
 from onnxmlu.rewrite.dq4 import FourBitDequantizeRewriter
+from onnxmlu.rewrite.embedlayernorm import EmbedLayerNormRewriter
 from onnxmlu.rewrite.dqlstm import DynamicQuantizeLSTMRewriter
 from onnxmlu.rewrite.fusedmatmul import FusedMatMulRewriter
 from onnxmlu.rewrite.gemm import GemmRewriter
@@ -65,6 +66,7 @@ REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("g
                                                   # onnxruntime's contrib transformer ops
                                                   ("fusedmatmul", FusedMatMulRewriter),
                                                   ("skipnorm", SkipNormRewriter),
+                                                  ("embedlayernorm", EmbedLayerNormRewriter),
                                                   ("simplifiednorm", SimplifiedNormRewriter),
                                                   ("contribgelu", ContribGeluRewriter),
                                                   ("msrotary", ContribRotaryRewriter),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import ortexport
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
@@ -1006,6 +1007,30 @@ def optimum_merged_llama_fp16() -> onnx.ModelProto:
     return optimum_merged_llama(TensorProto.FLOAT16)
 
 
+def ort_transformer_bert() -> onnx.ModelProto:
+    """A two-layer BERT encoder as torch.onnx exports it, saved by onnxruntime's transformer
+    optimizer (:mod:`ortexport`): EmbedLayerNormalization (its mask index feeding every
+    Attention), Attention with packed Q/K/V weights, SkipLayerNormalization, BiasGelu."""
+    return ortexport.optimized("bert")
+
+
+def ort_transformer_bert_fp16() -> onnx.ModelProto:
+    """:func:`ort_transformer_bert` converted to float16 by the optimizer (float32 inputs and outputs)."""
+    return ortexport.optimized("bert", float16=True)
+
+
+def ort_transformer_gpt2() -> onnx.ModelProto:
+    """A two-layer GPT-2 decoder with a packed past, saved by onnxruntime's transformer optimizer:
+    Attention with ``unidirectional=1``, ``past``/``present`` and a raw attention mask,
+    EmbedLayerNormalization, SkipLayerNormalization, FastGelu."""
+    return ortexport.optimized("gpt2")
+
+
+def ort_transformer_gpt2_fp16() -> onnx.ModelProto:
+    """:func:`ort_transformer_gpt2` converted to float16 by the optimizer (float32 inputs and outputs)."""
+    return ortexport.optimized("gpt2", float16=True)
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
@@ -1013,5 +1038,6 @@ BUILDERS = {
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
               keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
               genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder, optimum_merged_llama,
-              optimum_merged_llama_fp16)
+              optimum_merged_llama_fp16, ort_transformer_bert, ort_transformer_bert_fp16, ort_transformer_gpt2,
+              ort_transformer_gpt2_fp16)
 }  # fmt: skip

@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 
 import built
+import ortexport
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_ROOT = REPO_ROOT / ".cache" / "realworld"
@@ -228,6 +229,17 @@ MODELS: list[ModelCase] = [
           ("control-flow", "merged-decoder", "kv-cache", "fp16", "cast-chain", "tied-embedding", "outer-scope-weights",
            "shared-weights", "symbolic-dims"),
           values={"input_ids": (0, 96), "attention_mask": 1, "position_ids": (5, 8), "use_cache_branch": True}),
+    *(_case(f"built_ortopt_{kind}", "built", f"ort_transformer_{kind}",
+            {n: [1, 16] for n in ("input_ids", "token_type_ids", "attention_mask")},
+            ("ort-optimizer", "contrib-ops", "transformer", "embed-layernorm", "symbolic-dims", *tags),
+            {"input_ids": (0, 128), "token_type_ids": (0, 2), "attention_mask": (0, 2)})
+      for kind, tags in (("bert", ()), ("bert_fp16", ("fp16",)))),
+    *(_case(f"built_ortopt_{kind}", "built", f"ort_transformer_{kind}",
+            {"input_ids": [1, 4], "position_ids": [1, 4], "attention_mask": [1, 12],
+             **{f"past_{i}": [2, 1, 4, 8, 8] for i in range(2)}},
+            ("ort-optimizer", "contrib-ops", "decoder", "kv-cache", "causal", "symbolic-dims", *tags),
+            {"input_ids": (0, 96), "position_ids": (8, 12), "attention_mask": 1})
+      for kind, tags in (("gpt2", ()), ("gpt2_fp16", ("fp16",)))),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)
@@ -336,7 +348,12 @@ def fetch(pkg: Package) -> Path:
 
 
 def _built_dir() -> Path:
-    digest = hashlib.sha256(Path(built.__file__).read_bytes()).hexdigest()[:12]
+    """The built models' folder, keyed by the builders' sources and by onnxruntime's version (the
+    transformer optimizer, whose output some builders save, fuses differently across versions)."""
+    import onnxruntime
+
+    sources = b"".join(Path(m.__file__).read_bytes() for m in (built, ortexport))
+    digest = hashlib.sha256(sources + onnxruntime.__version__.encode()).hexdigest()[:12]
     return CACHE_ROOT / f"built-{digest}"
 
 

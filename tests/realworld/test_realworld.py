@@ -124,6 +124,10 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
     "built_merged_if_decoder": (1.0, 2, 1),  # the If stays on the host, each branch one block
     "built_optimum_merged_llama": (1.0, 2, 1),  # the branch the pins cannot take sized by its other operand
     "built_optimum_merged_llama_fp16": (1.0, 2, 1),
+    "built_ortopt_bert": (0.9, 1, 0),
+    "built_ortopt_bert_fp16": (0.9, 1, 0),
+    "built_ortopt_gpt2": (0.9, 1, 0),
+    "built_ortopt_gpt2_fp16": (0.9, 1, 0),
 }  # fmt: skip
 #: Models whose fused file must stay within this factor of the original plus the blocks'
 #: metadata (framing, and the records of their nodes): their weights are stored as given
