@@ -239,3 +239,33 @@ def test_an_unnamed_dim_is_not_written_as_a_pin_spelling(tmp_path):
     result = invoke("fuse", src, tmp_path / "f.onnx")
     assert "(default for symbolic dims N, images[2], images[3]; pin with --input-shape)" in result.output, \
         result.output
+
+
+def cache_step() -> onnx.ModelProto:
+    """A decoder step as exporters name its dims: new tokens [batch, sequence], a cache
+    [batch, past], a mask [batch, total] -- ``total`` is past + sequence, which no name says."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [1, 1], [2.0])
+    nodes = [helper.make_node("Concat", ["past", "x"], ["keys"], axis=1, name="append"),
+             helper.make_node("Add", ["keys", "mask"], ["scores"], name="mask"),
+             helper.make_node("Unsqueeze", ["scores", "axes"], ["col"], name="col"),
+             helper.make_node("MatMul", ["col", "w"], ["y"], name="project")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence"]),
+              helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", "past"]),
+              helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "total"])]
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [2])
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [weight, axes])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_dims_that_are_sums_of_others_are_probed_at_sizes_that_add_up(tmp_path):
+    """No common size runs a model whose mask spans past + sequence; before, the probe gave up
+    and the nodes it could not size stayed on the host (an optimizer-saved GPT-2 unpinned)."""
+    src, out, report = tmp_path / "m.onnx", tmp_path / "f.onnx", tmp_path / "r.json"
+    onnx.save(cache_step(), src)
+    result = invoke("fuse", src, out, "--json", report)
+    assert result.exit_code == 0, result.output
+    shapes = json.loads(model_metadata(onnx.load(out))[PRICING_SHAPE_KEY])["inputs"]
+    assert shapes["mask"][1] == shapes["past"][1] + shapes["x"][1]
+    assert "some being sums of others" in result.output
+    assert [n.op_type for n in onnx.load(out).graph.node] == ["MLUFusionBlock"]

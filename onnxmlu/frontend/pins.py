@@ -261,15 +261,19 @@ def defaulted_keys(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None 
     return list(dict.fromkeys(keys))
 
 
-def with_defaults(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None, size: int) -> Pins:
-    """``pins`` with every dim that takes a default given ``size``, except the batch: a first dim,
-    and every dim sharing its name (a state ``[2, batch, 128]`` beside an input ``[batch, T]``),
-    so that a shared dim keeps one size."""
+def with_defaults(model: onnx.ModelProto, pins: Mapping[str, list[Dim]] | None, size: int,
+                  sizes: Mapping[str, int] | None = None) -> Pins:
+    """``pins`` with every dim that takes a default given ``size`` (or its own, ``sizes`` by
+    :func:`dim_key`), except the batch: a first dim, and every dim sharing its name (a state
+    ``[2, batch, 128]`` beside an input ``[batch, T]``), so that a shared dim keeps one size."""
     listed = list(_input_dims(model, pins))
     batch = {dim_key(name, declared, 0) for name, declared, dims in listed if dims}
-    return {name: [size if _size_at(d, "opt") is None and dim_key(name, declared, axis) not in batch else d
-                   for axis, d in enumerate(dims)]
-            for name, declared, dims in listed}
+    sizes = sizes or {}
+
+    def sized(name: str, declared, axis: int, d):
+        key = dim_key(name, declared, axis)
+        return sizes.get(key, size) if _size_at(d, "opt") is None and key not in batch else d
+    return {name: [sized(name, declared, axis, d) for axis, d in enumerate(dims)] for name, declared, dims in listed}
 
 
 def has_ranges(pins: Mapping[str, list[Dim]] | None) -> bool:

@@ -21,6 +21,7 @@ inference saves a file there when it cannot finish, so its steps are driven here
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from typing import Callable
 
@@ -31,8 +32,8 @@ from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.sessions import new_options
 from onnxmlu.errors import first_line
 from onnxmlu.frontend.memory import capped, default_budget, probe_bound, size_text
-from onnxmlu.frontend.pins import (Pins, concrete_shapes, declared_dims, defaulted_keys, dim_label, shapes_text,
-                                  symbolic_axes, with_defaults)
+from onnxmlu.frontend.pins import (Pins, concrete_shapes, declared_dims, defaulted_keys, dim_key, dim_label,
+                                  shapes_text, symbolic_axes, with_defaults)
 from onnxmlu.frontend.symbolic import symbolic_infer
 from onnxmlu.ir import copy_model, fed_inputs, iter_graphs
 from onnxmlu.ir.index import tensor_nbytes
@@ -323,9 +324,36 @@ def _first_fallback_that_runs(model, pins: Pins, point: str, session, keys, shap
                             f"symbolic dims ({unpinned}); it is planned at {shapes_text(candidate)}: pass "
                             "--input-shape to plan at the sizes you run"))
             return candidate
+    candidate = _summed_sizes_that_run(model, pins, point, session, keys)
+    if candidate is not None:
+        note(Diagnostic("normalize", "default-shape", "", f"the model runs at no common size of its symbolic dims "
+                        f"({unpinned}), some being sums of others; it is planned at {shapes_text(candidate)}: pass "
+                        "--input-shape to plan at the sizes you run"))
+        return candidate
     note(Diagnostic("normalize", "default-shape", "", f"the model runs at none of the sizes tried for its symbolic "
                     f"dims ({unpinned}); it is planned at {shapes_text(shapes)}: pass --input-shape"))
     return shapes
+
+
+#: At most this many unpinned dims are tried in :func:`_summed_sizes_that_run` (2^n - 1 runs).
+SUMMED_MAX_DIMS = 4
+
+
+def _summed_sizes_that_run(model, pins: Pins, point: str, session, keys: list[str]) -> dict[str, list[int]] | None:
+    """Where dims are sums of others -- an attention mask over ``total = past + sequence`` beside
+    a KV cache of ``past`` and ids of ``sequence``, each named on its own as exporters write them --
+    no common size runs. Tried: the first fallback size for every unpinned dim but the batch, the
+    dims of each subset doubled (fewest first); the first the model runs at, or None."""
+    batch = {dim_key(vi.name, declared, 0) for vi in fed_inputs(model.graph) if (declared := declared_dims(vi))}
+    free = [k for k in keys if k not in batch]
+    if not free or len(free) > SUMMED_MAX_DIMS:
+        return None
+    size = FALLBACK_SIZES[0]
+    for doubled in (c for r in range(1, len(free)) for c in itertools.combinations(free, r)):
+        candidate = concrete_shapes(model, with_defaults(model, pins, size, {k: 2 * size for k in doubled}), point)
+        if session(candidate) is None:
+            return candidate
+    return None
 
 
 def _within_budget(model: onnx.ModelProto, pins: Pins, point: str, session, keys: list[str],
