@@ -17,6 +17,13 @@ Error metrics per output: ``max_abs = max|f - r|`` and ``max_rel = max(|f - r| /
 over the elements finite in both. The rule an output is judged by (:func:`output_steps`):
 
 * a float output: ``|f - r| <= atol + rtol * |r|`` element-wise (numpy's allclose rule);
+* a float32 output of a model that computes in float16 -- most of its float weights' elements
+  are float16 -- and gives float32 results (what onnxruntime's
+  ``convert_float_to_float16(keep_io_types=True)`` saves) also gets :data:`HALF_ULPS` float16
+  ulps at the output's largest magnitude: a hidden state one ulp off
+  (two float32 computations of one float16 kernel rounding apart) reaches the output through
+  MatMuls and LayerNorms as an error of the output's scale (an optimizer-saved GPT-2 in float16,
+  every contrib op rewritten within one ulp of its kernel: logits up to 10.3 off by 0.0066);
 * a quantized output -- an integer tensor a QuantizeLinear / QLinear* node makes, or a float one
   a DequantizeLinear of scale ``s`` makes (through layout ops: Reshape, Flatten, ...) -- in
   steps of its scale: ``|f - r| <= atol + qtol * s`` (``s = 1`` for the integers). A faithful
@@ -119,6 +126,8 @@ from onnxmlu.wording import noun, plural
 DEFAULT_QTOL = 2.0
 #: The rule of a float output, as the table prints it beside the columns.
 FLOAT_RULE = "|a-b| <= atol + rtol*|ref|"
+#: A float16-valued output's extra room, in float16 ulps at its largest magnitude (module docstring).
+HALF_ULPS = 2
 #: How much further from float arithmetic, on average, a fused output may be than the original's
 #: own int8 rounding puts the original (module docstring: 1.0 to two digits when fused right;
 #: a 5 % scale error the max rule lets through goes beyond it).
@@ -156,11 +165,14 @@ class OutputDiff:
     float_twin_fused: float | None = None
     float_twin_orig_mean: float | None = None
     float_twin_fused_mean: float | None = None
+    half_slack: float | None = None  # a float16-valued output's extra room (module docstring)
 
     def rule(self, report: "CheckReport") -> str:
         """The rule this output is judged by, as printed beside the columns."""
         if self.float_twin_orig is not None:
             return f"within int8 rounding (max |orig-float| {self.float_twin_orig:.2g})"
+        if self.half_slack is not None:
+            return f"{FLOAT_RULE} + {HALF_ULPS} float16 ulps of max|ref| ({self.half_slack:.3g})"
         if self.step is None:
             return FLOAT_RULE
         return f"|a-b| <= atol + {plural(report.qtol, 'step', spec='g')} of {self.step:.3g}"
@@ -294,9 +306,10 @@ _NAN_DIFFERS = "NaN/Inf in both, at different places or of other signs"
 
 def compare_outputs(names: Sequence[str], fused: Sequence[np.ndarray], reference: Sequence[np.ndarray],
                     atol: float, rtol: float, steps: Mapping[str, float] | None = None,
-                    qtol: float = DEFAULT_QTOL) -> list[OutputDiff]:
+                    qtol: float = DEFAULT_QTOL, half: bool = False) -> list[OutputDiff]:
     """One :class:`OutputDiff` per output; ``steps``: the quantization step of the quantized
-    outputs by name (:func:`output_steps`), judged in ``qtol`` of them (module docstring)."""
+    outputs by name (:func:`output_steps`), judged in ``qtol`` of them; ``half``: the model
+    computes in float16 (:func:`computes_in_half`; module docstring)."""
     diffs = []
     for name, f, r in zip(names, fused, reference):
         f, r = np.asarray(f), np.asarray(r)
@@ -304,12 +317,12 @@ def compare_outputs(names: Sequence[str], fused: Sequence[np.ndarray], reference
             diffs.append(OutputDiff(name, tuple(f.shape), float("inf"), float("inf"), False))
             continue
         step = (steps or {}).get(name)
-        diffs.append(_diff(name, f, r, (atol, rtol, qtol), step))
+        diffs.append(_diff(name, f, r, (atol, rtol, qtol), step, half=half))
     return diffs
 
 
 def _diff(name: str, f: np.ndarray, r: np.ndarray, tolerances: tuple[float, float, float],
-          step: float | None, slack: float = 0.0) -> OutputDiff:
+          step: float | None, slack: float = 0.0, half: bool = False) -> OutputDiff:
     """The errors over the elements finite in both, judged by the output's rule (``slack``
     added to its bound: the float twin's, module docstring); NaN/Inf anywhere named by
     ``nonfinite`` (the report's ``ok`` decides what it means)."""
@@ -324,8 +337,9 @@ def _diff(name: str, f: np.ndarray, r: np.ndarray, tolerances: tuple[float, floa
     max_abs = float(err.max()) if err.size else 0.0
     max_rel = float((err / (np.abs(r64[finite]) + 1e-12)).max()) if err.size else 0.0
     if step is None:
-        ok = bool(np.all(err <= atol + rtol * np.abs(r64[finite])))
-        return OutputDiff(name, tuple(f.shape), max_abs, max_rel, ok, nonfinite=_nonfinite(f64, r64))
+        half = half_slack(r) if half else None
+        ok = bool(np.all(err <= atol + (half or 0.0) + rtol * np.abs(r64[finite])))
+        return OutputDiff(name, tuple(f.shape), max_abs, max_rel, ok, nonfinite=_nonfinite(f64, r64), half_slack=half)
     ok = bool(np.all(err <= atol + qtol * step))
     return OutputDiff(name, tuple(f.shape), max_abs, max_rel, ok, step, max_abs / step, _nonfinite(f64, r64))
 
@@ -439,6 +453,24 @@ def _nonfinite(f: np.ndarray, r: np.ndarray) -> str:
         return _NAN_ONLY_REFERENCE
     same = np.array_equal(f[bad_f], r[bad_r], equal_nan=True)  # same places: NaN with NaN, +Inf with +Inf
     return NAN_IN_BOTH if same else _NAN_DIFFERS
+
+
+def half_slack(r: np.ndarray) -> float | None:
+    """:data:`HALF_ULPS` float16 ulps at ``r``'s largest magnitude, for a float32/64 reference
+    (module docstring); None for another type or no finite element."""
+    finite = r[np.isfinite(r)] if r.dtype in (np.float32, np.float64) else r[:0]
+    if not finite.size:
+        return None
+    return HALF_ULPS * float(np.spacing(np.float16(min(np.abs(finite).max(), np.finfo(np.float16).max))))
+
+
+def computes_in_half(model: onnx.ModelProto) -> bool:
+    """Most of the elements of ``model``'s float weights (main graph) are float16."""
+    counts = {onnx.TensorProto.FLOAT16: 0, onnx.TensorProto.FLOAT: 0}
+    for tensor in model.graph.initializer:
+        if tensor.data_type in counts:
+            counts[tensor.data_type] += int(np.prod(tensor.dims))
+    return counts[onnx.TensorProto.FLOAT16] > counts[onnx.TensorProto.FLOAT]
 
 
 def output_steps(model: onnx.ModelProto) -> dict[str, float]:
@@ -655,6 +687,7 @@ class _Checker:
     by_tolerance: bool  # no budget decides: an output off the tolerances fails the shape
     shown: object  # the display (:mod:`onnxmlu.progress`): one unit per model run
     twin: FloatTwin | None = None  # judges outputs off their rule where A is rounded to int8
+    half: bool = False  # the original computes in float16 (:func:`computes_in_half`)
 
     @classmethod
     def of(cls, original: onnx.ModelProto, fused: onnx.ModelProto, inputs, tolerances: tuple[float, float, float],
@@ -666,7 +699,8 @@ class _Checker:
         shown.say("fused session")
         sess = runtime.InferenceSession(fused)
         return cls(ref, sess, [o.name for o in sess.get_outputs()], inputs, tolerances, output_steps(original),
-                   by_tolerance, shown, FloatTwin.of(original) if by_tolerance else None)
+                   by_tolerance, shown, FloatTwin.of(original) if by_tolerance else None,
+                   computes_in_half(original))
 
     def run(self, label: str, runs: list[tuple[str, dict]]) -> _AtShape:
         """Both models on every (run label, feeds); the shape is skipped where the original
@@ -706,7 +740,7 @@ class _Checker:
         int8 at run time, judged again against the float twin (module docstring), which runs
         only then."""
         atol, rtol, qtol = self.tolerances
-        diffs = compare_outputs(self.names, got, reference, atol, rtol, self.steps, qtol)
+        diffs = compare_outputs(self.names, got, reference, atol, rtol, self.steps, qtol, self.half)
         if self.twin is None or all(d.ok for d in diffs):
             return diffs
         if self.twin.session is None and self.twin.where:

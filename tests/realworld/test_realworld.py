@@ -124,10 +124,13 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
     "built_merged_if_decoder": (1.0, 2, 1),  # the If stays on the host, each branch one block
     "built_optimum_merged_llama": (1.0, 2, 1),  # the branch the pins cannot take sized by its other operand
     "built_optimum_merged_llama_fp16": (1.0, 2, 1),
-    "built_ortopt_bert": (0.9, 1, 0),
-    "built_ortopt_bert_fp16": (0.9, 1, 0),
-    "built_ortopt_gpt2": (0.9, 1, 0),
-    "built_ortopt_gpt2_fp16": (0.9, 1, 0),
+    # onnxruntime's transformer optimizer's own output (tests/realworld/ortexport.py): every contrib
+    # op rewritten (EmbedLayerNormalization, Attention with a mask index or a raw mask, causal with a
+    # packed past, SkipLayerNormalization, BiasGelu/FastGelu): one block each
+    "built_ortopt_bert": (1.0, 1, 0),
+    "built_ortopt_bert_fp16": (1.0, 1, 0),
+    "built_ortopt_gpt2": (1.0, 1, 0),
+    "built_ortopt_gpt2_fp16": (1.0, 1, 0),
 }  # fmt: skip
 #: Models whose fused file must stay within this factor of the original plus the blocks'
 #: metadata (framing, and the records of their nodes): their weights are stored as given
@@ -265,7 +268,7 @@ def _assert_outputs_match(case, original: onnx.ModelProto, fused_path: Path, lib
     for seed in (0, 1):
         feeds = corpus.feeds(case, original, seed)
         for name, want, got in zip(names, ref.run(names, feeds), sess.run(names, feeds)):
-            _assert_same(got, want, f"{case.id}: output {name}")
+            _assert_same(got, want, f"{case.id}: output {name}", "fp16" in case.classes)
 
 
 #: Float16 outputs match to one unit in the last place: onnxruntime's optimizer, which the
@@ -276,8 +279,20 @@ def _assert_outputs_match(case, original: onnx.ModelProto, fused_path: Path, lib
 FP16_RTOL = 2.0 ** -10
 
 
-def _assert_same(got, want, what: str) -> None:
-    if np.asarray(want).dtype.kind in "OUS":  # strings: equal or not
+#: A float32 output of a model that computes in float16 (onnxruntime's optimizer converts it and
+#: keeps float32 inputs and outputs, ``keep_io_types``) matches to two float16 ulps at the output's
+#: largest magnitude: each contrib op, rewritten, is within one ulp of its kernel
+#: (tests/rewrite/test_rw_embedlayernorm.py, test_rw_contrib.py), and a hidden state one ulp off
+#: reaches an output through MatMuls and LayerNorms as an absolute error of the output's scale (an
+#: optimizer-saved GPT-2 in float16: logits up to 10.3 off by at most 0.0066 where 1e-4 was asked).
+HALF_OUTPUT_ULPS = 2
+
+
+def _assert_same(got, want, what: str, half: bool = False) -> None:
+    if half and np.asarray(want).dtype == np.float32 and np.asarray(want).size:
+        atol = HALF_OUTPUT_ULPS * float(np.spacing(np.float16(np.abs(want).max())))
+        np.testing.assert_allclose(got, want, rtol=FP16_RTOL, atol=max(atol, ATOL), err_msg=what)
+    elif np.asarray(want).dtype.kind in "OUS":  # strings: equal or not
         np.testing.assert_array_equal(got, want, err_msg=what)
     elif np.asarray(want).dtype == np.float16:
         np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=FP16_RTOL,
@@ -298,7 +313,7 @@ def _assert_other_shapes_match(case, original: onnx.ModelProto, fused_path: Path
         except Exception:  # noqa: BLE001 - a shape the original itself does not take
             continue
         for name, expected, got in zip(names, want, sess.run(names, feeds)):
-            _assert_same(got, expected, f"{case.id} {label}: output {name}")
+            _assert_same(got, expected, f"{case.id} {label}: output {name}", "fp16" in case.classes)
 
 
 def _sessions(original: onnx.ModelProto, fused_path: Path, library: str):
