@@ -40,7 +40,7 @@ from onnxmlu.rewrite.matmulnbits import MatMulNBitsRewriter
 from onnxmlu.rewrite.mha import MultiHeadAttentionRewriter
 from onnxmlu.rewrite.msrotary import ContribRotaryRewriter
 from onnxmlu.rewrite.qlinearmatmul import QLinearMatMulWeightRewriter
-from onnxmlu.rewrite.skipnorm import SimplifiedNormRewriter, SkipNormRewriter
+from onnxmlu.rewrite.skipnorm import OrtLayerNormRewriter, SimplifiedNormRewriter, SkipNormRewriter
 
 __all__ = [
     "BN_MODES",
@@ -68,6 +68,7 @@ REWRITERS: Registry[type] = Registry("rewriter", [("bn", BatchNormRewriter), ("g
                                                   ("skipnorm", SkipNormRewriter),
                                                   ("embedlayernorm", EmbedLayerNormRewriter),
                                                   ("simplifiednorm", SimplifiedNormRewriter),
+                                                  ("ortlayernorm", OrtLayerNormRewriter),
                                                   ("contribgelu", ContribGeluRewriter),
                                                   ("msrotary", ContribRotaryRewriter),
                                                   ("mha", MultiHeadAttentionRewriter),

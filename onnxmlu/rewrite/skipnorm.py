@@ -28,6 +28,12 @@ there), before it ``ReduceMean``, ``Sub``, ``Mul``, ``ReduceMean``, ``Add``, ``S
 ``Mul`` (ONNX's RMSNormalization exists only from opset 23). ``ReduceMean`` takes its axes as an
 attribute before opset 18 and as an input from 18.
 
+* ``LayerNormalization(X, scale, B?)`` in a model whose standard opset is below 17: not ONNX's
+  op (ONNX adopted it at 17) but onnxruntime's, registered in the standard domain, which its
+  optimizer's LayerNorm fusion writes into opset-14 exports; ``axis`` (default -1), ``epsilon``
+  (default 1e-5), ``stash_type`` 1: ``y = (x - mean) / sqrt(var + epsilon) * scale + B`` over
+  the axes ``[axis, rank)``, float16 computed in float32 (what ONNX's op at 17 also defines).
+
 Refused (host, with the reason): the ``mean`` and ``inv_std_var`` outputs when something reads
 them (onnxruntime's CPU kernels do not define them for inference), non-float types, and an
 ``axis`` other than -1 on a tensor of unknown rank.
@@ -152,3 +158,50 @@ class SimplifiedNormRewriter:
             bld.finish(bld.cast(out, np.float16, name="to_half"), y)
             return
         bld.finish(rms_norm(bld, x, scale, epsilon, axes), y)
+
+
+def _axes(x: gs.Tensor, axis: int) -> list[int]:
+    """The normalized axes ``[axis, rank)`` (``[-1]`` for the last axis, whatever the rank)."""
+    if axis == -1:
+        return [-1]
+    rank = len(tensor_shape(x))
+    return list(range(axis % rank, rank))
+
+
+class OrtLayerNormRewriter:
+    """onnxruntime's LayerNormalization below opset 17 (module docstring) -> the arithmetic."""
+
+    name = "ortlayernorm"
+    op_types = ("LayerNormalization",)
+
+    def __init__(self, **_: object) -> None:
+        pass
+
+    def check(self, node: gs.Node, ctx: RewriteContext) -> str | None:
+        if ctx.opset >= 17:
+            return "ONNX's own LayerNormalization (opset 17+): it runs in blocks as it is"
+        for index, what in ((1, "mean"), (2, "inv_std_dev")):
+            if ctx.is_used(node_output(node, index)):
+                return f"its {what} output is read (a training output)"
+        if int(node.attrs.get("axis", -1)) != -1 and tensor_shape(node.inputs[0]) is None:
+            return f"axis {node.attrs['axis']} on an input of unknown rank"
+        if int(node.attrs.get("stash_type", 1)) != 1:
+            return "stash_type other than 1 (float32 statistics) is not defined by the kernel"
+        return _float_reason(node)
+
+    def apply(self, node: gs.Node, ctx: RewriteContext) -> None:
+        x, scale, bias = node.inputs[0], node.inputs[1], node_input(node, 2)
+        axes = _axes(x, int(node.attrs.get("axis", -1)))
+        epsilon = float(node.attrs.get("epsilon", SIMPLIFIED_EPSILON))
+        half = float_dtype(x) == _F16  # stash_type 1: statistics and normalization in float32
+        bld = ctx.builder(node, np.float32 if half else float_dtype(x))
+        if half:
+            x, scale, bias = (None if t is None else bld.cast(t, np.float32, name=f"{n}_float")
+                              for t, n in ((x, "x"), (scale, "scale"), (bias, "bias")))
+        y = detach(node, ctx.graph)[0]
+        centred = bld.op("Sub", [x, reduce_mean(bld, x, axes, "mean")], name="centred")
+        variance = reduce_mean(bld, bld.op("Mul", [centred, centred], name="square"), axes, "variance")
+        root = bld.unary("Sqrt", bld.op("Add", [variance, bld.scalar(epsilon)], name="eps"), name="std")
+        out = bld.op("Mul", [bld.op("Div", [centred, root], name="normalized"), scale], name="scale")
+        out = out if bias is None else bld.op("Add", [out, bias], name="shift")
+        bld.finish(bld.cast(out, np.float16, name="y_half") if half else out, y)

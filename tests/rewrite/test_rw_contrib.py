@@ -149,6 +149,34 @@ def test_simplified_layernorm_property(rank, axis, epsilon, half, opset, seed):
     check_rewrite(model, feeds, "simplifiednorm", "SimplifiedLayerNormalization", rtol=tol, atol=tol)
 
 
+@settings(max_examples=25, **SETTINGS)
+@given(rank=st.integers(2, 4), axis=st.sampled_from([-1, -2, 1]), epsilon=st.sampled_from([None, 1e-12, 0.5]),
+       bias=st.booleans(), half=st.booleans(), opset=st.sampled_from([11, 13, 14, 16]), seed=st.integers(0, 2**16))
+def test_onnxruntime_layernorm_below_opset_17_property(rank, axis, epsilon, bias, half, opset, seed):
+    """onnxruntime's own LayerNormalization, which its optimizer writes into opset-14 exports."""
+    rng = np.random.default_rng(seed)
+    shape = [int(d) for d in rng.integers(1, 6, rank)]
+    dtype = np.float16 if half else np.float32
+    norm_shape = shape[axis % rank:]
+    attrs = {"axis": axis} | ({} if epsilon is None else {"epsilon": epsilon})
+    node = helper.make_node("LayerNormalization", ["x", "scale"] + (["b"] if bias else []), ["y"], **attrs)
+    arrays = {"x": _rand(rng, shape, dtype), "scale": _rand(rng, norm_shape, dtype)}
+    if bias:
+        arrays["b"] = _rand(rng, norm_shape, dtype)
+    model, feeds = one_node_model(node, arrays, {"scale", "b"}, opset,
+                                  out_dtype=TensorProto.FLOAT16 if half else TensorProto.FLOAT)
+    tol = 2e-3 if half else 1e-4  # float16 output: one rounding of the same float32 value
+    check_rewrite(model, feeds, "ortlayernorm", "LayerNormalization", rtol=tol, atol=tol)
+
+
+def test_onnx_layernorm_from_opset_17_is_left_as_it_is():
+    node = helper.make_node("LayerNormalization", ["x", "scale"], ["y"])
+    model, _ = one_node_model(node, {"x": np.ones((2, 3), np.float32), "scale": np.ones(3, np.float32)},
+                              {"scale"}, 17)
+    _, report = rewrite_model(model, only=["ortlayernorm"])
+    assert report.total == 0 and "opset 17+" in report.skipped[0].message
+
+
 # ------------------------------------------------------------------------------ activations
 
 
