@@ -51,6 +51,25 @@ def test_onnxruntime_layernorm_below_opset_17_is_rewritten_into_the_block(tmp_pa
     assert len(result.plan.blocks) == 1
 
 
+def test_a_contrib_op_whose_domain_the_file_does_not_import_fuses(tmp_path):
+    """``onnx.save(optimize_model(...).model)`` writes no opset import for com.microsoft (the
+    optimizer's own save adds one); onnxruntime runs the file, the checker refused it. The import
+    is added on load: the model fuses into one block and checks, the file is left as it was."""
+    d = 8
+    model = _model(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]),
+         helper.make_node("BiasGelu", ["h", "b"], ["g"], domain="com.microsoft"),
+         helper.make_node("MatMul", ["g", "W2"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, d])],
+        [_weight("W", d, d), _weight("W2", d, d), _weight("b", d)], opset=14)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    result = api.fuse_to_file(api.load_model(src), tmp_path / "f.onnx", check=api.CheckOptions())
+    assert result.check.ok and len(result.plan.blocks) == 1 and not _host_reasons(result)
+    assert [imp.domain for imp in onnx.load(src).opset_import] == [""]
+
+
 def test_an_operator_nobody_defines_is_still_refused(tmp_path):
     model = _model([helper.make_node("Cnov", ["x"], ["y"])],
                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],

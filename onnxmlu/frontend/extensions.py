@@ -5,8 +5,16 @@ which ONNX adopted them or with no ONNX counterpart at all, and its graph optimi
 into the models it saves: ``LayerNormalization`` in an opset-14 model (ONNX has it from 17),
 ``SimplifiedLayerNormalization`` (an RMS norm). onnx's checker refuses such a node ("No Op
 registered"); onnxruntime runs the model. The toolkit takes what onnxruntime runs: the checker's
-node rules are skipped for such a node, and the analysis leaves it on the host with
-:func:`extension_reason` (the accelerator's op table is ONNX's ops at their ONNX semantics).
+node rules are skipped for such a node; the rewriters substitute the ones they know
+(``LayerNormalization``, ``SimplifiedLayerNormalization``: :mod:`onnxmlu.rewrite.skipnorm`) and the
+analysis leaves the rest on the host with :func:`extension_reason` (the accelerator's op table
+is ONNX's ops at their ONNX semantics).
+
+A node of one of onnxruntime's own domains (``com.microsoft``) in a model that imports no opset
+for that domain -- ``onnx.save`` of the optimizer's in-memory model writes none; its
+``save_model_to_file`` adds it -- runs in onnxruntime; the checker refuses the model.
+:func:`import_runtime_domains` adds the import at the version onnxruntime defines those ops at
+(``load_model`` does, for every command: the file itself is not changed).
 
 The question is answered from onnxruntime's own operator schemas, so it tracks the installed
 onnxruntime rather than a list kept here.
@@ -18,7 +26,7 @@ import functools
 
 import onnx
 
-from onnxmlu.ir import is_default_domain
+from onnxmlu.ir import is_default_domain, iter_graphs
 from onnxmlu.optional import optional_import
 
 
@@ -60,3 +68,23 @@ def extension_reason(node: onnx.NodeProto, opset: int | None) -> str | None:
         return None
     return (f"{node.op_type} has no ONNX schema at opset {opset}; it is onnxruntime's own operator "
             "(its optimizer writes it), which the host runs")
+
+
+def import_runtime_domains(model: onnx.ModelProto) -> list[str]:
+    """Add an opset import for each non-standard domain a node of ``model`` (any graph) uses
+    without one, where onnxruntime defines every such op of that domain (module docstring): at
+    the highest of their versions. Returns the ``domain:version`` imports added."""
+    imported = {imp.domain for imp in model.opset_import}
+    used: dict[str, set[str]] = {}
+    for graph in iter_graphs(model.graph):
+        for node in graph.node:
+            if not is_default_domain(node.domain) and node.domain not in imported:
+                used.setdefault(node.domain, set()).add(node.op_type)
+    added = []
+    schemas = _runtime_schemas()
+    for domain, ops in sorted(used.items()):
+        versions = [schemas.get((domain, op)) for op in sorted(ops)]
+        if versions and None not in versions:
+            model.opset_import.append(onnx.helper.make_opsetid(domain, max(versions)))
+            added.append(f"{domain}:{max(versions)}")
+    return added

@@ -16,6 +16,7 @@ import onnx
 from onnx.serialization import registry
 
 from onnxmlu.errors import ModelLoadError, OnnxMluError, first_line
+from onnxmlu.frontend.extensions import import_runtime_domains
 from onnxmlu.ir import iter_graphs
 from onnxmlu.ir.mapped import MappedModel
 from onnxmlu.ir.weights import WeightStore, all_tensors, is_external, is_marker
@@ -26,7 +27,9 @@ def load_model(path: str | os.PathLike, weights: WeightStore | None = None) -> o
     """Read an ONNX file (and its external data) or raise a one-line ModelLoadError; with
     ``weights``, through the memory map where the file allows it (:func:`_mapped`)."""
     mapped = _mapped(path, weights) if weights is not None else None
-    return mapped if mapped is not None else _parsed(path)
+    model = mapped if mapped is not None else _parsed(path)
+    import_runtime_domains(model)  # onnxruntime runs a contrib op whose domain the file does not import
+    return model
 
 
 def _parsed(path: str | os.PathLike) -> onnx.ModelProto:

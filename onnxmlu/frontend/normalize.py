@@ -18,7 +18,7 @@ from onnx.inliner import inline_local_functions
 from onnxmlu.diagnostics import Diagnostic
 from onnxmlu.errors import OnnxMluError, first_line
 from onnxmlu.frontend.pins import Pins, check_pins, symbolic_axes
-from onnxmlu.frontend.extensions import is_runtime_extension
+from onnxmlu.frontend.extensions import import_runtime_domains, is_runtime_extension
 from onnxmlu.frontend.fold import flatten_constant_ifs, fold_constant_nodes, fold_shape_ops, invalid_branch
 from onnxmlu.frontend.shapes import infer_shapes, probe_shapes
 from onnxmlu.ir import branch_attributes, copy_model, iter_graphs, node_subgraphs, opset_version, sort_graphs
@@ -71,6 +71,7 @@ def normalize_owned(model: onnx.ModelProto, input_shapes: Pins | None = None,
         model = _upgrade_opset(model, note)
     elif model.functions:
         model = _inline_functions(model)
+    import_runtime_domains(model)  # a model built in memory, not loaded (load_model does it for files)
     check_nodes(model)
     check_pins(model, input_shapes)
     if symbolic_axes(model):
