@@ -1019,6 +1019,18 @@ def ort_transformer_bert_fp16() -> onnx.ModelProto:
     return ortexport.optimized("bert", float16=True)
 
 
+def ort_transformer_bert_core_ln() -> onnx.ModelProto:
+    """:func:`ort_transformer_bert` with the embeddings left unfused: onnxruntime's opset-14
+    LayerNormalization (its core fusion) and Attention reading a mask index made by ReduceSum."""
+    return ortexport.optimized("bert", variant="no_embed_layernorm")
+
+
+def ort_transformer_bert_mha() -> onnx.ModelProto:
+    """:func:`ort_transformer_bert` with MultiHeadAttention over separate Q/K/V MatMuls and the
+    raw [B, S] attention mask."""
+    return ortexport.optimized("bert", variant="mha_raw_mask")
+
+
 def ort_transformer_gpt2() -> onnx.ModelProto:
     """A two-layer GPT-2 decoder with a packed past, saved by onnxruntime's transformer optimizer:
     Attention with ``unidirectional=1``, ``past``/``present`` and a raw attention mask,
@@ -1038,6 +1050,6 @@ BUILDERS = {
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
               keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
               genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder, optimum_merged_llama,
-              optimum_merged_llama_fp16, ort_transformer_bert, ort_transformer_bert_fp16, ort_transformer_gpt2,
-              ort_transformer_gpt2_fp16)
+              optimum_merged_llama_fp16, ort_transformer_bert, ort_transformer_bert_fp16, ort_transformer_bert_core_ln,
+              ort_transformer_bert_mha, ort_transformer_gpt2, ort_transformer_gpt2_fp16)
 }  # fmt: skip

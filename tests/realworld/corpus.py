@@ -233,7 +233,8 @@ MODELS: list[ModelCase] = [
             {n: [1, 16] for n in ("input_ids", "token_type_ids", "attention_mask")},
             ("ort-optimizer", "contrib-ops", "transformer", "embed-layernorm", "symbolic-dims", *tags),
             {"input_ids": (0, 128), "token_type_ids": (0, 2), "attention_mask": (0, 2)})
-      for kind, tags in (("bert", ()), ("bert_fp16", ("fp16",)))),
+      for kind, tags in (("bert", ()), ("bert_fp16", ("fp16",)), ("bert_core_ln", ("opset14-layernorm",)),
+                         ("bert_mha", ("raw-mask",)))),
     *(_case(f"built_ortopt_{kind}", "built", f"ort_transformer_{kind}",
             {"input_ids": [1, 4], "position_ids": [1, 4], "attention_mask": [1, 12],
              **{f"past_{i}": [2, 1, 4, 8, 8] for i in range(2)}},

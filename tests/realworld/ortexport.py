@@ -238,12 +238,36 @@ EXPORTS = {"bert": (bert_export, {"num_heads": 4, "hidden_size": 32}),
            "gpt2": (gpt2_export, {"num_heads": 4, "hidden_size": 32})}
 
 
-def optimized(model_type: str, float16: bool = False, opt_level: int = 0, options=None) -> onnx.ModelProto:
+def _options(model_type: str, variant: str):
+    """The optimizer's fusion options for a :data:`VARIANTS` name (None: its defaults)."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
+
+    if variant == "default":
+        return None
+    options = FusionOptions(model_type)
+    for setting in VARIANTS[variant]:
+        if setting == "raw_mask":
+            options.use_raw_attention_mask(True)
+        else:
+            setattr(options, setting[0], setting[1])
+    return options
+
+
+#: Fusion options users set (``FusionOptions``): the embeddings left unfused (the core LayerNorm
+#: fusion's ``LayerNormalization`` and a mask index from ``ReduceSum`` instead), MultiHeadAttention
+#: over separate Q/K/V MatMuls with the raw [B, S] mask.
+VARIANTS = {"default": (), "no_embed_layernorm": (("enable_embed_layer_norm", False),),
+            "mha_raw_mask": (("use_multi_head_attention", True), "raw_mask")}
+
+
+def optimized(model_type: str, float16: bool = False, opt_level: int = 0, variant: str = "default") -> onnx.ModelProto:
     """onnxruntime's transformer optimizer applied to :data:`EXPORTS`' ``model_type`` export (its
-    Python fusions only at ``opt_level`` 0; no GPU)."""
+    Python fusions only at ``opt_level`` 0, as levels 1 and 99 need torch; no GPU), with the
+    fusion options of ``variant`` (:data:`VARIANTS`)."""
     from onnxruntime.transformers import optimizer
 
     build, sizes = EXPORTS[model_type]
+    options = _options(model_type, variant)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "export.onnx"
         onnx.save(build(), path)

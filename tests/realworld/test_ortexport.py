@@ -50,6 +50,14 @@ def test_the_optimizer_fuses_the_export(kind, half):
         assert all(n.output[1] in outputs | casts for n in attention)  # a graph output (float16: through a Cast)
 
 
+@pytest.mark.parametrize("variant, ops", [("no_embed_layernorm", {"LayerNormalization": 1, "Attention": 2,
+                                                                   "ReduceSum": 1}),
+                                          ("mha_raw_mask", {"EmbedLayerNormalization": 1, "MultiHeadAttention": 2})])
+def test_the_optimizer_fuses_the_bert_export_as_its_options_say(variant, ops):
+    counts = _ops(ortexport.optimized("bert", variant=variant))
+    assert {op: counts[op] for op in ops} == ops, (ort.__version__, counts)
+
+
 def _right_padded(rng, batch: int, length: int) -> np.ndarray:
     mask = np.zeros((batch, length), np.int64)
     for row, keep in enumerate(rng.integers(1, length + 1, batch)):

@@ -129,6 +129,8 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
     # packed past, SkipLayerNormalization, BiasGelu/FastGelu): one block each
     "built_ortopt_bert": (1.0, 1, 0),
     "built_ortopt_bert_fp16": (1.0, 1, 0),
+    "built_ortopt_bert_core_ln": (1.0, 1, 0),
+    "built_ortopt_bert_mha": (1.0, 1, 0),
     "built_ortopt_gpt2": (1.0, 1, 0),
     "built_ortopt_gpt2_fp16": (1.0, 1, 0),
 }  # fmt: skip
@@ -137,7 +139,9 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
 #: (the 4-bit MatMulNBits weights packed, not unpacked to float), and a weight several blocks read
 #: once (onnxmlu/collapse/shared.py; the Silero VADs' LSTMs in two branches read one weight each
 #: rewrite transposed: onnxmlu/ir/dedupe.py).
-SIZE_CEILING: dict[str, float] = {"built_ort_bert": 1.05, "built_llama_nbits": 1.05, "built_genai_gqa_step": 1.05,
+SIZE_CEILING: dict[str, float] = {**{f"built_ortopt_{k}": 1.05 for k in ("bert", "bert_fp16", "bert_core_ln", "bert_mha",
+                                                                          "gpt2", "gpt2_fp16")},
+                                  "built_ort_bert": 1.05, "built_llama_nbits": 1.05, "built_genai_gqa_step": 1.05,
                                   "built_siamese_tower": 1.05, "built_merged_if_decoder": 1.05,
                                   "built_optimum_merged_llama": 1.05, "built_optimum_merged_llama_fp16": 1.05,
                                   "built_g2p_strings": 1.05, "silero_v6": 1.05, "silero_16k_op15": 1.05,
