@@ -170,6 +170,26 @@ def test_check_runs_at_several_shapes_and_skips_those_the_original_refuses(libra
     assert runs["other H (x[2])"].status == "skipped" and "refuses" in runs["other H (x[2])"].note
 
 
+def test_check_doubles_dims_together_where_they_are_sums_of_others(library, tmp_path):
+    """A decoder step's mask spans past + sequence, each dim named on its own: the original refuses
+    each one-dim change, so before only the pinned shape and the batch ran; all doubled together
+    they add up again and run."""
+    nodes = [helper.make_node("Concat", ["past", "x"], ["keys"], axis=1),
+             helper.make_node("Add", ["keys", "mask"], ["scores"]),
+             helper.make_node("Relu", ["scores"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence"]),
+              helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", "past"]),
+              helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "total"])]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    original, fused = tmp_path / "step.onnx", tmp_path / "step.fused.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), original)
+    pins = {"x": [1, 2], "past": [1, 3], "mask": [1, 5]}
+    api.fuse_to_file(original, fused, input_shapes=pins)
+    runs = {run.label: run for run in api.check(original, fused, input_shapes=pins).shapes}
+    assert runs["other sizes together"].status == "ok"
+    assert runs["other sizes together"].shapes == {"x": [1, 4], "past": [1, 6], "mask": [1, 10]}
+
+
 def test_check_fails_where_the_fused_model_fails_and_the_original_runs(library, tmp_path):
     """A fused model made static at the pin (what pins used to do) fails the check."""
     model = detector()

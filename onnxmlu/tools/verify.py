@@ -12,6 +12,10 @@ model keeps them symbolic), one other batch (the first dim + 1) and, for each ot
 size (twice its pricing size), dims sharing a name varied together, each run named as ``fuse``'s
 pricing line names the dim (``other seq (ids[1])``, ``other x[3]`` for a dim without a name). A
 shape the original itself refuses is reported as skipped, never as a failure; at least one shape must run.
+Where the original refuses one of those other sizes and there are several such dims, it runs
+once more with all of them doubled together (:data:`TOGETHER`): dims that are sums of others,
+each named on its own (a decoder step's mask over ``total = past + sequence``), refuse every
+one-dim change and stay sums when all double.
 
 Error metrics per output: ``max_abs = max|f - r|`` and ``max_rel = max(|f - r| / (|r| + tiny))``
 over the elements finite in both. The rule an output is judged by (:func:`output_steps`):
@@ -241,6 +245,10 @@ class CheckReport:
         }
 
 
+#: The run with every symbolic dim but the batch doubled (module docstring).
+TOGETHER = "other sizes together"
+
+
 def check_shapes(model: onnx.ModelProto, pins: Pins | None) -> list[tuple[str, dict[str, list[int]]]]:
     """(label, input shapes) the check runs at, in order, without repeats (module docstring)."""
     runs = [("pinned" if pins else "default", concrete_shapes(model, pins))]
@@ -256,6 +264,9 @@ def check_shapes(model: onnx.ModelProto, pins: Pins | None) -> list[tuple[str, d
     for key, (name, axis) in first_of.items():
         if axis != 0:
             runs.append((f"other {_dim_named(key, name, axis)}", _varied(base, free, _doubling(key))))
+    batch = {key for key, axis in free.values() if axis == 0}
+    if len(set(first_of) - batch) > 1:  # run only where a one-dim change was refused (_run_all)
+        runs.append((TOGETHER, _varied(base, free, lambda key, size, axis: size if key in batch else 2 * size)))
     unique: list[tuple[str, dict[str, list[int]]]] = []
     for label, shapes in runs:
         if all(shapes != seen for _, seen in unique):
@@ -575,6 +586,10 @@ def _run_all(check: "_Checker", original: onnx.ModelProto, planned: Sequence[tup
     check.shown.total(2 * sum(len(feeds) for _, feeds in planned))
     runs: list[_AtShape] = []
     for label, feeds in planned:
+        if label == TOGETHER and not any(r.shape.status == "skipped" and r.shape.label.startswith("other ")
+                                         for r in runs):
+            check.shown.advance(2 * len(feeds))  # every one-dim change ran: nothing to learn
+            continue
         runs.append(_run_within(check, original, memory, label, feeds, first=not runs))
     return runs
 
