@@ -113,6 +113,16 @@ def _genai(name: str, heads: int, kv: int) -> Variant:
                    {"input_ids": (0, 96), "seqlens_k": 4, "total_sequence_length": 5})
 
 
+def _genai_int4(name: str, batch: int = 1, past: int = 8, seq: int = 1, **kw) -> Variant:
+    """A GenAI-builder int4 decoder (:func:`built.genai_int4_decoder`): decode (one new token)
+    or prefill (``past`` 0); the mask all ones over past + new tokens."""
+    heads, kv, layers = kw.get("heads", 4), kw.get("kv", 2), kw.get("layers", 2)
+    cache = {f"past_key_values.{i}.{k}": [batch, kv, past, 64 // heads] for i in range(layers) for k in ("key", "value")}
+    return Variant(name, "genai_int4_decoder", kw,
+                   {"input_ids": [batch, seq], "attention_mask": [batch, past + seq], **cache},
+                   {"input_ids": (0, 96), "attention_mask": 1})
+
+
 def _optimum(name: str, dtype: int = onnx.TensorProto.FLOAT, heads: int = 4, kv: int = 2, layers: int = 2) -> Variant:
     cache = {f"past_key_values.{i}.{k}": [1, kv, 5, 64 // heads] for i in range(layers) for k in ("key", "value")}
     return Variant(name, "optimum_merged_llama", {"dtype": dtype, "heads": heads, "kv": kv, "layers": layers},
@@ -145,7 +155,10 @@ def variants() -> list[Variant]:
         _opset23("o23_hidden512_size", hidden=512, heads=8, kv_heads=2, ffn=1024), _nbits("nbits_b4_blk16_acc0", block=16, accuracy_level=0),
         _nbits("nbits_b8_blk32_acc0", bits=8, accuracy_level=0),
         _nbits("nbits_b4_blk128_d128_acc0", d=128, block=128, accuracy_level=0),
-        _genai("genai_mha_kv4", 4, 4), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
+        _genai("genai_mha_kv4", 4, 4),
+        _genai_int4("gb_int4_decode"), _genai_int4("gb_int4_prefill", past=0, seq=4),
+        _genai_int4("gb_int4_qkv_bias", bias=True), _genai_int4("gb_int4_mqa_b2", batch=2, kv=1),
+        _genai_int4("gb_int4_partial_rot_h2", heads=2, kv=1, rotary_dim=16), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
         _optimum("optimum_mha_kv4", kv=4), _optimum("optimum_mqa_kv1", kv=1), _optimum("optimum_1layer", layers=1),
         _optimum("optimum_fp16_kv1", dtype=fp16, kv=1),
         _merged_if("merged_if_h4_d8", 4, 8), _merged_if("merged_if_h1_d32", 1, 32),

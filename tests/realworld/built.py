@@ -1006,6 +1006,105 @@ def optimum_merged_llama_fp16() -> onnx.ModelProto:
     return optimum_merged_llama(TensorProto.FLOAT16)
 
 
+
+# --- GenAI int4 decoders and encoder-decoder decoders (Whisper/BART/T5 as Optimum and onnxruntime write them) ---
+
+
+def _genai_bias_linear(rng, name: str, x: str, out: str, k: int, n: int, bias: bool) -> tuple[onnx.NodeProto, list]:
+    """:func:`_nbits_linear` (4-bit, blocks of 32, accuracy_level 4), with a float ``bias``
+    input (MatMulNBits' sixth, g_idx absent) where ``bias`` -- Qwen's q/k/v bias."""
+    node, weights = _nbits_linear(rng, name, x, out, k, n)
+    if bias:
+        node.input.extend(["", f"{name}_bias"])
+        weights.append(_init(f"{name}_bias", _rand(rng, n)))
+    return node, weights
+
+
+def _genai_lengths() -> list[onnx.NodeProto]:
+    """GQA's lengths computed from ``attention_mask`` [B, T] as the GenAI builder writes them:
+    ``seqlens_k = ReduceSum(mask, 1) - 1`` (int32) and ``total_sequence_length = T`` (an int32
+    scalar from Shape/Gather)."""
+    return [helper.make_node("ReduceSum", ["attention_mask", "g_ax1"], ["g_sum"], keepdims=0),
+            helper.make_node("Sub", ["g_sum", "g_one"], ["g_seqlens64"]),
+            helper.make_node("Cast", ["g_seqlens64"], ["seqlens_k"], to=TensorProto.INT32),
+            helper.make_node("Shape", ["attention_mask"], ["g_mask_shape"]),
+            helper.make_node("Gather", ["g_mask_shape", "g_idx1"], ["g_total64"], axis=0),
+            helper.make_node("Cast", ["g_total64"], ["total_sequence_length"], to=TensorProto.INT32)]
+
+
+def _genai_block(rng, i: int, normed: str, d: int, heads: int, kv: int, bias: bool) -> tuple[list, list]:
+    """Layer ``i``'s attention: the packed QKV MatMulNBits (N = (heads + 2 kv) head), GQA with
+    key and value absent and rotary inside, the o_proj."""
+    head, t = d // heads, f"l{i}_"
+    qkv, inits = _genai_bias_linear(rng, f"{t}qkv_proj", normed, f"{t}qkv", d, (heads + 2 * kv) * head, bias)
+    gqa = helper.make_node("GroupQueryAttention",
+                           [f"{t}qkv", "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
+                            "total_sequence_length", "cos_cache", "sin_cache"],
+                           [f"{t}attn", f"present.{i}.key", f"present.{i}.value"], domain=MS, name=f"{t}gqa",
+                           num_heads=heads, kv_num_heads=kv, do_rotary=1, scale=float(head) ** -0.5)
+    o_proj, o_weights = _nbits_linear(rng, f"{t}o_proj", f"{t}attn", f"{t}o", d, d)
+    return [qkv, gqa, o_proj], inits + o_weights
+
+
+def _genai_mlp(rng, t: str, normed: str, d: int, ffn: int) -> tuple[list, list, str]:
+    nodes, inits = [], []
+    for name, src, out, k, n in (("gate_proj", normed, f"{t}g", d, ffn), ("up_proj", normed, f"{t}u", d, ffn),
+                                 ("down_proj", f"{t}m", f"{t}dn", ffn, d)):
+        node, weights = _nbits_linear(rng, f"{t}{name}", src, out, k, n)
+        nodes.append(node)
+        inits += weights
+    nodes[2:2] = [helper.make_node("Sigmoid", [f"{t}g"], [f"{t}gs"]), helper.make_node("Mul", [f"{t}g", f"{t}gs"], [f"{t}silu"]),
+                  helper.make_node("Mul", [f"{t}silu", f"{t}u"], [f"{t}m"])]
+    return nodes, inits, f"{t}dn"
+
+
+def genai_int4_decoder(heads: int = 4, kv: int = 2, layers: int = 2, bias: bool = False,
+                       rotary_dim: int | None = None) -> onnx.ModelProto:
+    """A decoder as onnxruntime-genai's model builder writes an int4 CPU model (prefill and
+    decode in one graph): ``input_ids`` [B, S], ``attention_mask`` [B, T] and a KV cache of P
+    rows per layer (T = P + S); GQA's ``seqlens_k``/``total_sequence_length`` computed from the
+    mask in the graph; per layer SkipSimplifiedLayerNormalization adds the residual and norms,
+    its 4th output (the residual sum) feeding the next one; packed QKV MatMulNBits (``bias``:
+    with a bias input) into GroupQueryAttention (key/value absent, ``do_rotary=1``, cos/sin
+    caches); MatMulNBits MLP and LM head, all at accuracy_level 4. ``heads``/``kv`` of 64
+    channels; ``rotary_dim`` below the head size: partial rotary (the caches narrower)."""
+    rng = np.random.default_rng(31)
+    d, ffn, vocab, max_pos = 64, 128, 96, 64
+    head = d // heads
+    rot = rotary_dim or head
+    angles = np.arange(max_pos)[:, None] / (10000 ** (np.arange(0, rot, 2) / rot))[None, :]
+    nodes = [helper.make_node("Gather", ["embed", "input_ids"], ["h0"]), *_genai_lengths(),
+             helper.make_node("SimplifiedLayerNormalization", ["h0", "l0_n1"], ["l0_xn"], epsilon=1e-6)]
+    inits = [_init("embed", _rand(rng, vocab, d, scale=1.0)), _init("cos_cache", np.cos(angles).astype(np.float32)),
+             _init("sin_cache", np.sin(angles).astype(np.float32)), _init("g_ax1", np.array([1], np.int64)),
+             _init("g_one", np.array(1, np.int64)), _init("g_idx1", np.array(1, np.int64))]
+    residual, normed = "h0", "l0_xn"
+    for i in range(layers):
+        t = f"l{i}_"
+        attn, attn_inits = _genai_block(rng, i, normed, d, heads, kv, bias)
+        post = helper.make_node("SkipSimplifiedLayerNormalization", [f"{t}o", residual, f"{t}n2"],
+                                [f"{t}hn", "", "", f"{t}h"], domain=MS, epsilon=1e-6)
+        mlp, mlp_inits, out = _genai_mlp(rng, t, f"{t}hn", d, ffn)
+        last = i == layers - 1
+        nxt = "final_" if last else f"l{i + 1}_"
+        skip = helper.make_node("SkipSimplifiedLayerNormalization", [out, f"{t}h", f"{nxt}n1"],
+                                ["final_xn"] if last else [f"{nxt}xn", "", "", f"{nxt}res"], domain=MS, epsilon=1e-6)
+        nodes += attn + [post] + mlp + [skip]
+        inits += attn_inits + mlp_inits + [_init(f"{t}n1", 1 + _rand(rng, d)), _init(f"{t}n2", 1 + _rand(rng, d))]
+        residual, normed = f"{nxt}res", ("final_xn" if last else f"{nxt}xn")
+    lm_head, lm_weights = _nbits_linear(rng, "lm_head", "final_xn", "logits", d, vocab)
+    inits += [_init("final_n1", 1 + _rand(rng, d))]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["B", "T"])]
+    inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{k}", FLOAT, ["B", kv, "P", head])
+               for i in range(layers) for k in ("key", "value")]
+    outputs = [helper.make_tensor_value_info("logits", FLOAT, ["B", "S", vocab])]
+    outputs += [helper.make_tensor_value_info(f"present.{i}.{k}", FLOAT, ["B", kv, "T", head])
+                for i in range(layers) for k in ("key", "value")]
+    graph = helper.make_graph(nodes + [lm_head], "genai_int4_decoder", inputs, outputs, inits + lm_weights)
+    return _model(graph, {MS: 1})
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
@@ -1013,5 +1112,5 @@ BUILDERS = {
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
               keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
               genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder, optimum_merged_llama,
-              optimum_merged_llama_fp16)
+              optimum_merged_llama_fp16, genai_int4_decoder)
 }  # fmt: skip
