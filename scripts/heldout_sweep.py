@@ -123,6 +123,18 @@ def _genai_int4(name: str, batch: int = 1, past: int = 8, seq: int = 1, **kw) ->
                    {"input_ids": (0, 96), "attention_mask": 1})
 
 
+def _encdec(name: str, cache: bool = True, batch: int = 1, past: int = 5, **kw) -> Variant:
+    """An encoder-decoder merged decoder (:func:`built.encdec_merged_decoder`) at a decode step
+    over a ``past``-row decoder cache (``cache``; T5's log-spaced buckets start at 16) or at the first step (4 tokens, the cache inputs
+    the one-row dummies Optimum feeds); 6 encoder frames."""
+    heads, head, layers = kw.get("heads", 4), kw.get("head", 16), kw.get("layers", 2)
+    seq, past = (1, past) if cache else (4, 1)
+    pins = {"input_ids": [batch, seq], "encoder_hidden_states": [batch, 6, heads * head]}
+    pins |= {f"past_key_values.{i}.{s}.{k}": [batch, heads, past if s == "decoder" else 6, head]
+             for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")}
+    return Variant(name, "encdec_merged_decoder", kw, pins, {"input_ids": (0, 96), "use_cache_branch": cache})
+
+
 def _optimum(name: str, dtype: int = onnx.TensorProto.FLOAT, heads: int = 4, kv: int = 2, layers: int = 2) -> Variant:
     cache = {f"past_key_values.{i}.{k}": [1, kv, 5, 64 // heads] for i in range(layers) for k in ("key", "value")}
     return Variant(name, "optimum_merged_llama", {"dtype": dtype, "heads": heads, "kv": kv, "layers": layers},
@@ -161,6 +173,9 @@ def variants() -> list[Variant]:
         _genai_int4("gb_int4_partial_rot_h2", heads=2, kv=1, rotary_dim=16), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
         _optimum("optimum_mha_kv4", kv=4), _optimum("optimum_mqa_kv1", kv=1), _optimum("optimum_1layer", layers=1),
         _optimum("optimum_fp16_kv1", dtype=fp16, kv=1),
+        _encdec("whisper_cache"), _encdec("whisper_first", cache=False), _encdec("whisper_h8_b2", heads=8, head=8, batch=2),
+        _encdec("t5_cache", t5=True), _encdec("t5_first", cache=False, t5=True), _encdec("t5_1layer", t5=True, layers=1),
+        _encdec("t5_past40_log_buckets", t5=True, past=40),
         _merged_if("merged_if_h4_d8", 4, 8), _merged_if("merged_if_h1_d32", 1, 32),
         Variant("siamese_b2", "siamese_tower", {}, {"left": [2, 3, 32, 32], "right": [2, 3, 32, 32]}),
         Variant("g2p_n1", "grapheme_to_phoneme", {}, {"letters": [1, 8]}),

@@ -1105,6 +1105,142 @@ def genai_int4_decoder(heads: int = 4, kv: int = 2, layers: int = 2, bias: bool 
     return _model(graph, {MS: 1})
 
 
+
+def _ed_heads(n: _Emitter, x: str, w: str, t: str, bias: str | None = None) -> str:
+    """A projection (``bias``: plus a bias) split into heads [B, N, L, H]."""
+    y = n("MatMul", [x, w], [f"{t}0"])
+    y = n("Add", [y, bias], [f"{t}b"]) if bias else y
+    return n("Transpose", [n("Reshape", [y, "ed_heads_shape"], [f"{t}1"])], [t], perm=[0, 2, 1, 3])
+
+
+def _ed_attend(n: _Emitter, q: str, k: str, v: str, bias: str | None, cfg: dict, t: str) -> str:
+    """softmax(Q K^T [x scale] [+ bias]) V merged back to [B, S, D] (T5 does not scale)."""
+    s = n("MatMul", [q, n("Transpose", [k], [f"{t}_kt"], perm=[0, 1, 3, 2])], [f"{t}_qk"])
+    s = s if cfg["t5"] else n("Mul", [s, "ed_scale"], [f"{t}_sc"])
+    s = n("Add", [s, bias], [f"{t}_biased"]) if bias else s
+    ctx = n("MatMul", [n("Softmax", [s], [f"{t}_p"], axis=-1), v], [f"{t}_ctx"])
+    return n("Reshape", [n("Transpose", [ctx], [f"{t}_bsnh"], perm=[0, 2, 1, 3]), "ed_merge_shape"], [f"{t}_m"])
+
+
+def _ed_norm(n: _Emitter, x: str, p: str, cfg: dict, t: str) -> str:
+    """Whisper/BART: LayerNormalization; T5: its RMS norm as exported (Pow, ReduceMean, Sqrt, Div)."""
+    if cfg["t5"]:
+        return _hf_rms(n, x, f"{p}.g", t)
+    return n("LayerNormalization", [x, f"{p}.g", f"{p}.b"], [t], axis=-1, epsilon=1e-5)
+
+
+def _ed_positions(n: _Emitter, past: bool, cfg: dict) -> dict[str, str]:
+    """Query positions P .. P + S (P the decoder cache length, 0 without cache), key positions
+    0 .. T, the causal mask [S, T], and T5's relative position bias [1, N, S, T] (decoder:
+    unidirectional buckets, a Gather of the bucket table) plus the causal mask."""
+    seq = n("Gather", [n("Shape", ["input_ids"], ["ids_shape"]), "c1"], ["seq"], axis=0)
+    start = n("Gather", [n("Shape", ["past_key_values.0.decoder.key"], ["pk_shape"]), "c2"], ["P"], axis=0) \
+        if past else "c0"
+    total = n("Add", [start, seq], ["T"])
+    qpos, kpos = n("Range", [start, total, "c1"], ["qpos"]), n("Range", ["c0", total, "c1"], ["kpos"])
+    causal = n("Where", [n("Less", [n("Unsqueeze", [qpos, "ax1"], ["qpos2"]), kpos], ["future"]), "neg_big", "zero"],
+               ["causal"])
+    if not cfg["t5"]:
+        return {"qpos": qpos, "self": causal}
+    rel = n("Neg", [n("Min", [n("Sub", [kpos, n("Unsqueeze", [qpos, "ax1"], ["qcol"])], ["rel"]), "c0"], ["relmin"])],
+            ["rp"])
+    ratio = n("Div", [n("Log", [n("Div", [n("Cast", [rel], ["rpf"], to=FLOAT), "exact_f"], ["rpr"])], ["rpl"]),
+                      "log_span"], ["rpd"])
+    large = n("Min", [n("Add", ["exact", n("Cast", [n("Mul", [ratio, "span_buckets"], ["rpm"])], ["rpi"],
+                                               to=TensorProto.INT64)], ["large0"]), "last_bucket"], ["large"])
+    bucket = n("Where", [n("Less", [rel, "exact"], ["small"]), rel, large], ["bucket"])
+    bias = n("Unsqueeze", [n("Transpose", [n("Gather", ["rel_bias", bucket], ["rb"])], ["rbt"], perm=[2, 0, 1]), "ax0"],
+             ["rb4"])
+    return {"qpos": qpos, "self": n("Add", [bias, causal], ["self_bias"])}
+
+
+def _ed_layer(n: _Emitter, h: str, i: int, pos: dict, past: bool, cfg: dict) -> tuple[str, list[str]]:
+    """One decoder layer: causal self-attention over the decoder cache (appended to, or
+    started), cross-attention over the encoder's keys/values (read from the cache, or computed
+    from ``encoder_hidden_states``), the MLP; its output and the four present caches."""
+    p, qb = f"l{i}", (None if cfg["t5"] else f"l{i}.bq")
+    xn = _ed_norm(n, h, f"{p}.n1", cfg, f"{p}_n1")
+    q, k, v = (_ed_heads(n, xn, f"{p}.w{c}", f"{p}_{c}", b) for c, b in (("q", qb), ("k", None), ("v", None)))
+    cache = [f"past_key_values.{i}.decoder.{kind}" for kind in ("key", "value")]
+    key, value = ((n("Concat", [c, x], [f"{p}_present_{kind}"], axis=2) if past else n("Identity", [x], [f"{p}_present_{kind}"]))
+                  for c, x, kind in zip(cache, (k, v), ("key", "value")))
+    h = n("Add", [h, n("MatMul", [_ed_attend(n, q, key, value, pos["self"], cfg, f"{p}_sa"), f"{p}.wo"], [f"{p}_o"])],
+          [f"{p}_r1"])
+    xn = _ed_norm(n, h, f"{p}.n2", cfg, f"{p}_n2")
+    cq = _ed_heads(n, xn, f"{p}.cq", f"{p}_cq", None if cfg["t5"] else f"{p}.cbq")
+    if past:
+        ck, cv = (n("Identity", [f"past_key_values.{i}.encoder.{kind}"], [f"{p}_cross_{kind}"]) for kind in ("key", "value"))
+    else:
+        ck, cv = (_ed_heads(n, "encoder_hidden_states", f"{p}.c{c}", f"{p}_cross_{kind}") for c, kind in
+                  (("k", "key"), ("v", "value")))
+    h = n("Add", [h, n("MatMul", [_ed_attend(n, cq, ck, cv, None, cfg, f"{p}_ca"), f"{p}.co"], [f"{p}_co"])], [f"{p}_r2"])
+    up = n("MatMul", [_ed_norm(n, h, f"{p}.n3", cfg, f"{p}_n3"), f"{p}.w1"], [f"{p}_up"])
+    act = n("Relu", [up], [f"{p}_act"]) if cfg["t5"] else n("Mul", [up, n("Sigmoid", [n("Mul", [up, "gelu_k"], [f"{p}_uk"])],
+                                                                        [f"{p}_sig"])], [f"{p}_act"])
+    return n("Add", [h, n("MatMul", [act, f"{p}.w2"], [f"{p}_dn"])], [f"{p}_r3"]), [key, value, ck, cv]
+
+
+def _ed_branch(past: bool, cfg: dict) -> onnx.GraphProto:
+    """One side of Optimum's merged encoder-decoder decoder over the outer scope's weights."""
+    n = _Emitter("wp" if past else "np")
+    pos = _ed_positions(n, past, cfg)
+    h = n("Gather", ["embed", "input_ids"], ["tok"])
+    h = h if cfg["t5"] else n("Add", [h, n("Gather", ["pos_embed", pos["qpos"]], ["pe"])], ["h0"])
+    presents = []
+    for i in range(cfg["layers"]):
+        h, kv = _ed_layer(n, h, i, pos, past, cfg)
+        presents += kv
+    logits = n("MatMul", [_ed_norm(n, h, "final", cfg, "fn"), n("Transpose", ["embed"], ["lm_head"], perm=[1, 0])], ["logits"])
+    outputs = [helper.make_tensor_value_info(logits, FLOAT, ["B", "S", cfg["vocab"]])]
+    outputs += [helper.make_tensor_value_info(x, FLOAT, ["B", cfg["heads"], None, cfg["head"]]) for x in presents]
+    return helper.make_graph(n.nodes, f"{n.tag}_branch", [], outputs)
+
+
+def _ed_weights(rng, cfg: dict) -> list:
+    d, ffn = cfg["heads"] * cfg["head"], 2 * cfg["heads"] * cfg["head"]
+    inits = [_init("embed", _rand(rng, cfg["vocab"], d, scale=1.0)), _init("final.g", 1 + _rand(rng, d))]
+    inits += [_init("final.b", _rand(rng, d)), _init("pos_embed", _rand(rng, 64, d))] if not cfg["t5"] else \
+        [_init("rel_bias", _rand(rng, 32, cfg["heads"], scale=1.0))]
+    for p in (f"l{i}" for i in range(cfg["layers"])):
+        inits += [_init(f"{p}.{w}", _rand(rng, *dims)) for w, dims in
+                  (("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)), ("cq", (d, d)), ("ck", (d, d)),
+                   ("cv", (d, d)), ("co", (d, d)), ("w1", (d, ffn)), ("w2", (ffn, d)), ("bq", (d,)), ("cbq", (d,)))]
+        inits += [_init(f"{p}.n{j}.{g}", (1 + _rand(rng, d)) if g == "g" else _rand(rng, d)) for j in (1, 2, 3) for g in "gb"]
+    ints = {"c0": 0, "c1": 1, "c2": 2, "ax0": [0], "ax1": [1], "exact": 16, "last_bucket": 31,
+            "ed_heads_shape": [0, 0, cfg["heads"], cfg["head"]], "ed_merge_shape": [0, 0, d]}
+    floats = {"one": 1.0, "two": 2.0, "zero": 0.0, "neg_big": -1e9, "eps": 1e-6, "ed_scale": cfg["head"] ** -0.5,
+              "gelu_k": 1.702, "exact_f": 16.0, "log_span": np.log(128 / 16), "span_buckets": 16.0}
+    return (inits + [_init(k, np.array(v, np.int64)) for k, v in ints.items()]
+            + [_init(k, np.array(v, np.float32)) for k, v in floats.items()])
+
+
+def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, head: int = 16) -> onnx.ModelProto:
+    """Optimum's merged decoder of an encoder-decoder model (``decoder_model_merged.onnx`` of
+    Whisper/BART; ``t5``: of T5): ``If(use_cache_branch)`` between the decoder that appends to
+    its self-attention cache and reads the cross-attention keys/values from the cache
+    (``past_key_values.i.encoder.*``) and the one that starts the cache and computes them from
+    ``encoder_hidden_states`` once. Whisper/BART: LayerNorm, learned positions, scaled scores, a
+    sigmoid-GELU MLP; T5: RMS norm, unscaled scores plus the relative position bias (buckets by
+    Log/Div/Cast/Min/Where, a Gather of the bucket table), a ReLU MLP. Tied LM head; the
+    weights outer-scope initializers. Batch, lengths symbolic."""
+    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": 96}
+    d = heads * head
+    outs = ["logits"] + [f"present.{i}.{s}.{k}" for i in range(layers) for s in ("decoder", "encoder")
+                         for k in ("key", "value")]
+    node = helper.make_node("If", ["use_cache_branch"], outs, name="optimum::if",
+                            then_branch=_ed_branch(True, cfg), else_branch=_ed_branch(False, cfg))
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"]),
+              helper.make_tensor_value_info("encoder_hidden_states", FLOAT, ["B", "E", d])]
+    inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{s}.{k}", FLOAT, ["B", heads, "P" if s == "decoder" else "E", head])
+               for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")]
+    inputs.append(helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]))
+    outputs = [helper.make_tensor_value_info("logits", FLOAT, ["B", "S", cfg["vocab"]])]
+    outputs += [helper.make_tensor_value_info(o, FLOAT, ["B", heads, None, head]) for o in outs[1:]]
+    read = {x for g in (node.attribute[0].g, node.attribute[1].g) for m in g.node for x in m.input}
+    inits = [t for t in _ed_weights(np.random.default_rng(32 + t5), cfg) if t.name in read]  # one style's weights
+    return _model(helper.make_graph([node], "encdec_merged_decoder", inputs, outputs, inits))
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
@@ -1112,5 +1248,5 @@ BUILDERS = {
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
               keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
               genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder, optimum_merged_llama,
-              optimum_merged_llama_fp16, genai_int4_decoder)
+              optimum_merged_llama_fp16, genai_int4_decoder, encdec_merged_decoder)
 }  # fmt: skip
