@@ -135,6 +135,14 @@ def _encdec(name: str, cache: bool = True, batch: int = 1, past: int = 5, **kw) 
     return Variant(name, "encdec_merged_decoder", kw, pins, {"input_ids": (0, 96), "use_cache_branch": cache})
 
 
+def _ms_step(name: str, batch: int = 1, past: int = 5, **kw) -> Variant:
+    """:func:`built.ort_mha_encdec_step` (MultiHeadAttention self and cross) at one new token."""
+    heads, head, layers = kw.get("heads", 4), kw.get("head", 16), kw.get("layers", 2)
+    pins = {"input_ids": [batch, 1]} | {f"past_key_values.{i}.{s}.{k}": [batch, heads, past if s == "decoder" else 6, head]
+                                        for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")}
+    return Variant(name, "ort_mha_encdec_step", kw, pins, {"input_ids": (0, 96)})
+
+
 def _optimum(name: str, dtype: int = onnx.TensorProto.FLOAT, heads: int = 4, kv: int = 2, layers: int = 2) -> Variant:
     cache = {f"past_key_values.{i}.{k}": [1, kv, 5, 64 // heads] for i in range(layers) for k in ("key", "value")}
     return Variant(name, "optimum_merged_llama", {"dtype": dtype, "heads": heads, "kv": kv, "layers": layers},
@@ -176,6 +184,9 @@ def variants() -> list[Variant]:
         _encdec("whisper_cache"), _encdec("whisper_first", cache=False), _encdec("whisper_h8_b2", heads=8, head=8, batch=2),
         _encdec("t5_cache", t5=True), _encdec("t5_first", cache=False, t5=True), _encdec("t5_1layer", t5=True, layers=1),
         _encdec("t5_past40_log_buckets", t5=True, past=40),
+        _ms_step("ortmha_whisper_step"), _ms_step("ortmha_whisper_h8_b2", heads=8, head=8, batch=2),
+        _encdec("whisper_tied_vocab1024", vocab=1024), _ms_step("ortmha_whisper_tied_vocab1024", vocab=1024),
+        _ms_step("ortmha_t5_step", t5=True), _ms_step("ortmha_t5_past40", t5=True, past=40),
         _merged_if("merged_if_h4_d8", 4, 8), _merged_if("merged_if_h1_d32", 1, 32),
         Variant("siamese_b2", "siamese_tower", {}, {"left": [2, 3, 32, 32], "right": [2, 3, 32, 32]}),
         Variant("g2p_n1", "grapheme_to_phoneme", {}, {"letters": [1, 8]}),

@@ -1214,7 +1214,8 @@ def _ed_weights(rng, cfg: dict) -> list:
             + [_init(k, np.array(v, np.float32)) for k, v in floats.items()])
 
 
-def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, head: int = 16) -> onnx.ModelProto:
+def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, head: int = 16,
+                          vocab: int = 96) -> onnx.ModelProto:
     """Optimum's merged decoder of an encoder-decoder model (``decoder_model_merged.onnx`` of
     Whisper/BART; ``t5``: of T5): ``If(use_cache_branch)`` between the decoder that appends to
     its self-attention cache and reads the cross-attention keys/values from the cache
@@ -1222,8 +1223,8 @@ def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, hea
     ``encoder_hidden_states`` once. Whisper/BART: LayerNorm, learned positions, scaled scores, a
     sigmoid-GELU MLP; T5: RMS norm, unscaled scores plus the relative position bias (buckets by
     Log/Div/Cast/Min/Where, a Gather of the bucket table), a ReLU MLP. Tied LM head; the
-    weights outer-scope initializers. Batch, lengths symbolic."""
-    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": 96}
+    weights outer-scope initializers. Batch, lengths symbolic; ``vocab`` the embedding's rows."""
+    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab}
     d = heads * head
     outs = ["logits"] + [f"present.{i}.{s}.{k}" for i in range(layers) for s in ("decoder", "encoder")
                          for k in ("key", "value")]
@@ -1241,6 +1242,65 @@ def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, hea
     return _model(helper.make_graph([node], "encdec_merged_decoder", inputs, outputs, inits))
 
 
+
+def _ms_layer(n: _Emitter, h: str, i: int, pos: dict, cfg: dict) -> tuple[str, list[str]]:
+    """One decoder layer as onnxruntime's transformer optimizer fuses it: self-attention one
+    MultiHeadAttention (Q/K/V from MatMuls, the Q bias in its packed ``bias``, the decoder cache
+    as ``past_key``/``past_value``, presents out; Whisper/BART ``unidirectional``, T5 the
+    position bias plus causal mask as ``attention_bias`` and ``scale`` 1), cross-attention one
+    MultiHeadAttention whose key/value are the 4-D [B, N, E, H] encoder cache."""
+    p, t5 = f"l{i}", cfg["t5"]
+    xn = _ed_norm(n, h, f"{p}.n1", cfg, f"{p}_n1")
+    q, k, v = (n("MatMul", [xn, f"{p}.w{c}"], [f"{p}_{c}"]) for c in "qkv")
+    attrs = {"num_heads": cfg["heads"], **({"scale": 1.0} if t5 else {"unidirectional": 1})}
+    ctx = n("MultiHeadAttention", [q, k, v, "" if t5 else f"{p}.qkv_bias", "", pos["self"] if t5 else "",
+                                   f"past_key_values.{i}.decoder.key", f"past_key_values.{i}.decoder.value"],
+            [f"{p}_sa", f"{p}_present_key", f"{p}_present_value"], domain=MS, **attrs)
+    h = n("Add", [h, n("MatMul", [ctx, f"{p}.wo"], [f"{p}_o"])], [f"{p}_r1"])
+    cq = n("MatMul", [_ed_norm(n, h, f"{p}.n2", cfg, f"{p}_n2"), f"{p}.cq"], [f"{p}_cq0"])
+    cq = cq if t5 else n("Add", [cq, f"{p}.cbq"], [f"{p}_cq"])
+    cross = n("MultiHeadAttention", [cq, f"past_key_values.{i}.encoder.key", f"past_key_values.{i}.encoder.value"],
+              [f"{p}_ca"], domain=MS, num_heads=cfg["heads"], **({"scale": 1.0} if t5 else {}))
+    h = n("Add", [h, n("MatMul", [cross, f"{p}.co"], [f"{p}_co"])], [f"{p}_r2"])
+    up = n("MatMul", [_ed_norm(n, h, f"{p}.n3", cfg, f"{p}_n3"), f"{p}.w1"], [f"{p}_up"])
+    act = n("Relu", [up], [f"{p}_act"]) if t5 else n("Mul", [up, n("Sigmoid", [n("Mul", [up, "gelu_k"], [f"{p}_uk"])],
+                                                                    [f"{p}_sig"])], [f"{p}_act"])
+    return n("Add", [h, n("MatMul", [act, f"{p}.w2"], [f"{p}_dn"])], [f"{p}_r3"]), [f"ort_{p}_present_key",
+                                                                                  f"ort_{p}_present_value"]
+
+
+def ort_mha_encdec_step(t5: bool = False, heads: int = 4, layers: int = 2, head: int = 16,
+                        vocab: int = 96) -> onnx.ModelProto:
+    """The decoder-with-past of an encoder-decoder model (:func:`encdec_merged_decoder`'s cache
+    side) after onnxruntime's transformer optimizer: every attention a com.microsoft
+    MultiHeadAttention -- self-attention with the decoder cache as past/present, cross-attention
+    over the 4-D (BNSH) encoder cache, T5's relative position bias as ``attention_bias``.
+    Outputs: logits and the decoder presents; ``vocab`` the embedding's rows."""
+    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab}
+    n = _Emitter("ort")
+    pos = _ed_positions(n, True, cfg)
+    h = n("Gather", ["embed", "input_ids"], ["tok"])
+    h = h if t5 else n("Add", [h, n("Gather", ["pos_embed", pos["qpos"]], ["pe"])], ["h0"])
+    presents = []
+    for i in range(layers):
+        h, kv = _ms_layer(n, h, i, pos, cfg)
+        presents += kv
+    logits = n("MatMul", [_ed_norm(n, h, "final", cfg, "fn"), n("Transpose", ["embed"], ["lm_head"], perm=[1, 0])],
+               ["logits"])
+    d = heads * head
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"])]
+    inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{s}.{k}", FLOAT, ["B", heads, "P" if s == "decoder" else "E", head])
+               for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")]
+    outputs = [helper.make_tensor_value_info(logits, FLOAT, ["B", "S", cfg["vocab"]])]
+    outputs += [helper.make_tensor_value_info(x, FLOAT, ["B", heads, "T", head]) for x in presents]
+    weights = _ed_weights(np.random.default_rng(34 + t5), cfg)
+    weights += [_init(f"l{i}.qkv_bias", np.concatenate([numpy_helper.to_array(next(w for w in weights if w.name == f"l{i}.bq")),
+                                                         np.zeros(2 * d, np.float32)])) for i in range(layers)]
+    read = {x for m in n.nodes for x in m.input}
+    graph = helper.make_graph(n.nodes, "ort_mha_encdec_step", inputs, outputs, [w for w in weights if w.name in read])
+    return _model(graph, {MS: 1})
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
@@ -1248,5 +1308,5 @@ BUILDERS = {
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
               keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
               genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder, optimum_merged_llama,
-              optimum_merged_llama_fp16, genai_int4_decoder, encdec_merged_decoder)
+              optimum_merged_llama_fp16, genai_int4_decoder, encdec_merged_decoder, ort_mha_encdec_step)
 }  # fmt: skip
