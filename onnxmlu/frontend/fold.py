@@ -244,7 +244,7 @@ def _graphsurgeon_fold(model: onnx.ModelProto, weights: WeightStore | None) -> o
     if weights is not None:
         bind_stored(graph, weights)
     with ortlog.at_least(3):  # its optimizer's notes about the folded pieces
-        _fold_scopes(graph, True)
+        _fold_scopes(graph)
     graph.cleanup(remove_unused_graph_inputs=False)
     folded = gs.export_onnx(graph, do_type_check=False)
     copy_model_fields(folded, model)
@@ -255,7 +255,7 @@ def _graphsurgeon_fold(model: onnx.ModelProto, weights: WeightStore | None) -> o
     return folded
 
 
-def _fold_scopes(graph: gs.Graph, top: bool) -> None:
+def _fold_scopes(graph: gs.Graph, top: bool = True) -> None:
     """graphsurgeon's folder over ``graph``, then over each of its subgraphs the same way: its own
     recursion into subgraphs does not pass ``should_exclude_node`` on, so an ``If`` branch was
     folded without the bound (a tied LM head's ``Transpose`` of an outer-scope embedding
@@ -267,9 +267,10 @@ def _fold_scopes(graph: gs.Graph, top: bool) -> None:
 
 
 def _grows_the_model(node) -> bool:
-    """Whether folding graphsurgeon node ``node`` would write a constant much larger than its
-    constant inputs: a broadcast (``ConstantOfShape``, ``Expand``, ``Tile``, ``Range``) or an
-    up-cast of stored weights (``Cast`` of int8 weights is 4x) -- or a quantization node,
+    """Whether folding graphsurgeon node ``node`` would write a constant much larger than the
+    constant inputs it frees (:func:`_freed_bytes`): a broadcast (``ConstantOfShape``,
+    ``Expand``, ``Tile``, ``Range``), an up-cast of stored weights (``Cast`` of int8 weights is
+    4x), a transform of a weight that a node which stays reads too -- or a quantization node,
     which is never folded."""
     if node.op in _QUANTIZATION_OPS:
         return True
@@ -278,15 +279,37 @@ def _grows_the_model(node) -> bool:
     if any(v is None for v in values):
         return False  # not foldable anyway
     out_bytes = _output_bytes(node, values)
-    return out_bytes is not None and out_bytes > max(FOLD_FREE_BYTES, FOLD_GROWTH * _freed_bytes(node))
+    if out_bytes is None or out_bytes <= FOLD_FREE_BYTES:
+        return False
+    return out_bytes > FOLD_GROWTH * _freed_bytes(node)
 
 
 def _freed_bytes(node) -> int:
-    """The bytes of ``node``'s constant inputs that folding it frees: those no other node reads.
-    A weight another node reads too stays (a tied embedding: its ``Gather`` and the LM head's
-    ``Transpose``), so the folded result would be a second copy of it, not a replacement."""
+    """The bytes of ``node``'s constant inputs that folding frees: those whose every other reader
+    is folded too (:func:`_folds`; the gate Slices of an LSTM weight). A weight that a node which
+    stays reads too (a tied embedding: its ``Gather`` of the token ids next to the LM head's
+    ``Transpose``) is not freed: the folded result would be a second copy of it."""
     constants = {id(t): t for t in node.inputs if isinstance(t, gs.Constant)}.values()
-    return sum(int(np.asarray(t.values).nbytes) for t in constants if all(reader is node for reader in t.outputs))
+    return sum(int(np.asarray(t.values).nbytes) for t in constants
+               if all(reader is node or _folds(reader) for reader in t.outputs))
+
+
+def _folds(node) -> bool:
+    """Whether every input of ``node`` is a constant or computed from constants only (no graph
+    input, no node holding a subgraph on the way): the folder evaluates it."""
+    stack, seen = list(node.inputs), set()
+    while stack:
+        tensor = stack.pop()
+        if id(tensor) in seen or isinstance(tensor, gs.Constant) or tensor.is_empty():
+            continue
+        seen.add(id(tensor))
+        if not tensor.inputs:
+            return False  # a graph input (or a name of an enclosing scope's input)
+        producer = tensor.inputs[0]
+        if any(isinstance(value, gs.Graph) for value in producer.attrs.values()):
+            return False
+        stack.extend(producer.inputs)
+    return True
 
 
 def _output_bytes(node, values: list) -> int | None:

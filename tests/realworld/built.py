@@ -1301,6 +1301,23 @@ def ort_mha_encdec_step(t5: bool = False, heads: int = 4, layers: int = 2, head:
     return _model(graph, {MS: 1})
 
 
+
+def whisper_merged_decoder() -> onnx.ModelProto:
+    """:func:`encdec_merged_decoder` Whisper-style with a 1024-row tied embedding (256 KiB: a
+    folded copy of its LM head's transpose would show in the file's size)."""
+    return encdec_merged_decoder(vocab=1024)
+
+
+def t5_merged_decoder() -> onnx.ModelProto:
+    """:func:`encdec_merged_decoder` T5-style (relative position bias) with a 1024-row tied embedding."""
+    return encdec_merged_decoder(t5=True, vocab=1024)
+
+
+def ort_mha_t5_step() -> onnx.ModelProto:
+    """:func:`ort_mha_encdec_step` of T5: the position bias as MultiHeadAttention's attention_bias."""
+    return ort_mha_encdec_step(t5=True)
+
+
 BUILDERS = {
     f.__name__: f
     for f in (local_functions_cnn, conv_bn_relu_gemm, computed_weights, shape_arith_expand,
@@ -1308,5 +1325,6 @@ BUILDERS = {
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
               keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
               genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder, optimum_merged_llama,
-              optimum_merged_llama_fp16, genai_int4_decoder, encdec_merged_decoder, ort_mha_encdec_step)
+              optimum_merged_llama_fp16, genai_int4_decoder, encdec_merged_decoder, ort_mha_encdec_step,
+              whisper_merged_decoder, t5_merged_decoder, ort_mha_t5_step)
 }  # fmt: skip

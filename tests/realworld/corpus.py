@@ -228,6 +228,24 @@ MODELS: list[ModelCase] = [
           ("control-flow", "merged-decoder", "kv-cache", "fp16", "cast-chain", "tied-embedding", "outer-scope-weights",
            "shared-weights", "symbolic-dims"),
           values={"input_ids": (0, 96), "attention_mask": 1, "position_ids": (5, 8), "use_cache_branch": True}),
+    _case("built_genai_int4_decoder", "built", "genai_int4_decoder",
+          {"input_ids": [1, 1], "attention_mask": [1, 9],
+           **{f"past_key_values.{i}.{k}": [1, 2, 8, 16] for i in range(2) for k in ("key", "value")}},
+          ("matmulnbits", "contrib-ops", "decoder", "kv-cache", "gqa", "weight-only-int4", "genai", "symbolic-dims"),
+          {"input_ids": (0, 96), "attention_mask": 1}),
+    *(_case(f"built_{name}", "built", name,
+            {"input_ids": [1, 1], "encoder_hidden_states": [1, 6, 64],
+             **{f"past_key_values.{i}.{s}.{k}": [1, 4, past if s == "decoder" else 6, 16]
+                for i in range(2) for s in ("decoder", "encoder") for k in ("key", "value")}},
+            ("control-flow", "merged-decoder", "encoder-decoder", "cross-attention", "kv-cache", "tied-embedding",
+             "outer-scope-weights", "shared-weights", "symbolic-dims", *extra),
+            {"input_ids": (0, 1024), "use_cache_branch": True})
+      for name, past, extra in (("whisper_merged_decoder", 5, ()), ("t5_merged_decoder", 20, ("relative-position-bias",)))),
+    _case("built_ort_mha_t5_step", "built", "ort_mha_t5_step",
+          {"input_ids": [1, 1], **{f"past_key_values.{i}.{s}.{k}": [1, 4, 20 if s == "decoder" else 6, 16]
+                                   for i in range(2) for s in ("decoder", "encoder") for k in ("key", "value")}},
+          ("ort-optimizer", "contrib-ops", "encoder-decoder", "cross-attention", "kv-cache", "relative-position-bias",
+           "symbolic-dims"), {"input_ids": (0, 96)}),
 ]  # fmt: skip
 
 _failed: dict[str, str] = {}  # package key -> why it could not be fetched (once per process)
