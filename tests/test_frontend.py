@@ -241,3 +241,26 @@ def test_einsum_is_priced_by_its_index_space(equation):
                    [helper.make_tensor_value_info("y", FLOAT, [2, 3, 5])], [w])
     [layer] = analyze(normalize(model)).layers
     assert layer.ops == 2 * 2 * 3 * 4 * 5
+
+
+def test_an_int4_embedding_lookup_is_typed_and_sized_for_what_follows():
+    """com.microsoft GatherBlockQuantized of 4-bit rows packed two a byte ([V, d/2] uint8) gives
+    [B, S, d] in the scales' type: onnxruntime's symbolic rule gave [B, S, d/2] and stopped at
+    the residual Add, leaving every later op (GQA, MatMulNBits) untyped and on the host."""
+    from onnxmlu.frontend.symbolic import symbolic_infer
+
+    vocab, d = 16, 64
+    nodes = [helper.make_node("GatherBlockQuantized", ["q", "ids", "s"], ["h"], domain="com.microsoft", bits=4,
+                              block_size=32, gather_axis=0, quantize_axis=1),
+             helper.make_node("Add", ["h", "bias"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["y"])]
+    inits = [numpy_helper.from_array(np.zeros((vocab, d // 2), np.uint8), "q"),
+             numpy_helper.from_array(np.ones((vocab, d // 32), np.float32), "s"),
+             numpy_helper.from_array(np.zeros((1, 1, d), np.float32), "bias"),
+             numpy_helper.from_array(np.zeros((d, 4), np.float32), "w")]
+    model = _model(nodes, [helper.make_tensor_value_info("ids", INT64, ["B", "S"])],
+                   [helper.make_tensor_value_info("y", FLOAT, None)], inits)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    inferred = {v.name: v.type.tensor_type for v in symbolic_infer(model).graph.value_info}
+    for name, width in (("h", d), ("r", d)):
+        assert inferred[name].elem_type == FLOAT
+        assert [x.dim_value or x.dim_param for x in inferred[name].shape.dim] == ["B", "S", width]

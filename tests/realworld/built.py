@@ -1058,8 +1058,19 @@ def _genai_mlp(rng, t: str, normed: str, d: int, ffn: int) -> tuple[list, list, 
     return nodes, inits, f"{t}dn"
 
 
+def _int4_embedding(rng, vocab: int, d: int, block: int = 32) -> tuple[onnx.NodeProto, list]:
+    """The token embedding as the GenAI builder writes an int4 one: GatherBlockQuantized of
+    packed 4-bit rows (uint8, two a byte), a float scale and a packed zero point per block of
+    ``block`` along the row."""
+    q, zp = rng.integers(0, 16, (vocab, d)), rng.integers(6, 10, (vocab, d // block))
+    node = helper.make_node("GatherBlockQuantized", ["embed_q", "input_ids", "embed_s", "embed_zp"], ["h0"], domain=MS,
+                            bits=4, block_size=block, gather_axis=0, quantize_axis=1)
+    return node, [_init("embed_q", _pack4(q)), _init("embed_s", rng.uniform(0.05, 0.2, (vocab, d // block)).astype(np.float32)),
+                  _init("embed_zp", _pack4(zp))]
+
+
 def genai_int4_decoder(heads: int = 4, kv: int = 2, layers: int = 2, bias: bool = False,
-                       rotary_dim: int | None = None) -> onnx.ModelProto:
+                       rotary_dim: int | None = None, int4_embedding: bool = False) -> onnx.ModelProto:
     """A decoder as onnxruntime-genai's model builder writes an int4 CPU model (prefill and
     decode in one graph): ``input_ids`` [B, S], ``attention_mask`` [B, T] and a KV cache of P
     rows per layer (T = P + S); GQA's ``seqlens_k``/``total_sequence_length`` computed from the
@@ -1067,15 +1078,18 @@ def genai_int4_decoder(heads: int = 4, kv: int = 2, layers: int = 2, bias: bool 
     its 4th output (the residual sum) feeding the next one; packed QKV MatMulNBits (``bias``:
     with a bias input) into GroupQueryAttention (key/value absent, ``do_rotary=1``, cos/sin
     caches); MatMulNBits MLP and LM head, all at accuracy_level 4. ``heads``/``kv`` of 64
-    channels; ``rotary_dim`` below the head size: partial rotary (the caches narrower)."""
+    channels; ``rotary_dim`` below the head size: partial rotary (the caches narrower);
+    ``int4_embedding``: the embedding a GatherBlockQuantized (:func:`_int4_embedding`)."""
     rng = np.random.default_rng(31)
     d, ffn, vocab, max_pos = 64, 128, 96, 64
     head = d // heads
     rot = rotary_dim or head
     angles = np.arange(max_pos)[:, None] / (10000 ** (np.arange(0, rot, 2) / rot))[None, :]
-    nodes = [helper.make_node("Gather", ["embed", "input_ids"], ["h0"]), *_genai_lengths(),
+    embed, embed_inits = (_int4_embedding(rng, vocab, d) if int4_embedding else
+                          (helper.make_node("Gather", ["embed", "input_ids"], ["h0"]), [_init("embed", _rand(rng, vocab, d, scale=1.0))]))
+    nodes = [embed, *_genai_lengths(),
              helper.make_node("SimplifiedLayerNormalization", ["h0", "l0_n1"], ["l0_xn"], epsilon=1e-6)]
-    inits = [_init("embed", _rand(rng, vocab, d, scale=1.0)), _init("cos_cache", np.cos(angles).astype(np.float32)),
+    inits = embed_inits + [_init("cos_cache", np.cos(angles).astype(np.float32)),
              _init("sin_cache", np.sin(angles).astype(np.float32)), _init("g_ax1", np.array([1], np.int64)),
              _init("g_one", np.array(1, np.int64)), _init("g_idx1", np.array(1, np.int64))]
     residual, normed = "h0", "l0_xn"
