@@ -140,7 +140,9 @@ def _ms_step(name: str, batch: int = 1, past: int = 5, **kw) -> Variant:
     heads, head, layers = kw.get("heads", 4), kw.get("head", 16), kw.get("layers", 2)
     pins = {"input_ids": [batch, 1]} | {f"past_key_values.{i}.{s}.{k}": [batch, heads, past if s == "decoder" else 6, head]
                                         for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")}
-    return Variant(name, "ort_mha_encdec_step", kw, pins, {"input_ids": (0, 96)})
+    if kw.get("encoder_mask"):
+        pins["encoder_attention_mask"] = [batch, 6]
+    return Variant(name, "ort_mha_encdec_step", kw, pins, {"input_ids": (0, 96), "encoder_attention_mask": (0, 2)})
 
 
 def _optimum(name: str, dtype: int = onnx.TensorProto.FLOAT, heads: int = 4, kv: int = 2, layers: int = 2) -> Variant:
@@ -188,6 +190,8 @@ def variants() -> list[Variant]:
         _ms_step("ortmha_whisper_step"), _ms_step("ortmha_whisper_h8_b2", heads=8, head=8, batch=2),
         _encdec("whisper_tied_vocab1024", vocab=1024), _ms_step("ortmha_whisper_tied_vocab1024", vocab=1024),
         _ms_step("ortmha_t5_step", t5=True), _ms_step("ortmha_t5_past40", t5=True, past=40),
+        _ms_step("ortmha_bart_encoder_mask_b2", batch=2, encoder_mask=True),
+        _ms_step("ortmha_t5_encoder_mask", t5=True, encoder_mask=True),
         _merged_if("merged_if_h4_d8", 4, 8), _merged_if("merged_if_h1_d32", 1, 32),
         Variant("siamese_b2", "siamese_tower", {}, {"left": [2, 3, 32, 32], "right": [2, 3, 32, 32]}),
         Variant("g2p_n1", "grapheme_to_phoneme", {}, {"letters": [1, 8]}),

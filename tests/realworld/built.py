@@ -1273,7 +1273,8 @@ def _ms_layer(n: _Emitter, h: str, i: int, pos: dict, cfg: dict) -> tuple[str, l
     h = n("Add", [h, n("MatMul", [ctx, f"{p}.wo"], [f"{p}_o"])], [f"{p}_r1"])
     cq = n("MatMul", [_ed_norm(n, h, f"{p}.n2", cfg, f"{p}_n2"), f"{p}.cq"], [f"{p}_cq0"])
     cq = cq if t5 else n("Add", [cq, f"{p}.cbq"], [f"{p}_cq"])
-    cross = n("MultiHeadAttention", [cq, f"past_key_values.{i}.encoder.key", f"past_key_values.{i}.encoder.value"],
+    mask = ["", "encoder_attention_mask"] if cfg.get("encoder_mask") else []
+    cross = n("MultiHeadAttention", [cq, f"past_key_values.{i}.encoder.key", f"past_key_values.{i}.encoder.value", *mask],
               [f"{p}_ca"], domain=MS, num_heads=cfg["heads"], **({"scale": 1.0} if t5 else {}))
     h = n("Add", [h, n("MatMul", [cross, f"{p}.co"], [f"{p}_co"])], [f"{p}_r2"])
     up = n("MatMul", [_ed_norm(n, h, f"{p}.n3", cfg, f"{p}_n3"), f"{p}.w1"], [f"{p}_up"])
@@ -1284,13 +1285,15 @@ def _ms_layer(n: _Emitter, h: str, i: int, pos: dict, cfg: dict) -> tuple[str, l
 
 
 def ort_mha_encdec_step(t5: bool = False, heads: int = 4, layers: int = 2, head: int = 16,
-                        vocab: int = 96) -> onnx.ModelProto:
+                        vocab: int = 96, encoder_mask: bool = False) -> onnx.ModelProto:
     """The decoder-with-past of an encoder-decoder model (:func:`encdec_merged_decoder`'s cache
     side) after onnxruntime's transformer optimizer: every attention a com.microsoft
     MultiHeadAttention -- self-attention with the decoder cache as past/present, cross-attention
     over the 4-D (BNSH) encoder cache, T5's relative position bias as ``attention_bias``.
-    Outputs: logits and the decoder presents; ``vocab`` the embedding's rows."""
-    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab}
+    Outputs: logits and the decoder presents; ``vocab`` the embedding's rows; ``encoder_mask``:
+    the encoder's padding (``encoder_attention_mask`` [B, E] int32) as cross-attention's
+    ``key_padding_mask``."""
+    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab, "encoder_mask": encoder_mask}
     n = _Emitter("ort")
     pos = _ed_positions(n, True, cfg)
     h = n("Gather", ["embed", "input_ids"], ["tok"])
@@ -1305,6 +1308,7 @@ def ort_mha_encdec_step(t5: bool = False, heads: int = 4, layers: int = 2, head:
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"])]
     inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{s}.{k}", FLOAT, ["B", heads, "P" if s == "decoder" else "E", head])
                for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")]
+    inputs += [helper.make_tensor_value_info("encoder_attention_mask", TensorProto.INT32, ["B", "E"])] * encoder_mask
     outputs = [helper.make_tensor_value_info(logits, FLOAT, ["B", "S", cfg["vocab"]])]
     outputs += [helper.make_tensor_value_info(x, FLOAT, ["B", heads, "T", head]) for x in presents]
     weights = _ed_weights(np.random.default_rng(34 + t5), cfg)
