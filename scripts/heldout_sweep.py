@@ -113,14 +113,15 @@ def _genai(name: str, heads: int, kv: int) -> Variant:
                    {"input_ids": (0, 96), "seqlens_k": 4, "total_sequence_length": 5})
 
 
-def _genai_int4(name: str, batch: int = 1, past: int = 8, seq: int = 1, **kw) -> Variant:
+def _genai_int4(name: str, batch: int = 1, past: int = 8, seq: int = 1, mask=1, **kw) -> Variant:
     """A GenAI-builder int4 decoder (:func:`built.genai_int4_decoder`): decode (one new token)
-    or prefill (``past`` 0); the mask all ones over past + new tokens."""
+    or prefill (``past`` 0); the mask all ones over past + new tokens (``mask`` a range:
+    random 0/1, a right-padded batch's lengths)."""
     heads, kv, layers = kw.get("heads", 4), kw.get("kv", 2), kw.get("layers", 2)
     cache = {f"past_key_values.{i}.{k}": [batch, kv, past, 64 // heads] for i in range(layers) for k in ("key", "value")}
     return Variant(name, "genai_int4_decoder", kw,
                    {"input_ids": [batch, seq], "attention_mask": [batch, past + seq], **cache},
-                   {"input_ids": (0, 96), "attention_mask": 1})
+                   {"input_ids": (0, 96), "attention_mask": mask})
 
 
 def _encdec(name: str, cache: bool = True, batch: int = 1, past: int = 5, **kw) -> Variant:
@@ -140,9 +141,10 @@ def _ms_step(name: str, batch: int = 1, past: int = 5, **kw) -> Variant:
     heads, head, layers = kw.get("heads", 4), kw.get("head", 16), kw.get("layers", 2)
     pins = {"input_ids": [batch, 1]} | {f"past_key_values.{i}.{s}.{k}": [batch, heads, past if s == "decoder" else 6, head]
                                         for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")}
+    values = {"input_ids": (0, 96)}
     if kw.get("encoder_mask"):
-        pins["encoder_attention_mask"] = [batch, 6]
-    return Variant(name, "ort_mha_encdec_step", kw, pins, {"input_ids": (0, 96), "encoder_attention_mask": (0, 2)})
+        pins["encoder_attention_mask"], values["encoder_attention_mask"] = [batch, 6], (0, 2)
+    return Variant(name, "ort_mha_encdec_step", kw, pins, values)
 
 
 def _optimum(name: str, dtype: int = onnx.TensorProto.FLOAT, heads: int = 4, kv: int = 2, layers: int = 2) -> Variant:
@@ -181,7 +183,8 @@ def variants() -> list[Variant]:
         _genai_int4("gb_int4_decode"), _genai_int4("gb_int4_prefill", past=0, seq=4),
         _genai_int4("gb_int4_qkv_bias", bias=True), _genai_int4("gb_int4_mqa_b2", batch=2, kv=1),
         _genai_int4("gb_int4_partial_rot_h2", heads=2, kv=1, rotary_dim=16),
-        _genai_int4("gb_int4_embedding", int4_embedding=True), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
+        _genai_int4("gb_int4_embedding", int4_embedding=True),
+        _genai_int4("gb_int4_prefill_mask_b2", batch=2, past=0, seq=4, mask=(0, 2)), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
         _optimum("optimum_mha_kv4", kv=4), _optimum("optimum_mqa_kv1", kv=1), _optimum("optimum_1layer", layers=1),
         _optimum("optimum_fp16_kv1", dtype=fp16, kv=1),
         _encdec("whisper_cache"), _encdec("whisper_first", cache=False), _encdec("whisper_h8_b2", heads=8, head=8, batch=2),
@@ -192,6 +195,7 @@ def variants() -> list[Variant]:
         _ms_step("ortmha_t5_step", t5=True), _ms_step("ortmha_t5_past40", t5=True, past=40),
         _ms_step("ortmha_bart_encoder_mask_b2", batch=2, encoder_mask=True),
         _ms_step("ortmha_t5_encoder_mask", t5=True, encoder_mask=True),
+        _ms_step("ortmha_t5_encoder_bias_b2", t5=True, encoder_mask="bias", batch=2),
         _merged_if("merged_if_h4_d8", 4, 8), _merged_if("merged_if_h1_d32", 1, 32),
         Variant("siamese_b2", "siamese_tower", {}, {"left": [2, 3, 32, 32], "right": [2, 3, 32, 32]}),
         Variant("g2p_n1", "grapheme_to_phoneme", {}, {"letters": [1, 8]}),

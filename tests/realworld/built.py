@@ -1220,7 +1220,7 @@ def _ed_weights(rng, cfg: dict) -> list:
                   (("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)), ("cq", (d, d)), ("ck", (d, d)),
                    ("cv", (d, d)), ("co", (d, d)), ("w1", (d, ffn)), ("w2", (ffn, d)), ("bq", (d,)), ("cbq", (d,)))]
         inits += [_init(f"{p}.n{j}.{g}", (1 + _rand(rng, d)) if g == "g" else _rand(rng, d)) for j in (1, 2, 3) for g in "gb"]
-    ints = {"c0": 0, "c1": 1, "c2": 2, "ax0": [0], "ax1": [1], "exact": 16, "last_bucket": 31,
+    ints = {"c0": 0, "c1": 1, "c2": 2, "ax0": [0], "ax1": [1], "ax12": [1, 2], "exact": 16, "last_bucket": 31,
             "ed_heads_shape": [0, 0, cfg["heads"], cfg["head"]], "ed_merge_shape": [0, 0, d]}
     floats = {"one": 1.0, "two": 2.0, "zero": 0.0, "neg_big": -1e9, "eps": 1e-6, "ed_scale": cfg["head"] ** -0.5,
               "gelu_k": 1.702, "exact_f": 16.0, "log_span": np.log(128 / 16), "span_buckets": 16.0}
@@ -1273,7 +1273,7 @@ def _ms_layer(n: _Emitter, h: str, i: int, pos: dict, cfg: dict) -> tuple[str, l
     h = n("Add", [h, n("MatMul", [ctx, f"{p}.wo"], [f"{p}_o"])], [f"{p}_r1"])
     cq = n("MatMul", [_ed_norm(n, h, f"{p}.n2", cfg, f"{p}_n2"), f"{p}.cq"], [f"{p}_cq0"])
     cq = cq if t5 else n("Add", [cq, f"{p}.cbq"], [f"{p}_cq"])
-    mask = ["", "encoder_attention_mask"] if cfg.get("encoder_mask") else []
+    mask = {False: [], True: ["", "encoder_attention_mask"], "bias": ["", "", "enc_bias"]}[cfg.get("encoder_mask", False)]
     cross = n("MultiHeadAttention", [cq, f"past_key_values.{i}.encoder.key", f"past_key_values.{i}.encoder.value", *mask],
               [f"{p}_ca"], domain=MS, num_heads=cfg["heads"], **({"scale": 1.0} if t5 else {}))
     h = n("Add", [h, n("MatMul", [cross, f"{p}.co"], [f"{p}_co"])], [f"{p}_r2"])
@@ -1285,19 +1285,22 @@ def _ms_layer(n: _Emitter, h: str, i: int, pos: dict, cfg: dict) -> tuple[str, l
 
 
 def ort_mha_encdec_step(t5: bool = False, heads: int = 4, layers: int = 2, head: int = 16,
-                        vocab: int = 96, encoder_mask: bool = False) -> onnx.ModelProto:
+                        vocab: int = 96, encoder_mask: bool | str = False) -> onnx.ModelProto:
     """The decoder-with-past of an encoder-decoder model (:func:`encdec_merged_decoder`'s cache
     side) after onnxruntime's transformer optimizer: every attention a com.microsoft
     MultiHeadAttention -- self-attention with the decoder cache as past/present, cross-attention
     over the 4-D (BNSH) encoder cache, T5's relative position bias as ``attention_bias``.
     Outputs: logits and the decoder presents; ``vocab`` the embedding's rows; ``encoder_mask``:
     the encoder's padding (``encoder_attention_mask`` [B, E] int32) as cross-attention's
-    ``key_padding_mask``."""
+    ``key_padding_mask`` (``"bias"``: made additive in the graph, its ``attention_bias``)."""
     cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab, "encoder_mask": encoder_mask}
     n = _Emitter("ort")
     pos = _ed_positions(n, True, cfg)
     h = n("Gather", ["embed", "input_ids"], ["tok"])
     h = h if t5 else n("Add", [h, n("Gather", ["pos_embed", pos["qpos"]], ["pe"])], ["h0"])
+    if encoder_mask == "bias":  # (1 - mask) * -1e9 as [B, 1, 1, E]
+        m = n("Cast", [n("Unsqueeze", ["encoder_attention_mask", "ax12"], ["em4"])], ["emf"], to=FLOAT)
+        n.nodes.append(helper.make_node("Mul", [n("Sub", ["one", m], ["em_inv"]), "neg_big"], ["enc_bias"]))
     presents = []
     for i in range(layers):
         h, kv = _ms_layer(n, h, i, pos, cfg)
@@ -1308,7 +1311,7 @@ def ort_mha_encdec_step(t5: bool = False, heads: int = 4, layers: int = 2, head:
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"])]
     inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{s}.{k}", FLOAT, ["B", heads, "P" if s == "decoder" else "E", head])
                for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")]
-    inputs += [helper.make_tensor_value_info("encoder_attention_mask", TensorProto.INT32, ["B", "E"])] * encoder_mask
+    inputs += [helper.make_tensor_value_info("encoder_attention_mask", TensorProto.INT32, ["B", "E"])] * bool(encoder_mask)
     outputs = [helper.make_tensor_value_info(logits, FLOAT, ["B", "S", cfg["vocab"]])]
     outputs += [helper.make_tensor_value_info(x, FLOAT, ["B", heads, "T", head]) for x in presents]
     weights = _ed_weights(np.random.default_rng(34 + t5), cfg)
