@@ -113,14 +113,16 @@ def _genai(name: str, heads: int, kv: int) -> Variant:
                    {"input_ids": (0, 96), "seqlens_k": 4, "total_sequence_length": 5})
 
 
-def _genai_int4(name: str, batch: int = 1, past: int = 8, seq: int = 1, mask=1, **kw) -> Variant:
+def _genai_int4(name: str, batch: int = 1, past: int = 8, seq: int = 1, mask=1, total: int | None = None,
+                **kw) -> Variant:
     """A GenAI-builder int4 decoder (:func:`built.genai_int4_decoder`): decode (one new token)
     or prefill (``past`` 0); the mask all ones over past + new tokens (``mask`` a range:
-    random 0/1, a right-padded batch's lengths)."""
+    random 0/1, a right-padded batch's lengths); ``total``: a mask that long over a static
+    cache of ``past`` rows (the buffer GenAI shares between past and present)."""
     heads, kv, layers = kw.get("heads", 4), kw.get("kv", 2), kw.get("layers", 2)
     cache = {f"past_key_values.{i}.{k}": [batch, kv, past, 64 // heads] for i in range(layers) for k in ("key", "value")}
     return Variant(name, "genai_int4_decoder", kw,
-                   {"input_ids": [batch, seq], "attention_mask": [batch, past + seq], **cache},
+                   {"input_ids": [batch, seq], "attention_mask": [batch, total or past + seq], **cache},
                    {"input_ids": (0, 96), "attention_mask": mask})
 
 
@@ -184,7 +186,8 @@ def variants() -> list[Variant]:
         _genai_int4("gb_int4_qkv_bias", bias=True), _genai_int4("gb_int4_mqa_b2", batch=2, kv=1),
         _genai_int4("gb_int4_partial_rot_h2", heads=2, kv=1, rotary_dim=16),
         _genai_int4("gb_int4_embedding", int4_embedding=True),
-        _genai_int4("gb_int4_prefill_mask_b2", batch=2, past=0, seq=4, mask=(0, 2)), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
+        _genai_int4("gb_int4_prefill_mask_b2", batch=2, past=0, seq=4, mask=(0, 2)),
+        _genai_int4("gb_int4_static_cache", past=16, total=9), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
         _optimum("optimum_mha_kv4", kv=4), _optimum("optimum_mqa_kv1", kv=1), _optimum("optimum_1layer", layers=1),
         _optimum("optimum_fp16_kv1", dtype=fp16, kv=1),
         _encdec("whisper_cache"), _encdec("whisper_first", cache=False), _encdec("whisper_h8_b2", heads=8, head=8, batch=2),
