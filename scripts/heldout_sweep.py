@@ -135,7 +135,10 @@ def _encdec(name: str, cache: bool = True, batch: int = 1, past: int = 5, **kw) 
     pins = {"input_ids": [batch, seq], "encoder_hidden_states": [batch, 6, heads * head]}
     pins |= {f"past_key_values.{i}.{s}.{k}": [batch, heads, past if s == "decoder" else 6, head]
              for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")}
-    return Variant(name, "encdec_merged_decoder", kw, pins, {"input_ids": (0, 96), "use_cache_branch": cache})
+    values = {"input_ids": (0, 96), "use_cache_branch": cache}
+    if kw.get("encoder_mask"):
+        pins["encoder_attention_mask"], values["encoder_attention_mask"] = [batch, 6], (0, 2)
+    return Variant(name, "encdec_merged_decoder", kw, pins, values)
 
 
 def _ms_step(name: str, batch: int = 1, past: int = 5, **kw) -> Variant:
@@ -191,7 +194,8 @@ def variants() -> list[Variant]:
         _optimum("optimum_mha_kv4", kv=4), _optimum("optimum_mqa_kv1", kv=1), _optimum("optimum_1layer", layers=1),
         _optimum("optimum_fp16_kv1", dtype=fp16, kv=1),
         _encdec("whisper_cache"), _encdec("whisper_first", cache=False), _encdec("whisper_h8_b2", heads=8, head=8, batch=2),
-        _encdec("t5_cache", t5=True), _encdec("t5_first", cache=False, t5=True), _encdec("t5_1layer", t5=True, layers=1),
+        _encdec("bart_encoder_mask_b2", batch=2, encoder_mask=True),
+        _encdec("bart_encoder_mask_first", cache=False, encoder_mask=True), _encdec("t5_cache", t5=True), _encdec("t5_first", cache=False, t5=True), _encdec("t5_1layer", t5=True, layers=1),
         _encdec("t5_past40_log_buckets", t5=True, past=40),
         _ms_step("ortmha_whisper_step"), _ms_step("ortmha_whisper_h8_b2", heads=8, head=8, batch=2),
         _encdec("whisper_tied_vocab1024", vocab=1024), _ms_step("ortmha_whisper_tied_vocab1024", vocab=1024),

@@ -1187,7 +1187,8 @@ def _ed_layer(n: _Emitter, h: str, i: int, pos: dict, past: bool, cfg: dict) -> 
     else:
         ck, cv = (_ed_heads(n, "encoder_hidden_states", f"{p}.c{c}", f"{p}_cross_{kind}") for c, kind in
                   (("k", "key"), ("v", "value")))
-    h = n("Add", [h, n("MatMul", [_ed_attend(n, cq, ck, cv, None, cfg, f"{p}_ca"), f"{p}.co"], [f"{p}_co"])], [f"{p}_r2"])
+    h = n("Add", [h, n("MatMul", [_ed_attend(n, cq, ck, cv, pos.get("cross"), cfg, f"{p}_ca"), f"{p}.co"], [f"{p}_co"])],
+          [f"{p}_r2"])
     up = n("MatMul", [_ed_norm(n, h, f"{p}.n3", cfg, f"{p}_n3"), f"{p}.w1"], [f"{p}_up"])
     act = n("Relu", [up], [f"{p}_act"]) if cfg["t5"] else n("Mul", [up, n("Sigmoid", [n("Mul", [up, "gelu_k"], [f"{p}_uk"])],
                                                                         [f"{p}_sig"])], [f"{p}_act"])
@@ -1198,6 +1199,9 @@ def _ed_branch(past: bool, cfg: dict) -> onnx.GraphProto:
     """One side of Optimum's merged encoder-decoder decoder over the outer scope's weights."""
     n = _Emitter("wp" if past else "np")
     pos = _ed_positions(n, past, cfg)
+    if cfg["encoder_mask"]:  # BART's _prepare_4d_attention_mask: masked_fill(mask == 0, finfo.min) as [B, 1, 1, E]
+        pad = n("Equal", [n("Unsqueeze", ["encoder_attention_mask", "ax12"], ["em4"]), "c0"], ["em_pad"])
+        pos["cross"] = n("Where", [pad, "f32_min", "zero"], ["cross_mask"])
     h = n("Gather", ["embed", "input_ids"], ["tok"])
     h = h if cfg["t5"] else n("Add", [h, n("Gather", ["pos_embed", pos["qpos"]], ["pe"])], ["h0"])
     presents = []
@@ -1222,14 +1226,15 @@ def _ed_weights(rng, cfg: dict) -> list:
         inits += [_init(f"{p}.n{j}.{g}", (1 + _rand(rng, d)) if g == "g" else _rand(rng, d)) for j in (1, 2, 3) for g in "gb"]
     ints = {"c0": 0, "c1": 1, "c2": 2, "ax0": [0], "ax1": [1], "ax12": [1, 2], "exact": 16, "last_bucket": 31,
             "ed_heads_shape": [0, 0, cfg["heads"], cfg["head"]], "ed_merge_shape": [0, 0, d]}
-    floats = {"one": 1.0, "two": 2.0, "zero": 0.0, "neg_big": -1e9, "eps": 1e-6, "ed_scale": cfg["head"] ** -0.5,
+    floats = {"one": 1.0, "two": 2.0, "zero": 0.0, "neg_big": -1e9, "f32_min": np.finfo(np.float32).min, "eps": 1e-6,
+              "ed_scale": cfg["head"] ** -0.5,
               "gelu_k": 1.702, "exact_f": 16.0, "log_span": np.log(128 / 16), "span_buckets": 16.0}
     return (inits + [_init(k, np.array(v, np.int64)) for k, v in ints.items()]
             + [_init(k, np.array(v, np.float32)) for k, v in floats.items()])
 
 
 def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, head: int = 16,
-                          vocab: int = 96) -> onnx.ModelProto:
+                          vocab: int = 96, encoder_mask: bool = False) -> onnx.ModelProto:
     """Optimum's merged decoder of an encoder-decoder model (``decoder_model_merged.onnx`` of
     Whisper/BART; ``t5``: of T5): ``If(use_cache_branch)`` between the decoder that appends to
     its self-attention cache and reads the cross-attention keys/values from the cache
@@ -1237,8 +1242,10 @@ def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, hea
     ``encoder_hidden_states`` once. Whisper/BART: LayerNorm, learned positions, scaled scores, a
     sigmoid-GELU MLP; T5: RMS norm, unscaled scores plus the relative position bias (buckets by
     Log/Div/Cast/Min/Where, a Gather of the bucket table), a ReLU MLP. Tied LM head; the
-    weights outer-scope initializers. Batch, lengths symbolic; ``vocab`` the embedding's rows."""
-    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab}
+    weights outer-scope initializers. Batch, lengths symbolic; ``vocab`` the embedding's rows;
+    ``encoder_mask``: an ``encoder_attention_mask`` [B, E] input, the lowest float added to the
+    cross-attention scores of padded frames (as BART's export writes it)."""
+    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab, "encoder_mask": encoder_mask}
     d = heads * head
     outs = ["logits"] + [f"present.{i}.{s}.{k}" for i in range(layers) for s in ("decoder", "encoder")
                          for k in ("key", "value")]
@@ -1249,6 +1256,7 @@ def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, hea
     inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{s}.{k}", FLOAT, ["B", heads, "P" if s == "decoder" else "E", head])
                for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")]
     inputs.append(helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]))
+    inputs += [helper.make_tensor_value_info("encoder_attention_mask", TensorProto.INT64, ["B", "E"])] * encoder_mask
     outputs = [helper.make_tensor_value_info("logits", FLOAT, ["B", "S", cfg["vocab"]])]
     outputs += [helper.make_tensor_value_info(o, FLOAT, ["B", heads, None, head]) for o in outs[1:]]
     read = {x for g in (node.attribute[0].g, node.attribute[1].g) for m in g.node for x in m.input}
