@@ -1197,7 +1197,7 @@ def _ed_layer(n: _Emitter, h: str, i: int, pos: dict, past: bool, cfg: dict) -> 
 
 def _ed_branch(past: bool, cfg: dict) -> onnx.GraphProto:
     """One side of Optimum's merged encoder-decoder decoder over the outer scope's weights."""
-    n = _Emitter("wp" if past else "np")
+    n = _Emitter("wp" if past else "np", cfg["dtype"])
     pos = _ed_positions(n, past, cfg)
     if cfg["encoder_mask"]:  # BART's _prepare_4d_attention_mask: masked_fill(mask == 0, finfo.min) as [B, 1, 1, E]
         pad = n("Equal", [n("Unsqueeze", ["encoder_attention_mask", "ax12"], ["em4"]), "c0"], ["em_pad"])
@@ -1209,8 +1209,8 @@ def _ed_branch(past: bool, cfg: dict) -> onnx.GraphProto:
         h, kv = _ed_layer(n, h, i, pos, past, cfg)
         presents += kv
     logits = n("MatMul", [_ed_norm(n, h, "final", cfg, "fn"), n("Transpose", ["embed"], ["lm_head"], perm=[1, 0])], ["logits"])
-    outputs = [helper.make_tensor_value_info(logits, FLOAT, ["B", "S", cfg["vocab"]])]
-    outputs += [helper.make_tensor_value_info(x, FLOAT, ["B", cfg["heads"], None, cfg["head"]]) for x in presents]
+    outputs = [helper.make_tensor_value_info(logits, cfg["dtype"], ["B", "S", cfg["vocab"]])]
+    outputs += [helper.make_tensor_value_info(x, cfg["dtype"], ["B", cfg["heads"], None, cfg["head"]]) for x in presents]
     return helper.make_graph(n.nodes, f"{n.tag}_branch", [], outputs)
 
 
@@ -1234,7 +1234,7 @@ def _ed_weights(rng, cfg: dict) -> list:
 
 
 def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, head: int = 16,
-                          vocab: int = 96, encoder_mask: bool = False) -> onnx.ModelProto:
+                          vocab: int = 96, encoder_mask: bool = False, dtype: int = FLOAT) -> onnx.ModelProto:
     """Optimum's merged decoder of an encoder-decoder model (``decoder_model_merged.onnx`` of
     Whisper/BART; ``t5``: of T5): ``If(use_cache_branch)`` between the decoder that appends to
     its self-attention cache and reads the cross-attention keys/values from the cache
@@ -1244,23 +1244,26 @@ def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, hea
     Log/Div/Cast/Min/Where, a Gather of the bucket table), a ReLU MLP. Tied LM head; the
     weights outer-scope initializers. Batch, lengths symbolic; ``vocab`` the embedding's rows;
     ``encoder_mask``: an ``encoder_attention_mask`` [B, E] input, the lowest float added to the
-    cross-attention scores of padded frames (as BART's export writes it)."""
-    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab, "encoder_mask": encoder_mask}
+    cross-attention scores of padded frames (as BART's export writes it); ``dtype`` float16 (not
+    with ``t5``): an fp16 export, weights, cache, logits and softmax in float16."""
+    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab, "encoder_mask": encoder_mask,
+           "dtype": dtype}
     d = heads * head
     outs = ["logits"] + [f"present.{i}.{s}.{k}" for i in range(layers) for s in ("decoder", "encoder")
                          for k in ("key", "value")]
     node = helper.make_node("If", ["use_cache_branch"], outs, name="optimum::if",
                             then_branch=_ed_branch(True, cfg), else_branch=_ed_branch(False, cfg))
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"]),
-              helper.make_tensor_value_info("encoder_hidden_states", FLOAT, ["B", "E", d])]
-    inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{s}.{k}", FLOAT, ["B", heads, "P" if s == "decoder" else "E", head])
+              helper.make_tensor_value_info("encoder_hidden_states", dtype, ["B", "E", d])]
+    inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{s}.{k}", dtype, ["B", heads, "P" if s == "decoder" else "E", head])
                for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")]
     inputs.append(helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]))
     inputs += [helper.make_tensor_value_info("encoder_attention_mask", TensorProto.INT64, ["B", "E"])] * encoder_mask
-    outputs = [helper.make_tensor_value_info("logits", FLOAT, ["B", "S", cfg["vocab"]])]
-    outputs += [helper.make_tensor_value_info(o, FLOAT, ["B", heads, None, head]) for o in outs[1:]]
+    outputs = [helper.make_tensor_value_info("logits", dtype, ["B", "S", cfg["vocab"]])]
+    outputs += [helper.make_tensor_value_info(o, dtype, ["B", heads, None, head]) for o in outs[1:]]
     read = {x for g in (node.attribute[0].g, node.attribute[1].g) for m in g.node for x in m.input}
     inits = [t for t in _ed_weights(np.random.default_rng(32 + t5), cfg) if t.name in read]  # one style's weights
+    inits = inits if dtype == FLOAT else _as_fp16(inits)
     return _model(helper.make_graph([node], "encdec_merged_decoder", inputs, outputs, inits))
 
 
