@@ -1032,16 +1032,21 @@ def _genai_lengths() -> list[onnx.NodeProto]:
             helper.make_node("Cast", ["g_total64"], ["total_sequence_length"], to=TensorProto.INT32)]
 
 
-def _genai_block(rng, i: int, normed: str, d: int, heads: int, kv: int, bias: bool) -> tuple[list, list]:
+def _genai_block(rng, i: int, normed: str, d: int, heads: int, kv: int, bias: bool,
+                 gqa_attrs: dict) -> tuple[list, list]:
     """Layer ``i``'s attention: the packed QKV MatMulNBits (N = (heads + 2 kv) head), GQA with
-    key and value absent and rotary inside, the o_proj."""
+    key and value absent and rotary inside (``gqa_attrs`` more attributes; ``head_sink``: a
+    per-head sink logit input, as gpt-oss's), the o_proj."""
     head, t = d // heads, f"l{i}_"
     qkv, inits = _genai_bias_linear(rng, f"{t}qkv_proj", normed, f"{t}qkv", d, (heads + 2 * kv) * head, bias)
+    attrs = {k: v for k, v in gqa_attrs.items() if k != "head_sink"}
+    sink = ["", "", f"{t}sink"] if gqa_attrs.get("head_sink") else []
+    inits += [_init(f"{t}sink", rng.uniform(-1, 2, heads).astype(np.float32))] if sink else []
     gqa = helper.make_node("GroupQueryAttention",
                            [f"{t}qkv", "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
-                            "total_sequence_length", "cos_cache", "sin_cache"],
+                            "total_sequence_length", "cos_cache", "sin_cache", *sink],
                            [f"{t}attn", f"present.{i}.key", f"present.{i}.value"], domain=MS, name=f"{t}gqa",
-                           num_heads=heads, kv_num_heads=kv, do_rotary=1, scale=float(head) ** -0.5)
+                           num_heads=heads, kv_num_heads=kv, do_rotary=1, scale=float(head) ** -0.5, **attrs)
     o_proj, o_weights = _nbits_linear(rng, f"{t}o_proj", f"{t}attn", f"{t}o", d, d)
     return [qkv, gqa, o_proj], inits + o_weights
 
@@ -1070,7 +1075,8 @@ def _int4_embedding(rng, vocab: int, d: int, block: int = 32) -> tuple[onnx.Node
 
 
 def genai_int4_decoder(heads: int = 4, kv: int = 2, layers: int = 2, bias: bool = False,
-                       rotary_dim: int | None = None, int4_embedding: bool = False) -> onnx.ModelProto:
+                       rotary_dim: int | None = None, int4_embedding: bool = False,
+                       gqa: dict | None = None) -> onnx.ModelProto:
     """A decoder as onnxruntime-genai's model builder writes an int4 CPU model (prefill and
     decode in one graph): ``input_ids`` [B, S], ``attention_mask`` [B, T] and a KV cache of P
     rows per layer (T = P + S); GQA's ``seqlens_k``/``total_sequence_length`` computed from the
@@ -1079,7 +1085,8 @@ def genai_int4_decoder(heads: int = 4, kv: int = 2, layers: int = 2, bias: bool 
     with a bias input) into GroupQueryAttention (key/value absent, ``do_rotary=1``, cos/sin
     caches); MatMulNBits MLP and LM head, all at accuracy_level 4. ``heads``/``kv`` of 64
     channels; ``rotary_dim`` below the head size: partial rotary (the caches narrower);
-    ``int4_embedding``: the embedding a GatherBlockQuantized (:func:`_int4_embedding`)."""
+    ``int4_embedding``: the embedding a GatherBlockQuantized (:func:`_int4_embedding`); ``gqa``:
+    more GQA attributes (softcap, local_window_size, smooth_softmax; ``head_sink``: the input)."""
     rng = np.random.default_rng(31)
     d, ffn, vocab, max_pos = 64, 128, 96, 64
     head = d // heads
@@ -1095,7 +1102,7 @@ def genai_int4_decoder(heads: int = 4, kv: int = 2, layers: int = 2, bias: bool 
     residual, normed = "h0", "l0_xn"
     for i in range(layers):
         t = f"l{i}_"
-        attn, attn_inits = _genai_block(rng, i, normed, d, heads, kv, bias)
+        attn, attn_inits = _genai_block(rng, i, normed, d, heads, kv, bias, gqa or {})
         post = helper.make_node("SkipSimplifiedLayerNormalization", [f"{t}o", residual, f"{t}n2"],
                                 [f"{t}hn", "", "", f"{t}h"], domain=MS, epsilon=1e-6)
         mlp, mlp_inits, out = _genai_mlp(rng, t, f"{t}hn", d, ffn)
