@@ -129,9 +129,11 @@ def _genai_int4(name: str, batch: int = 1, past: int = 8, seq: int = 1, mask=1, 
     cache of ``past`` rows (the buffer GenAI shares between past and present)."""
     heads, kv, layers = kw.get("heads", 4), kw.get("kv", 2), kw.get("layers", 2)
     cache = {f"past_key_values.{i}.{k}": [batch, kv, past, 64 // heads] for i in range(layers) for k in ("key", "value")}
-    return Variant(name, "genai_int4_decoder", kw,
-                   {"input_ids": [batch, seq], "attention_mask": [batch, total or past + seq], **cache},
-                   {"input_ids": (0, 96), "attention_mask": mask})
+    pins = {"input_ids": [batch, seq], "attention_mask": [batch, total or past + seq], **cache}
+    values = {"input_ids": (0, 96), "attention_mask": mask}
+    if kw.get("gqa", {}).get("rotary_op"):  # the positions of the new tokens
+        pins["position_ids"], values["position_ids"] = [batch, seq], (past, past + 1) if seq == 1 else (0, 1)
+    return Variant(name, "genai_int4_decoder", kw, pins, values)
 
 
 def _encdec(name: str, cache: bool = True, batch: int = 1, past: int = 5, **kw) -> Variant:
@@ -202,7 +204,8 @@ def variants() -> list[Variant]:
         _genai_int4("gb_int4_softcap_window", gqa={"softcap": 30.0, "local_window_size": 4}),
         _genai_int4("gb_int4_smooth_softmax", gqa={"smooth_softmax": 1}),
         _genai_int4("gb_int4_head_sink_prefill", past=0, seq=4, gqa={"head_sink": True}),
-        _genai_int4("gb_int4_head_sink_window", gqa={"head_sink": True, "local_window_size": 4}), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
+        _genai_int4("gb_int4_head_sink_window", gqa={"head_sink": True, "local_window_size": 4}),
+        _genai_int4("gb_int4_rotary_op", gqa={"rotary_op": True}), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
         _optimum("optimum_mha_kv4", kv=4), _optimum("optimum_mqa_kv1", kv=1), _optimum("optimum_1layer", layers=1),
         _optimum("optimum_fp16_kv1", dtype=fp16, kv=1),
         _encdec("whisper_cache"), _encdec("whisper_first", cache=False), _encdec("whisper_h8_b2", heads=8, head=8, batch=2),

@@ -1039,16 +1039,25 @@ def _genai_block(rng, i: int, normed: str, d: int, heads: int, kv: int, bias: bo
     per-head sink logit input, as gpt-oss's), the o_proj."""
     head, t = d // heads, f"l{i}_"
     qkv, inits = _genai_bias_linear(rng, f"{t}qkv_proj", normed, f"{t}qkv", d, (heads + 2 * kv) * head, bias)
-    attrs = {k: v for k, v in gqa_attrs.items() if k != "head_sink"}
+    attrs = {k: v for k, v in gqa_attrs.items() if k not in ("head_sink", "rotary_op")}
     sink = ["", "", f"{t}sink"] if gqa_attrs.get("head_sink") else []
     inits += [_init(f"{t}sink", rng.uniform(-1, 2, heads).astype(np.float32))] if sink else []
+    qkv_in, nodes = [f"{t}qkv", "", ""], [qkv]
+    if gqa_attrs.get("rotary_op"):  # the older builder: Split, com.microsoft RotaryEmbedding on Q and K
+        qkv_in = [f"{t}q", f"{t}kr", f"{t}v"]
+        nodes += [helper.make_node("Split", [f"{t}qkv", f"{t}qkv_sizes"], [f"{t}q0", f"{t}k0", f"{t}v"], axis=-1)]
+        nodes += [helper.make_node("RotaryEmbedding", [f"{t}{x}0", "position_ids", "cos_cache", "sin_cache"], [out],
+                                   domain=MS, num_heads=n) for x, out, n in (("q", f"{t}q", heads), ("k", f"{t}kr", kv))]
+        inits.append(_init(f"{t}qkv_sizes", np.array([heads * head, kv * head, kv * head], np.int64)))
     gqa = helper.make_node("GroupQueryAttention",
-                           [f"{t}qkv", "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
-                            "total_sequence_length", "cos_cache", "sin_cache", *sink],
+                           [*qkv_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
+                            "total_sequence_length", *(["", ""] if gqa_attrs.get("rotary_op") else ["cos_cache", "sin_cache"]),
+                            *sink],
                            [f"{t}attn", f"present.{i}.key", f"present.{i}.value"], domain=MS, name=f"{t}gqa",
-                           num_heads=heads, kv_num_heads=kv, do_rotary=1, scale=float(head) ** -0.5, **attrs)
+                           num_heads=heads, kv_num_heads=kv, do_rotary=int(not gqa_attrs.get("rotary_op")),
+                           scale=float(head) ** -0.5, **attrs)
     o_proj, o_weights = _nbits_linear(rng, f"{t}o_proj", f"{t}attn", f"{t}o", d, d)
-    return [qkv, gqa, o_proj], inits + o_weights
+    return nodes + [gqa, o_proj], inits + o_weights
 
 
 def _genai_mlp(rng, t: str, normed: str, d: int, ffn: int) -> tuple[list, list, str]:
@@ -1086,7 +1095,8 @@ def genai_int4_decoder(heads: int = 4, kv: int = 2, layers: int = 2, bias: bool 
     caches); MatMulNBits MLP and LM head, all at accuracy_level 4. ``heads``/``kv`` of 64
     channels; ``rotary_dim`` below the head size: partial rotary (the caches narrower);
     ``int4_embedding``: the embedding a GatherBlockQuantized (:func:`_int4_embedding`); ``gqa``:
-    more GQA attributes (softcap, local_window_size, smooth_softmax; ``head_sink``: the input)."""
+    more GQA attributes (softcap, local_window_size, smooth_softmax; ``head_sink``: the input;
+    ``rotary_op``: rotary by com.microsoft RotaryEmbedding nodes on a ``position_ids`` input)."""
     rng = np.random.default_rng(31)
     d, ffn, vocab, max_pos = 64, 128, 96, 64
     head = d // heads
@@ -1117,6 +1127,7 @@ def genai_int4_decoder(heads: int = 4, kv: int = 2, layers: int = 2, bias: bool 
     inits += [_init("final_n1", 1 + _rand(rng, d))]
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"]),
               helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["B", "T"])]
+    inputs += [helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["B", "S"])] * bool((gqa or {}).get("rotary_op"))
     inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{k}", FLOAT, ["B", kv, "P", head])
                for i in range(layers) for k in ("key", "value")]
     outputs = [helper.make_tensor_value_info("logits", FLOAT, ["B", "S", vocab])]
