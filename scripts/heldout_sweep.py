@@ -11,7 +11,8 @@ interleaved or partial, causal or an additive mask, float16, MatMulNBits bits 4/
 without zero points and block sizes 16/32/128; batch > 1 as a pin), and forms no corpus entry
 had before: onnxruntime-genai's int4 CPU decoder (GQA lengths computed from the attention mask,
 the SkipSimplifiedLayerNormalization residual chain, packed QKV with a bias, prefill, decode,
-a padded batch, a static cache, partial rotary, a GatherBlockQuantized embedding), Optimum's
+a padded batch, a static cache, partial rotary, a GatherBlockQuantized embedding, softcap and a
+local window, smooth softmax and head sinks, rotary by RotaryEmbedding nodes), Optimum's
 merged encoder-decoder decoders (Whisper/BART and T5: self-attention cache plus cross-attention
 keys/values computed once or read from the cache, T5's relative position buckets, the encoder
 padding, a 1024-row tied embedding, float16) and their decoder step as onnxruntime's optimizer
@@ -44,7 +45,7 @@ the allowance it is held to, the max abs error per shape (over both fused files 
 runtimes), and the verdict (``ok``, ``ok (int8 rounding)`` or what failed). Exit status 1 when
 any variant fails.
 
-    .venv/bin/python scripts/heldout_sweep.py                 # every variant (about 40 s on 2 cores)
+    .venv/bin/python scripts/heldout_sweep.py                 # every variant (about 60 s on 2 cores)
     .venv/bin/python scripts/heldout_sweep.py --only nbits    # variants whose name contains "nbits"
     .venv/bin/python scripts/heldout_sweep.py --list
     .venv/bin/python scripts/heldout_sweep.py --flips nbits_b8_blk32 batch+1   # where a miss starts
