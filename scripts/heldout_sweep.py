@@ -8,7 +8,16 @@ MatMulNBits decoders (LLaMA-style, GenAI's GroupQueryAttention step), Optimum me
 builds *variants* of them from ``tests/realworld/built.py``'s builders (their keywords: heads,
 key/value heads -- GQA ratios 1, 2, 4 and MQA --, hidden and head size, layers, rotary
 interleaved or partial, causal or an additive mask, float16, MatMulNBits bits 4/8 with and
-without zero points and block sizes 16/32/128; batch > 1 as a pin) and for each one:
+without zero points and block sizes 16/32/128; batch > 1 as a pin), and forms no corpus entry
+had before: onnxruntime-genai's int4 CPU decoder (GQA lengths computed from the attention mask,
+the SkipSimplifiedLayerNormalization residual chain, packed QKV with a bias, prefill, decode,
+a padded batch, a static cache, partial rotary, a GatherBlockQuantized embedding, softcap and a
+local window, smooth softmax and head sinks, rotary by RotaryEmbedding nodes), Optimum's
+merged encoder-decoder decoders (Whisper/BART and T5: self-attention cache plus cross-attention
+keys/values computed once or read from the cache, T5's relative position buckets, the encoder
+padding, a 1024-row tied embedding, float16) and their decoder step as onnxruntime's optimizer
+writes it (MultiHeadAttention with past/present, 4-D cross key/value, ``attention_bias``,
+``key_padding_mask``); and for each one:
 
 * fuses it pinned (``api.fuse_to_file`` with ``input_shapes``) and unpinned;
 * reads the heavy-node coverage (share of heavy nodes in blocks; floor 90 %) and the blocks;
@@ -36,7 +45,7 @@ the allowance it is held to, the max abs error per shape (over both fused files 
 runtimes), and the verdict (``ok``, ``ok (int8 rounding)`` or what failed). Exit status 1 when
 any variant fails.
 
-    .venv/bin/python scripts/heldout_sweep.py                 # every variant (about 30 s on 2 cores)
+    .venv/bin/python scripts/heldout_sweep.py                 # every variant (about 60 s on 2 cores)
     .venv/bin/python scripts/heldout_sweep.py --only nbits    # variants whose name contains "nbits"
     .venv/bin/python scripts/heldout_sweep.py --list
     .venv/bin/python scripts/heldout_sweep.py --flips nbits_b8_blk32 batch+1   # where a miss starts
@@ -113,6 +122,47 @@ def _genai(name: str, heads: int, kv: int) -> Variant:
                    {"input_ids": (0, 96), "seqlens_k": 4, "total_sequence_length": 5})
 
 
+def _genai_int4(name: str, batch: int = 1, past: int = 8, seq: int = 1, mask=1, total: int | None = None,
+                **kw) -> Variant:
+    """A GenAI-builder int4 decoder (:func:`built.genai_int4_decoder`): decode (one new token)
+    or prefill (``past`` 0); the mask all ones over past + new tokens (``mask`` a range:
+    random 0/1, a right-padded batch's lengths); ``total``: a mask that long over a static
+    cache of ``past`` rows (the buffer GenAI shares between past and present)."""
+    heads, kv, layers = kw.get("heads", 4), kw.get("kv", 2), kw.get("layers", 2)
+    cache = {f"past_key_values.{i}.{k}": [batch, kv, past, 64 // heads] for i in range(layers) for k in ("key", "value")}
+    pins = {"input_ids": [batch, seq], "attention_mask": [batch, total or past + seq], **cache}
+    values = {"input_ids": (0, 96), "attention_mask": mask}
+    if kw.get("gqa", {}).get("rotary_op"):  # the positions of the new tokens
+        pins["position_ids"], values["position_ids"] = [batch, seq], (past, past + 1) if seq == 1 else (0, 1)
+    return Variant(name, "genai_int4_decoder", kw, pins, values)
+
+
+def _encdec(name: str, cache: bool = True, batch: int = 1, past: int = 5, **kw) -> Variant:
+    """An encoder-decoder merged decoder (:func:`built.encdec_merged_decoder`) at a decode step
+    over a ``past``-row decoder cache (``cache``; T5's log-spaced buckets start at 16) or at the first step (4 tokens, the cache inputs
+    the one-row dummies Optimum feeds); 6 encoder frames."""
+    heads, head, layers = kw.get("heads", 4), kw.get("head", 16), kw.get("layers", 2)
+    seq, past = (1, past) if cache else (4, 1)
+    pins = {"input_ids": [batch, seq], "encoder_hidden_states": [batch, 6, heads * head]}
+    pins |= {f"past_key_values.{i}.{s}.{k}": [batch, heads, past if s == "decoder" else 6, head]
+             for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")}
+    values = {"input_ids": (0, 96), "use_cache_branch": cache}
+    if kw.get("encoder_mask"):
+        pins["encoder_attention_mask"], values["encoder_attention_mask"] = [batch, 6], (0, 2)
+    return Variant(name, "encdec_merged_decoder", kw, pins, values)
+
+
+def _ms_step(name: str, batch: int = 1, past: int = 5, **kw) -> Variant:
+    """:func:`built.ort_mha_encdec_step` (MultiHeadAttention self and cross) at one new token."""
+    heads, head, layers = kw.get("heads", 4), kw.get("head", 16), kw.get("layers", 2)
+    pins = {"input_ids": [batch, 1]} | {f"past_key_values.{i}.{s}.{k}": [batch, heads, past if s == "decoder" else 6, head]
+                                        for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")}
+    values = {"input_ids": (0, 96)}
+    if kw.get("encoder_mask"):
+        pins["encoder_attention_mask"], values["encoder_attention_mask"] = [batch, 6], (0, 2)
+    return Variant(name, "ort_mha_encdec_step", kw, pins, values)
+
+
 def _optimum(name: str, dtype: int = onnx.TensorProto.FLOAT, heads: int = 4, kv: int = 2, layers: int = 2) -> Variant:
     cache = {f"past_key_values.{i}.{k}": [1, kv, 5, 64 // heads] for i in range(layers) for k in ("key", "value")}
     return Variant(name, "optimum_merged_llama", {"dtype": dtype, "heads": heads, "kv": kv, "layers": layers},
@@ -145,9 +195,32 @@ def variants() -> list[Variant]:
         _opset23("o23_hidden512_size", hidden=512, heads=8, kv_heads=2, ffn=1024), _nbits("nbits_b4_blk16_acc0", block=16, accuracy_level=0),
         _nbits("nbits_b8_blk32_acc0", bits=8, accuracy_level=0),
         _nbits("nbits_b4_blk128_d128_acc0", d=128, block=128, accuracy_level=0),
-        _genai("genai_mha_kv4", 4, 4), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
+        _genai("genai_mha_kv4", 4, 4),
+        _genai_int4("gb_int4_decode"), _genai_int4("gb_int4_prefill", past=0, seq=4),
+        _genai_int4("gb_int4_qkv_bias", bias=True), _genai_int4("gb_int4_mqa_b2", batch=2, kv=1),
+        _genai_int4("gb_int4_partial_rot_h2", heads=2, kv=1, rotary_dim=16),
+        _genai_int4("gb_int4_embedding", int4_embedding=True),
+        _genai_int4("gb_int4_prefill_mask_b2", batch=2, past=0, seq=4, mask=(0, 2)),
+        _genai_int4("gb_int4_static_cache", past=16, total=9),
+        _genai_int4("gb_int4_softcap_window", gqa={"softcap": 30.0, "local_window_size": 4}),
+        _genai_int4("gb_int4_smooth_softmax", gqa={"smooth_softmax": 1}),
+        _genai_int4("gb_int4_head_sink_prefill", past=0, seq=4, gqa={"head_sink": True}),
+        _genai_int4("gb_int4_head_sink_window", gqa={"head_sink": True, "local_window_size": 4}),
+        _genai_int4("gb_int4_rotary_op", gqa={"rotary_op": True}), _genai("genai_mqa_kv1", 4, 1), _genai("genai_h2_kv1", 2, 1),
         _optimum("optimum_mha_kv4", kv=4), _optimum("optimum_mqa_kv1", kv=1), _optimum("optimum_1layer", layers=1),
         _optimum("optimum_fp16_kv1", dtype=fp16, kv=1),
+        _encdec("whisper_cache"), _encdec("whisper_first", cache=False), _encdec("whisper_h8_b2", heads=8, head=8, batch=2),
+        _encdec("bart_encoder_mask_b2", batch=2, encoder_mask=True),
+        _encdec("bart_encoder_mask_first", cache=False, encoder_mask=True),
+        _encdec("whisper_fp16_cache", dtype=onnx.TensorProto.FLOAT16),
+        _encdec("whisper_fp16_first_mask", cache=False, encoder_mask=True, dtype=onnx.TensorProto.FLOAT16), _encdec("t5_cache", t5=True), _encdec("t5_first", cache=False, t5=True), _encdec("t5_1layer", t5=True, layers=1),
+        _encdec("t5_past40_log_buckets", t5=True, past=40),
+        _ms_step("ortmha_whisper_step"), _ms_step("ortmha_whisper_h8_b2", heads=8, head=8, batch=2),
+        _encdec("whisper_tied_vocab1024", vocab=1024), _ms_step("ortmha_whisper_tied_vocab1024", vocab=1024),
+        _ms_step("ortmha_t5_step", t5=True), _ms_step("ortmha_t5_past40", t5=True, past=40),
+        _ms_step("ortmha_bart_encoder_mask_b2", batch=2, encoder_mask=True),
+        _ms_step("ortmha_t5_encoder_mask", t5=True, encoder_mask=True),
+        _ms_step("ortmha_t5_encoder_bias_b2", t5=True, encoder_mask="bias", batch=2),
         _merged_if("merged_if_h4_d8", 4, 8), _merged_if("merged_if_h1_d32", 1, 32),
         Variant("siamese_b2", "siamese_tower", {}, {"left": [2, 3, 32, 32], "right": [2, 3, 32, 32]}),
         Variant("g2p_n1", "grapheme_to_phoneme", {}, {"letters": [1, 8]}),

@@ -112,6 +112,42 @@ def test_a_small_computed_weight_folds_and_the_block_reads_the_input():
     assert _all_ops(normal) == ["Mul"]
 
 
+def _weight_read_twice(gather: bool) -> onnx.ModelProto:
+    """W [512, 256] (512 KiB) reordered as exporters write an LSTM's gates (two Slices and a
+    Concat) before a MatMul; with ``gather`` a Gather of rows reads W too (a tied embedding)."""
+    w = np.random.default_rng(5).standard_normal((512, 256)).astype(np.float32)
+    nodes = [helper.make_node("Slice", ["W", "s0", "s1"], ["top"]), helper.make_node("Slice", ["W", "s1", "s2"], ["low"]),
+             helper.make_node("Concat", ["low", "top"], ["Wr"], axis=0), helper.make_node("Transpose", ["Wr"], ["Wt"]),
+             helper.make_node("MatMul", ["x", "Wt"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", FLOAT, [2, 512])]
+    if gather:
+        nodes.append(helper.make_node("Gather", ["W", "ids"], ["rows"]))
+        outputs.append(helper.make_tensor_value_info("rows", FLOAT, [2, 256]))
+    inputs = [helper.make_tensor_value_info("x", FLOAT, [2, 256]), helper.make_tensor_value_info("ids", INT64, [2])]
+    inits = [numpy_helper.from_array(w, "W")] + [numpy_helper.from_array(np.array([v], np.int64), f"s{i}")
+                                                 for i, v in enumerate((0, 256, 512))]
+    return _model(nodes, inputs[: 1 + gather], outputs, inits)
+
+
+def test_a_weight_whose_every_reader_folds_is_folded_into_one_copy():
+    """The Slices each write half of W (256 KiB, above what folding writes freely) and free
+    nothing alone, but every reader of W folds: the reordered weight replaces W."""
+    normal = normalize(_weight_read_twice(gather=False))
+    assert _all_ops(normal) == ["MatMul"]
+    assert tensor_payload_bytes(normal) == 512 * 256 * 4
+
+
+def test_a_weight_a_gather_keeps_is_not_folded_into_a_second_copy():
+    """A tied embedding: the Gather keeps W, so folding its transposed reorder would store W twice;
+    those nodes stay and the model holds W once."""
+    model = _weight_read_twice(gather=True)
+    normal = normalize(model)
+    assert tensor_payload_bytes(normal) < 512 * 256 * 4 * 1.05
+    feeds = {"x": np.ones((2, 256), np.float32), "ids": np.array([3, 7], np.int64)}
+    for got, want in zip(_run(normal, feeds), _run(model, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
 # ------------------------------------------------------------------------------ subgraphs
 def _branch(name: str, nodes: list, out: str) -> onnx.GraphProto:
     return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, FLOAT, None)])
@@ -205,3 +241,26 @@ def test_einsum_is_priced_by_its_index_space(equation):
                    [helper.make_tensor_value_info("y", FLOAT, [2, 3, 5])], [w])
     [layer] = analyze(normalize(model)).layers
     assert layer.ops == 2 * 2 * 3 * 4 * 5
+
+
+def test_an_int4_embedding_lookup_is_typed_and_sized_for_what_follows():
+    """com.microsoft GatherBlockQuantized of 4-bit rows packed two a byte ([V, d/2] uint8) gives
+    [B, S, d] in the scales' type: onnxruntime's symbolic rule gave [B, S, d/2] and stopped at
+    the residual Add, leaving every later op (GQA, MatMulNBits) untyped and on the host."""
+    from onnxmlu.frontend.symbolic import symbolic_infer
+
+    vocab, d = 16, 64
+    nodes = [helper.make_node("GatherBlockQuantized", ["q", "ids", "s"], ["h"], domain="com.microsoft", bits=4,
+                              block_size=32, gather_axis=0, quantize_axis=1),
+             helper.make_node("Add", ["h", "bias"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["y"])]
+    inits = [numpy_helper.from_array(np.zeros((vocab, d // 2), np.uint8), "q"),
+             numpy_helper.from_array(np.ones((vocab, d // 32), np.float32), "s"),
+             numpy_helper.from_array(np.zeros((1, 1, d), np.float32), "bias"),
+             numpy_helper.from_array(np.zeros((d, 4), np.float32), "w")]
+    model = _model(nodes, [helper.make_tensor_value_info("ids", INT64, ["B", "S"])],
+                   [helper.make_tensor_value_info("y", FLOAT, None)], inits)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    inferred = {v.name: v.type.tensor_type for v in symbolic_infer(model).graph.value_info}
+    for name, width in (("h", d), ("r", d)):
+        assert inferred[name].elem_type == FLOAT
+        assert [x.dim_value or x.dim_param for x in inferred[name].shape.dim] == ["B", "S", width]

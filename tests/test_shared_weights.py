@@ -26,7 +26,7 @@ from onnxmlu.schema import (SHARED_ATTRIBUTE, SHARED_LOCATION, BodyFileReference
                             body_model_from_attribute, is_fusion_block, placeholder, shared_names)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "realworld"))
-from built import merged_if_decoder, siamese_tower  # noqa: E402
+from built import encdec_merged_decoder, merged_if_decoder, siamese_tower  # noqa: E402
 
 RTOL = ATOL = 1e-4
 PINS = {"left": [1, 3, 32, 32], "right": [1, 3, 32, 32]}
@@ -243,3 +243,57 @@ def test_a_placeholder_no_shared_input_names_is_a_file_reference_and_refused(lib
         _plain_session(path, library)
     with pytest.raises(BodyFileReferenceError, match=SHARED_LOCATION):
         body_model(model.graph.node[0])
+
+
+def _tied_lm_head(vocab: int = 1024, d: int = 64) -> onnx.ModelProto:
+    """A tied embedding as Whisper, BART and T5 export it: ``Gather(embed, ids)`` in, the LM head
+    ``MatMul(h, Transpose(embed))`` out; the embedding (256 KiB) well above what folding may write
+    freely, so a folded transpose would be a second copy of it."""
+    rng = np.random.default_rng(21)
+    nodes = [helper.make_node("Gather", ["embed", "ids"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Transpose", ["embed"], ["lm_head"], perm=[1, 0]),
+             helper.make_node("MatMul", ["r", "lm_head"], ["logits"])]
+    graph = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "S"])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", "S", vocab])],
+                              [numpy_helper.from_array(rng.standard_normal((vocab, d)).astype(np.float32), "embed")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_tied_embedding_and_lm_head_are_stored_once(library, tmp_path):
+    """Folding the LM head's Transpose would free nothing (the Gather still reads the
+    embedding): it stays a node, the file holds the embedding once, and it runs."""
+    model = _tied_lm_head()
+    src, out = tmp_path / "tied.onnx", tmp_path / "fused.onnx"
+    onnx.save(model, src)
+    api.fuse_to_file(src, out, input_shapes={"ids": [1, 4]})
+    assert _stored_weights(onnx.load(out)) == ["embed"]
+    assert out.stat().st_size <= 1.05 * src.stat().st_size + FRAMING_BYTES_PER_BLOCK
+    feeds = {"ids": np.random.default_rng(3).integers(0, 1024, (2, 5)).astype(np.int64)}
+    want = reference_session(model).run(None, feeds)[0]
+    np.testing.assert_allclose(_plain_session(out, library).run(None, feeds)[0], want, rtol=RTOL, atol=ATOL)
+
+
+def test_a_tied_embedding_read_in_both_branches_of_a_merged_decoder_is_stored_once(library, tmp_path):
+    """An encoder-decoder merged decoder (``If(use_cache_branch)``) with a tied LM head in each
+    branch: the fold bound holds inside branches too (graphsurgeon's own recursion into
+    subgraphs drops it), so neither branch writes a transposed copy of the embedding."""
+    model = encdec_merged_decoder(vocab=1024, layers=1)
+    src, out = tmp_path / "encdec.onnx", tmp_path / "fused.onnx"
+    onnx.save(model, src)
+    pins = {"input_ids": [1, 1], "encoder_hidden_states": [1, 6, 64],
+            **{f"past_key_values.0.{s}.{k}": [1, 4, 5 if s == "decoder" else 6, 16]
+               for s in ("decoder", "encoder") for k in ("key", "value")}}
+    api.fuse_to_file(src, out, input_shapes=pins)
+    stored = _stored_weights(onnx.load(out))
+    assert stored.count("embed") == 1 and not [name for name in stored if "lm_head" in name], stored
+    assert out.stat().st_size <= 1.05 * src.stat().st_size + FRAMING_BYTES_PER_BLOCK * 2
+    rng = np.random.default_rng(4)
+    feeds = {"input_ids": rng.integers(0, 1024, (1, 1)).astype(np.int64),
+             "encoder_hidden_states": rng.standard_normal((1, 6, 64)).astype(np.float32),
+             **{f"past_key_values.0.{s}.{k}": rng.standard_normal((1, 4, 5 if s == "decoder" else 6, 16)).astype(np.float32)
+                for s in ("decoder", "encoder") for k in ("key", "value")}}
+    session, reference = _plain_session(out, library), reference_session(model)
+    for use_cache in (True, False):
+        feeds["use_cache_branch"] = np.array([use_cache])
+        for got, want in zip(session.run(None, feeds), reference.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL * max(1.0, float(np.abs(want).max())))

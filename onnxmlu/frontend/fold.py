@@ -13,8 +13,10 @@ Three folders take turns (see :func:`onnxmlu.frontend.normalize.normalize`):
 * :func:`fold_constant_nodes` evaluates every node whose inputs are all constants with
   onnxruntime (onnx-graphsurgeon's folder), in every subgraph. It never writes a constant
   much larger than what it is computed from: a node whose result would exceed
-  ``max(FOLD_FREE_BYTES, FOLD_GROWTH x its constant inputs)`` (a ``ConstantOfShape``,
-  ``Expand``, ``Tile`` or ``Range`` broadcast; a ``Cast`` of large int8 weights) is left to
+  ``max(FOLD_FREE_BYTES, FOLD_GROWTH x the constant inputs it frees)`` (a ``ConstantOfShape``,
+  ``Expand``, ``Tile`` or ``Range`` broadcast; a ``Cast`` of large int8 weights; a
+  ``Transpose`` of a weight another node reads too -- a tied embedding's LM head, whose folded
+  result would be a second copy next to the embedding the ``Gather`` keeps) is left to
   run at inference time, as onnxsim and onnxslim bound folding, so a fused file stays about
   the size of the original. ``QuantizeLinear``, ``DequantizeLinear`` and
   ``DynamicQuantizeLinear`` are never folded, whatever their size: a model that arrives
@@ -242,8 +244,7 @@ def _graphsurgeon_fold(model: onnx.ModelProto, weights: WeightStore | None) -> o
     if weights is not None:
         bind_stored(graph, weights)
     with ortlog.at_least(3):  # its optimizer's notes about the folded pieces
-        graph.fold_constants(fold_shapes=False, partitioning="basic", flatten_subgraphs=False,
-                             should_exclude_node=_grows_the_model)
+        _fold_scopes(graph)
     graph.cleanup(remove_unused_graph_inputs=False)
     folded = gs.export_onnx(graph, do_type_check=False)
     copy_model_fields(folded, model)
@@ -254,10 +255,22 @@ def _graphsurgeon_fold(model: onnx.ModelProto, weights: WeightStore | None) -> o
     return folded
 
 
+def _fold_scopes(graph: gs.Graph, top: bool = True) -> None:
+    """graphsurgeon's folder over ``graph``, then over each of its subgraphs the same way: its own
+    recursion into subgraphs does not pass ``should_exclude_node`` on, so an ``If`` branch was
+    folded without the bound (a tied LM head's ``Transpose`` of an outer-scope embedding
+    written as a second copy of it)."""
+    graph.fold_constants(fold_shapes=False, partitioning="basic", flatten_subgraphs=False, recurse_subgraphs=False,
+                         should_exclude_node=_grows_the_model, recurse_functions=top)
+    for sub in graph.subgraphs():
+        _fold_scopes(sub, False)
+
+
 def _grows_the_model(node) -> bool:
-    """Whether folding graphsurgeon node ``node`` would write a constant much larger than its
-    constant inputs: a broadcast (``ConstantOfShape``, ``Expand``, ``Tile``, ``Range``) or an
-    up-cast of stored weights (``Cast`` of int8 weights is 4x) -- or a quantization node,
+    """Whether folding graphsurgeon node ``node`` would write a constant much larger than the
+    constant inputs it frees (:func:`_freed_bytes`): a broadcast (``ConstantOfShape``,
+    ``Expand``, ``Tile``, ``Range``), an up-cast of stored weights (``Cast`` of int8 weights is
+    4x), a transform of a weight that a node which stays reads too -- or a quantization node,
     which is never folded."""
     if node.op in _QUANTIZATION_OPS:
         return True
@@ -266,8 +279,37 @@ def _grows_the_model(node) -> bool:
     if any(v is None for v in values):
         return False  # not foldable anyway
     out_bytes = _output_bytes(node, values)
-    in_bytes = sum(int(np.asarray(v).nbytes) for v in values)
-    return out_bytes is not None and out_bytes > max(FOLD_FREE_BYTES, FOLD_GROWTH * in_bytes)
+    if out_bytes is None or out_bytes <= FOLD_FREE_BYTES:
+        return False
+    return out_bytes > FOLD_GROWTH * _freed_bytes(node)
+
+
+def _freed_bytes(node) -> int:
+    """The bytes of ``node``'s constant inputs that folding frees: those whose every other reader
+    is folded too (:func:`_folds`; the gate Slices of an LSTM weight). A weight that a node which
+    stays reads too (a tied embedding: its ``Gather`` of the token ids next to the LM head's
+    ``Transpose``) is not freed: the folded result would be a second copy of it."""
+    constants = {id(t): t for t in node.inputs if isinstance(t, gs.Constant)}.values()
+    return sum(int(np.asarray(t.values).nbytes) for t in constants
+               if all(reader is node or _folds(reader) for reader in t.outputs))
+
+
+def _folds(node) -> bool:
+    """Whether every input of ``node`` is a constant or computed from constants only (no graph
+    input, no node holding a subgraph on the way): the folder evaluates it."""
+    stack, seen = list(node.inputs), set()
+    while stack:
+        tensor = stack.pop()
+        if id(tensor) in seen or isinstance(tensor, gs.Constant) or tensor.is_empty():
+            continue
+        seen.add(id(tensor))
+        if not tensor.inputs:
+            return False  # a graph input (or a name of an enclosing scope's input)
+        producer = tensor.inputs[0]
+        if any(isinstance(value, gs.Graph) for value in producer.attrs.values()):
+            return False
+        stack.extend(producer.inputs)
+    return True
 
 
 def _output_bytes(node, values: list) -> int | None:

@@ -76,7 +76,28 @@ def _deterministic_engine(base: type, positions: dict[str, tuple[int, int]]) -> 
     ``positions``: where each dim name first appears in the model's inputs (rule 2)."""
     return type("DeterministicSymbolicShapeInference", (base,),
                 {"_add_suggested_merge": _add_suggested_merge, "_infer_Resize": _infer_resize,
-                 "_onnxmlu_input_positions": positions})
+                 "_infer_Gather": _infer_gather, "_onnxmlu_input_positions": positions})
+
+
+def _infer_gather(self, node: onnx.NodeProto) -> None:
+    """onnxruntime's Gather rule, with com.microsoft ``GatherBlockQuantized``'s shape as its
+    kernel computes it: ``data`` dims before ``gather_axis``, ``indices``' dims, the dims after,
+    the ``quantize_axis`` one ``8 / bits`` times the stored one when ``data`` is uint8 (4-bit
+    values two a byte); the scales' type. onnxruntime's rule reads ``axis`` and the packed width
+    (an int4 embedding's rows half as wide as the residual they are added to: the engine's
+    merge check failed, and every op after it lost its type)."""
+    data = self._get_shape(node, 0)
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    quantize = attrs.get("quantize_axis", 1) % max(len(data), 1)
+    if node.op_type != "GatherBlockQuantized" or not isinstance(data[quantize], int):
+        super(type(self), self)._infer_Gather(node)
+        return
+    if self.known_vi_[node.input[0]].type.tensor_type.elem_type == onnx.TensorProto.UINT8:
+        data[quantize] *= 8 // attrs.get("bits", 4)
+    gather = attrs.get("gather_axis", 0) % len(data)
+    shape = data[:gather] + self._get_shape(node, 1) + data[gather + 1:]
+    element = self.known_vi_[node.input[2]].type.tensor_type.elem_type
+    self.known_vi_[node.output[0]].CopyFrom(onnx.helper.make_tensor_value_info(node.output[0], element, shape))
 
 
 def _infer_resize(self, node: onnx.NodeProto) -> None:

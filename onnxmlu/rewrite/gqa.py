@@ -43,9 +43,12 @@ float16 is computed in float32 between ``Cast`` nodes, as the kernel computes it
 float16 ulp), except the rotation: the kernel rotates in float16 (a float32 rotation rounded is
 1e3 float16 ulps off), so ``do_rotary`` casts Q, K and the angles to float16 for it and back.
 
-Refused: ``position_ids``, ``attention_bias``, ``head_sink``, quantized
-or normalized caches and the other inputs after ``sin_cache``, ``smooth_softmax``,
-``qk_output``, ``sliding_window_cache=1`` (window-sized buffers whose rows the kernel evicts
+``smooth_softmax=1`` adds a logit of 0 to each row's softmax, ``head_sink`` [N] a logit per head
+(the attention sinks of gpt-oss), whose share is dropped: ``softmax([scores, sink])[:-1]``; the
+rewrite concatenates that column and slices it off.
+
+Refused: ``position_ids``, ``attention_bias``, quantized or normalized caches and the other
+inputs after ``sin_cache``, ``qk_output``, ``sliding_window_cache=1`` (window-sized buffers whose rows the kernel evicts
 in blocks of ``C - W + 1``: another present layout), types other than float32 and float16,
 opsets before 14 (Trilu-era ops, int64 Max/Min).
 """
@@ -63,6 +66,7 @@ from onnxmlu.rewrite.msrotary import rotated
 
 DOMAIN = "com.microsoft"
 QUERY, KEY, VALUE, PAST_KEY, PAST_VALUE, SEQLENS, TOTAL, COS, SIN = range(9)
+HEAD_SINK = 11
 _I64 = np.int64
 #: the inputs after sin_cache (onnxruntime 1.32's schema), none of them rewritten
 LATER_INPUTS = ("position_ids", "attention_bias", "head_sink", "k_scale", "v_scale", "q_norm_weight", "k_norm_weight",
@@ -77,13 +81,14 @@ def refusal(node: gs.Node, opset: int) -> str | None:
         return f"query has element type {dtype or 'unknown'}; float32/float16 are rewritten"
     if (node_input(node, KEY) is None) != (node_input(node, VALUE) is None):
         return "key without value (or the reverse)"
-    extra = [i for i in range(9, len(node.inputs)) if node_input(node, i) is not None]
+    extra = [i for i in range(9, len(node.inputs)) if node_input(node, i) is not None and i != HEAD_SINK]
     if extra:
         name = LATER_INPUTS[extra[0] - 9] if extra[0] - 9 < len(LATER_INPUTS) else f"input {extra[0]}"
         return f"its {name} input is not rewritten"
-    for attr, default in (("smooth_softmax", -1), ("qk_output", 0)):
-        if int(node.attrs.get(attr, default)) not in (default, 0):
-            return f"{attr} is not rewritten"
+    if int(node.attrs.get("qk_output", 0)):
+        return "qk_output is not rewritten"
+    if node_input(node, HEAD_SINK) is not None and static_dim(node.inputs[HEAD_SINK], 0) is None:
+        return "head_sink of unknown length"
     reason = _cache_reason(node)
     if reason is not None:
         return reason
@@ -219,9 +224,26 @@ def _attention(bld: Builder, node: gs.Node, q, k, v, seen, head: int) -> gs.Tens
         scores = bld.op("Mul", [capped, bld.scalar(softcap)], name="softcapped")
     lowest = float(np.finfo(np.float32).min)  # not -inf: a padded query that sees no key stays finite
     scores = bld.op("Where", [seen, scores, bld.scalar(lowest)], name="masked", dtype=np.float32)
-    probs = bld.op("Softmax", [scores], attrs={"axis": -1}, name="softmax")
+    probs = _softmax(bld, node, scores, heads)
     context = bld.op("MatMul", [probs, v], name="context")
     return bld.reshape(bld.transpose(context, [0, 2, 1, 3], name="bsnh"), [0, 0, -1], name="merged")
+
+
+def _softmax(bld: Builder, node: gs.Node, scores: gs.Tensor, heads: int) -> gs.Tensor:
+    """Softmax over the keys; with ``smooth_softmax`` or a ``head_sink``, over the keys and one
+    more logit per head (0, or ``head_sink[n]``) whose probability is dropped: a column of it
+    concatenated to the scores, then sliced off."""
+    sink = node_input(node, HEAD_SINK)
+    if sink is None and int(node.attrs.get("smooth_softmax", 0)) <= 0:
+        return bld.op("Softmax", [scores], attrs={"axis": -1}, name="softmax")
+    first = bld.op("Slice", [scores, bld.int64([0], "col0"), bld.int64([1], "col1"), bld.int64([-1], "last")],
+                   name="first_column")
+    sink = bld.reshape(sink, [1, heads, 1, 1], name="sink4") if sink is not None else bld.scalar(0.0)
+    column = bld.op("Expand", [sink, bld.op("Shape", [first], name="column_shape", dtype=_I64)], name="sink_column")
+    probs = bld.op("Softmax", [bld.concat([scores, column], -1, name="with_sink")], attrs={"axis": -1},
+                   name="softmax")
+    end = bld.int64([-1], "without_sink")
+    return bld.op("Slice", [probs, bld.int64([0], "keys0"), end, bld.int64([-1], "keys_axis")], name="key_probs")
 
 
 class GroupQueryAttentionRewriter:

@@ -1007,6 +1007,368 @@ def optimum_merged_llama_fp16() -> onnx.ModelProto:
     return optimum_merged_llama(TensorProto.FLOAT16)
 
 
+
+# --- GenAI int4 decoders and encoder-decoder decoders (Whisper/BART/T5 as Optimum and onnxruntime write them) ---
+
+
+def _genai_bias_linear(rng, name: str, x: str, out: str, k: int, n: int, bias: bool) -> tuple[onnx.NodeProto, list]:
+    """:func:`_nbits_linear` (4-bit, blocks of 32, accuracy_level 4), with a float ``bias``
+    input (MatMulNBits' sixth, g_idx absent) where ``bias`` -- Qwen's q/k/v bias."""
+    node, weights = _nbits_linear(rng, name, x, out, k, n)
+    if bias:
+        node.input.extend(["", f"{name}_bias"])
+        weights.append(_init(f"{name}_bias", _rand(rng, n)))
+    return node, weights
+
+
+def _genai_lengths() -> list[onnx.NodeProto]:
+    """GQA's lengths computed from ``attention_mask`` [B, T] as the GenAI builder writes them:
+    ``seqlens_k = ReduceSum(mask, 1) - 1`` (int32) and ``total_sequence_length = T`` (an int32
+    scalar from Shape/Gather)."""
+    return [helper.make_node("ReduceSum", ["attention_mask", "g_ax1"], ["g_sum"], keepdims=0),
+            helper.make_node("Sub", ["g_sum", "g_one"], ["g_seqlens64"]),
+            helper.make_node("Cast", ["g_seqlens64"], ["seqlens_k"], to=TensorProto.INT32),
+            helper.make_node("Shape", ["attention_mask"], ["g_mask_shape"]),
+            helper.make_node("Gather", ["g_mask_shape", "g_idx1"], ["g_total64"], axis=0),
+            helper.make_node("Cast", ["g_total64"], ["total_sequence_length"], to=TensorProto.INT32)]
+
+
+def _genai_block(rng, i: int, normed: str, d: int, heads: int, kv: int, bias: bool,
+                 gqa_attrs: dict) -> tuple[list, list]:
+    """Layer ``i``'s attention: the packed QKV MatMulNBits (N = (heads + 2 kv) head), GQA with
+    key and value absent and rotary inside (``gqa_attrs`` more attributes; ``head_sink``: a
+    per-head sink logit input, as gpt-oss's), the o_proj."""
+    head, t = d // heads, f"l{i}_"
+    qkv, inits = _genai_bias_linear(rng, f"{t}qkv_proj", normed, f"{t}qkv", d, (heads + 2 * kv) * head, bias)
+    attrs = {k: v for k, v in gqa_attrs.items() if k not in ("head_sink", "rotary_op")}
+    sink = ["", "", f"{t}sink"] if gqa_attrs.get("head_sink") else []
+    inits += [_init(f"{t}sink", rng.uniform(-1, 2, heads).astype(np.float32))] if sink else []
+    qkv_in, nodes = [f"{t}qkv", "", ""], [qkv]
+    if gqa_attrs.get("rotary_op"):  # the older builder: Split, com.microsoft RotaryEmbedding on Q and K
+        qkv_in = [f"{t}q", f"{t}kr", f"{t}v"]
+        nodes += [helper.make_node("Split", [f"{t}qkv", f"{t}qkv_sizes"], [f"{t}q0", f"{t}k0", f"{t}v"], axis=-1)]
+        nodes += [helper.make_node("RotaryEmbedding", [f"{t}{x}0", "position_ids", "cos_cache", "sin_cache"], [out],
+                                   domain=MS, num_heads=n) for x, out, n in (("q", f"{t}q", heads), ("k", f"{t}kr", kv))]
+        inits.append(_init(f"{t}qkv_sizes", np.array([heads * head, kv * head, kv * head], np.int64)))
+    gqa = helper.make_node("GroupQueryAttention",
+                           [*qkv_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
+                            "total_sequence_length", *(["", ""] if gqa_attrs.get("rotary_op") else ["cos_cache", "sin_cache"]),
+                            *sink],
+                           [f"{t}attn", f"present.{i}.key", f"present.{i}.value"], domain=MS, name=f"{t}gqa",
+                           num_heads=heads, kv_num_heads=kv, do_rotary=int(not gqa_attrs.get("rotary_op")),
+                           scale=float(head) ** -0.5, **attrs)
+    o_proj, o_weights = _nbits_linear(rng, f"{t}o_proj", f"{t}attn", f"{t}o", d, d)
+    return nodes + [gqa, o_proj], inits + o_weights
+
+
+def _genai_mlp(rng, t: str, normed: str, d: int, ffn: int) -> tuple[list, list, str]:
+    nodes, inits = [], []
+    for name, src, out, k, n in (("gate_proj", normed, f"{t}g", d, ffn), ("up_proj", normed, f"{t}u", d, ffn),
+                                 ("down_proj", f"{t}m", f"{t}dn", ffn, d)):
+        node, weights = _nbits_linear(rng, f"{t}{name}", src, out, k, n)
+        nodes.append(node)
+        inits += weights
+    nodes[2:2] = [helper.make_node("Sigmoid", [f"{t}g"], [f"{t}gs"]), helper.make_node("Mul", [f"{t}g", f"{t}gs"], [f"{t}silu"]),
+                  helper.make_node("Mul", [f"{t}silu", f"{t}u"], [f"{t}m"])]
+    return nodes, inits, f"{t}dn"
+
+
+def _int4_embedding(rng, vocab: int, d: int, block: int = 32) -> tuple[onnx.NodeProto, list]:
+    """The token embedding as the GenAI builder writes an int4 one: GatherBlockQuantized of
+    packed 4-bit rows (uint8, two a byte), a float scale and a packed zero point per block of
+    ``block`` along the row."""
+    q, zp = rng.integers(0, 16, (vocab, d)), rng.integers(6, 10, (vocab, d // block))
+    node = helper.make_node("GatherBlockQuantized", ["embed_q", "input_ids", "embed_s", "embed_zp"], ["h0"], domain=MS,
+                            bits=4, block_size=block, gather_axis=0, quantize_axis=1)
+    return node, [_init("embed_q", _pack4(q)), _init("embed_s", rng.uniform(0.05, 0.2, (vocab, d // block)).astype(np.float32)),
+                  _init("embed_zp", _pack4(zp))]
+
+
+def genai_int4_decoder(heads: int = 4, kv: int = 2, layers: int = 2, bias: bool = False,
+                       rotary_dim: int | None = None, int4_embedding: bool = False,
+                       gqa: dict | None = None) -> onnx.ModelProto:
+    """A decoder as onnxruntime-genai's model builder writes an int4 CPU model (prefill and
+    decode in one graph): ``input_ids`` [B, S], ``attention_mask`` [B, T] and a KV cache of P
+    rows per layer (T = P + S); GQA's ``seqlens_k``/``total_sequence_length`` computed from the
+    mask in the graph; per layer SkipSimplifiedLayerNormalization adds the residual and norms,
+    its 4th output (the residual sum) feeding the next one; packed QKV MatMulNBits (``bias``:
+    with a bias input) into GroupQueryAttention (key/value absent, ``do_rotary=1``, cos/sin
+    caches); MatMulNBits MLP and LM head, all at accuracy_level 4. ``heads``/``kv`` of 64
+    channels; ``rotary_dim`` below the head size: partial rotary (the caches narrower);
+    ``int4_embedding``: the embedding a GatherBlockQuantized (:func:`_int4_embedding`); ``gqa``:
+    more GQA attributes (softcap, local_window_size, smooth_softmax; ``head_sink``: the input;
+    ``rotary_op``: rotary by com.microsoft RotaryEmbedding nodes on a ``position_ids`` input)."""
+    rng = np.random.default_rng(31)
+    d, ffn, vocab, max_pos = 64, 128, 96, 64
+    head = d // heads
+    rot = rotary_dim or head
+    angles = np.arange(max_pos)[:, None] / (10000 ** (np.arange(0, rot, 2) / rot))[None, :]
+    embed, embed_inits = (_int4_embedding(rng, vocab, d) if int4_embedding else
+                          (helper.make_node("Gather", ["embed", "input_ids"], ["h0"]), [_init("embed", _rand(rng, vocab, d, scale=1.0))]))
+    nodes = [embed, *_genai_lengths(),
+             helper.make_node("SimplifiedLayerNormalization", ["h0", "l0_n1"], ["l0_xn"], epsilon=1e-6)]
+    inits = embed_inits + [_init("cos_cache", np.cos(angles).astype(np.float32)),
+             _init("sin_cache", np.sin(angles).astype(np.float32)), _init("g_ax1", np.array([1], np.int64)),
+             _init("g_one", np.array(1, np.int64)), _init("g_idx1", np.array(1, np.int64))]
+    residual, normed = "h0", "l0_xn"
+    for i in range(layers):
+        t = f"l{i}_"
+        attn, attn_inits = _genai_block(rng, i, normed, d, heads, kv, bias, gqa or {})
+        post = helper.make_node("SkipSimplifiedLayerNormalization", [f"{t}o", residual, f"{t}n2"],
+                                [f"{t}hn", "", "", f"{t}h"], domain=MS, epsilon=1e-6)
+        mlp, mlp_inits, out = _genai_mlp(rng, t, f"{t}hn", d, ffn)
+        last = i == layers - 1
+        nxt = "final_" if last else f"l{i + 1}_"
+        skip = helper.make_node("SkipSimplifiedLayerNormalization", [out, f"{t}h", f"{nxt}n1"],
+                                ["final_xn"] if last else [f"{nxt}xn", "", "", f"{nxt}res"], domain=MS, epsilon=1e-6)
+        nodes += attn + [post] + mlp + [skip]
+        inits += attn_inits + mlp_inits + [_init(f"{t}n1", 1 + _rand(rng, d)), _init(f"{t}n2", 1 + _rand(rng, d))]
+        residual, normed = f"{nxt}res", ("final_xn" if last else f"{nxt}xn")
+    lm_head, lm_weights = _nbits_linear(rng, "lm_head", "final_xn", "logits", d, vocab)
+    inits += [_init("final_n1", 1 + _rand(rng, d))]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["B", "T"])]
+    inputs += [helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["B", "S"])] * bool((gqa or {}).get("rotary_op"))
+    inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{k}", FLOAT, ["B", kv, "P", head])
+               for i in range(layers) for k in ("key", "value")]
+    outputs = [helper.make_tensor_value_info("logits", FLOAT, ["B", "S", vocab])]
+    outputs += [helper.make_tensor_value_info(f"present.{i}.{k}", FLOAT, ["B", kv, "T", head])
+                for i in range(layers) for k in ("key", "value")]
+    graph = helper.make_graph(nodes + [lm_head], "genai_int4_decoder", inputs, outputs, inits + lm_weights)
+    return _model(graph, {MS: 1})
+
+
+
+def _ed_heads(n: _Emitter, x: str, w: str, t: str, bias: str | None = None) -> str:
+    """A projection (``bias``: plus a bias) split into heads [B, N, L, H]."""
+    y = n("MatMul", [x, w], [f"{t}0"])
+    y = n("Add", [y, bias], [f"{t}b"]) if bias else y
+    return n("Transpose", [n("Reshape", [y, "ed_heads_shape"], [f"{t}1"])], [t], perm=[0, 2, 1, 3])
+
+
+def _ed_attend(n: _Emitter, q: str, k: str, v: str, bias: str | None, cfg: dict, t: str) -> str:
+    """softmax(Q K^T [x scale] [+ bias]) V merged back to [B, S, D] (T5 does not scale)."""
+    s = n("MatMul", [q, n("Transpose", [k], [f"{t}_kt"], perm=[0, 1, 3, 2])], [f"{t}_qk"])
+    s = s if cfg["t5"] else n("Mul", [s, "ed_scale"], [f"{t}_sc"])
+    s = n("Add", [s, bias], [f"{t}_biased"]) if bias else s
+    ctx = n("MatMul", [n("Softmax", [s], [f"{t}_p"], axis=-1), v], [f"{t}_ctx"])
+    return n("Reshape", [n("Transpose", [ctx], [f"{t}_bsnh"], perm=[0, 2, 1, 3]), "ed_merge_shape"], [f"{t}_m"])
+
+
+def _ed_norm(n: _Emitter, x: str, p: str, cfg: dict, t: str) -> str:
+    """Whisper/BART: LayerNormalization; T5: its RMS norm as exported (Pow, ReduceMean, Sqrt, Div)."""
+    if cfg["t5"]:
+        return _hf_rms(n, x, f"{p}.g", t)
+    return n("LayerNormalization", [x, f"{p}.g", f"{p}.b"], [t], axis=-1, epsilon=1e-5)
+
+
+def _ed_positions(n: _Emitter, past: bool, cfg: dict) -> dict[str, str]:
+    """Query positions P .. P + S (P the decoder cache length, 0 without cache), key positions
+    0 .. T, the causal mask [S, T], and T5's relative position bias [1, N, S, T] (decoder:
+    unidirectional buckets, a Gather of the bucket table) plus the causal mask."""
+    seq = n("Gather", [n("Shape", ["input_ids"], ["ids_shape"]), "c1"], ["seq"], axis=0)
+    start = n("Gather", [n("Shape", ["past_key_values.0.decoder.key"], ["pk_shape"]), "c2"], ["P"], axis=0) \
+        if past else "c0"
+    total = n("Add", [start, seq], ["T"])
+    qpos, kpos = n("Range", [start, total, "c1"], ["qpos"]), n("Range", ["c0", total, "c1"], ["kpos"])
+    causal = n("Where", [n("Less", [n("Unsqueeze", [qpos, "ax1"], ["qpos2"]), kpos], ["future"]), "neg_big", "zero"],
+               ["causal"])
+    if not cfg["t5"]:
+        return {"qpos": qpos, "self": causal}
+    rel = n("Neg", [n("Min", [n("Sub", [kpos, n("Unsqueeze", [qpos, "ax1"], ["qcol"])], ["rel"]), "c0"], ["relmin"])],
+            ["rp"])
+    ratio = n("Div", [n("Log", [n("Div", [n("Cast", [rel], ["rpf"], to=FLOAT), "exact_f"], ["rpr"])], ["rpl"]),
+                      "log_span"], ["rpd"])
+    large = n("Min", [n("Add", ["exact", n("Cast", [n("Mul", [ratio, "span_buckets"], ["rpm"])], ["rpi"],
+                                               to=TensorProto.INT64)], ["large0"]), "last_bucket"], ["large"])
+    bucket = n("Where", [n("Less", [rel, "exact"], ["small"]), rel, large], ["bucket"])
+    bias = n("Unsqueeze", [n("Transpose", [n("Gather", ["rel_bias", bucket], ["rb"])], ["rbt"], perm=[2, 0, 1]), "ax0"],
+             ["rb4"])
+    return {"qpos": qpos, "self": n("Add", [bias, causal], ["self_bias"])}
+
+
+def _ed_layer(n: _Emitter, h: str, i: int, pos: dict, past: bool, cfg: dict) -> tuple[str, list[str]]:
+    """One decoder layer: causal self-attention over the decoder cache (appended to, or
+    started), cross-attention over the encoder's keys/values (read from the cache, or computed
+    from ``encoder_hidden_states``), the MLP; its output and the four present caches."""
+    p, qb = f"l{i}", (None if cfg["t5"] else f"l{i}.bq")
+    xn = _ed_norm(n, h, f"{p}.n1", cfg, f"{p}_n1")
+    q, k, v = (_ed_heads(n, xn, f"{p}.w{c}", f"{p}_{c}", b) for c, b in (("q", qb), ("k", None), ("v", None)))
+    cache = [f"past_key_values.{i}.decoder.{kind}" for kind in ("key", "value")]
+    key, value = ((n("Concat", [c, x], [f"{p}_present_{kind}"], axis=2) if past else n("Identity", [x], [f"{p}_present_{kind}"]))
+                  for c, x, kind in zip(cache, (k, v), ("key", "value")))
+    h = n("Add", [h, n("MatMul", [_ed_attend(n, q, key, value, pos["self"], cfg, f"{p}_sa"), f"{p}.wo"], [f"{p}_o"])],
+          [f"{p}_r1"])
+    xn = _ed_norm(n, h, f"{p}.n2", cfg, f"{p}_n2")
+    cq = _ed_heads(n, xn, f"{p}.cq", f"{p}_cq", None if cfg["t5"] else f"{p}.cbq")
+    if past:
+        ck, cv = (n("Identity", [f"past_key_values.{i}.encoder.{kind}"], [f"{p}_cross_{kind}"]) for kind in ("key", "value"))
+    else:
+        ck, cv = (_ed_heads(n, "encoder_hidden_states", f"{p}.c{c}", f"{p}_cross_{kind}") for c, kind in
+                  (("k", "key"), ("v", "value")))
+    h = n("Add", [h, n("MatMul", [_ed_attend(n, cq, ck, cv, pos.get("cross"), cfg, f"{p}_ca"), f"{p}.co"], [f"{p}_co"])],
+          [f"{p}_r2"])
+    up = n("MatMul", [_ed_norm(n, h, f"{p}.n3", cfg, f"{p}_n3"), f"{p}.w1"], [f"{p}_up"])
+    act = n("Relu", [up], [f"{p}_act"]) if cfg["t5"] else n("Mul", [up, n("Sigmoid", [n("Mul", [up, "gelu_k"], [f"{p}_uk"])],
+                                                                        [f"{p}_sig"])], [f"{p}_act"])
+    return n("Add", [h, n("MatMul", [act, f"{p}.w2"], [f"{p}_dn"])], [f"{p}_r3"]), [key, value, ck, cv]
+
+
+def _ed_branch(past: bool, cfg: dict) -> onnx.GraphProto:
+    """One side of Optimum's merged encoder-decoder decoder over the outer scope's weights."""
+    n = _Emitter("wp" if past else "np", cfg["dtype"])
+    pos = _ed_positions(n, past, cfg)
+    if cfg["encoder_mask"]:  # BART's _prepare_4d_attention_mask: masked_fill(mask == 0, finfo.min) as [B, 1, 1, E]
+        pad = n("Equal", [n("Unsqueeze", ["encoder_attention_mask", "ax12"], ["em4"]), "c0"], ["em_pad"])
+        pos["cross"] = n("Where", [pad, "f32_min", "zero"], ["cross_mask"])
+    h = n("Gather", ["embed", "input_ids"], ["tok"])
+    h = h if cfg["t5"] else n("Add", [h, n("Gather", ["pos_embed", pos["qpos"]], ["pe"])], ["h0"])
+    presents = []
+    for i in range(cfg["layers"]):
+        h, kv = _ed_layer(n, h, i, pos, past, cfg)
+        presents += kv
+    logits = n("MatMul", [_ed_norm(n, h, "final", cfg, "fn"), n("Transpose", ["embed"], ["lm_head"], perm=[1, 0])], ["logits"])
+    outputs = [helper.make_tensor_value_info(logits, cfg["dtype"], ["B", "S", cfg["vocab"]])]
+    outputs += [helper.make_tensor_value_info(x, cfg["dtype"], ["B", cfg["heads"], None, cfg["head"]]) for x in presents]
+    return helper.make_graph(n.nodes, f"{n.tag}_branch", [], outputs)
+
+
+def _ed_weights(rng, cfg: dict) -> list:
+    d, ffn = cfg["heads"] * cfg["head"], 2 * cfg["heads"] * cfg["head"]
+    inits = [_init("embed", _rand(rng, cfg["vocab"], d, scale=1.0)), _init("final.g", 1 + _rand(rng, d))]
+    inits += [_init("final.b", _rand(rng, d)), _init("pos_embed", _rand(rng, 64, d))] if not cfg["t5"] else \
+        [_init("rel_bias", _rand(rng, 32, cfg["heads"], scale=1.0))]
+    for p in (f"l{i}" for i in range(cfg["layers"])):
+        inits += [_init(f"{p}.{w}", _rand(rng, *dims)) for w, dims in
+                  (("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)), ("cq", (d, d)), ("ck", (d, d)),
+                   ("cv", (d, d)), ("co", (d, d)), ("w1", (d, ffn)), ("w2", (ffn, d)), ("bq", (d,)), ("cbq", (d,)))]
+        inits += [_init(f"{p}.n{j}.{g}", (1 + _rand(rng, d)) if g == "g" else _rand(rng, d)) for j in (1, 2, 3) for g in "gb"]
+    ints = {"c0": 0, "c1": 1, "c2": 2, "ax0": [0], "ax1": [1], "ax12": [1, 2], "exact": 16, "last_bucket": 31,
+            "ed_heads_shape": [0, 0, cfg["heads"], cfg["head"]], "ed_merge_shape": [0, 0, d]}
+    floats = {"one": 1.0, "two": 2.0, "zero": 0.0, "neg_big": -1e9, "f32_min": np.finfo(np.float32).min, "eps": 1e-6,
+              "ed_scale": cfg["head"] ** -0.5,
+              "gelu_k": 1.702, "exact_f": 16.0, "log_span": np.log(128 / 16), "span_buckets": 16.0}
+    return (inits + [_init(k, np.array(v, np.int64)) for k, v in ints.items()]
+            + [_init(k, np.array(v, np.float32)) for k, v in floats.items()])
+
+
+def encdec_merged_decoder(t5: bool = False, heads: int = 4, layers: int = 2, head: int = 16,
+                          vocab: int = 96, encoder_mask: bool = False, dtype: int = FLOAT) -> onnx.ModelProto:
+    """Optimum's merged decoder of an encoder-decoder model (``decoder_model_merged.onnx`` of
+    Whisper/BART; ``t5``: of T5): ``If(use_cache_branch)`` between the decoder that appends to
+    its self-attention cache and reads the cross-attention keys/values from the cache
+    (``past_key_values.i.encoder.*``) and the one that starts the cache and computes them from
+    ``encoder_hidden_states`` once. Whisper/BART: LayerNorm, learned positions, scaled scores, a
+    sigmoid-GELU MLP; T5: RMS norm, unscaled scores plus the relative position bias (buckets by
+    Log/Div/Cast/Min/Where, a Gather of the bucket table), a ReLU MLP. Tied LM head; the
+    weights outer-scope initializers. Batch, lengths symbolic; ``vocab`` the embedding's rows;
+    ``encoder_mask``: an ``encoder_attention_mask`` [B, E] input, the lowest float added to the
+    cross-attention scores of padded frames (as BART's export writes it); ``dtype`` float16 (not
+    with ``t5``): an fp16 export, weights, cache, logits and softmax in float16."""
+    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab, "encoder_mask": encoder_mask,
+           "dtype": dtype}
+    d = heads * head
+    outs = ["logits"] + [f"present.{i}.{s}.{k}" for i in range(layers) for s in ("decoder", "encoder")
+                         for k in ("key", "value")]
+    node = helper.make_node("If", ["use_cache_branch"], outs, name="optimum::if",
+                            then_branch=_ed_branch(True, cfg), else_branch=_ed_branch(False, cfg))
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"]),
+              helper.make_tensor_value_info("encoder_hidden_states", dtype, ["B", "E", d])]
+    inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{s}.{k}", dtype, ["B", heads, "P" if s == "decoder" else "E", head])
+               for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")]
+    inputs.append(helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]))
+    inputs += [helper.make_tensor_value_info("encoder_attention_mask", TensorProto.INT64, ["B", "E"])] * encoder_mask
+    outputs = [helper.make_tensor_value_info("logits", dtype, ["B", "S", cfg["vocab"]])]
+    outputs += [helper.make_tensor_value_info(o, dtype, ["B", heads, None, head]) for o in outs[1:]]
+    read = {x for g in (node.attribute[0].g, node.attribute[1].g) for m in g.node for x in m.input}
+    inits = [t for t in _ed_weights(np.random.default_rng(32 + t5), cfg) if t.name in read]  # one style's weights
+    inits = inits if dtype == FLOAT else _as_fp16(inits)
+    return _model(helper.make_graph([node], "encdec_merged_decoder", inputs, outputs, inits))
+
+
+
+def _ms_layer(n: _Emitter, h: str, i: int, pos: dict, cfg: dict) -> tuple[str, list[str]]:
+    """One decoder layer as onnxruntime's transformer optimizer fuses it: self-attention one
+    MultiHeadAttention (Q/K/V from MatMuls, the Q bias in its packed ``bias``, the decoder cache
+    as ``past_key``/``past_value``, presents out; Whisper/BART ``unidirectional``, T5 the
+    position bias plus causal mask as ``attention_bias`` and ``scale`` 1), cross-attention one
+    MultiHeadAttention whose key/value are the 4-D [B, N, E, H] encoder cache."""
+    p, t5 = f"l{i}", cfg["t5"]
+    xn = _ed_norm(n, h, f"{p}.n1", cfg, f"{p}_n1")
+    q, k, v = (n("MatMul", [xn, f"{p}.w{c}"], [f"{p}_{c}"]) for c in "qkv")
+    attrs = {"num_heads": cfg["heads"], **({"scale": 1.0} if t5 else {"unidirectional": 1})}
+    ctx = n("MultiHeadAttention", [q, k, v, "" if t5 else f"{p}.qkv_bias", "", pos["self"] if t5 else "",
+                                   f"past_key_values.{i}.decoder.key", f"past_key_values.{i}.decoder.value"],
+            [f"{p}_sa", f"{p}_present_key", f"{p}_present_value"], domain=MS, **attrs)
+    h = n("Add", [h, n("MatMul", [ctx, f"{p}.wo"], [f"{p}_o"])], [f"{p}_r1"])
+    cq = n("MatMul", [_ed_norm(n, h, f"{p}.n2", cfg, f"{p}_n2"), f"{p}.cq"], [f"{p}_cq0"])
+    cq = cq if t5 else n("Add", [cq, f"{p}.cbq"], [f"{p}_cq"])
+    mask = {False: [], True: ["", "encoder_attention_mask"], "bias": ["", "", "enc_bias"]}[cfg.get("encoder_mask", False)]
+    cross = n("MultiHeadAttention", [cq, f"past_key_values.{i}.encoder.key", f"past_key_values.{i}.encoder.value", *mask],
+              [f"{p}_ca"], domain=MS, num_heads=cfg["heads"], **({"scale": 1.0} if t5 else {}))
+    h = n("Add", [h, n("MatMul", [cross, f"{p}.co"], [f"{p}_co"])], [f"{p}_r2"])
+    up = n("MatMul", [_ed_norm(n, h, f"{p}.n3", cfg, f"{p}_n3"), f"{p}.w1"], [f"{p}_up"])
+    act = n("Relu", [up], [f"{p}_act"]) if t5 else n("Mul", [up, n("Sigmoid", [n("Mul", [up, "gelu_k"], [f"{p}_uk"])],
+                                                                    [f"{p}_sig"])], [f"{p}_act"])
+    return n("Add", [h, n("MatMul", [act, f"{p}.w2"], [f"{p}_dn"])], [f"{p}_r3"]), [f"ort_{p}_present_key",
+                                                                                  f"ort_{p}_present_value"]
+
+
+def ort_mha_encdec_step(t5: bool = False, heads: int = 4, layers: int = 2, head: int = 16,
+                        vocab: int = 96, encoder_mask: bool | str = False) -> onnx.ModelProto:
+    """The decoder-with-past of an encoder-decoder model (:func:`encdec_merged_decoder`'s cache
+    side) after onnxruntime's transformer optimizer: every attention a com.microsoft
+    MultiHeadAttention -- self-attention with the decoder cache as past/present, cross-attention
+    over the 4-D (BNSH) encoder cache, T5's relative position bias as ``attention_bias``.
+    Outputs: logits and the decoder presents; ``vocab`` the embedding's rows; ``encoder_mask``:
+    the encoder's padding (``encoder_attention_mask`` [B, E] int32) as cross-attention's
+    ``key_padding_mask`` (``"bias"``: made additive in the graph, its ``attention_bias``)."""
+    cfg = {"t5": t5, "heads": heads, "head": head, "layers": layers, "vocab": vocab, "encoder_mask": encoder_mask}
+    n = _Emitter("ort")
+    pos = _ed_positions(n, True, cfg)
+    h = n("Gather", ["embed", "input_ids"], ["tok"])
+    h = h if t5 else n("Add", [h, n("Gather", ["pos_embed", pos["qpos"]], ["pe"])], ["h0"])
+    if encoder_mask == "bias":  # (1 - mask) * -1e9 as [B, 1, 1, E]
+        m = n("Cast", [n("Unsqueeze", ["encoder_attention_mask", "ax12"], ["em4"])], ["emf"], to=FLOAT)
+        n.nodes.append(helper.make_node("Mul", [n("Sub", ["one", m], ["em_inv"]), "neg_big"], ["enc_bias"]))
+    presents = []
+    for i in range(layers):
+        h, kv = _ms_layer(n, h, i, pos, cfg)
+        presents += kv
+    logits = n("MatMul", [_ed_norm(n, h, "final", cfg, "fn"), n("Transpose", ["embed"], ["lm_head"], perm=[1, 0])],
+               ["logits"])
+    d = heads * head
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"])]
+    inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{s}.{k}", FLOAT, ["B", heads, "P" if s == "decoder" else "E", head])
+               for i in range(layers) for s in ("decoder", "encoder") for k in ("key", "value")]
+    inputs += [helper.make_tensor_value_info("encoder_attention_mask", TensorProto.INT32, ["B", "E"])] * bool(encoder_mask)
+    outputs = [helper.make_tensor_value_info(logits, FLOAT, ["B", "S", cfg["vocab"]])]
+    outputs += [helper.make_tensor_value_info(x, FLOAT, ["B", heads, "T", head]) for x in presents]
+    weights = _ed_weights(np.random.default_rng(34 + t5), cfg)
+    weights += [_init(f"l{i}.qkv_bias", np.concatenate([numpy_helper.to_array(next(w for w in weights if w.name == f"l{i}.bq")),
+                                                         np.zeros(2 * d, np.float32)])) for i in range(layers)]
+    read = {x for m in n.nodes for x in m.input}
+    graph = helper.make_graph(n.nodes, "ort_mha_encdec_step", inputs, outputs, [w for w in weights if w.name in read])
+    return _model(graph, {MS: 1})
+
+
+
+def whisper_merged_decoder() -> onnx.ModelProto:
+    """:func:`encdec_merged_decoder` Whisper-style with a 1024-row tied embedding (256 KiB: a
+    folded copy of its LM head's transpose would show in the file's size)."""
+    return encdec_merged_decoder(vocab=1024)
+
+
+def t5_merged_decoder() -> onnx.ModelProto:
+    """:func:`encdec_merged_decoder` T5-style (relative position bias) with a 1024-row tied embedding."""
+    return encdec_merged_decoder(t5=True, vocab=1024)
+
+
+def ort_mha_t5_step() -> onnx.ModelProto:
+    """:func:`ort_mha_encdec_step` of T5: the position bias as MultiHeadAttention's attention_bias."""
+    return ort_mha_encdec_step(t5=True)
+
+
 def ort_transformer_bert() -> onnx.ModelProto:
     """A two-layer BERT encoder as torch.onnx exports it, saved by onnxruntime's transformer
     optimizer (:mod:`ortexport`): EmbedLayerNormalization (its mask index feeding every
@@ -1050,6 +1412,8 @@ BUILDERS = {
               ort_optimized_layernorm14, long_bidirectional_lstm, string_input_mlp, cond_conv_branches,
               keras_lstm_loop, opset23_decoder_layer, ort_optimized_bert, llama_matmulnbits_decoder,
               genai_gqa_decoder_step, grapheme_to_phoneme, siamese_tower, merged_if_decoder, optimum_merged_llama,
-              optimum_merged_llama_fp16, ort_transformer_bert, ort_transformer_bert_fp16, ort_transformer_bert_core_ln,
-              ort_transformer_bert_mha, ort_transformer_gpt2, ort_transformer_gpt2_fp16)
+              optimum_merged_llama_fp16, genai_int4_decoder, encdec_merged_decoder, ort_mha_encdec_step,
+              whisper_merged_decoder, t5_merged_decoder, ort_mha_t5_step, ort_transformer_bert,
+              ort_transformer_bert_fp16, ort_transformer_bert_core_ln, ort_transformer_bert_mha,
+              ort_transformer_gpt2, ort_transformer_gpt2_fp16)
 }  # fmt: skip

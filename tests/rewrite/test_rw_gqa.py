@@ -141,6 +141,26 @@ def test_a_later_input_is_named_in_the_reason():
 
 
 @pytest.mark.parametrize("phase", ["prompt", "decode", "continue"])
+@pytest.mark.parametrize("sink", ["smooth_softmax", "head_sink"])
+def test_a_sink_logit_takes_its_share_of_each_softmax(phase, sink):
+    """smooth_softmax=1 (a logit of 0 in every row) and head_sink (one per head, gpt-oss's
+    attention sinks): softmax over the seen keys and the sink, the sink's share dropped."""
+    rng = np.random.default_rng(23)
+    model, feeds = gqa_case(rng, phase, 2, 2, 0.0, True, False)
+    if sink == "smooth_softmax":
+        model = _with_attrs(model, smooth_softmax=1)
+    else:
+        heads = next(a.i for a in model.graph.node[0].attribute if a.name == "num_heads")
+        model.graph.node[0].input.extend(["", "", "sink"])  # after cos, sin: position_ids, attention_bias
+        model.graph.input.append(helper.make_tensor_value_info("sink", TensorProto.FLOAT, [heads]))
+        feeds["sink"] = rng.uniform(-1, 2, heads).astype(np.float32)
+    feeds["seqlens"][:] = feeds["total"][0] - 1 if phase == "prompt" else feeds["seqlens"]
+    rewritten, report = rewrite_model(model, only=["gqa"])
+    assert report.applied["gqa"] == 1, report.skipped
+    assert_close(run_ort(rewritten, feeds), run_ort(model, feeds), what=f"{sink} {phase}")
+
+
+@pytest.mark.parametrize("phase", ["prompt", "decode", "continue"])
 @pytest.mark.parametrize("rotary", [False, True])
 def test_float16_is_the_float32_rewrite_between_casts(phase, rotary):
     """The CPU kernel computes float16 GQA in float32 and rounds each output once (one float16 ulp
