@@ -54,15 +54,30 @@ def is_float(dtype: np.dtype | None, floats) -> bool:
 _F16 = np.dtype(np.float16)
 
 
+#: A float16 constant of more bytes than this is widened by a ``Cast`` in the block, at run time,
+#: not stored again as float32: folding it kept a float32 copy of every float16 attention weight,
+#: twice the bytes the model stores (an optimizer-saved float16 BERT's fused file grew by the
+#: attention weights' size). Smaller ones (scales, biases, norms) are cast at compile time.
+WIDEN_FOLD_BYTES = 1 << 12
+
+
+def _widened(bld, tensor: gs.Tensor, name: str) -> gs.Tensor:
+    """``tensor`` (float16) as float32: a folded constant when small, else a ``Cast`` node."""
+    if isinstance(tensor, gs.Constant) and 2 * int(np.prod(tensor.shape)) > WIDEN_FOLD_BYTES:
+        return bld.op("Cast", [tensor], attrs={"to": 1}, name=name, dtype=np.float32)  # 1: FLOAT
+    return bld.cast(tensor, np.float32, name=name)
+
+
 def widen_half(node: gs.Node, bld) -> None:
     """Make a float16 node float32 in place, for kernels that compute float16 in float32 and round
-    each output once: a ``Cast`` to float32 in front of each float16 input (a constant is cast at
-    compile time, exactly) and a ``Cast`` back to float16 behind each output. The node's float32
-    rewrite then applies as it is; the casts keep the shapes, which rewrites read."""
+    each output once: a ``Cast`` to float32 in front of each float16 input (a small constant is
+    cast at compile time, exactly; a large one in the block: :data:`WIDEN_FOLD_BYTES`) and a
+    ``Cast`` back to float16 behind each output. The node's float32 rewrite then applies as it
+    is; the casts keep the shapes, which rewrites read."""
     for index, tensor in enumerate(list(node.inputs)):
         if tensor.is_empty() or float_dtype(tensor) != _F16:
             continue
-        wide = bld.cast(tensor, np.float32, name=f"input{index}_float")
+        wide = _widened(bld, tensor, f"input{index}_float")
         if isinstance(wide, gs.Variable):  # a constant has its shape
             wide.shape = tensor.shape
         node.inputs[index] = wide

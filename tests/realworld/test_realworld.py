@@ -134,11 +134,13 @@ COVERAGE: dict[str, tuple] = {  # id: (least heavy share, most blocks, most host
     # op rewritten (EmbedLayerNormalization, Attention with a mask index or a raw mask, causal with a
     # packed past, SkipLayerNormalization, BiasGelu/FastGelu): one block each
     "built_ortopt_bert": (1.0, 1, 0),
-    "built_ortopt_bert_fp16": (1.0, 1, 0),
+    # float16: each Attention's packed weight widened to float32 once at load on the host (a Cast of
+    # a constant), stored as float16 rather than again as float32 in the block
+    "built_ortopt_bert_fp16": (1.0, 1, 2),
     "built_ortopt_bert_core_ln": (1.0, 1, 0),
     "built_ortopt_bert_mha": (1.0, 1, 0),
     "built_ortopt_gpt2": (1.0, 1, 0),
-    "built_ortopt_gpt2_fp16": (1.0, 1, 0),
+    "built_ortopt_gpt2_fp16": (1.0, 1, 2),
 }  # fmt: skip
 #: Models whose fused file must stay within this factor of the original plus the blocks'
 #: metadata (framing, and the records of their nodes): their weights are stored as given
