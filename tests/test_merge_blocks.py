@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from onnxmlu import runtime
@@ -89,6 +90,18 @@ def test_blocks_with_different_opsets_or_a_host_op_between_stay_apart():
     assert merge_consecutive_blocks(split) == 1  # block_0 + block_1; block_2 after the host Neg alone
     _check(chained(opset_of_second=13, passing=False), original(passing=False), seed=1)
     _check(chained(host_op=True, passing=False), original(host_op=True, passing=False), seed=2)
+
+
+def test_a_block_whose_mp_is_no_int_is_left_for_the_library_to_refuse():
+    """A damaged file (an ``mp`` written as a string) joined with its neighbour compared a string
+    with an int: a TypeError that named no block. Now the block stays apart and the library's
+    own message names it."""
+    model = chained(passing=False)
+    mp = next(a for a in model.graph.node[1].attribute if a.name == "mp")
+    mp.CopyFrom(helper.make_attribute("mp", "4"))
+    assert merge_consecutive_blocks(copy_model(model)) == 0  # block_1 stays apart: no two neighbours join
+    with pytest.raises(Exception, match="MLUFusionBlock"):
+        runtime.InferenceSession(model)
 
 
 def test_the_callers_model_is_left_as_it_was():

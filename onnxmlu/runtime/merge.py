@@ -107,7 +107,22 @@ def _member(node: onnx.NodeProto):
         return None
     if len(graph.output) != len(node.output) or any(not name for name in [*node.input, *node.output]):
         return None
+    if not _readable_metadata(node):
+        return None
     return node, body, weights
+
+
+#: The type of each metadata attribute the merged node combines (:func:`_merged_attributes`).
+_METADATA_TYPES = {"mp": onnx.AttributeProto.INT, "precision": onnx.AttributeProto.STRING,
+                   **{name: onnx.AttributeProto.FLOAT for name in _SUMMED},
+                   **{name: onnx.AttributeProto.STRINGS for name in _JOINED}}
+
+
+def _readable_metadata(node: onnx.NodeProto) -> bool:
+    """Whether every metadata attribute has its type: a block whose ``mp`` is a tensor or a
+    string is left alone, and the library refuses it with its own message (combining it with
+    another block's would compare a string with an int)."""
+    return all(a.type == _METADATA_TYPES[a.name] for a in node.attribute if a.name in _METADATA_TYPES)
 
 
 def _light_body(node: onnx.NodeProto) -> tuple[onnx.ModelProto, dict[str, list[memoryview]]]:
