@@ -586,12 +586,20 @@ def _run_all(check: "_Checker", original: onnx.ModelProto, planned: Sequence[tup
     check.shown.total(2 * sum(len(feeds) for _, feeds in planned))
     runs: list[_AtShape] = []
     for label, feeds in planned:
-        if label == TOGETHER and not any(r.shape.status == "skipped" and r.shape.label.startswith("other ")
-                                         for r in runs):
-            check.shown.advance(2 * len(feeds))  # every one-dim change ran: nothing to learn
+        if label == TOGETHER and not any(_refused(r.shape) and r.shape.label.startswith("other ") for r in runs):
+            check.shown.advance(2 * len(feeds))  # the original refused no one-dim change: nothing to learn
             continue
         runs.append(_run_within(check, original, memory, label, feeds, first=not runs))
     return runs
+
+
+#: The note of a shape the original refuses (a shape over the memory budget is skipped too,
+#: with its own note: the original was never asked).
+_REFUSES = "the original refuses it: "
+
+
+def _refused(shape: ShapeRun) -> bool:
+    return shape.status == "skipped" and shape.note.startswith(_REFUSES)
 
 
 def _run_within(check: "_Checker", original: onnx.ModelProto, budget: int, label: str,
@@ -730,7 +738,7 @@ class _Checker:
                 reference = self.ref.run(self.names, feeds)
             except Exception as exc:  # noqa: BLE001 - onnxruntime's errors: a shape the original does not take
                 self.shown.advance(left)  # the runs of a skipped shape are done: none will run
-                result.shape = ShapeRun(label, shown, "skipped", f"the original refuses it: {runtime_message(exc)}",
+                result.shape = ShapeRun(label, shown, "skipped", f"{_REFUSES}{runtime_message(exc)}",
                                         str(exc))
                 return result
             self.shown.advance()
