@@ -55,6 +55,7 @@ def _texts(body: onnx.ModelProto) -> tuple[str | None, str | None, bool]:
 
 
 I64 = np.int64
+I64_TYPE = TensorProto.INT64
 X4 = [("x", F, ["n", 3, "h", "w"])]
 SEQ = [("x", F, ["b", "s", 64])]
 DOUBLE = helper.make_node("Concat", ["x", "x"], ["xx"], axis=1)  # [b, 2s, 64]: a sum onnx's inference cannot carry
@@ -152,6 +153,9 @@ CASES = {
                             [("w", np.zeros((3, 4, 2, 2)), np.float32), ("bias", np.zeros((1, 4, 1, 1)), np.float32)],
                             "?"),
     "unknown_op": ([helper.make_node("NonZero", ["x"], ["y"])], SEQ, (), None),
+    # a BERT pooler's first token: indices [b, 1] into [b, 2s, 64] with batch_dims 1
+    "gather_nd": ([DOUBLE, helper.make_node("GatherND", ["xx", "first"], ["y"], batch_dims=1)],
+                  SEQ + [("first", I64_TYPE, ["b", 1])], (), "i0.0,64"),
     "reduce_split": ([DOUBLE, helper.make_node("ReduceSum", ["xx", "ax"], ["r"], keepdims=1),
                       helper.make_node("Split", ["r"], ["y", "z"], axis=1)], SEQ, [("ax", [2], I64)],
                      "i0.0,i0.1,1;i0.0,i0.1,1"),

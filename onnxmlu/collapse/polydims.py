@@ -511,6 +511,16 @@ def _gather(walk: Walk, node: onnx.NodeProto) -> list:
     return [data[:axis] + indices + data[axis + 1:]]
 
 
+def _gather_nd(walk: Walk, node: onnx.NodeProto) -> list:
+    """``indices[:-1] + data[batch_dims + r:]``, ``r`` the indices' last dim, a number (the
+    spec's rule, and the engine's, which asserts the number)."""
+    data, indices = walk.shape(node.input[0]), walk.shape(node.input[1])
+    if data is None or not indices or not is_const(indices[-1]):
+        return [None]
+    start = attr(node, "batch_dims", 0) + value(indices[-1])
+    return [indices[:-1] + data[start:]] if start <= len(data) else [None]
+
+
 def _slice(walk: Walk, node: onnx.NodeProto) -> list:
     """Numbers for starts and steps, a number or a polynomial for each end: each axis as the
     engine counts it (:func:`_engine_sliced`)."""
@@ -900,7 +910,7 @@ RULES: dict[str, Callable] = {
     "Tile": _tile, "Pad": _pad, "Resize": _resize, "Split": _split, "ReduceSum": _reduce,
     "ReduceMean": _reduce, "ReduceMax": _reduce, "ReduceMin": _reduce, "ReduceProd": _reduce,
     "ReduceL2": _reduce, "Flatten": _flatten, "ConstantOfShape": _constant_of_shape,
-    "Range": _range, "LayerNormalization": _layer_norm, "ConvTranspose": _conv_renamed,
+    "Range": _range, "LayerNormalization": _layer_norm, "GatherND": _gather_nd, "ConvTranspose": _conv_renamed,
     "ConvInteger": _conv_renamed,
     "DynamicQuantizeLinear": _dynamic_quantize, "Scan": _scan, "ArgMax": _arg_reduce, "ArgMin": _arg_reduce,
 }
